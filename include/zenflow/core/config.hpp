@@ -1,0 +1,49 @@
+/// @file
+/// Compiler and backend annotations shared by every zenflow header.
+///
+/// Rule: a `.hpp` compiles with the host compiler alone (the CUDA toolkit's headers on the
+/// include path, nothing else); a `.cuh` needs nvcc. Arithmetic that both the kernels and the
+/// host backend run lives in `ZF_HOST_DEVICE` functions in `.hpp` files.
+#pragma once
+
+#define ZENFLOW_VERSION_MAJOR 0
+#define ZENFLOW_VERSION_MINOR 1
+#define ZENFLOW_VERSION_PATCH 0
+
+#if defined(__CUDACC__)
+#  define ZF_HOST_DEVICE __host__ __device__
+#  define ZF_DEVICE __device__
+#  define ZF_HOST __host__
+#else
+#  define ZF_HOST_DEVICE
+#  define ZF_DEVICE
+#  define ZF_HOST
+#endif
+
+#if defined(__CUDA_ARCH__)
+#  define ZF_DEVICE_COMPILE 1
+#else
+#  define ZF_DEVICE_COMPILE 0
+#endif
+
+#if defined(_MSC_VER)
+#  define ZF_FORCEINLINE __forceinline
+#else
+#  define ZF_FORCEINLINE inline __attribute__((always_inline))
+#endif
+
+// Kernels in header-only code get hidden visibility: two shared libraries that both carry a
+// zenflow kernel must not resolve to one weak symbol (CUB learned this the hard way).
+#if defined(__CUDACC__)
+#  define ZF_KERNEL __global__ __attribute__((visibility("hidden")))
+#endif
+
+// Everything lives in a versioned inline namespace so that two zenflow versions linked into
+// one process never share a symbol.
+#define ZF_ABI_NAMESPACE v0_1
+#define ZF_NAMESPACE_BEGIN                                                                         \
+  namespace zenflow {                                                                              \
+  inline namespace ZF_ABI_NAMESPACE {
+#define ZF_NAMESPACE_END                                                                           \
+  }                                                                                                \
+  }

@@ -1,0 +1,89 @@
+/// @file
+/// Error handling: launchers return `cudaError_t`; the convenience layer throws.
+///
+/// A launcher that rejects an argument returns `cudaErrorInvalidValue` and records a message
+/// naming the argument in a thread-local slot (`last_error_message()`), so that `ZF_CUDA_TRY`
+/// can throw an exception that says what was wrong, not only that something was.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <zenflow/core/config.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+namespace detail {
+inline std::string& last_error_slot() {
+  thread_local std::string message;
+  return message;
+}
+} // namespace detail
+
+/// The message recorded by the last launcher that rejected an argument on this thread.
+[[nodiscard]] inline const std::string& last_error_message() { return detail::last_error_slot(); }
+
+/// Clears the thread's recorded message.
+inline void clear_last_error_message() { detail::last_error_slot().clear(); }
+
+/// Thrown by `ZF_CUDA_TRY` and by the convenience layer (engine, RAII types).
+class cuda_error : public std::runtime_error {
+public:
+  cuda_error(cudaError_t code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  [[nodiscard]] cudaError_t code() const noexcept { return code_; }
+
+private:
+  cudaError_t code_;
+};
+
+/// Thrown by the C++ convenience layer for an invalid argument; `what()` names the argument.
+class invalid_argument : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+namespace detail {
+/// Records "<function>: <argument>: <why>" and returns cudaErrorInvalidValue.
+[[nodiscard]] inline cudaError_t reject(std::string_view function, std::string_view argument,
+                                        std::string_view why) {
+  std::string& slot = last_error_slot();
+  slot.assign(function);
+  slot += ": argument '";
+  slot += argument;
+  slot += "' ";
+  slot += why;
+  return cudaErrorInvalidValue;
+}
+
+[[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
+  std::string msg = std::string(cudaGetErrorName(code)) + " (" + cudaGetErrorString(code) + ")";
+  if (code == cudaErrorInvalidValue && !last_error_slot().empty()) {
+    msg += ": " + last_error_slot();
+  }
+  msg += " at " + std::string(file) + ":" + std::to_string(line) + ": " + expr;
+  throw cuda_error(code, msg);
+}
+} // namespace detail
+
+ZF_NAMESPACE_END
+
+/// Evaluates a `cudaError_t` expression and throws `zenflow::cuda_error` if it failed.
+#define ZF_CUDA_TRY(expr)                                                                          \
+  do {                                                                                             \
+    ::zenflow::clear_last_error_message();                                                         \
+    const cudaError_t zf_try_status_ = (expr);                                                     \
+    if (zf_try_status_ != cudaSuccess) {                                                           \
+      ::zenflow::detail::throw_cuda_error(zf_try_status_, #expr, __FILE__, __LINE__);              \
+    }                                                                                              \
+  } while (0)
+
+/// Inside a launcher: reject argument `arg` unless `cond` holds. Returns from the caller.
+#define ZF_EXPECT_ARG(cond, function, arg, why)                                                    \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      return ::zenflow::detail::reject(function, arg, why);                                        \
+    }                                                                                              \
+  } while (0)
