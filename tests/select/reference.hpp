@@ -1,0 +1,67 @@
+/// @file
+/// Independent references for the select area: float64 loops for channel norms, a brute-force
+/// full sort (plain float comparisons, no radix keys) for top-k.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/select/detail/norm_math.hpp>
+
+namespace zf_test {
+
+/// float64 score of every channel of a `channels x len` matrix in `layout` with leading dim `ld`.
+template <class T>
+std::vector<double> reference_norms(const T* data, std::int64_t channels, std::int64_t len, std::int64_t ld,
+                                    zenflow::channel_layout layout, zenflow::channel_norm norm) {
+  std::vector<double> out(static_cast<std::size_t>(channels), 0.0);
+  for (std::int64_t c = 0; c < channels; ++c) {
+    double s = 0;
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::int64_t off = layout == zenflow::channel_layout::contiguous ? c * ld + i : i * ld + c;
+      const double x = static_cast<double>(zenflow::to_float(data[off]));
+      s += norm == zenflow::channel_norm::sq_l2 ? x * x : std::fabs(x);
+    }
+    out[static_cast<std::size_t>(c)] = s;
+  }
+  return out;
+}
+
+/// A bound on the relative error of an fp32 sum of `terms` non-negative terms accumulated in
+/// runs of at most `run` terms then combined in a tree (the rounding of each term included).
+inline double norm_tolerance(std::int64_t terms, std::int64_t run) {
+  const double eps = 1.0 / (1 << 23);
+  return (static_cast<double>(std::min(terms, run)) + 2.0 * std::log2(static_cast<double>(terms) + 2.0) + 4.0) *
+         eps;
+}
+
+/// True when score `a` at index `ia` ranks before score `b` at index `ib`: larger first, NaN
+/// last, -0 == +0, ties to the lower index. Plain float comparisons only.
+inline bool ranks_before(float a, std::int64_t ia, float b, std::int64_t ib) {
+  const bool na = std::isnan(a), nb = std::isnan(b);
+  if (na != nb) {
+    return nb;
+  }
+  if (!na && a != b) {
+    return a > b;
+  }
+  return ia < ib;
+}
+
+/// Indices of the top k of `scores` by brute-force full sort, ascending.
+inline std::vector<std::int32_t> reference_topk(const float* scores, std::int64_t n, std::int64_t k) {
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(),
+            [&](std::int64_t a, std::int64_t b) { return ranks_before(scores[a], a, scores[b], b); });
+  std::vector<std::int32_t> out(idx.begin(), idx.begin() + k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+} // namespace zf_test
