@@ -1,0 +1,205 @@
+/// @file
+/// The CPU optimizer of ZenFlow's host side: a plain vectorized multithreaded AdamW, the
+/// accumulation of unselected gradients, and the fused host window (accumulate the last slot,
+/// AdamW on the window's mean gradient, pack the new weights for upload, zero the accumulator)
+/// in one pass over memory.
+///
+/// SIMD: AVX-512, AVX2 or scalar, picked at run time (detail/cpu_simd.hpp; `force_simd_path`
+/// for tests); every path writes the same bits. Threads: `worker_pool` (nullptr = the calling
+/// thread); the work is cut into chunks that depend only on the sizes, and no result depends
+/// on which thread ran a chunk, so results are bit-identical whatever the thread count.
+/// None of these functions allocates device memory or calls CUDA.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/math/adam.hpp>
+#include <zenflow/optim/detail/checks.hpp>
+#include <zenflow/optim/detail/cpu_simd.hpp>
+#include <zenflow/optim/types.hpp>
+#include <zenflow/transport/worker_pool.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+namespace detail {
+/// Elements per chunk of the flat CPU loops (fixed: chunking never depends on the thread count).
+inline constexpr std::int64_t cpu_grain = std::int64_t{1} << 16;
+
+/// Rows per chunk for row-wise loops: about cpu_grain elements.
+[[nodiscard]] inline std::int64_t rows_per_chunk(std::int64_t row_len) {
+  return std::max<std::int64_t>(1, cpu_grain / std::max<std::int64_t>(row_len, 1));
+}
+
+template <class F>
+void run_chunks(worker_pool* pool, std::int64_t n, std::int64_t grain, F&& fn) {
+  if (pool != nullptr) {
+    pool->parallel_for(n, grain, fn);
+  } else {
+    const std::int64_t chunks = worker_pool::chunk_count(n, grain);
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      fn(c, c * grain, std::min(n, (c + 1) * grain));
+    }
+  }
+}
+} // namespace detail
+
+namespace host {
+
+/// AdamW over `n` contiguous elements on the CPU.
+///
+/// @param master,m,v fp32 state, updated in place (must not overlap each other or `grad`).
+/// @param grad gradients (float, half or bfloat16), multiplied by `grad_scale` inside the update.
+/// @param out  nullable: receives the new weights rounded to T (RNE); may alias `master` for float.
+/// @param count the update count of this update (>= 1), for the bias corrections.
+/// @return cudaErrorInvalidValue (nothing written) on a bad argument, else cudaSuccess.
+template <class G, class T = float>
+[[nodiscard]] cudaError_t cpu_adamw(float* master,
+                                    float* m,
+                                    float* v,
+                                    const G* grad,
+                                    T* out,
+                                    std::int64_t n,
+                                    std::int32_t count,
+                                    const adamw_hparams& hp,
+                                    float grad_scale,
+                                    worker_pool* pool) {
+  static_assert(is_working_type_v<G> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
+  constexpr std::string_view fn = "zenflow::host::cpu_adamw";
+  ZF_EXPECT_ARG(n >= 0, fn, "n", "must be >= 0");
+  ZF_EXPECT_ARG(master != nullptr || n == 0, fn, "master", "must not be null");
+  ZF_EXPECT_ARG(m != nullptr || n == 0, fn, "m", "must not be null");
+  ZF_EXPECT_ARG(v != nullptr || n == 0, fn, "v", "must not be null");
+  ZF_EXPECT_ARG(grad != nullptr || n == 0, fn, "grad", "must not be null");
+  ZF_EXPECT_ARG(count >= 1, fn, "count", "must be >= 1 (the count of this update)");
+  ZF_EXPECT_ARG(std::isfinite(grad_scale), fn, "grad_scale", "must be finite");
+  if (const cudaError_t e = detail::check_hparams(fn, hp); e != cudaSuccess) {
+    return e;
+  }
+  const adam_constants c = make_adam_constants(hp, count);
+  detail::run_chunks(pool, n, detail::cpu_grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+    detail::cpu::adam_span<G, T>(master + lo, m + lo, v + lo, grad + lo, out == nullptr ? nullptr : out + lo,
+                                 hi - lo, c, grad_scale);
+  });
+  return cudaSuccess;
+}
+
+/// acc[idx[r]] += coef * slot[r] for the `count` listed channels.
+///
+/// @param acc   fp32 accumulator, `channels x channel_len`, row c = channel c.
+/// @param slot  packed rows, `count x channel_len`, working precision (row r = channel idx[r]).
+/// @param idx   channel indices (distinct, in [0, channels); sorted is the fast order).
+/// @param coef  the step's gradient coefficient (loss-scale unscaling x clipping).
+/// Rows are independent, so the result does not depend on threads or chunking.
+template <class S>
+[[nodiscard]] cudaError_t accumulate_channels(float* acc,
+                                              std::int64_t channels,
+                                              std::int64_t channel_len,
+                                              const S* slot,
+                                              const std::int32_t* idx,
+                                              std::int64_t count,
+                                              float coef,
+                                              worker_pool* pool) {
+  static_assert(is_working_type_v<S>, "zenflow: float, half or bfloat16");
+  constexpr std::string_view fn = "zenflow::host::accumulate_channels";
+  ZF_EXPECT_ARG(channels >= 0, fn, "channels", "must be >= 0");
+  ZF_EXPECT_ARG(channel_len >= 0, fn, "channel_len", "must be >= 0");
+  ZF_EXPECT_ARG(count >= 0 && count <= channels, fn, "count", "must be in [0, channels]");
+  ZF_EXPECT_ARG(acc != nullptr || channels == 0 || channel_len == 0, fn, "acc", "must not be null");
+  ZF_EXPECT_ARG(slot != nullptr || count == 0 || channel_len == 0, fn, "slot", "must not be null");
+  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "d_idx", "must not be null");
+  ZF_EXPECT_ARG(std::isfinite(coef), fn, "coef", "must be finite");
+  if (const cudaError_t e = detail::check_indices_host(fn, idx, count, channels); e != cudaSuccess) {
+    return e;
+  }
+  const std::int64_t L = channel_len;
+  detail::run_chunks(
+      pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t r = lo; r < hi; ++r) {
+          detail::cpu::accumulate_span<S>(acc + static_cast<std::int64_t>(idx[r]) * L, slot + r * L, coef, L);
+        }
+      });
+  return cudaSuccess;
+}
+
+/// The fused ZenFlow host window, in one pass over the unselected channels `idx`:
+/// for each listed channel c (row r of the packed buffers):
+///   acc[c] += last_coef * last_slot[r]           (when last_slot is not null)
+///   AdamW on master/m/v[c] with gradient acc[c] and gradient scale 1/steps (the window's mean),
+///   bias correction from counts[c] + 1, then counts[c] += 1
+///   upload[r] = new master rounded to T (RNE);   acc[c] = 0
+/// Channels not listed (the selected ones) are not touched.
+///
+/// @param state  full-size host state (master, m, v, counts) of the matrix.
+/// @param acc    fp32 accumulator, `channels x channel_len`.
+/// @param steps  n_w, the non-skipped steps summed into acc (>= 0). With 0 there is nothing to
+///               apply: no update, no count change; upload gets the current master and acc is
+///               zeroed (last_slot must then be null).
+/// @param hp     hyper-parameters (lr already multiplied by host_lr_scale by the caller).
+/// @param upload packed new working weights, `count x channel_len`.
+/// Bit-identical to accumulate_channels + cpu AdamW on the rows + packing (the unfused sequence),
+/// and whatever the thread count or SIMD path.
+template <class S, class T>
+[[nodiscard]] cudaError_t adamw_window(const channel_state& state,
+                                       float* acc,
+                                       const std::int32_t* idx,
+                                       std::int64_t count,
+                                       const S* last_slot,
+                                       float last_coef,
+                                       std::int32_t steps,
+                                       const adamw_hparams& hp,
+                                       T* upload,
+                                       worker_pool* pool) {
+  static_assert(is_working_type_v<S> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
+  constexpr std::string_view fn = "zenflow::host::adamw_window";
+  const std::int64_t L = state.channel_len;
+  ZF_EXPECT_ARG(state.channels >= 0, fn, "state.channels", "must be >= 0");
+  ZF_EXPECT_ARG(L >= 0, fn, "state.channel_len", "must be >= 0");
+  const bool has_rows = state.channels > 0 && L > 0;
+  ZF_EXPECT_ARG(state.master != nullptr || !has_rows, fn, "state.master", "must not be null");
+  ZF_EXPECT_ARG(state.m != nullptr || !has_rows, fn, "state.m", "must not be null");
+  ZF_EXPECT_ARG(state.v != nullptr || !has_rows, fn, "state.v", "must not be null");
+  ZF_EXPECT_ARG(state.counts != nullptr || state.channels == 0, fn, "state.counts", "must not be null");
+  ZF_EXPECT_ARG(acc != nullptr || !has_rows, fn, "acc", "must not be null");
+  ZF_EXPECT_ARG(count >= 0 && count <= state.channels, fn, "count", "must be in [0, channels]");
+  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "d_idx", "must not be null");
+  ZF_EXPECT_ARG(upload != nullptr || count == 0 || L == 0, fn, "upload", "must not be null");
+  ZF_EXPECT_ARG(steps >= 0, fn, "steps", "must be >= 0");
+  ZF_EXPECT_ARG(steps > 0 || last_slot == nullptr, fn, "last_slot", "must be null when steps == 0");
+  ZF_EXPECT_ARG(std::isfinite(last_coef), fn, "last_coef", "must be finite");
+  if (const cudaError_t e = detail::check_hparams(fn, hp); e != cudaSuccess) {
+    return e;
+  }
+  if (const cudaError_t e = detail::check_indices_host(fn, idx, count, state.channels); e != cudaSuccess) {
+    return e;
+  }
+  const float scale = steps > 0 ? 1.0f / static_cast<float>(steps) : 0.0f;
+  detail::run_chunks(
+      pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t r = lo; r < hi; ++r) {
+          const std::int64_t c = idx[r];
+          const std::int64_t off = c * L;
+          if (steps == 0) {
+            (void)detail::cpu::convert_span<float, T>(state.master + off, upload + r * L, L, false);
+            std::memset(acc + off, 0, static_cast<std::size_t>(L) * sizeof(float));
+            continue;
+          }
+          const adam_constants k = make_adam_constants(hp, state.counts[c] + 1);
+          detail::cpu::window_span<S, T>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
+                                         last_coef, state.master + off, state.m + off, state.v + off,
+                                         upload + r * L, L, k, scale);
+          state.counts[c] += 1;
+        }
+      });
+  return cudaSuccess;
+}
+
+} // namespace host
+
+ZF_NAMESPACE_END

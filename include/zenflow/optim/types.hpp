@@ -1,0 +1,42 @@
+/// @file
+/// Descriptors shared by the device optimizer launchers and their host twins.
+#pragma once
+
+#include <cstdint>
+
+#include <zenflow/core/config.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+/// One tensor of a dense (multi-tensor) AdamW call. Every pointer is device memory for the
+/// device launcher, host memory for the host twin.
+template <class T>
+struct adamw_tensor {
+  /// Working weights, written with the new master rounded to T (nullable: no working copy).
+  /// May alias `master` when T is float.
+  T* weights = nullptr;
+  /// Gradients in working precision (not modified).
+  const T* grads = nullptr;
+  /// fp32 master weights, first and second moments (updated in place; must not alias each other).
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  /// Number of elements.
+  std::int64_t size = 0;
+};
+
+/// Largest tensor a dense call accepts (2^40 elements).
+inline constexpr std::int64_t max_dense_tensor_size = std::int64_t{1} << 40;
+
+/// The full-size host optimizer state of one matrix parameter: `channels x channel_len` fp32
+/// master, m and v (row c = channel c, contiguous) and one Adam update count per channel.
+struct channel_state {
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::int32_t* counts = nullptr;
+  std::int64_t channels = 0;
+  std::int64_t channel_len = 0;
+};
+
+ZF_NAMESPACE_END
