@@ -1,0 +1,493 @@
+/// @file
+/// An independent float64 reference of SPEC.md's ZenFlow step, for the engine's tests.
+///
+/// Written from SPEC.md ("One step", "Adam details", "host_lr_scale", "Zen-auto", and every item
+/// of "What DeepSpeed's implementation gets wrong", done right), not from the engine's code: it
+/// uses no zenflow internals except the config struct (and its schedule helpers) and the dtype
+/// rounding. Every quantity is a double: masters, moments, the accumulator, the gradient
+/// coefficient, the Zen-auto statistics. Working weights are the masters rounded
+/// double -> float -> dtype, written exactly when the engine writes them.
+///
+/// The semantics where SPEC leaves a choice open (all of them in docs/engine-semantics.md, which
+/// the engine follows too):
+///  - t counts every step() call, skipped ones included. A bad step (a NaN/Inf anywhere) changes
+///    no weight, moment, count, accumulator or Zen-auto statistic, but counts toward warm-up, the
+///    selection schedule and the window's length; the boundary actions of its step number (close,
+///    apply/submit jobs, drain) still happen.
+///  - coef_t = min(1, clip / (||G_t|| / loss_scale + 1e-6)) / loss_scale (global norm over all
+///    parameters), applied on every path (device, host accumulator, warm-up, vectors, baselines).
+///  - Selection steps: t >= W and (t - W) % config::select_interval_steps() == 0. At one, first
+///    the previous window has closed (at t - 1), then every host job is drained and applied, then
+///    the top-k of step t's raw gradient scores is taken (k = config::topk, ties to the lower
+///    index, indices ascending); state moves, it is never reset. A bad selection step leaves the
+///    selection pending until the next good step. The new window starts at the selection step and
+///    step t is its first step, with the new set.
+///  - A window closes at the end of step t when t + 1 is a selection step, or after S steps
+///    (fixed), or by Zen-auto; its job averages the accumulator over its n_w non-skipped steps,
+///    with lr of step t times n_w (linear) / sqrt(n_w) / 1; n_w = 0 means no job at all.
+///  - overlap: at a close, job w-1's weights are written, then job w is computed and held; its
+///    weights are written at the next close or drain (selection step, flush). flush() does not
+///    close the open window.
+///  - Zen-auto: per matrix, mean = (sum of crit_s over good steps since the last selection, up to
+///    t-1) / (count x k), sum = (sum of rest_s over the window's good steps up to t-1) / (c - k),
+///    masses are L1 of coef_s * G_s; a matrix votes when it has a mean sample and sum >= mean (a
+///    matrix with k == c always votes); close when len >= max_update_interval, or
+///    len >= min_update_interval and double(votes) / double(matrices) >= auto_ratio (1 with no
+///    matrix).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/engine/config.hpp>
+
+namespace zf_test {
+
+/// `x` as the engine would store it in a working weight of type `dt`: double -> float -> dtype.
+inline double round_to_dtype(double x, zenflow::dtype dt) {
+  const float f = static_cast<float>(x);
+  switch (dt) {
+  case zenflow::dtype::f32:
+    return f;
+  case zenflow::dtype::f16:
+    return zenflow::to_float(zenflow::from_float<zenflow::half>(f));
+  case zenflow::dtype::bf16:
+    return zenflow::to_float(zenflow::from_float<zenflow::bfloat16>(f));
+  }
+  return f;
+}
+
+/// One AdamW (or Adam + L2) update in double; `count` is the update count including this one.
+inline void reference_adam(double& p, double& m, double& v, double g, double lr, std::int32_t count,
+                           const zenflow::adamw_hparams& h) {
+  const double b1 = h.beta1;
+  const double b2 = h.beta2;
+  const double wd = h.weight_decay;
+  if (!h.decoupled) {
+    g += wd * p;
+  }
+  m = b1 * m + (1.0 - b1) * g;
+  v = b2 * v + (1.0 - b2) * g * g;
+  const double bc1 = 1.0 - std::pow(b1, count);
+  const double bc2 = 1.0 - std::pow(b2, count);
+  const double denom = std::sqrt(v) / std::sqrt(bc2) + static_cast<double>(h.eps);
+  if (h.decoupled) {
+    p *= 1.0 - lr * wd;
+  }
+  p -= lr / bc1 * m / denom;
+}
+
+/// The float64 ZenFlow reference (and the two baselines, by `config::mode`).
+class zenflow_reference {
+public:
+  struct counters {
+    std::int64_t steps = 0;          ///< step() calls
+    std::int64_t skipped_steps = 0;  ///< steps with a NaN/Inf gradient
+    std::int64_t selections = 0;     ///< selections performed
+    std::int64_t drains = 0;         ///< drains at scheduled selection steps
+    std::int64_t windows_closed = 0; ///< window closes (empty windows included)
+    std::int64_t host_jobs = 0;      ///< non-empty host jobs (n_w > 0)
+    std::vector<std::int64_t> window_lengths; ///< length in steps of every closed window
+  };
+
+  explicit zenflow_reference(const zenflow::config& cfg) : cfg_(cfg) { cfg_.validate(); }
+
+  /// A matrix of `channels` channels of `channel_len` elements; `initial` is channel-major
+  /// (channel j = elements [j * channel_len, (j + 1) * channel_len)). Returns its index.
+  std::size_t add_matrix(std::int64_t channels, std::int64_t channel_len, zenflow::dtype dt,
+                         const std::vector<float>& initial) {
+    if (channels < 1 || channel_len < 1) {
+      throw std::invalid_argument("zenflow_reference::add_matrix: channels and channel_len must be >= 1");
+    }
+    return add(true, channels, channel_len, dt, initial);
+  }
+
+  /// A vector parameter of `n` elements (always updated densely every step).
+  std::size_t add_vector(std::int64_t n, zenflow::dtype dt, const std::vector<float>& initial) {
+    if (n < 1) {
+      throw std::invalid_argument("zenflow_reference::add_vector: n must be >= 1");
+    }
+    return add(false, 1, n, dt, initial);
+  }
+
+  /// One training step: `grads[p]` holds parameter p's gradient (working-precision values, the
+  /// layout of add_matrix), `lr` the step's learning rate.
+  void step(const std::vector<std::vector<float>>& grads, double lr) {
+    if (grads.size() != params_.size()) {
+      throw std::invalid_argument("zenflow_reference::step: one gradient per parameter expected");
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (grads[i].size() != params_[i].w.size()) {
+        throw std::invalid_argument("zenflow_reference::step: gradient " + std::to_string(i) + " has the wrong size");
+      }
+    }
+    const std::int64_t t = stats_.steps++;
+    last_selected_ = false;
+    last_closed_ = false;
+    last_skipped_ = false;
+
+    bool bad = false;
+    double sq = 0.0;
+    for (const auto& g : grads) {
+      for (const float x : g) {
+        bad = bad || !std::isfinite(x);
+        sq += static_cast<double>(x) * x;
+      }
+    }
+    const double ls = cfg_.loss_scale;
+    double coef = 1.0 / ls;
+    if (!bad && cfg_.gradient_clipping > 0.0f) {
+      const double norm = std::sqrt(sq) / ls;
+      coef = std::min(1.0, static_cast<double>(cfg_.gradient_clipping) / (norm + 1e-6)) / ls;
+    }
+    last_coef_ = bad ? 0.0 : coef;
+    if (bad) {
+      ++stats_.skipped_steps;
+      last_skipped_ = true;
+    }
+
+    if (cfg_.mode != zenflow::optimizer_mode::zenflow || t < cfg_.full_warm_up_rounds) {
+      if (!bad) {
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+          dense_update(params_[i], grads[i], coef, lr);
+        }
+      }
+      return;
+    }
+
+    // --- ZenFlow phase ---
+    if (cfg_.is_selection_step(t)) {
+      drain();
+      ++stats_.drains;
+      selection_pending_ = true;
+    }
+    if (selection_pending_ && !bad) {
+      select(grads);
+      selection_pending_ = false;
+      last_selected_ = true;
+    }
+    ++window_len_;
+    if (!bad) {
+      ++window_good_;
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        param& p = params_[i];
+        const auto& g = grads[i];
+        if (!p.matrix) {
+          dense_update(p, g, coef, lr);
+          continue;
+        }
+        double crit = 0.0;
+        double rest = 0.0;
+        for (std::int64_t j = 0; j < p.channels; ++j) {
+          double mass = 0.0;
+          if (p.is_sel[static_cast<std::size_t>(j)] != 0) {
+            const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
+            for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+              const auto u = static_cast<std::size_t>(e);
+              const double gs = coef * static_cast<double>(g[u]);
+              mass += std::fabs(gs);
+              reference_adam(p.master[u], p.m[u], p.v[u], gs, lr, c, cfg_.adam);
+              p.w[u] = round_to_dtype(p.master[u], p.dt);
+            }
+            crit += mass;
+          } else {
+            for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+              const auto u = static_cast<std::size_t>(e);
+              const double gs = coef * static_cast<double>(g[u]);
+              mass += std::fabs(gs);
+              p.acc[u] += gs;
+            }
+            rest += mass;
+          }
+        }
+        p.step_crit = crit;
+        p.step_rest = rest;
+      }
+    }
+
+    // Close decision at the end of step t: data of steps <= t - 1 only (the sums do not hold
+    // step t's masses yet).
+    bool close = cfg_.is_selection_step(t + 1);
+    if (!close) {
+      if (cfg_.auto_update()) {
+        close = zen_auto_closes();
+      } else {
+        close = window_len_ >= cfg_.update_interval;
+      }
+    }
+    if (!bad) {
+      for (param& p : params_) {
+        if (p.matrix) {
+          p.crit_sum += p.step_crit;
+          p.rest_sum += p.step_rest;
+          ++p.crit_n;
+        }
+      }
+    }
+    if (close) {
+      close_window(lr);
+    }
+  }
+
+  /// Waits for every host job and writes its weights (does not close the open window).
+  void flush() { drain(); }
+
+  [[nodiscard]] std::size_t num_params() const { return params_.size(); }
+  [[nodiscard]] bool is_matrix(std::size_t p) const { return params_.at(p).matrix; }
+  /// Working weights as the engine's buffers hold them (exact dtype values).
+  [[nodiscard]] const std::vector<double>& weights(std::size_t p) const { return params_.at(p).w; }
+  [[nodiscard]] const std::vector<double>& masters(std::size_t p) const { return params_.at(p).master; }
+  [[nodiscard]] const std::vector<double>& exp_avg(std::size_t p) const { return params_.at(p).m; }
+  [[nodiscard]] const std::vector<double>& exp_avg_sq(std::size_t p) const { return params_.at(p).v; }
+  /// Adam update counts: one per channel (matrix) or a single one (vector).
+  [[nodiscard]] const std::vector<std::int32_t>& counts(std::size_t p) const { return params_.at(p).count; }
+  /// The current selection of a matrix, ascending (empty for vectors and before the first one).
+  [[nodiscard]] const std::vector<std::int32_t>& selected(std::size_t p) const { return params_.at(p).sel; }
+  /// The unselected channels' accumulator (sum of coef_t * G_t over the open window).
+  [[nodiscard]] const std::vector<double>& accumulator(std::size_t p) const { return params_.at(p).acc; }
+
+  [[nodiscard]] const counters& stats() const { return stats_; }
+  [[nodiscard]] bool last_step_skipped() const { return last_skipped_; }
+  [[nodiscard]] bool last_step_selected() const { return last_selected_; }
+  [[nodiscard]] bool last_step_closed_window() const { return last_closed_; }
+  [[nodiscard]] double last_coef() const { return last_coef_; }
+  /// Steps in the open window so far (skipped ones included), and its non-skipped steps.
+  [[nodiscard]] std::int64_t window_length() const { return window_len_; }
+  [[nodiscard]] std::int64_t window_good_steps() const { return window_good_; }
+  /// True while a submitted host job's weights are not yet written (overlap only).
+  [[nodiscard]] bool job_pending() const { return pending_.any; }
+  [[nodiscard]] const zenflow::config& cfg() const { return cfg_; }
+
+private:
+  struct param {
+    bool matrix = false;
+    std::int64_t channels = 1;
+    std::int64_t len = 0;
+    zenflow::dtype dt = zenflow::dtype::f32;
+    std::vector<double> w, master, m, v, acc;
+    std::vector<std::int32_t> count;
+    std::vector<char> is_sel;
+    std::vector<std::int32_t> sel;
+    double crit_sum = 0.0; ///< Zen-auto: crit over good steps since the last selection (to t-1)
+    std::int64_t crit_n = 0;
+    double rest_sum = 0.0; ///< Zen-auto: rest over the window's good steps (to t-1)
+    double step_crit = 0.0;
+    double step_rest = 0.0;
+  };
+
+  struct job_result {
+    bool any = false;
+    std::vector<std::vector<double>> w;    ///< per param: new working weights
+    std::vector<std::vector<char>> touched; ///< per param: channels this job wrote
+  };
+
+  std::size_t add(bool matrix, std::int64_t channels, std::int64_t len, zenflow::dtype dt,
+                  const std::vector<float>& initial) {
+    if (stats_.steps != 0) {
+      throw std::logic_error("zenflow_reference: parameters must be added before the first step");
+    }
+    const auto n = static_cast<std::size_t>(channels * len);
+    if (initial.size() != n) {
+      throw std::invalid_argument("zenflow_reference: initial weights have the wrong size");
+    }
+    param p;
+    p.matrix = matrix;
+    p.channels = channels;
+    p.len = len;
+    p.dt = dt;
+    p.w.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      p.w[i] = round_to_dtype(initial[i], dt);
+    }
+    p.master = p.w;
+    p.m.assign(n, 0.0);
+    p.v.assign(n, 0.0);
+    p.acc.assign(n, 0.0);
+    p.count.assign(static_cast<std::size_t>(channels), 0);
+    p.is_sel.assign(static_cast<std::size_t>(channels), 0);
+    params_.push_back(std::move(p));
+    return params_.size() - 1;
+  }
+
+  void dense_update(param& p, const std::vector<float>& g, double coef, double lr) {
+    for (std::int64_t j = 0; j < p.channels; ++j) {
+      const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
+      for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+        const auto u = static_cast<std::size_t>(e);
+        reference_adam(p.master[u], p.m[u], p.v[u], coef * static_cast<double>(g[u]), lr, c, cfg_.adam);
+        p.w[u] = round_to_dtype(p.master[u], p.dt);
+      }
+    }
+  }
+
+  void select(const std::vector<std::vector<float>>& grads) {
+    ++stats_.selections;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      param& p = params_[i];
+      if (!p.matrix) {
+        continue;
+      }
+      std::vector<double> score(static_cast<std::size_t>(p.channels), 0.0);
+      for (std::int64_t j = 0; j < p.channels; ++j) {
+        double s = 0.0;
+        for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+          const double x = grads[i][static_cast<std::size_t>(e)];
+          s += cfg_.importance == zenflow::norm_kind::l1 ? std::fabs(x) : x * x;
+        }
+        score[static_cast<std::size_t>(j)] = s;
+      }
+      std::vector<std::int32_t> order(static_cast<std::size_t>(p.channels));
+      std::iota(order.begin(), order.end(), 0);
+      // Brute force: a full sort by (score descending, index ascending).
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+        return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
+      });
+      const auto k = static_cast<std::size_t>(cfg_.topk(p.channels));
+      p.sel.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+      std::sort(p.sel.begin(), p.sel.end());
+      std::fill(p.is_sel.begin(), p.is_sel.end(), 0);
+      for (const std::int32_t j : p.sel) {
+        p.is_sel[static_cast<std::size_t>(j)] = 1;
+      }
+      // State moves with the channel (master, m, v, count stay as they are); the accumulator
+      // is empty here: the window started at this selection step and held only skipped steps.
+      p.crit_sum = 0.0;
+      p.crit_n = 0;
+    }
+  }
+
+  [[nodiscard]] bool zen_auto_closes() const {
+    if (window_len_ >= cfg_.max_update_interval) {
+      return true;
+    }
+    if (window_len_ < cfg_.min_update_interval) {
+      return false;
+    }
+    std::int64_t matrices = 0;
+    std::int64_t votes = 0;
+    for (const param& p : params_) {
+      if (!p.matrix) {
+        continue;
+      }
+      ++matrices;
+      const std::int64_t k = cfg_.topk(p.channels);
+      if (k == p.channels) {
+        ++votes;
+        continue;
+      }
+      if (p.crit_n == 0) {
+        continue;
+      }
+      const double mean = p.crit_sum / (static_cast<double>(p.crit_n) * static_cast<double>(k));
+      const double sum = p.rest_sum / static_cast<double>(p.channels - k);
+      if (sum >= mean) {
+        ++votes;
+      }
+    }
+    if (matrices == 0) {
+      return true;
+    }
+    return static_cast<double>(votes) / static_cast<double>(matrices) >= cfg_.auto_ratio;
+  }
+
+  void write(job_result& r) {
+    if (!r.any) {
+      return;
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      param& p = params_[i];
+      if (r.touched[i].empty()) {
+        continue;
+      }
+      for (std::int64_t j = 0; j < p.channels; ++j) {
+        if (r.touched[i][static_cast<std::size_t>(j)] != 0) {
+          for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+            p.w[static_cast<std::size_t>(e)] = r.w[i][static_cast<std::size_t>(e)];
+          }
+        }
+      }
+    }
+    r = job_result{};
+  }
+
+  void drain() { write(pending_); }
+
+  void close_window(double lr) {
+    job_result job;
+    if (window_good_ > 0) {
+      const double n = static_cast<double>(window_good_);
+      double scale = 1.0;
+      switch (cfg_.host_lr_scale) {
+      case zenflow::host_lr_scaling::linear:
+        scale = n;
+        break;
+      case zenflow::host_lr_scaling::sqrt:
+        scale = std::sqrt(n);
+        break;
+      case zenflow::host_lr_scaling::none:
+        scale = 1.0;
+        break;
+      }
+      const double host_lr = lr * scale;
+      job.w.resize(params_.size());
+      job.touched.resize(params_.size());
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        param& p = params_[i];
+        if (!p.matrix) {
+          continue;
+        }
+        job.w[i].assign(p.w.size(), 0.0);
+        job.touched[i].assign(static_cast<std::size_t>(p.channels), 0);
+        for (std::int64_t j = 0; j < p.channels; ++j) {
+          if (p.is_sel[static_cast<std::size_t>(j)] != 0) {
+            continue;
+          }
+          job.any = true;
+          job.touched[i][static_cast<std::size_t>(j)] = 1;
+          const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
+          for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+            const auto u = static_cast<std::size_t>(e);
+            reference_adam(p.master[u], p.m[u], p.v[u], p.acc[u] / n, host_lr, c, cfg_.adam);
+            job.w[i][u] = round_to_dtype(p.master[u], p.dt);
+          }
+        }
+      }
+      ++stats_.host_jobs;
+    }
+    for (param& p : params_) {
+      std::fill(p.acc.begin(), p.acc.end(), 0.0);
+      p.rest_sum = 0.0;
+    }
+    if (cfg_.overlap_step) {
+      write(pending_); // job w-1 first
+      pending_ = std::move(job);
+    } else {
+      write(job);
+    }
+    ++stats_.windows_closed;
+    stats_.window_lengths.push_back(window_len_);
+    window_len_ = 0;
+    window_good_ = 0;
+    last_closed_ = true;
+  }
+
+  zenflow::config cfg_;
+  std::vector<param> params_;
+  counters stats_;
+  job_result pending_;
+  bool selection_pending_ = false;
+  std::int64_t window_len_ = 0;
+  std::int64_t window_good_ = 0;
+  bool last_selected_ = false;
+  bool last_closed_ = false;
+  bool last_skipped_ = false;
+  double last_coef_ = 0.0;
+};
+
+} // namespace zf_test
