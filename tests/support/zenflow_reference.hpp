@@ -64,7 +64,12 @@ inline double round_to_dtype(double x, zenflow::dtype dt) {
 }
 
 /// One AdamW (or Adam + L2) update in double; `count` is the update count including this one.
-inline void reference_adam(double& p, double& m, double& v, double g, double lr, std::int32_t count,
+inline void reference_adam(double& p,
+                           double& m,
+                           double& v,
+                           double g,
+                           double lr,
+                           std::int32_t count,
                            const zenflow::adamw_hparams& h) {
   const double b1 = h.beta1;
   const double b2 = h.beta2;
@@ -87,12 +92,12 @@ inline void reference_adam(double& p, double& m, double& v, double g, double lr,
 class zenflow_reference {
 public:
   struct counters {
-    std::int64_t steps = 0;          ///< step() calls
-    std::int64_t skipped_steps = 0;  ///< steps with a NaN/Inf gradient
-    std::int64_t selections = 0;     ///< selections performed
-    std::int64_t drains = 0;         ///< drains at scheduled selection steps
-    std::int64_t windows_closed = 0; ///< window closes (empty windows included)
-    std::int64_t host_jobs = 0;      ///< non-empty host jobs (n_w > 0)
+    std::int64_t steps = 0;                   ///< step() calls
+    std::int64_t skipped_steps = 0;           ///< steps with a NaN/Inf gradient
+    std::int64_t selections = 0;              ///< selections performed
+    std::int64_t drains = 0;                  ///< drains at scheduled selection steps
+    std::int64_t windows_closed = 0;          ///< window closes (empty windows included)
+    std::int64_t host_jobs = 0;               ///< non-empty host jobs (n_w > 0)
     std::vector<std::int64_t> window_lengths; ///< length in steps of every closed window
   };
 
@@ -100,7 +105,9 @@ public:
 
   /// A matrix of `channels` channels of `channel_len` elements; `initial` is channel-major
   /// (channel j = elements [j * channel_len, (j + 1) * channel_len)). Returns its index.
-  std::size_t add_matrix(std::int64_t channels, std::int64_t channel_len, zenflow::dtype dt,
+  std::size_t add_matrix(std::int64_t channels,
+                         std::int64_t channel_len,
+                         zenflow::dtype dt,
                          const std::vector<float>& initial) {
     if (channels < 1 || channel_len < 1) {
       throw std::invalid_argument("zenflow_reference::add_matrix: channels and channel_len must be >= 1");
@@ -124,7 +131,8 @@ public:
     }
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (grads[i].size() != params_[i].w.size()) {
-        throw std::invalid_argument("zenflow_reference::step: gradient " + std::to_string(i) + " has the wrong size");
+        throw std::invalid_argument("zenflow_reference::step: gradient " + std::to_string(i) +
+                                    " has the wrong size");
       }
     }
     const std::int64_t t = stats_.steps++;
@@ -283,11 +291,14 @@ private:
 
   struct job_result {
     bool any = false;
-    std::vector<std::vector<double>> w;    ///< per param: new working weights
+    std::vector<std::vector<double>> w;     ///< per param: new working weights
     std::vector<std::vector<char>> touched; ///< per param: channels this job wrote
   };
 
-  std::size_t add(bool matrix, std::int64_t channels, std::int64_t len, zenflow::dtype dt,
+  std::size_t add(bool matrix,
+                  std::int64_t channels,
+                  std::int64_t len,
+                  zenflow::dtype dt,
                   const std::vector<float>& initial) {
     if (stats_.steps != 0) {
       throw std::logic_error("zenflow_reference: parameters must be added before the first step");
