@@ -48,24 +48,32 @@ struct rng {
 
 namespace detail {
 
-/// Picks an index with Zipf weights 1 / (rank + 1)^s.
-inline std::size_t zipf_pick(rng& g, std::size_t n, double s = 1.1) {
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    total += 1.0 / std::pow(static_cast<double>(i + 1), s);
-  }
-  double u = g.uniform() * total;
-  for (std::size_t i = 0; i < n; ++i) {
-    u -= 1.0 / std::pow(static_cast<double>(i + 1), s);
-    if (u <= 0) {
-      return i;
+/// Cumulative Zipf weights 1 / (rank + 1)^1.1 for lists of up to 32 words, computed once.
+inline const std::array<double, 33>& zipf_cumulative() {
+  static const std::array<double, 33> table = [] {
+    std::array<double, 33> t{};
+    for (std::size_t i = 1; i < t.size(); ++i) {
+      t[i] = t[i - 1] + 1.0 / std::pow(static_cast<double>(i), 1.1);
     }
+    return t;
+  }();
+  return table;
+}
+
+/// Picks an index in [0, n) with Zipf weights, n <= 32.
+inline std::size_t zipf_pick(rng& g, std::size_t n) {
+  const auto& cum = zipf_cumulative();
+  const double u = g.uniform() * cum[n];
+  std::size_t i = 0;
+  while (i + 1 < n && u >= cum[i + 1]) {
+    ++i;
   }
-  return n - 1;
+  return i;
 }
 
 template <std::size_t N>
 const char* pick(rng& g, const std::array<const char*, N>& words) {
+  static_assert(N <= 32);
   return words[zipf_pick(g, N)];
 }
 
