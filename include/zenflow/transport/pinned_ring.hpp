@@ -1,0 +1,659 @@
+/// @file
+/// Pinned rings: fixed sets of page-locked host slots, each guarded by a completion event, that
+/// stream data between the device and a host thread in both directions.
+///
+/// - `d2h_ring<Meta, Backend>`: device -> host. The producer (the training thread) acquires a
+///   free slot, enqueues the copy into it on a copy stream and publishes it with a sequence
+///   number and metadata; the consumer (a host thread) takes the slots in sequence order,
+///   waits for each slot's event, reads it and releases it. A slot is never reused before the
+///   consumer released it; a full ring blocks the producer (back-pressure), and the time it
+///   blocked is counted.
+/// - `h2d_ring<Backend>`: host -> device. A host thread acquires a slot (waiting, measured, for
+///   the slot's previous upload to complete), fills it and uploads it into a device buffer on a
+///   copy stream; the device side orders its work after an upload with `stream_wait(seq)`.
+///
+/// Double buffering is the two-slot ring. The memory is allocated once, at construction
+/// (`pinned_buffer`: falls back to pageable memory without a driver). `Backend` is
+/// `cuda_copy_backend` (real streams and events) or `host_copy_backend` (memcpy, completion at
+/// once), so that the same protocol runs in CI and on the GPU.
+///
+/// Threading: every member is thread-safe; the intended use is one producer thread and one
+/// consumer thread. Not capturable in a CUDA graph (acquire and the consumer block on the host).
+/// Destroy a ring only after every thread has left its member functions.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/memory.hpp>
+#include <zenflow/transport/copy_backend.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+/// Default metadata that travels with a `d2h_ring` slot (host-known values only: values the
+/// device computes, such as a gradient scale, belong in the payload and travel with the copy).
+struct ring_meta {
+  std::int64_t step = 0;    ///< training step the chunk belongs to
+  std::int32_t matrix = -1; ///< matrix (parameter) id
+  std::int32_t tag = 0;     ///< free for the user (e.g. "last chunk of the step")
+  std::int64_t begin = 0;   ///< first row / channel of the chunk
+  std::int64_t end = 0;     ///< one past the last row / channel
+  std::uint64_t user = 0;   ///< free for the user
+};
+
+/// Counters of a ring. Times are wall-clock nanoseconds.
+struct ring_stats {
+  std::uint64_t transfers = 0;           ///< slots published (d2h) or uploads enqueued (h2d)
+  std::uint64_t bytes = 0;               ///< payload bytes of those transfers
+  std::uint64_t released = 0;            ///< d2h: slots the consumer released
+  std::uint64_t producer_blocked_ns = 0; ///< acquire() waiting for a free slot (back-pressure)
+  std::uint64_t consumer_wait_ns = 0;    ///< d2h: next() waiting for data; h2d: wait()
+  std::uint64_t max_in_use = 0;          ///< most slots held at once (d2h)
+};
+
+/// Thrown by a blocking ring call once the ring was closed.
+class ring_closed : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+enum class ring_slot_state : unsigned char { free, acquiring, writing, published, reading };
+
+/// Slot stride: a multiple of 256 bytes, so that every slot starts DMA-friendly aligned.
+[[nodiscard]] inline std::size_t ring_stride(std::size_t slot_bytes) noexcept {
+  return (slot_bytes + 255) / 256 * 256;
+}
+
+inline void check_ring_shape(const char* function, std::size_t slots, std::size_t slot_bytes) {
+  if (slots == 0) {
+    throw_invalid(function, "slots",
+                  "must be > 0 (a ring needs at least one slot; two for double buffering)");
+  }
+  if (slot_bytes == 0) {
+    throw_invalid(function, "slot_bytes", "must be > 0");
+  }
+  if (slot_bytes > std::numeric_limits<std::size_t>::max() / 2 / slots) {
+    throw_invalid(function, "slot_bytes", "times slots overflows the address space");
+  }
+}
+
+[[nodiscard]] inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point t0) noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+}
+} // namespace detail
+
+/// Device -> host ring of pinned slots. See the file comment for the protocol.
+///
+/// @tparam Meta    trivially copyable metadata published with every slot.
+/// @tparam Backend `cuda_copy_backend` or `host_copy_backend` (or another `copy_backend`).
+template <class Meta = ring_meta, copy_backend Backend = host_copy_backend>
+class d2h_ring {
+  static_assert(std::is_trivially_copyable_v<Meta>, "ring metadata must be trivially copyable");
+
+public:
+  using meta_type = Meta;
+  using backend_type = Backend;
+
+  /// A slot held by the producer: write (or copy) at most `capacity` bytes to `data`.
+  struct write_slot {
+    std::byte* data = nullptr;
+    std::size_t capacity = 0;
+    std::uint64_t sequence = 0;
+  };
+  /// A slot held by the consumer: its copy has completed; valid until `release`.
+  struct read_slot {
+    const std::byte* data = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t sequence = 0;
+    Meta meta{};
+  };
+
+  /// Allocates `slots` slots of `slot_bytes` bytes and one event per slot.
+  /// @throws invalid_argument for `slots == 0` or `slot_bytes == 0` (naming the argument);
+  ///         cuda_error when the backend cannot create its events (CUDA backend without a device).
+  d2h_ring(std::size_t slots, std::size_t slot_bytes, Backend backend = {})
+      : backend_(std::move(backend)), slot_bytes_(checked_slot_bytes(slots, slot_bytes)),
+        stride_(detail::ring_stride(slot_bytes)), storage_(slots * stride_), slots_(slots) {
+    std::size_t created = 0;
+    try {
+      for (; created < slots_.size(); ++created) {
+        backend_.create_event(slots_[created].event);
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < created; ++i) {
+        backend_.destroy_event(slots_[i].event);
+      }
+      throw;
+    }
+  }
+  d2h_ring(const d2h_ring&) = delete;
+  d2h_ring& operator=(const d2h_ring&) = delete;
+
+  /// Waits for the copies still in flight into published slots (the memory is freed next).
+  ~d2h_ring() {
+    for (auto& s : slots_) {
+      if (s.state == detail::ring_slot_state::published || s.state == detail::ring_slot_state::reading) {
+        try {
+          backend_.synchronize(s.event);
+        } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
+        }
+      }
+      backend_.destroy_event(s.event);
+    }
+  }
+
+  // ---- producer side -------------------------------------------------------------------
+
+  /// Takes the next slot in sequence order, blocking while the consumer still holds it (the
+  /// time blocked is added to `stats().producer_blocked_ns`).
+  /// @throws ring_closed once the ring is closed; std::logic_error when the producer itself
+  ///         holds every slot (acquired and not published: waiting would never end).
+  [[nodiscard]] write_slot acquire() {
+    std::unique_lock lock(mutex_);
+    if (!closed_ && head_slot().state != detail::ring_slot_state::free) {
+      throw_if_producer_holds_next();
+      const auto t0 = std::chrono::steady_clock::now();
+      free_cv_.wait(lock, [&] { return closed_ || head_slot().state == detail::ring_slot_state::free; });
+      producer_blocked_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+    }
+    if (closed_) {
+      throw ring_closed("zenflow::d2h_ring::acquire: the ring is closed");
+    }
+    return take_head();
+  }
+
+  /// Like `acquire`, but returns nothing instead of blocking (or when closed).
+  [[nodiscard]] std::optional<write_slot> try_acquire() {
+    std::lock_guard lock(mutex_);
+    if (closed_ || head_slot().state != detail::ring_slot_state::free) {
+      return std::nullopt;
+    }
+    return take_head();
+  }
+
+  /// Publishes an acquired slot: records its event on `stream` (after the copy the caller
+  /// enqueued there) and hands it to the consumer with `bytes` and `meta`. On the host backend
+  /// the slot's bytes must already be written. Publishing into a closed ring still records
+  /// the event (the copy may be in flight), the consumer just never reads it.
+  /// @throws invalid_argument for `bytes > capacity` or a slot that is not held by the producer;
+  ///         nothing is published then.
+  void publish(const write_slot& slot, std::size_t bytes, const Meta& meta, cudaStream_t stream = nullptr) {
+    std::unique_lock lock(mutex_);
+    auto& s = slots_[index(slot.sequence)];
+    if (s.state != detail::ring_slot_state::writing || s.sequence != slot.sequence) {
+      detail::throw_invalid("zenflow::d2h_ring::publish", "slot", "is not a slot held by the producer");
+    }
+    if (bytes > slot_bytes_) {
+      detail::throw_invalid("zenflow::d2h_ring::publish", "bytes", "exceeds the slot size");
+    }
+    backend_.record(s.event, stream);
+    s.bytes = bytes;
+    s.meta = meta;
+    s.state = detail::ring_slot_state::published;
+    ++transfers_;
+    bytes_ += bytes;
+    lock.unlock();
+    ready_cv_.notify_all();
+  }
+
+  /// acquire + copy `bytes` from `src` (a device pointer on the CUDA backend) on `stream` +
+  /// publish. Returns the slot's sequence number.
+  /// @throws invalid_argument (nothing acquired) for `bytes > slot_bytes()` or a null `src`.
+  std::uint64_t push(const void* src, std::size_t bytes, const Meta& meta, cudaStream_t stream = nullptr) {
+    if (bytes > slot_bytes_) {
+      detail::throw_invalid("zenflow::d2h_ring::push", "bytes", "exceeds the slot size (split the payload)");
+    }
+    if (src == nullptr && bytes > 0) {
+      detail::throw_invalid("zenflow::d2h_ring::push", "src", "must not be null");
+    }
+    const write_slot w = acquire();
+    try {
+      backend_.copy(w.data, src, bytes, copy_direction::device_to_host, stream);
+    } catch (...) {
+      close(); // the acquired slot can never be published: stop the consumer instead of hanging it
+      throw;
+    }
+    publish(w, bytes, meta, stream);
+    return w.sequence;
+  }
+
+  // ---- consumer side -------------------------------------------------------------------
+
+  /// Takes the next slot in sequence order once it is published and its copy has completed.
+  /// Returns nothing when the ring is closed and no published slot is left in order.
+  [[nodiscard]] std::optional<read_slot> next() {
+    std::unique_lock lock(mutex_);
+    if (!tail_ready()) {
+      if (closed_) {
+        return std::nullopt;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      ready_cv_.wait(lock, [&] { return closed_ || tail_ready(); });
+      consumer_wait_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+      if (!tail_ready()) {
+        return std::nullopt;
+      }
+    }
+    auto& s = slots_[index(tail_)];
+    s.state = detail::ring_slot_state::reading;
+    ++tail_;
+    const read_slot r = make_read(s);
+    lock.unlock();
+    // The slot is ours now: the producer cannot touch it or its event until release().
+    if (!backend_.query(s.event)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend_.synchronize(s.event);
+      consumer_wait_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+    }
+    return r;
+  }
+
+  /// Like `next`, but returns nothing instead of blocking (not published or copy not done).
+  [[nodiscard]] std::optional<read_slot> try_next() {
+    std::lock_guard lock(mutex_);
+    if (!tail_ready()) {
+      return std::nullopt;
+    }
+    auto& s = slots_[index(tail_)];
+    if (!backend_.query(s.event)) {
+      return std::nullopt;
+    }
+    s.state = detail::ring_slot_state::reading;
+    ++tail_;
+    return make_read(s);
+  }
+
+  /// Hands a slot taken by `next`/`try_next` back to the producer.
+  /// @throws invalid_argument when `slot` is not held by the consumer.
+  void release(const read_slot& slot) {
+    std::unique_lock lock(mutex_);
+    auto& s = slots_[index(slot.sequence)];
+    if (s.state != detail::ring_slot_state::reading || s.sequence != slot.sequence) {
+      detail::throw_invalid("zenflow::d2h_ring::release", "slot", "is not a slot held by the consumer");
+    }
+    s.state = detail::ring_slot_state::free;
+    --in_use_;
+    ++released_;
+    lock.unlock();
+    free_cv_.notify_all();
+  }
+
+  /// next + `fn(read_slot)` + release (also when `fn` throws). Returns false at the end.
+  template <class F>
+  bool consume_next(F&& fn) {
+    const auto r = next();
+    if (!r) {
+      return false;
+    }
+    try {
+      fn(*r);
+    } catch (...) {
+      release(*r);
+      throw;
+    }
+    release(*r);
+    return true;
+  }
+
+  // ---- both sides ----------------------------------------------------------------------
+
+  /// Ends the stream: blocked and later `acquire` calls throw `ring_closed`; the consumer
+  /// drains what was published and then gets nothing. Either side may call it (a consumer
+  /// that fails closes the ring so that the producer does not block forever).
+  void close() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+    }
+    free_cv_.notify_all();
+    ready_cv_.notify_all();
+  }
+  [[nodiscard]] bool closed() const {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
+  [[nodiscard]] ring_stats stats() const {
+    std::lock_guard lock(mutex_);
+    ring_stats st;
+    st.transfers = transfers_;
+    st.bytes = bytes_;
+    st.released = released_;
+    st.max_in_use = max_in_use_;
+    st.producer_blocked_ns = producer_blocked_ns_.load(std::memory_order_relaxed);
+    st.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
+    return st;
+  }
+
+  [[nodiscard]] std::size_t slot_count() const noexcept { return slots_.size(); }
+  [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  /// Host memory the ring holds (all slots).
+  [[nodiscard]] std::size_t footprint_bytes() const noexcept { return storage_.bytes(); }
+  /// True when the slots are page-locked.
+  [[nodiscard]] bool pinned() const noexcept { return storage_.pinned(); }
+
+private:
+  struct slot {
+    detail::ring_slot_state state = detail::ring_slot_state::free;
+    std::uint64_t sequence = std::numeric_limits<std::uint64_t>::max();
+    std::size_t bytes = 0;
+    Meta meta{};
+    typename Backend::event_type event{};
+  };
+
+  static std::size_t checked_slot_bytes(std::size_t slots, std::size_t slot_bytes) {
+    detail::check_ring_shape("zenflow::d2h_ring", slots, slot_bytes);
+    return slot_bytes;
+  }
+  [[nodiscard]] std::size_t index(std::uint64_t seq) const noexcept {
+    return static_cast<std::size_t>(seq % slots_.size());
+  }
+  slot& head_slot() noexcept { return slots_[index(head_)]; }
+  [[nodiscard]] bool tail_ready() const noexcept {
+    const auto& s = slots_[index(tail_)];
+    return s.state == detail::ring_slot_state::published && s.sequence == tail_;
+  }
+  void throw_if_producer_holds_next() const {
+    if (head_slot_const().state == detail::ring_slot_state::writing) {
+      throw std::logic_error("zenflow::d2h_ring::acquire: the producer holds every slot (publish one first)");
+    }
+  }
+  [[nodiscard]] const slot& head_slot_const() const noexcept { return slots_[index(head_)]; }
+  write_slot take_head() {
+    auto& s = head_slot();
+    s.state = detail::ring_slot_state::writing;
+    s.sequence = head_;
+    const std::size_t i = index(head_);
+    ++head_;
+    ++in_use_;
+    max_in_use_ = std::max<std::uint64_t>(max_in_use_, in_use_);
+    return write_slot{storage_.data() + i * stride_, slot_bytes_, s.sequence};
+  }
+  read_slot make_read(const slot& s) const {
+    return read_slot{storage_.data() + index(s.sequence) * stride_, s.bytes, s.sequence, s.meta};
+  }
+
+  Backend backend_;
+  std::size_t slot_bytes_;
+  std::size_t stride_;
+  pinned_buffer<std::byte> storage_;
+  std::vector<slot> slots_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable free_cv_;
+  std::condition_variable ready_cv_;
+  std::uint64_t head_ = 0; // next sequence to acquire
+  std::uint64_t tail_ = 0; // next sequence to consume
+  bool closed_ = false;
+  std::uint64_t in_use_ = 0;
+  std::uint64_t max_in_use_ = 0;
+  std::uint64_t transfers_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t released_ = 0;
+  std::atomic<std::uint64_t> producer_blocked_ns_{0};
+  std::atomic<std::uint64_t> consumer_wait_ns_{0};
+};
+
+/// Host -> device ring of pinned slots (upload staging). See the file comment.
+///
+/// A slot is reusable once the copy that read it has completed: `acquire` waits (measured) for
+/// the slot's previous upload. The destination device buffer is the caller's; to reuse it, order
+/// the copy stream after the device work that reads it (`copy_stream::wait_for`).
+template <copy_backend Backend = host_copy_backend>
+class h2d_ring {
+public:
+  using backend_type = Backend;
+
+  /// A slot held by the host producer: write at most `capacity` bytes to `data`, then `upload`.
+  struct write_slot {
+    std::byte* data = nullptr;
+    std::size_t capacity = 0;
+    std::uint64_t sequence = 0;
+  };
+
+  /// @throws invalid_argument for `slots == 0` or `slot_bytes == 0`; cuda_error as `d2h_ring`.
+  h2d_ring(std::size_t slots, std::size_t slot_bytes, Backend backend = {})
+      : backend_(std::move(backend)), slot_bytes_(checked_slot_bytes(slots, slot_bytes)),
+        stride_(detail::ring_stride(slot_bytes)), storage_(slots * stride_), slots_(slots) {
+    std::size_t created = 0;
+    try {
+      for (; created < slots_.size(); ++created) {
+        backend_.create_event(slots_[created].event);
+      }
+    } catch (...) {
+      for (std::size_t i = 0; i < created; ++i) {
+        backend_.destroy_event(slots_[i].event);
+      }
+      throw;
+    }
+  }
+  h2d_ring(const h2d_ring&) = delete;
+  h2d_ring& operator=(const h2d_ring&) = delete;
+
+  /// Waits for the uploads still in flight (they read the slots, which are freed next).
+  ~h2d_ring() {
+    for (auto& s : slots_) {
+      if (s.recorded) {
+        try {
+          backend_.synchronize(s.event);
+        } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
+        }
+      }
+      backend_.destroy_event(s.event);
+    }
+  }
+
+  /// Takes the next slot in sequence order, first waiting for its previous upload to complete
+  /// (added to `stats().producer_blocked_ns`).
+  /// @throws ring_closed once closed; std::logic_error when the producer holds every slot.
+  [[nodiscard]] write_slot acquire() {
+    std::unique_lock lock(mutex_);
+    if (closed_) {
+      throw ring_closed("zenflow::h2d_ring::acquire: the ring is closed");
+    }
+    const std::uint64_t seq = head_;
+    auto& s = slots_[index(seq)];
+    if (s.state != detail::ring_slot_state::free) {
+      throw std::logic_error("zenflow::h2d_ring::acquire: the producer holds every slot (upload one first)");
+    }
+    ++head_;
+    s.state = detail::ring_slot_state::acquiring; // keeps the old sequence visible to waiters
+    const bool recorded = s.recorded;
+    lock.unlock();
+    if (recorded && !backend_.query(s.event)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        backend_.synchronize(s.event);
+      } catch (...) {
+        close();
+        throw;
+      }
+      producer_blocked_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+    }
+    lock.lock();
+    s.sequence = seq;
+    s.state = detail::ring_slot_state::writing;
+    return write_slot{storage_.data() + index(seq) * stride_, slot_bytes_, seq};
+  }
+
+  /// Enqueues the copy of the slot's first `bytes` bytes into `d_dst` on `stream` and records
+  /// the slot's event after it. The slot goes back to the ring (reused once the copy is done).
+  /// @throws invalid_argument (nothing enqueued, the slot still held) for a slot not held by
+  ///         the producer, `bytes > capacity`, or a null `d_dst`.
+  void upload(const write_slot& slot, void* d_dst, std::size_t bytes, cudaStream_t stream = nullptr) {
+    {
+      std::lock_guard lock(mutex_);
+      const auto& s = slots_[index(slot.sequence)];
+      if (s.state != detail::ring_slot_state::writing || s.sequence != slot.sequence) {
+        detail::throw_invalid("zenflow::h2d_ring::upload", "slot", "is not a slot held by the producer");
+      }
+    }
+    if (bytes > slot_bytes_) {
+      detail::throw_invalid("zenflow::h2d_ring::upload", "bytes",
+                            "exceeds the slot size (split the payload)");
+    }
+    if (d_dst == nullptr && bytes > 0) {
+      detail::throw_invalid("zenflow::h2d_ring::upload", "d_dst", "must not be null");
+    }
+    auto& s = slots_[index(slot.sequence)];
+    // The slot is the producer's alone while `writing`; the copy needs no lock (memcpy on host).
+    try {
+      backend_.copy(d_dst, storage_.data() + index(slot.sequence) * stride_, bytes,
+                    copy_direction::host_to_device, stream);
+    } catch (...) {
+      close();
+      throw;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      backend_.record(s.event, stream);
+      s.recorded = true;
+      s.state = detail::ring_slot_state::free;
+      ++transfers_;
+      bytes_ += bytes;
+    }
+    uploaded_cv_.notify_all();
+  }
+
+  /// Makes `stream` wait (on the device, the host does not block) for upload `sequence`.
+  /// @throws invalid_argument for a sequence never acquired; std::logic_error when that upload
+  ///         is acquired but not yet enqueued (order the call after `upload`, e.g. through the
+  ///         window queue).
+  void stream_wait(cudaStream_t stream, std::uint64_t sequence) {
+    std::lock_guard lock(mutex_);
+    check_sequence("zenflow::h2d_ring::stream_wait", sequence);
+    auto& s = slots_[index(sequence)];
+    if (s.sequence == sequence && s.state != detail::ring_slot_state::writing) {
+      backend_.stream_wait(stream, s.event); // free or being re-acquired: the event is still this upload's
+      return;
+    }
+    if (s.sequence != never_used && s.sequence > sequence) {
+      return; // the slot was reused, which happens only after that upload completed
+    }
+    throw std::logic_error("zenflow::h2d_ring::stream_wait: upload " + std::to_string(sequence) +
+                           " is not enqueued yet");
+  }
+
+  /// Blocks the calling thread until upload `sequence` has completed (also waiting for it to be
+  /// enqueued). The time is added to `stats().consumer_wait_ns`.
+  /// @throws invalid_argument for a sequence never acquired; ring_closed when the ring closes
+  ///         before that upload was enqueued.
+  void wait(std::uint64_t sequence) {
+    std::unique_lock lock(mutex_);
+    check_sequence("zenflow::h2d_ring::wait", sequence);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto pending = [&] {
+      const auto& s = slots_[index(sequence)];
+      return s.sequence < sequence || s.sequence == never_used ||
+             (s.sequence == sequence && s.state == detail::ring_slot_state::writing);
+    };
+    uploaded_cv_.wait(lock, [&] { return closed_ || !pending(); });
+    if (pending()) {
+      throw ring_closed("zenflow::h2d_ring::wait: the ring closed before upload " + std::to_string(sequence));
+    }
+    auto& s = slots_[index(sequence)];
+    if (s.sequence != sequence) {
+      return; // reused, hence long done
+    }
+    // A copy of the event: the producer may re-record the slot's event for a later upload
+    // while we wait (then we wait for that one too, which is later, hence safe).
+    auto ev = s.event;
+    lock.unlock();
+    if (!backend_.query(ev)) {
+      backend_.synchronize(ev);
+    }
+    consumer_wait_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
+  }
+
+  /// True once upload `sequence` has completed. Never blocks.
+  [[nodiscard]] bool done(std::uint64_t sequence) {
+    std::lock_guard lock(mutex_);
+    check_sequence("zenflow::h2d_ring::done", sequence);
+    auto& s = slots_[index(sequence)];
+    if (s.sequence != sequence) {
+      return s.sequence != never_used && s.sequence > sequence;
+    }
+    if (s.state == detail::ring_slot_state::writing) {
+      return false;
+    }
+    return backend_.query(s.event);
+  }
+
+  /// Wakes and fails blocked waiters (`ring_closed`); later `acquire` calls throw.
+  void close() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+    }
+    uploaded_cv_.notify_all();
+  }
+
+  [[nodiscard]] ring_stats stats() const {
+    std::lock_guard lock(mutex_);
+    ring_stats st;
+    st.transfers = transfers_;
+    st.bytes = bytes_;
+    st.producer_blocked_ns = producer_blocked_ns_.load(std::memory_order_relaxed);
+    st.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
+    return st;
+  }
+
+  [[nodiscard]] std::size_t slot_count() const noexcept { return slots_.size(); }
+  [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  [[nodiscard]] std::size_t footprint_bytes() const noexcept { return storage_.bytes(); }
+  [[nodiscard]] bool pinned() const noexcept { return storage_.pinned(); }
+
+private:
+  struct slot {
+    detail::ring_slot_state state = detail::ring_slot_state::free;
+    std::uint64_t sequence = std::numeric_limits<std::uint64_t>::max(); // never used
+    bool recorded = false;
+    typename Backend::event_type event{};
+  };
+  static constexpr std::uint64_t never_used = std::numeric_limits<std::uint64_t>::max();
+
+  static std::size_t checked_slot_bytes(std::size_t slots, std::size_t slot_bytes) {
+    detail::check_ring_shape("zenflow::h2d_ring", slots, slot_bytes);
+    return slot_bytes;
+  }
+  [[nodiscard]] std::size_t index(std::uint64_t seq) const noexcept {
+    return static_cast<std::size_t>(seq % slots_.size());
+  }
+  void check_sequence(const char* function, std::uint64_t sequence) const {
+    if (sequence >= head_) {
+      detail::throw_invalid(function, "sequence", "was never acquired");
+    }
+  }
+
+  Backend backend_;
+  std::size_t slot_bytes_;
+  std::size_t stride_;
+  pinned_buffer<std::byte> storage_;
+  std::vector<slot> slots_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable uploaded_cv_;
+  std::uint64_t head_ = 0;
+  bool closed_ = false;
+  std::uint64_t transfers_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::atomic<std::uint64_t> producer_blocked_ns_{0};
+  std::atomic<std::uint64_t> consumer_wait_ns_{0};
+};
+
+ZF_NAMESPACE_END
