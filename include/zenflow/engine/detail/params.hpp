@@ -1,0 +1,142 @@
+/// @file
+/// The engine's parameter registry: what the user registered, in a type-erased form, and the
+/// dtype dispatch that turns it back into typed calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+/// Handle of a registered parameter (its registration order).
+struct param_id {
+  std::int32_t index = -1;
+  friend constexpr bool operator==(param_id, param_id) = default;
+};
+
+namespace detail {
+
+/// Calls `f(T{})` with the working type of `t`.
+template <class F>
+decltype(auto) dispatch_dtype(dtype t, F&& f) {
+  switch (t) {
+  case dtype::f16:
+    return std::forward<F>(f)(half{});
+  case dtype::bf16:
+    return std::forward<F>(f)(bfloat16{});
+  case dtype::f32:
+  default:
+    return std::forward<F>(f)(float{});
+  }
+}
+
+/// One registered parameter. A vector parameter of n elements is seen as one channel of n.
+struct param_info {
+  bool matrix = false;
+  dtype type = dtype::f32;
+  void* weights = nullptr;
+  const void* grads = nullptr;
+  std::int64_t channels = 0;
+  std::int64_t channel_len = 0;
+  std::int64_t ld = 0;
+  channel_layout layout = channel_layout::contiguous;
+
+  /// Channels whose optimizer state can live on the device (rows of the device's compact state):
+  /// k for a ZenFlow matrix, 1 for a vector (zenflow, gpu_adamw), all channels for a gpu_adamw
+  /// matrix, 0 in offload_sync.
+  std::int64_t device_capacity = 0;
+  /// True when the parameter has full-size host state (ZenFlow matrices; vectors when there is a
+  /// warm-up; every offload_sync parameter).
+  bool host_side = false;
+  /// True for a vector updated by the device's dense AdamW once it lives on the device.
+  bool device_dense = false;
+
+  [[nodiscard]] std::int64_t elements() const noexcept { return channels * channel_len; }
+  [[nodiscard]] std::size_t elem_bytes() const noexcept { return dtype_size(type); }
+  [[nodiscard]] std::size_t channel_bytes() const noexcept {
+    return static_cast<std::size_t>(channel_len) * elem_bytes();
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(elements()) * elem_bytes();
+  }
+
+  template <class T>
+  [[nodiscard]] channel_matrix<T> weight_matrix() const {
+    return {static_cast<T*>(weights), channels, channel_len, ld, layout};
+  }
+  template <class T>
+  [[nodiscard]] channel_matrix<const T> grad_matrix() const {
+    return {static_cast<const T*>(grads), channels, channel_len, ld, layout};
+  }
+};
+
+/// Sorted set difference a \ b of two ascending index lists.
+inline std::vector<std::int32_t> sorted_difference(const std::vector<std::int32_t>& a,
+                                                   const std::vector<std::int32_t>& b) {
+  std::vector<std::int32_t> out;
+  std::size_t j = 0;
+  for (const std::int32_t x : a) {
+    while (j < b.size() && b[j] < x) {
+      ++j;
+    }
+    if (j == b.size() || b[j] != x) {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+/// How the device set changes from `old_sel` to `new_sel` (both ascending): leaving channels
+/// (their positions in old_sel and their channel ids), kept channels (old and new positions),
+/// entering channels (their positions in new_sel and their channel ids).
+inline void diff_selection(const std::vector<std::int32_t>& old_sel,
+                           const std::vector<std::int32_t>& new_sel,
+                           std::vector<std::int32_t>& leave_pos,
+                           std::vector<std::int32_t>& leave_ch,
+                           std::vector<std::int32_t>& keep_old,
+                           std::vector<std::int32_t>& keep_new,
+                           std::vector<std::int32_t>& enter_pos,
+                           std::vector<std::int32_t>& enter_ch) {
+  std::size_t a = 0;
+  std::size_t b = 0;
+  while (a < old_sel.size() || b < new_sel.size()) {
+    if (b == new_sel.size() || (a < old_sel.size() && old_sel[a] < new_sel[b])) {
+      leave_pos.push_back(static_cast<std::int32_t>(a));
+      leave_ch.push_back(old_sel[a]);
+      ++a;
+    } else if (a == old_sel.size() || new_sel[b] < old_sel[a]) {
+      enter_pos.push_back(static_cast<std::int32_t>(b));
+      enter_ch.push_back(new_sel[b]);
+      ++b;
+    } else {
+      keep_old.push_back(static_cast<std::int32_t>(a));
+      keep_new.push_back(static_cast<std::int32_t>(b));
+      ++a;
+      ++b;
+    }
+  }
+}
+
+/// The ascending complement of the ascending list `sel` in [0, n).
+inline std::vector<std::int32_t> complement(const std::vector<std::int32_t>& sel, std::int64_t n) {
+  std::vector<std::int32_t> out;
+  out.reserve(static_cast<std::size_t>(n) - sel.size());
+  std::size_t j = 0;
+  for (std::int32_t c = 0; c < n; ++c) {
+    if (j < sel.size() && sel[j] == c) {
+      ++j;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+} // namespace detail
+ZF_NAMESPACE_END

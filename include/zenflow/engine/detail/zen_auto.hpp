@@ -1,0 +1,83 @@
+/// @file
+/// Zen-auto: the run-time choice of each host window's length (SPEC.md, "Zen-auto").
+///
+/// Per matrix and per step the device reports `crit` (L1 mass of the selected channels) and
+/// `rest` (L1 mass of the others). The voter keeps the mean of `crit / k` over the steps since
+/// the last selection and the sum of `rest / (channels - k)` over the steps of the current
+/// window; a matrix votes when the sum reaches the mean. Each term is normalised once, when it
+/// is added (DeepSpeed normalises inside its running-mean recursion, which makes the windows
+/// drift geometrically). The decision at the end of step t only sees steps up to t-1, so it never
+/// waits for the current step's data and does not depend on timing.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+class zen_auto_voter {
+public:
+  /// `k[i]` and `channels[i]` of every matrix that takes part (vector parameters do not).
+  zen_auto_voter(std::vector<std::int64_t> k, std::vector<std::int64_t> channels)
+      : k_(std::move(k)), channels_(std::move(channels)), crit_sum_(k_.size(), 0.0),
+        rest_sum_(k_.size(), 0.0) {}
+
+  [[nodiscard]] std::size_t matrices() const noexcept { return k_.size(); }
+
+  /// A new selection: the mean of `crit / k` starts over, and so does the window.
+  void on_selection() {
+    std::fill(crit_sum_.begin(), crit_sum_.end(), 0.0);
+    crit_steps_ = 0;
+    on_window_start();
+  }
+  /// A new window: the sums of `rest / (channels - k)` start over.
+  void on_window_start() { std::fill(rest_sum_.begin(), rest_sum_.end(), 0.0); }
+
+  /// Adds one (non-skipped) step's masses, `crit[i]` and `rest[i]` per matrix. `in_window`:
+  /// the step belongs to the current window (its rest mass counts toward the vote).
+  void add_step(const float* crit, const float* rest, bool in_window) {
+    for (std::size_t i = 0; i < k_.size(); ++i) {
+      crit_sum_[i] += static_cast<double>(crit[i]);
+      if (in_window) {
+        rest_sum_[i] += static_cast<double>(rest[i]);
+      }
+    }
+    ++crit_steps_;
+  }
+
+  /// Share of the matrices that vote to close the window now (docs/engine-semantics.md, 7): a
+  /// matrix votes when its mean has a sample and the window's sum reaches it; one with nothing
+  /// unselected always votes. No matrix at all: 1.
+  [[nodiscard]] double vote_share() const {
+    if (k_.empty()) {
+      return 1.0;
+    }
+    std::int64_t yes = 0;
+    for (std::size_t i = 0; i < k_.size(); ++i) {
+      if (channels_[i] - k_[i] <= 0) {
+        ++yes;
+      } else if (crit_steps_ > 0 &&
+                 rest_sum_[i] / static_cast<double>(channels_[i] - k_[i]) >=
+                     crit_sum_[i] / (static_cast<double>(crit_steps_) * static_cast<double>(k_[i]))) {
+        ++yes;
+      }
+    }
+    return static_cast<double>(yes) / static_cast<double>(k_.size());
+  }
+
+private:
+  std::vector<std::int64_t> k_;
+  std::vector<std::int64_t> channels_;
+  std::vector<double> crit_sum_;
+  std::vector<double> rest_sum_;
+  std::int64_t crit_steps_ = 0;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END

@@ -1,0 +1,691 @@
+/// @file
+/// The ZenFlow engine: SPEC.md's step (exact reading: docs/engine-semantics.md) composed from the
+/// primitives, over a backend: `zenflow::host_backend` (host pointers, this header) or
+/// `zenflow::cuda_backend` (device pointers, <zenflow/engine/engine.cuh>).
+///
+/// Threads: the training thread calls everything; host windows run on the window queue's
+/// executor (overlap_step) and, on the CUDA backend, a consumer thread drains the D2H ring. Results
+/// never depend on timing. Not thread-safe: one training thread per engine.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/detail/zen_auto.hpp>
+#include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/stats.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+#include <zenflow/optim/types.hpp>
+#include <zenflow/transport/copy_backend.hpp>
+#include <zenflow/transport/pinned_ring.hpp>
+#include <zenflow/transport/window_queue.hpp>
+#include <zenflow/transport/worker_pool.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+/// The full optimizer state of one parameter, gathered from wherever it lives (tests, checkpoints).
+struct param_state {
+  std::vector<float> master, m, v;  ///< channels x channel_len, channel-major
+  std::vector<std::int32_t> counts; ///< one per channel (one for a vector)
+};
+
+template <class Backend>
+class engine {
+public:
+  using backend_type = Backend;
+
+  /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy.
+  explicit engine(const config& cfg) : cfg_(checked(cfg)), backend_(cfg_) {}
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+  ~engine() {
+    if (queue_) {
+      try {
+        queue_->shutdown(shutdown_mode::drain);
+      } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
+      }
+    }
+  }
+
+  /// Registers a matrix parameter: `channels` channels of `channel_len` elements, in `layout`
+  /// with leading dimension `ld` (0 = the packed one). Weights and gradients stay the user's
+  /// (device pointers on the CUDA backend, host pointers on the host backend).
+  template <class T>
+  param_id add_matrix(T* weights,
+                      const T* grads,
+                      std::int64_t channels,
+                      std::int64_t channel_len,
+                      std::int64_t ld = 0,
+                      channel_layout layout = channel_layout::contiguous) {
+    static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
+    constexpr const char* fn = "zenflow::engine::add_matrix";
+    if (ld == 0) {
+      ld = layout == channel_layout::contiguous ? channel_len : channels;
+    }
+    require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
+    require(channels >= 1 && channels < (std::int64_t{1} << 31), fn, "channels", "must be in [1, 2^31)");
+    require(channel_len >= 1, fn, "channel_len", "must be >= 1");
+    require(layout == channel_layout::contiguous ? ld >= channel_len : ld >= channels, fn, "ld",
+            "is smaller than the channel extent of the layout");
+    require(weights != nullptr, fn, "weights", "must not be null");
+    require(grads != nullptr, fn, "grads", "must not be null");
+    require(static_cast<std::int64_t>(channel_len * sizeof(T)) <= cfg_.ring_slot_bytes, fn, "channel_len",
+            "makes one channel larger than ring_slot_bytes");
+    return add(true, dtype_of<T>(), weights, grads, channels, channel_len, ld, layout);
+  }
+
+  /// Registers a vector parameter of `n` elements (bias, LayerNorm): always updated on the device
+  /// once the warm-up is over.
+  template <class T>
+  param_id add_vector(T* weights, const T* grads, std::int64_t n) {
+    static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
+    constexpr const char* fn = "zenflow::engine::add_vector";
+    require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
+    require(n >= 1, fn, "n", "must be >= 1");
+    require(weights != nullptr, fn, "weights", "must not be null");
+    require(grads != nullptr, fn, "grads", "must not be null");
+    require(static_cast<std::int64_t>(n * sizeof(T)) <= cfg_.ring_slot_bytes ||
+                cfg_.mode == optimizer_mode::gpu_adamw ||
+                (cfg_.full_warm_up_rounds == 0 && cfg_.mode == optimizer_mode::zenflow),
+            fn, "n", "makes the vector larger than ring_slot_bytes");
+    return add(false, dtype_of<T>(), weights, grads, 1, n, n, channel_layout::contiguous);
+  }
+
+  /// Allocates every buffer and copies the current working weights into the fp32 masters.
+  /// Blocking (once, before training).
+  void initialize(cudaStream_t stream = nullptr) {
+    require(!initialized_, "zenflow::engine::initialize", "this", "is already initialized");
+    require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
+    const bool zen = cfg_.mode == optimizer_mode::zenflow;
+    const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
+    std::vector<std::int64_t> ks, cs;
+    for (auto& pi : params_) {
+      if (pi.matrix) {
+        pi.device_capacity = gpu ? pi.channels : (zen ? cfg_.topk(pi.channels) : 0);
+        pi.host_side = !gpu;
+        ks.push_back(std::max<std::int64_t>(pi.device_capacity, 1));
+        cs.push_back(pi.channels);
+      } else {
+        pi.device_capacity = cfg_.mode == optimizer_mode::offload_sync ? 0 : 1;
+        pi.device_dense = pi.device_capacity == 1;
+        pi.host_side = cfg_.mode == optimizer_mode::offload_sync || (zen && cfg_.full_warm_up_rounds > 0);
+      }
+      stats_.model_bytes += pi.bytes();
+    }
+    voter_.emplace(ks, cs);
+    const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
+    backend_.setup(params_, slot_bytes, stats_.memory);
+    ring_ = std::make_unique<d2h_ring<ring_meta, typename Backend::copy_backend_type>>(
+        static_cast<std::size_t>(cfg_.ring_slots), slot_bytes);
+    stats_.memory.host_ring += ring_->footprint_bytes();
+    const bool overlap = zen && cfg_.overlap_step;
+    host_.resize(params_.size());
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& pi = params_[p];
+      auto& h = host_[p];
+      if (gpu) {
+        backend_.init_device_state(p, stream);
+        continue;
+      }
+      if (pi.host_side) {
+        const auto n = static_cast<std::size_t>(pi.elements());
+        h.master.resize(n);
+        (void)backend_.download_weights(p, h.master.data(), stream);
+        h.m.assign(n, 0.0f);
+        h.v.assign(n, 0.0f);
+        h.counts.assign(static_cast<std::size_t>(pi.channels), 0);
+        h.acc[0].assign(n, 0.0f);
+        if (overlap) {
+          h.acc[1].assign(n, 0.0f);
+        }
+        h.upload.resize(pi.bytes());
+        h.host_set = detail::complement({}, pi.channels);
+        stats_.model_bytes += 0;
+        stats_.memory.host_state += n * 12 + h.counts.size() * 4;
+        stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
+        stats_.memory.host_upload += h.upload.size();
+        (void)backend_.set_host_set(p, h.host_set, stream);
+      } else if (pi.device_dense) {
+        // A vector without warm-up starts on the device: its master comes from its weights.
+        backend_.init_device_state(p, stream);
+        h.sel = {0};
+      }
+    }
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    pool_ = std::make_unique<worker_pool>(cfg_.resolved_host_threads(hw));
+    if (overlap) {
+      queue_ = std::make_unique<window_queue>(1);
+    }
+    initialized_ = true;
+  }
+
+  /// Optional early announcement that `param`'s gradient is complete. Today a hint only: the
+  /// pack and copy of every gradient start in step().
+  void grad_ready(param_id param, cudaStream_t /*stream*/ = nullptr) {
+    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(),
+            "zenflow::engine::grad_ready", "param", "is not a registered parameter");
+  }
+
+  /// One optimizer step after the user's backward, with learning rate `lr`. Stream-ordered on
+  /// `stream`; blocks only where docs/engine-semantics.md says (synchronous modes, the drain at a
+  /// selection step, a host job not done at the close that must apply it), all counted as stall.
+  step_report step(float lr, cudaStream_t stream = nullptr) {
+    constexpr const char* fn = "zenflow::engine::step";
+    require(initialized_, fn, "this", "is not initialized (call initialize() first)");
+    require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
+    step_report rep{};
+    const std::int64_t t = t_;
+    rep.step = t;
+    stall_ = 0.0;
+    d2h_ = 0;
+    h2d_ = 0;
+    backend_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
+    if (cfg_.mode == optimizer_mode::gpu_adamw) {
+      backend_.update(lr, cfg_.adam, stream);
+      push_record(t, record_tag_first, stream);
+      consume_all();
+    } else if (cfg_.mode == optimizer_mode::offload_sync || t < cfg_.full_warm_up_rounds) {
+      rep.warm_up = cfg_.mode == optimizer_mode::zenflow;
+      synchronous_step(t, lr, stream);
+    } else {
+      zenflow_step(t, lr, stream, rep);
+    }
+    rep.skip_known = !Backend::is_device;
+    rep.skipped = last_skip_;
+    rep.d2h_bytes = d2h_;
+    rep.h2d_bytes = h2d_;
+    rep.stall_s = stall_;
+    rep.window_length = window_open_ || rep.window_closed ? window_len_ : 0;
+    rep.selection_age = sel_step_ >= 0 ? t - sel_step_ : 0;
+    stats_.last = rep;
+    ++stats_.steps;
+    stats_.d2h_bytes += d2h_;
+    stats_.h2d_bytes += h2d_;
+    stats_.stall_s += stall_;
+    ++t_;
+    return rep;
+  }
+
+  /// Waits for every submitted host job and writes its weights (docs/engine-semantics.md, 6:
+  /// the open window stays open). Blocking.
+  void flush(cudaStream_t stream = nullptr) {
+    require(initialized_, "zenflow::engine::flush", "this", "is not initialized");
+    d2h_ = 0;
+    h2d_ = 0;
+    stall_ = 0.0;
+    drain(stream);
+    stats_.d2h_bytes += d2h_;
+    stats_.h2d_bytes += h2d_;
+    stats_.stall_s += stall_;
+  }
+
+  [[nodiscard]] const zenflow::stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
+  [[nodiscard]] std::size_t param_count() const noexcept { return params_.size(); }
+  /// Steps taken so far.
+  [[nodiscard]] std::int64_t steps() const noexcept { return t_; }
+
+  /// The current device set of `param` (ascending channel indices; {0} for a vector on the device).
+  [[nodiscard]] std::vector<std::int32_t> selected(param_id param) const {
+    return host_.at(index(param)).sel;
+  }
+
+  /// The full optimizer state of `param`, from the host rows and the device rows. Waits for a
+  /// running host job first (its rows are being written). Blocking; for tests and checkpoints.
+  [[nodiscard]] param_state state(param_id param, cudaStream_t stream = nullptr) {
+    const std::size_t p = index(param);
+    if (queue_) {
+      queue_->drain();
+    }
+    const auto& pi = params_[p];
+    const auto& h = host_[p];
+    param_state out;
+    if (pi.host_side) {
+      out.master = h.master;
+      out.m = h.m;
+      out.v = h.v;
+      out.counts = h.counts;
+    } else {
+      out.master.assign(static_cast<std::size_t>(pi.elements()), 0.0f);
+      out.m = out.master;
+      out.v = out.master;
+      out.counts.assign(static_cast<std::size_t>(pi.channels), 0);
+    }
+    std::vector<float> dm, d1, d2;
+    std::vector<std::int32_t> dc, ds;
+    backend_.read_device_state(p, dm, d1, d2, dc, ds, stream);
+    const auto L = static_cast<std::size_t>(pi.channel_len);
+    for (std::size_t r = 0; r < ds.size(); ++r) {
+      const auto c = static_cast<std::size_t>(ds[r]);
+      std::copy_n(dm.begin() + static_cast<std::ptrdiff_t>(r * L), L,
+                  out.master.begin() + static_cast<std::ptrdiff_t>(c * L));
+      std::copy_n(d1.begin() + static_cast<std::ptrdiff_t>(r * L), L,
+                  out.m.begin() + static_cast<std::ptrdiff_t>(c * L));
+      std::copy_n(d2.begin() + static_cast<std::ptrdiff_t>(r * L), L,
+                  out.v.begin() + static_cast<std::ptrdiff_t>(c * L));
+      out.counts[c] = dc[r];
+    }
+    return out;
+  }
+
+  /// The D2H ring's own counters (bytes it moved), for cross-checks of the engine's accounting.
+  [[nodiscard]] ring_stats d2h_ring_stats() const { return ring_ ? ring_->stats() : ring_stats{}; }
+
+private:
+  static constexpr std::int32_t record_tag_first = 1; // the step record before the step's gradients
+  static constexpr std::int32_t record_tag_last = 2;  // again after them, with the Zen-auto masses
+  static constexpr std::int32_t grad_tag = 0;
+
+  struct host_param {
+    std::vector<float> master, m, v;
+    std::vector<std::int32_t> counts;
+    std::vector<float> acc[2];
+    std::vector<std::int32_t> sel;      // device set, ascending
+    std::vector<std::int32_t> host_set; // host set, ascending
+    typename Backend::template host_buffer<std::byte> upload;
+  };
+
+  struct pending_job {
+    std::int64_t queue_window = -1; // index in the window queue
+    std::int64_t window = -1;       // engine window index
+  };
+
+  static config checked(const config& cfg) {
+    cfg.validate();
+    return cfg;
+  }
+
+  static void require(bool ok, const char* fn, const char* arg, const char* why) {
+    if (!ok) {
+      throw invalid_argument(std::string(fn) + ": argument '" + arg + "' " + why);
+    }
+  }
+
+  [[nodiscard]] std::size_t index(param_id param) const {
+    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), "zenflow::engine",
+            "param", "is not a registered parameter");
+    return static_cast<std::size_t>(param.index);
+  }
+
+  param_id add(bool matrix,
+               dtype type,
+               void* w,
+               const void* g,
+               std::int64_t channels,
+               std::int64_t len,
+               std::int64_t ld,
+               channel_layout layout) {
+    detail::param_info pi;
+    pi.matrix = matrix;
+    pi.type = type;
+    pi.weights = w;
+    pi.grads = g;
+    pi.channels = channels;
+    pi.channel_len = len;
+    pi.ld = ld;
+    pi.layout = layout;
+    params_.push_back(pi);
+    return param_id{static_cast<std::int32_t>(params_.size() - 1)};
+  }
+
+  template <class F>
+  void timed_stall(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    stall_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // ---- the D2H stream: step records and packed host-set gradients --------------------------
+
+  void push_record(std::int64_t t, std::int32_t tag, cudaStream_t stream) {
+    ring_meta meta{};
+    meta.step = t;
+    meta.tag = tag;
+    meta.user = static_cast<std::uint64_t>(cur_acc_);
+    const std::size_t bytes = backend_.record_layout().bytes();
+    ring_->push(backend_.record(), bytes, meta, stream);
+    d2h_ += bytes;
+    consume_inline();
+  }
+
+  /// Packs and pushes the host-set gradients of every host-side parameter, slot by slot.
+  void stream_gradients(std::int64_t t, cudaStream_t stream) {
+    const std::size_t slot_bytes = ring_->slot_bytes();
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& pi = params_[p];
+      const auto& h = host_[p];
+      if (!pi.host_side || h.host_set.empty()) {
+        continue;
+      }
+      const auto n = static_cast<std::int64_t>(h.host_set.size());
+      const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
+      for (std::int64_t b = 0; b < n; b += per_slot) {
+        const std::int64_t e = std::min(n, b + per_slot);
+        std::byte* staging = backend_.staging(staging_next_++ % Backend::staging_slots());
+        backend_.pack(p, b, e, staging, stream);
+        ring_meta meta{};
+        meta.step = t;
+        meta.matrix = static_cast<std::int32_t>(p);
+        meta.tag = grad_tag;
+        meta.begin = b;
+        meta.end = e;
+        meta.user = static_cast<std::uint64_t>(cur_acc_);
+        const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
+        ring_->push(staging, bytes, meta, stream);
+        d2h_ += bytes;
+        consume_inline();
+      }
+    }
+  }
+
+  /// Host backend: the consumer runs on the training thread right after each push.
+  void consume_inline() {
+    if constexpr (!Backend::is_device) {
+      while (auto slot = ring_->try_next()) {
+        consume(*slot);
+        ring_->release(*slot);
+      }
+    }
+  }
+
+  void consume_all() { consume_inline(); }
+
+  /// What the host does with one landed slot.
+  void consume(const typename d2h_ring<ring_meta, typename Backend::copy_backend_type>::read_slot& s) {
+    const auto a = static_cast<std::size_t>(s.meta.user);
+    if (s.meta.tag == record_tag_first) {
+      const detail::step_record_view rec{s.data, backend_.record_layout().matrices};
+      cons_coef_ = rec.coef();
+      cons_skip_ = rec.skip();
+      last_skip_ = cons_skip_;
+      if (cons_skip_) {
+        ++stats_.skipped_steps;
+      } else {
+        ++n_w_[a];
+      }
+      return;
+    }
+    if (s.meta.tag == record_tag_last) {
+      const detail::step_record_view rec{s.data, backend_.record_layout().matrices};
+      auto& mass = masses_[static_cast<std::size_t>(s.meta.step & 1)];
+      mass.step = s.meta.step;
+      mass.valid = !rec.skip();
+      mass.crit.resize(static_cast<std::size_t>(rec.matrices));
+      mass.rest.resize(static_cast<std::size_t>(rec.matrices));
+      for (std::int64_t i = 0; i < rec.matrices; ++i) {
+        // |coef * g| = coef * |g|: coef > 0.
+        mass.crit[static_cast<std::size_t>(i)] = rec.crit(i) * rec.coef();
+        mass.rest[static_cast<std::size_t>(i)] = rec.rest(i) * rec.coef();
+      }
+      return;
+    }
+    if (cons_skip_) {
+      return;
+    }
+    const auto p = static_cast<std::size_t>(s.meta.matrix);
+    const auto& pi = params_[p];
+    auto& h = host_[p];
+    detail::dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      detail::check_status(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
+                                                        reinterpret_cast<const T*>(s.data),
+                                                        h.host_set.data() + s.meta.begin,
+                                                        s.meta.end - s.meta.begin, cons_coef_, nullptr),
+                           "zenflow::engine: accumulate_channels");
+    });
+  }
+
+  // ---- host windows -------------------------------------------------------------------------
+
+  /// The host window of accumulator `a`: AdamW on acc / n_w for every host-set channel, new
+  /// working weights into the upload buffers, acc zeroed. Runs on the queue's executor or inline.
+  void run_job(std::size_t a, std::int32_t n_w, float lr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    adamw_hparams hp = cfg_.adam;
+    const double scale = cfg_.host_lr_scale == host_lr_scaling::linear ? static_cast<double>(n_w)
+                         : cfg_.host_lr_scale == host_lr_scaling::sqrt ? std::sqrt(static_cast<double>(n_w))
+                                                                       : 1.0;
+    hp.lr = static_cast<float>(static_cast<double>(lr) * scale);
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& pi = params_[p];
+      auto& h = host_[p];
+      if (!pi.host_side || h.host_set.empty()) {
+        continue;
+      }
+      const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
+                             h.counts.data(), pi.channels, pi.channel_len};
+      detail::dispatch_dtype(pi.type, [&](auto tag) {
+        using T = decltype(tag);
+        detail::check_status(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
+                                                      static_cast<std::int64_t>(h.host_set.size()), nullptr,
+                                                      1.0f, n_w, hp, reinterpret_cast<T*>(h.upload.data()),
+                                                      pool_.get()),
+                             "zenflow::engine: adamw_window");
+      });
+    }
+    job_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// Writes the upload buffers of the last finished job into the host-set working weights.
+  void apply_uploads(cudaStream_t stream) {
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& pi = params_[p];
+      auto& h = host_[p];
+      if (!pi.host_side || h.host_set.empty()) {
+        continue;
+      }
+      h2d_ +=
+          backend_.apply_upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+    }
+  }
+
+  void account_job() {
+    stats_.host_window_s += job_seconds_;
+    stats_.last_host_window_s = job_seconds_;
+    ++stats_.host_jobs;
+  }
+
+  /// Waits for the submitted job (if any) and writes its weights.
+  void drain(cudaStream_t stream) {
+    if (!pending_) {
+      return;
+    }
+    timed_stall([&] { queue_->wait_applied(pending_->queue_window); });
+    account_job();
+    apply_uploads(stream);
+    stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_ - 1 - pending_->window);
+    pending_.reset();
+  }
+
+  /// Closes the current window at the end of step t (docs/engine-semantics.md, 6).
+  void close_window(float lr, cudaStream_t stream) {
+    const std::size_t a = cur_acc_;
+    const std::int32_t n_w = n_w_[a];
+    const std::int64_t w = windows_++;
+    if (!cfg_.overlap_step) {
+      if (n_w > 0) {
+        timed_stall([&] { run_job(a, n_w, lr); });
+        account_job();
+        apply_uploads(stream);
+      }
+    } else {
+      drain(stream);
+      if (n_w > 0) {
+        const std::int64_t qw = queue_->submit([this, a, n_w, lr] { run_job(a, n_w, lr); });
+        pending_ = pending_job{qw, w};
+        cur_acc_ ^= 1u;
+      }
+    }
+    n_w_[a] = 0;
+    stats_.last_window_length = window_len_;
+    ++stats_.windows_closed;
+    window_open_ = false;
+  }
+
+  // ---- the step -----------------------------------------------------------------------------
+
+  /// offload_sync, and zenflow's warm-up: grads of every host-side parameter down, host AdamW,
+  /// weights up, all before returning.
+  void synchronous_step(std::int64_t t, float lr, cudaStream_t stream) {
+    if (cfg_.mode == optimizer_mode::zenflow) {
+      backend_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
+    }
+    push_record(t, record_tag_first, stream);
+    stream_gradients(t, stream);
+    wait_consumer();
+    const std::size_t a = cur_acc_;
+    if (n_w_[a] > 0) {
+      timed_stall([&] { run_job(a, n_w_[a], lr); });
+      account_job();
+      apply_uploads(stream);
+    }
+    n_w_[a] = 0;
+  }
+
+  void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep) {
+    if (cfg_.is_selection_step(t)) {
+      drain(stream);
+      selection_pending_ = true;
+    }
+    if (!window_open_) {
+      window_open_ = true;
+      window_start_ = t;
+      window_len_ = 0;
+      voter_->on_window_start();
+    }
+    if (selection_pending_) {
+      bool bad = false;
+      timed_stall([&] { bad = backend_.read_skip(stream); });
+      if (!bad) {
+        drain(stream);
+        perform_selection(stream);
+        selection_pending_ = false;
+        sel_step_ = t;
+        rep.selection = true;
+        ++stats_.selections;
+        voter_->on_selection();
+      }
+    }
+    backend_.update(lr, cfg_.adam, stream);
+    push_record(t, record_tag_first, stream);
+    stream_gradients(t, stream);
+    push_record(t, record_tag_last, stream);
+    ++window_len_;
+    rep.window_length = window_len_;
+
+    bool close = cfg_.is_selection_step(t + 1);
+    if (cfg_.auto_update()) {
+      // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
+      if (t > 0) {
+        wait_consumer_step(t - 1);
+        const auto& mass = masses_[static_cast<std::size_t>((t - 1) & 1)];
+        if (mass.step == t - 1 && mass.valid && sel_step_ >= 0 && t - 1 >= sel_step_) {
+          voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= window_start_);
+        }
+      }
+      close = close || window_len_ >= cfg_.max_update_interval ||
+              (window_len_ >= cfg_.min_update_interval && voter_->vote_share() >= cfg_.auto_ratio);
+    } else {
+      close = close || window_len_ >= cfg_.update_interval;
+    }
+    if (close) {
+      wait_consumer();
+      close_window(lr, stream);
+      rep.window_closed = true;
+    }
+  }
+
+  /// Selection (every matrix) and migration of state between host and device.
+  void perform_selection(cudaStream_t stream) {
+    timed_stall([&] {
+      for (std::size_t p = 0; p < params_.size(); ++p) {
+        const auto& pi = params_[p];
+        auto& h = host_[p];
+        std::vector<std::int32_t> new_sel;
+        if (pi.matrix) {
+          d2h_ += backend_.select(p, cfg_.importance, new_sel, stream);
+        } else if (pi.device_dense) {
+          new_sel = {0};
+        } else {
+          continue;
+        }
+        if (new_sel == h.sel) {
+          continue;
+        }
+        if (pi.host_side) {
+          const auto [down, up] = backend_.migrate(p, h.sel, new_sel, h.master.data(), h.m.data(), h.v.data(),
+                                                   h.counts.data(), stream);
+          d2h_ += down;
+          h2d_ += up;
+          h.host_set = detail::complement(new_sel, pi.channels);
+          h2d_ += backend_.set_host_set(p, h.host_set, stream);
+        }
+        h.sel = std::move(new_sel);
+      }
+    });
+  }
+
+  /// CUDA backend: waits until the consumer thread has handled every slot pushed so far.
+  void wait_consumer() {}
+  void wait_consumer_step(std::int64_t) {}
+
+  struct step_masses {
+    std::int64_t step = -1;
+    bool valid = false;
+    std::vector<float> crit, rest;
+  };
+
+  config cfg_;
+  Backend backend_;
+  std::vector<detail::param_info> params_;
+  std::vector<host_param> host_;
+  std::unique_ptr<d2h_ring<ring_meta, typename Backend::copy_backend_type>> ring_;
+  std::unique_ptr<worker_pool> pool_;
+  std::unique_ptr<window_queue> queue_;
+  std::optional<detail::zen_auto_voter> voter_;
+  zenflow::stats stats_{};
+  bool initialized_ = false;
+
+  std::int64_t t_ = 0;
+  std::int64_t sel_step_ = -1;
+  bool selection_pending_ = false;
+  bool window_open_ = false;
+  std::int64_t window_start_ = 0;
+  std::int64_t window_len_ = 0;
+  std::int64_t windows_ = 0;
+  std::size_t cur_acc_ = 0;
+  std::int32_t n_w_[2] = {0, 0};
+  std::optional<pending_job> pending_;
+  double job_seconds_ = 0.0;
+  std::size_t staging_next_ = 0;
+
+  // consumer state
+  float cons_coef_ = 1.0f;
+  bool cons_skip_ = false;
+  bool last_skip_ = false;
+  step_masses masses_[2];
+
+  // per-call accounting
+  double stall_ = 0.0;
+  std::uint64_t d2h_ = 0;
+  std::uint64_t h2d_ = 0;
+};
+
+ZF_NAMESPACE_END
