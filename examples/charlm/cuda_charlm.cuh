@@ -271,6 +271,7 @@ public:
     enqueue(false);
     return read_loss();
   }
+  void sync() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   float read_loss() {
     cuda_check(cudaMemcpyAsync(h_loss_.data(), d_loss_.data(), 4, cudaMemcpyDeviceToHost, stream_), "loss");
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");

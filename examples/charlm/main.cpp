@@ -1,0 +1,46 @@
+// charlm_train: the example trainer. `charlm_train --help` lists the options; the README's quick
+// start runs it through bench/engine/offload_modes.py (scripts/demo).
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <zenflow/core/device.hpp>
+
+#include "options.hpp"
+#include "run.hpp"
+#include "trainer.hpp"
+
+int main(int argc, char** argv) {
+  charlm::options o;
+  try {
+    charlm::apply_size_preset(o, "cpu");
+    if (!charlm::parse_args(std::vector<std::string>(argv + 1, argv + argc), o)) {
+      std::fputs(charlm::usage_text(), stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "charlm_train: %s\n", e.what());
+    return 2;
+  }
+  try {
+    const bool want_cuda = o.backend == "cuda" || (o.backend == "auto" && zenflow::cuda_available());
+    charlm::run_result r;
+#if defined(CHARLM_HAS_CUDA)
+    r = want_cuda ? charlm::run_cuda(o) : charlm::run_host(o);
+#else
+    if (o.backend == "cuda") {
+      std::fprintf(stderr, "charlm_train: built without CUDA; use --backend host\n");
+      return 2;
+    }
+    (void)want_cuda;
+    r = charlm::run_host(o);
+#endif
+    charlm::print_summary(r);
+    charlm::write_json(r, o);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "charlm_train: %s\n", e.what());
+    return 1;
+  }
+}
