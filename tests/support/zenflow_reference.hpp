@@ -469,7 +469,9 @@ private:
           }
         }
       }
-      ++stats_.host_jobs;
+      if (job.any) {
+        ++stats_.host_jobs;
+      }
     }
     for (param& p : params_) {
       std::fill(p.acc.begin(), p.acc.end(), 0.0);
