@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/select/channel_norms.hpp>
 
 #include "select/reference.hpp"
@@ -22,8 +23,8 @@ struct shape {
   std::int64_t channels, len, pad;
 };
 
-const std::vector<shape> shapes = {{1, 1, 0},   {1, 4099, 0}, {3, 7, 2},    {17, 33, 0}, {64, 1000, 5},
-                                   {1000, 9, 1}, {129, 257, 0}, {5, 1, 3},   {0, 5, 0},   {4, 0, 0}};
+const std::vector<shape> shapes = {{1, 1, 0},    {1, 4099, 0},  {3, 7, 2}, {17, 33, 0}, {64, 1000, 5},
+                                   {1000, 9, 1}, {129, 257, 0}, {5, 1, 3}, {0, 5, 0},   {4, 0, 0}};
 
 /// A matrix buffer with `pad` extra elements per leading dimension, placed at an element offset
 /// (1: not 16-byte aligned) inside its allocation.
@@ -77,11 +78,12 @@ void check_shapes(zenflow::worker_pool* pool) {
                   cudaSuccess);
         ASSERT_GT(bytes, 0u);
         std::vector<std::byte> temp(bytes);
-        ASSERT_EQ(zenflow::host::channel_norms<Norm>(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout,
-                                                     scores.data(), {&total, &flag}, pool),
+        ASSERT_EQ(zenflow::host::channel_norms<Norm>(temp.data(), bytes, m.data, s.channels, s.len, m.ld,
+                                                     layout, scores.data(), {&total, &flag}, pool),
                   cudaSuccess);
         const auto ref = zf_test::reference_norms(m.data, s.channels, s.len, m.ld, layout, Norm);
-        const double tol = zf_test::norm_tolerance(s.len, layout == channel_layout::contiguous ? s.len / 8 + 1 : s.len);
+        const double tol =
+            zf_test::norm_tolerance(s.len, layout == channel_layout::contiguous ? s.len / 8 + 1 : s.len);
         double ref_total = 0;
         for (std::int64_t c = 0; c < s.channels; ++c) {
           const double r = ref[static_cast<std::size_t>(c)];
@@ -100,7 +102,9 @@ TYPED_TEST(channel_norms_cpu, squared_l2_matches_float64_reference) {
   check_shapes<channel_norm::sq_l2, TypeParam>(nullptr);
 }
 
-TYPED_TEST(channel_norms_cpu, l1_matches_float64_reference) { check_shapes<channel_norm::l1, TypeParam>(nullptr); }
+TYPED_TEST(channel_norms_cpu, l1_matches_float64_reference) {
+  check_shapes<channel_norm::l1, TypeParam>(nullptr);
+}
 
 TYPED_TEST(channel_norms_cpu, threaded_matches_float64_reference) {
   zenflow::worker_pool pool(3);
@@ -119,11 +123,11 @@ TYPED_TEST(channel_norms_cpu, result_is_bit_identical_whatever_the_thread_count)
     ASSERT_EQ(zenflow::host::channel_norms(nullptr, bytes, m.data, s.channels, s.len, m.ld, layout, a.data()),
               cudaSuccess);
     std::vector<std::byte> temp(bytes);
-    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout, a.data(),
-                                           {&ta, nullptr}),
+    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout,
+                                           a.data(), {&ta, nullptr}),
               cudaSuccess);
-    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout, b.data(),
-                                           {&tb, nullptr}, &pool),
+    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout,
+                                           b.data(), {&tb, nullptr}, &pool),
               cudaSuccess);
     for (std::size_t i = 0; i < a.size(); ++i) {
       ASSERT_EQ(zenflow::detail::float_bits(a[i]), zenflow::detail::float_bits(b[i])) << i;
@@ -154,14 +158,15 @@ TYPED_TEST(channel_norms_cpu, nan_inf_overflow_and_denormals) {
     std::uint32_t flag_sq = 7, flag_l1 = 7;
     float total = 0;
     std::size_t bytes = 0;
-    ASSERT_EQ(zenflow::host::channel_norms(nullptr, bytes, m.data, s.channels, s.len, m.ld, layout, sq.data()),
-              cudaSuccess);
+    ASSERT_EQ(
+        zenflow::host::channel_norms(nullptr, bytes, m.data, s.channels, s.len, m.ld, layout, sq.data()),
+        cudaSuccess);
     std::vector<std::byte> temp(bytes);
-    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout, sq.data(),
-                                           {&total, &flag_sq}),
+    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout,
+                                           sq.data(), {&total, &flag_sq}),
               cudaSuccess);
-    ASSERT_EQ(zenflow::host::channel_norms<channel_norm::l1>(temp.data(), bytes, m.data, s.channels, s.len, m.ld,
-                                                             layout, l1.data(), {nullptr, &flag_l1}),
+    ASSERT_EQ(zenflow::host::channel_norms<channel_norm::l1>(temp.data(), bytes, m.data, s.channels, s.len,
+                                                             m.ld, layout, l1.data(), {nullptr, &flag_l1}),
               cudaSuccess);
     EXPECT_TRUE(std::isnan(sq[1]));
     EXPECT_TRUE(std::isnan(l1[1]));
@@ -170,7 +175,8 @@ TYPED_TEST(channel_norms_cpu, nan_inf_overflow_and_denormals) {
     EXPECT_EQ(flag_sq, 1u);
     EXPECT_EQ(flag_l1, 1u);
     EXPECT_TRUE(std::isnan(total));
-    const auto ref_sq = zf_test::reference_norms(m.data, s.channels, s.len, m.ld, layout, channel_norm::sq_l2);
+    const auto ref_sq =
+        zf_test::reference_norms(m.data, s.channels, s.len, m.ld, layout, channel_norm::sq_l2);
     const auto ref_l1 = zf_test::reference_norms(m.data, s.channels, s.len, m.ld, layout, channel_norm::l1);
     if (!std::is_same_v<T, zenflow::half>) {
       EXPECT_EQ(sq[3], inf); // (1e20)^2 overflows fp32, the L1 sum does not
@@ -187,8 +193,8 @@ TYPED_TEST(channel_norms_cpu, nan_inf_overflow_and_denormals) {
     // Without the NaN/Inf elements the flag clears, even though channel 3's score is still Inf.
     at(1, 20) = zenflow::from_float<T>(1.0f);
     at(2, 36) = zenflow::from_float<T>(1.0f);
-    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout, sq.data(),
-                                           {nullptr, &flag_sq}),
+    ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout,
+                                           sq.data(), {nullptr, &flag_sq}),
               cudaSuccess);
     EXPECT_EQ(flag_sq, 0u);
   }
@@ -291,8 +297,9 @@ TEST(channel_norms_cpu_args, every_bad_argument_is_rejected_by_name_and_nothing_
   std::vector<float> scores(4, -3.0f);
   std::size_t small = 1;
   std::byte one{};
-  EXPECT_EQ(zenflow::host::channel_norms(&one, small, g.data(), 4, 4, 4, channel_layout::contiguous, scores.data()),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      zenflow::host::channel_norms(&one, small, g.data(), 4, 4, 4, channel_layout::contiguous, scores.data()),
+      cudaErrorInvalidValue);
   EXPECT_NE(zenflow::last_error_message().find("'temp_bytes'"), std::string::npos);
   EXPECT_EQ(scores[0], -3.0f);
 }
@@ -308,13 +315,15 @@ TEST(channel_norms_cpu_args, batched_names_the_bad_item_and_writes_nothing) {
   float totals[2] = {-5.0f, -5.0f};
   EXPECT_EQ(zenflow::host::channel_norms_batched(temp.data(), bytes, items.data(), 2, {totals, nullptr}),
             cudaErrorInvalidValue);
-  EXPECT_NE(zenflow::last_error_message().find("'items[1].ld'"), std::string::npos) << zenflow::last_error_message();
+  EXPECT_NE(zenflow::last_error_message().find("'items[1].ld'"), std::string::npos)
+      << zenflow::last_error_message();
   EXPECT_EQ(s0[0], -3.0f) << "item 0 was computed although item 1 is invalid";
   EXPECT_EQ(totals[0], -5.0f);
   const zenflow::channel_norm_item<float>* no_items = nullptr;
   EXPECT_EQ(zenflow::host::channel_norms_batched(temp.data(), bytes, no_items, 2), cudaErrorInvalidValue);
   EXPECT_NE(zenflow::last_error_message().find("'items'"), std::string::npos);
-  EXPECT_EQ(zenflow::host::channel_norms_batched(temp.data(), bytes, items.data(), -1), cudaErrorInvalidValue);
+  EXPECT_EQ(zenflow::host::channel_norms_batched(temp.data(), bytes, items.data(), -1),
+            cudaErrorInvalidValue);
   EXPECT_NE(zenflow::last_error_message().find("'count'"), std::string::npos);
   items[1].ld = 4;
   items[1].grad = nullptr;

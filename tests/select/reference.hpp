@@ -17,8 +17,12 @@ namespace zf_test {
 
 /// float64 score of every channel of a `channels x len` matrix in `layout` with leading dim `ld`.
 template <class T>
-std::vector<double> reference_norms(const T* data, std::int64_t channels, std::int64_t len, std::int64_t ld,
-                                    zenflow::channel_layout layout, zenflow::channel_norm norm) {
+std::vector<double> reference_norms(const T* data,
+                                    std::int64_t channels,
+                                    std::int64_t len,
+                                    std::int64_t ld,
+                                    zenflow::channel_layout layout,
+                                    zenflow::channel_norm norm) {
   std::vector<double> out(static_cast<std::size_t>(channels), 0.0);
   for (std::int64_t c = 0; c < channels; ++c) {
     double s = 0;
@@ -36,7 +40,8 @@ std::vector<double> reference_norms(const T* data, std::int64_t channels, std::i
 /// runs of at most `run` terms then combined in a tree (the rounding of each term included).
 inline double norm_tolerance(std::int64_t terms, std::int64_t run) {
   const double eps = 1.0 / (1 << 23);
-  return (static_cast<double>(std::min(terms, run)) + 2.0 * std::log2(static_cast<double>(terms) + 2.0) + 4.0) *
+  return (static_cast<double>(std::min(terms, run)) + 2.0 * std::log2(static_cast<double>(terms) + 2.0) +
+          4.0) *
          eps;
 }
 

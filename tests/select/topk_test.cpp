@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/select/topk.hpp>
 
 #include "select/reference.hpp"
@@ -22,8 +23,17 @@ std::vector<float> make_scores(std::int64_t n, std::uint64_t seed, int flavour) 
   std::vector<float> v = zf_test::random_values<float>(static_cast<std::size_t>(n) + 1, seed, 3.0f);
   std::mt19937_64 gen(seed ^ 0x9e3779b97f4a7c15ull);
   const float inf = std::numeric_limits<float>::infinity();
-  const float specials[] = {std::nanf(""), -std::nanf(""), inf, -inf, 0.0f, -0.0f, 1e-45f, -1e-45f,
-                            1e-39f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()};
+  const float specials[] = {std::nanf(""),
+                            -std::nanf(""),
+                            inf,
+                            -inf,
+                            0.0f,
+                            -0.0f,
+                            1e-45f,
+                            -1e-45f,
+                            1e-39f,
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max()};
   for (auto& x : v) {
     if (flavour == 1) {
       x = static_cast<float>(gen() % 4); // heavy ties
@@ -36,14 +46,15 @@ std::vector<float> make_scores(std::int64_t n, std::uint64_t seed, int flavour) 
   return v;
 }
 
-void check_topk(const float* scores, std::int64_t n, std::int64_t k, zenflow::worker_pool* pool, bool with_values) {
+void check_topk(
+    const float* scores, std::int64_t n, std::int64_t k, zenflow::worker_pool* pool, bool with_values) {
   std::vector<std::int32_t> idx(static_cast<std::size_t>(k) + 1, -9);
   std::vector<float> val(static_cast<std::size_t>(k) + 1, -9.0f);
   std::size_t bytes = 0;
   ASSERT_EQ(zenflow::host::topk(nullptr, bytes, scores, n, k, idx.data(), val.data()), cudaSuccess);
   std::vector<std::byte> temp(bytes);
-  ASSERT_EQ(zenflow::host::topk(temp.data(), bytes, scores, n, k, idx.data(), with_values ? val.data() : nullptr,
-                                topk_order::ascending_index, pool),
+  ASSERT_EQ(zenflow::host::topk(temp.data(), bytes, scores, n, k, idx.data(),
+                                with_values ? val.data() : nullptr, topk_order::ascending_index, pool),
             cudaSuccess);
   const auto ref = zf_test::reference_topk(scores, n, k);
   for (std::int64_t j = 0; j < k; ++j) {
@@ -64,7 +75,8 @@ void check_topk(const float* scores, std::int64_t n, std::int64_t k, zenflow::wo
 TEST(radix_math, keys_follow_the_documented_order) {
   using zenflow::detail::topk_value_key;
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> ascending = {-inf, -3e38f, -1.0f, -1e-39f, -1e-45f, 0.0f, 1e-45f, 1e-39f, 1.0f, 3e38f, inf};
+  const std::vector<float> ascending = {-inf,   -3e38f, -1.0f, -1e-39f, -1e-45f, 0.0f,
+                                        1e-45f, 1e-39f, 1.0f,  3e38f,   inf};
   EXPECT_EQ(topk_value_key(std::nanf("")), 0u);
   EXPECT_EQ(topk_value_key(-std::nanf("")), 0u);
   EXPECT_LT(topk_value_key(std::nanf("")), topk_value_key(-inf));
@@ -79,7 +91,8 @@ TEST(radix_math, keys_follow_the_documented_order) {
   std::uint64_t rebuilt = 0;
   const std::uint64_t c = 0xfedcba9876543210ull;
   for (int p = 0; p < zenflow::detail::topk_passes; ++p) {
-    rebuilt |= static_cast<std::uint64_t>(zenflow::detail::topk_digit(c, p)) << zenflow::detail::topk_pass_shift(p);
+    rebuilt |= static_cast<std::uint64_t>(zenflow::detail::topk_digit(c, p))
+               << zenflow::detail::topk_pass_shift(p);
     EXPECT_EQ(c & zenflow::detail::topk_known_mask(p + 1), rebuilt) << p;
   }
   EXPECT_EQ(rebuilt, c);
@@ -113,8 +126,8 @@ TEST(topk_cpu, matches_brute_force_over_sizes_k_and_flavours) {
         if (k < 0) {
           continue;
         }
-        SCOPED_TRACE(zf_test::seed_note(seed) + " flavour=" + std::to_string(flavour) + " n=" + std::to_string(n) +
-                     " k=" + std::to_string(k));
+        SCOPED_TRACE(zf_test::seed_note(seed) + " flavour=" + std::to_string(flavour) +
+                     " n=" + std::to_string(n) + " k=" + std::to_string(k));
         check_topk(v.data(), n, k, nullptr, true);
         check_topk(v.data() + 1, n, k, nullptr, false); // unaligned
       }
@@ -167,8 +180,8 @@ TEST(topk_cpu, segmented_matches_brute_force_per_segment) {
   std::vector<std::vector<std::int32_t>> out;
   std::vector<std::vector<float>> vals;
   std::vector<zenflow::topk_item> items;
-  const std::vector<std::pair<std::int64_t, std::int64_t>> nk = {{4096, 409}, {0, 0}, {1, 1}, {11008, 110},
-                                                                  {300, 0},   {777, 777}, {5000, 2500}};
+  const std::vector<std::pair<std::int64_t, std::int64_t>> nk = {
+      {4096, 409}, {0, 0}, {1, 1}, {11008, 110}, {300, 0}, {777, 777}, {5000, 2500}};
   for (std::size_t i = 0; i < nk.size(); ++i) {
     data.push_back(make_scores(nk[i].first, zf_test::base_seed() + 500 + i, static_cast<int>(i % 3)));
     out.emplace_back(static_cast<std::size_t>(nk[i].second), -1);
@@ -184,10 +197,12 @@ TEST(topk_cpu, segmented_matches_brute_force_per_segment) {
       pool = std::make_unique<zenflow::worker_pool>(threads);
     }
     std::size_t bytes = 0;
-    ASSERT_EQ(zenflow::host::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())),
-              cudaSuccess);
+    ASSERT_EQ(
+        zenflow::host::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())),
+        cudaSuccess);
     std::vector<std::byte> temp(bytes);
-    ASSERT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(), static_cast<std::int64_t>(items.size()),
+    ASSERT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(),
+                                            static_cast<std::int64_t>(items.size()),
                                             topk_order::ascending_index, pool.get()),
               cudaSuccess);
     for (std::size_t i = 0; i < nk.size(); ++i) {
@@ -225,8 +240,8 @@ TEST(topk_cpu_args, every_bad_argument_is_rejected_by_name_and_nothing_is_writte
     std::vector<std::int32_t> idx(17, -4);
     std::vector<float> val(17, -4.0f);
     std::size_t bytes = 4242;
-    EXPECT_EQ(zenflow::host::topk(nullptr, bytes, c.scores, c.n, c.k, c.null_idx ? nullptr : idx.data(), val.data(),
-                                  c.order),
+    EXPECT_EQ(zenflow::host::topk(nullptr, bytes, c.scores, c.n, c.k, c.null_idx ? nullptr : idx.data(),
+                                  val.data(), c.order),
               cudaErrorInvalidValue);
     EXPECT_EQ(bytes, 4242u);
     std::vector<std::byte> temp(1 << 20);
@@ -259,11 +274,13 @@ TEST(topk_cpu_args, every_bad_argument_is_rejected_by_name_and_nothing_is_writte
 TEST(topk_cpu_args, segmented_names_the_bad_item_and_writes_nothing) {
   std::vector<float> v(16, 1.0f);
   std::vector<std::int32_t> a(4, -4), b(4, -4);
-  std::vector<zenflow::topk_item> items = {{v.data(), 16, 4, a.data(), nullptr}, {v.data(), 3, 4, b.data(), nullptr}};
+  std::vector<zenflow::topk_item> items = {{v.data(), 16, 4, a.data(), nullptr},
+                                           {v.data(), 3, 4, b.data(), nullptr}};
   std::vector<std::byte> temp(1 << 20);
   std::size_t bytes = temp.size();
   EXPECT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(), 2), cudaErrorInvalidValue);
-  EXPECT_NE(zenflow::last_error_message().find("'items[1].k'"), std::string::npos) << zenflow::last_error_message();
+  EXPECT_NE(zenflow::last_error_message().find("'items[1].k'"), std::string::npos)
+      << zenflow::last_error_message();
   EXPECT_EQ(a[0], -4);
   EXPECT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, nullptr, 2), cudaErrorInvalidValue);
   EXPECT_NE(zenflow::last_error_message().find("'items'"), std::string::npos);

@@ -10,13 +10,13 @@
 /// `worker_pool`.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
@@ -54,6 +54,11 @@ namespace detail {
 /// query said never passes a null `temp` again (which would only repeat the query).
 inline constexpr std::size_t min_temp_bytes = 256;
 
+/// `v` rounded up to a multiple of `a` (scratch carving).
+[[nodiscard]] constexpr std::size_t align_up(std::size_t v, std::size_t a = 256) {
+  return (v + a - 1) / a * a;
+}
+
 [[nodiscard]] inline std::string item_arg(const char* batch_name, std::int64_t i, const char* field) {
   if (batch_name == nullptr) {
     return field;
@@ -64,7 +69,9 @@ inline constexpr std::size_t min_temp_bytes = 256;
 /// Validates one matrix; `batch_name == nullptr` names the arguments as the single-matrix entry
 /// points do (`grad`, `channels`, ...), else as `items[i].grad`, ...
 template <class T>
-[[nodiscard]] cudaError_t check_norm_item(const char* function, const char* batch_name, std::int64_t i,
+[[nodiscard]] cudaError_t check_norm_item(const char* function,
+                                          const char* batch_name,
+                                          std::int64_t i,
                                           const channel_norm_item<T>& it) {
   ZF_EXPECT_ARG(it.channels >= 0, function, item_arg(batch_name, i, "channels"), "must be >= 0");
   ZF_EXPECT_ARG(it.channel_len >= 0, function, item_arg(batch_name, i, "channel_len"), "must be >= 0");
@@ -88,8 +95,10 @@ template <class T>
 }
 
 template <class T>
-[[nodiscard]] cudaError_t check_norm_batch(const char* function, const char* batch_name,
-                                           const channel_norm_item<T>* items, std::int64_t count) {
+[[nodiscard]] cudaError_t check_norm_batch(const char* function,
+                                           const char* batch_name,
+                                           const channel_norm_item<T>* items,
+                                           std::int64_t count) {
   ZF_EXPECT_ARG(count >= 0, function, "count", "must be >= 0");
   ZF_EXPECT_ARG(items != nullptr || count == 0, function, batch_name == nullptr ? "items" : batch_name,
                 "must not be null");
@@ -141,7 +150,10 @@ float host_contiguous_channel(const T* p, std::int64_t len, bool& nonfinite, boo
 
 /// One matrix on the host. `total`/`nonfinite` may be null.
 template <channel_norm Norm, class T>
-void host_norm_item(const channel_norm_item<T>& it, float* total, std::uint32_t* nonfinite, worker_pool* pool) {
+void host_norm_item(const channel_norm_item<T>& it,
+                    float* total,
+                    std::uint32_t* nonfinite,
+                    worker_pool* pool) {
   const bool check = nonfinite != nullptr;
   const std::int64_t channels = it.channels;
   const std::int64_t len = it.channel_len;
@@ -227,7 +239,8 @@ template <channel_norm Norm = channel_norm::sq_l2, class T>
     temp_bytes = detail::min_temp_bytes;
     return cudaSuccess;
   }
-  ZF_EXPECT_ARG(temp_bytes >= detail::min_temp_bytes, fn, "temp_bytes", "is smaller than the size query returned");
+  ZF_EXPECT_ARG(temp_bytes >= detail::min_temp_bytes, fn, "temp_bytes",
+                "is smaller than the size query returned");
   for (std::int64_t i = 0; i < count; ++i) {
     detail::host_norm_item<Norm>(items[i], extras.total ? extras.total + i : nullptr,
                                  extras.nonfinite ? extras.nonfinite + i : nullptr, pool);
@@ -267,7 +280,8 @@ template <channel_norm Norm = channel_norm::sq_l2, class T>
     temp_bytes = detail::min_temp_bytes;
     return cudaSuccess;
   }
-  ZF_EXPECT_ARG(temp_bytes >= detail::min_temp_bytes, fn, "temp_bytes", "is smaller than the size query returned");
+  ZF_EXPECT_ARG(temp_bytes >= detail::min_temp_bytes, fn, "temp_bytes",
+                "is smaller than the size query returned");
   detail::host_norm_item<Norm>(it, extras.total, extras.nonfinite, pool);
   return cudaSuccess;
 }

@@ -10,13 +10,13 @@
 /// over a `worker_pool`.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
@@ -47,13 +47,14 @@ namespace detail {
 
 inline constexpr std::int64_t topk_max_n = std::int64_t{1} << 31; // indices are int32
 
-[[nodiscard]] inline cudaError_t check_topk_item(const char* function, const char* batch_name, std::int64_t i,
-                                                 const topk_item& it) {
+[[nodiscard]] inline cudaError_t
+check_topk_item(const char* function, const char* batch_name, std::int64_t i, const topk_item& it) {
   ZF_EXPECT_ARG(it.n >= 0, function, item_arg(batch_name, i, "n"), "must be >= 0");
   ZF_EXPECT_ARG(it.n < topk_max_n, function, item_arg(batch_name, i, "n"), "must be < 2^31 (int32 indices)");
   ZF_EXPECT_ARG(it.k >= 0, function, item_arg(batch_name, i, "k"), "must be >= 0");
   ZF_EXPECT_ARG(it.k <= it.n, function, item_arg(batch_name, i, "k"), "must be <= n");
-  ZF_EXPECT_ARG(it.scores != nullptr || it.n == 0, function, item_arg(batch_name, i, "scores"), "must not be null");
+  ZF_EXPECT_ARG(it.scores != nullptr || it.n == 0, function, item_arg(batch_name, i, "scores"),
+                "must not be null");
   ZF_EXPECT_ARG(it.indices != nullptr || it.k == 0, function, item_arg(batch_name, i, "indices"),
                 "must not be null");
   return cudaSuccess;
@@ -65,9 +66,12 @@ inline constexpr std::int64_t topk_max_n = std::int64_t{1} << 31; // indices are
   return cudaSuccess;
 }
 
-[[nodiscard]] constexpr std::size_t align_up(std::size_t v, std::size_t a = 256) { return (v + a - 1) / a * a; }
-
 inline constexpr std::int64_t host_topk_grain = 1 << 15;
+
+/// `p` rounded up to a multiple of 64 bytes (the host backend's scratch carries 64 bytes of slack).
+[[nodiscard]] inline std::byte* align_pointer(void* p) {
+  return reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(p) + 63) / 64 * 64);
+}
 
 /// Scratch of one host selection of `n` scores: candidate keys, per-chunk histograms and counts.
 [[nodiscard]] inline std::size_t host_topk_temp_bytes(std::int64_t n) {
@@ -218,13 +222,13 @@ namespace host {
   if (const cudaError_t e = detail::check_topk_order(fn, order); e != cudaSuccess) {
     return e;
   }
-  const std::size_t need = std::max(detail::min_temp_bytes, detail::host_topk_temp_bytes(n));
+  const std::size_t need = std::max(detail::min_temp_bytes, detail::host_topk_temp_bytes(n) + 64);
   if (temp == nullptr) {
     temp_bytes = need;
     return cudaSuccess;
   }
   ZF_EXPECT_ARG(temp_bytes >= need, fn, "temp_bytes", "is smaller than the size query returned");
-  detail::host_topk_item(it, static_cast<std::byte*>(temp), pool);
+  detail::host_topk_item(it, detail::align_pointer(temp), pool);
   return cudaSuccess;
 }
 
@@ -257,13 +261,13 @@ namespace host {
   for (std::int64_t i = 0; i < count; ++i) {
     need += detail::align_up(detail::host_topk_temp_bytes(items[i].n));
   }
-  need = std::max(need, detail::min_temp_bytes);
+  need = std::max(need + 64, detail::min_temp_bytes);
   if (temp == nullptr) {
     temp_bytes = need;
     return cudaSuccess;
   }
   ZF_EXPECT_ARG(temp_bytes >= need, fn, "temp_bytes", "is smaller than the size query returned");
-  auto* base = static_cast<std::byte*>(temp);
+  std::byte* base = detail::align_pointer(temp);
   std::size_t offset = 0;
   // Many segments: one per task, each single-threaded. Few: one after the other, each parallel.
   const bool across = pool != nullptr && count >= static_cast<std::int64_t>(pool->size());

@@ -57,9 +57,9 @@ ZF_HOST_DEVICE constexpr std::uint64_t topk_known_mask(int p) {
 
 /// Where the k-th largest key lies within one pass's histogram.
 struct topk_bucket {
-  std::uint32_t digit = 0;   ///< the bucket holding the k-th largest key
-  std::uint64_t above = 0;   ///< how many candidates lie in higher buckets
-  std::uint32_t count = 0;   ///< how many candidates lie in the bucket
+  std::uint32_t digit = 0; ///< the bucket holding the k-th largest key
+  std::uint64_t above = 0; ///< how many candidates lie in higher buckets
+  std::uint32_t count = 0; ///< how many candidates lie in the bucket
 };
 
 /// Scans a histogram from the top bucket down and returns the bucket that holds the

@@ -1,0 +1,332 @@
+/// @file
+/// Kernels of the channel-norm reducers (see `<zenflow/select/channel_norms.cuh>`).
+///
+/// Contiguous channels: a group of 32 (one warp) or 256 (one block) threads reduces one channel,
+/// reading it with 16-byte streaming loads between a scalar head (up to 16-byte alignment) and a
+/// scalar tail, so that any pointer and any `ld` work. Strided channels: a 32 x 8 block covers
+/// 32 x V adjacent columns (V elements per 16-byte load when rows are 16-byte aligned) and a chunk
+/// of rows; each warp reads whole row segments (coalesced), partial sums per row chunk go to
+/// scratch and a second kernel adds them in chunk order. Every reduction has a fixed order, so
+/// results are deterministic run to run.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/select/detail/norm_math.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+inline constexpr int norm_block = 256;
+inline constexpr int norm_batch_max = 32; // items per launch: kernel parameters stay under 4 KiB
+
+/// One item as a kernel sees it.
+template <class T>
+struct norm_launch_item {
+  const T* grad;
+  float* out; ///< scores (contiguous) or row-chunk partials (strided)
+  std::int64_t ld;
+  std::int64_t len;         ///< channel_len
+  std::int64_t block_begin; ///< first block of the item in this launch
+  std::uint32_t* flag;      ///< NaN/Inf flag to OR into, or nullptr (no check)
+  std::int32_t channels;
+  std::int32_t group;          ///< contiguous: threads per channel (32 or 256); strided: columns per thread
+  std::int32_t rows_per_chunk; ///< strided only
+  std::int32_t col_blocks;     ///< strided only
+};
+
+template <class T>
+struct norm_launch {
+  norm_launch_item<T> item[norm_batch_max];
+  int count;
+};
+
+struct norm_finish_item {
+  const float* partials;
+  float* scores;
+  std::int64_t block_begin;
+  std::int32_t channels;
+  std::int32_t chunks;
+};
+
+struct norm_finish_launch {
+  norm_finish_item item[norm_batch_max];
+  int count;
+};
+
+struct norm_total_launch {
+  const float* scores[norm_batch_max];
+  float* total[norm_batch_max];
+  std::int32_t channels[norm_batch_max];
+  int count;
+};
+
+/// The item that block `b` belongs to (items are in block order; at most 32 of them).
+template <class L>
+ZF_DEVICE ZF_FORCEINLINE int find_item(const L& l, std::int64_t b) {
+  int i = 0;
+  while (i + 1 < l.count && l.item[i + 1].block_begin <= b) {
+    ++i;
+  }
+  return i;
+}
+
+/// Elements per 16-byte load.
+template <class T>
+inline constexpr int vec_elems = 16 / static_cast<int>(sizeof(T));
+
+/// Adds the V elements of one 16-byte word to `acc` (and their NaN/Inf test to `bad`).
+template <channel_norm Norm, class T>
+ZF_DEVICE ZF_FORCEINLINE void accumulate_vec(const uint4& v, float& acc, bool& bad) {
+  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float x = __uint_as_float(w[j]);
+      acc = norm_accumulate<Norm>(acc, x);
+      bad |= is_nonfinite(x);
+    } else {
+      const T lo = from_raw_bits<T>(static_cast<std::uint16_t>(w[j] & 0xffffu));
+      const T hi = from_raw_bits<T>(static_cast<std::uint16_t>(w[j] >> 16));
+      acc = norm_accumulate<Norm>(acc, to_float(lo));
+      acc = norm_accumulate<Norm>(acc, to_float(hi));
+      bad |= is_nonfinite(lo) | is_nonfinite(hi);
+    }
+  }
+}
+
+/// This thread's share (thread `t` of `nt`) of one contiguous channel of `len` elements at `p`.
+template <channel_norm Norm, class T>
+ZF_DEVICE float contiguous_partial(const T* p, std::int64_t len, int t, int nt, bool& bad) {
+  constexpr int V = vec_elems<T>;
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  std::int64_t head = static_cast<std::int64_t>(((16u - (addr & 15u)) & 15u) / sizeof(T));
+  head = head < len ? head : len;
+  float acc = 0.0f;
+  for (std::int64_t i = t; i < head; i += nt) {
+    const T x = p[i];
+    acc = norm_accumulate<Norm>(acc, to_float(x));
+    bad |= is_nonfinite(x);
+  }
+  const auto* vp = reinterpret_cast<const uint4*>(p + head);
+  const std::int64_t nvec = (len - head) / V;
+  constexpr int unroll = 4; // four 16-byte loads in flight per thread
+  std::int64_t j = t;
+  for (; j + (unroll - 1) * nt < nvec; j += unroll * nt) {
+    uint4 v[unroll];
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      v[u] = __ldcs(vp + j + u * nt);
+    }
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      accumulate_vec<Norm, T>(v[u], acc, bad);
+    }
+  }
+  for (; j < nvec; j += nt) {
+    accumulate_vec<Norm, T>(__ldcs(vp + j), acc, bad);
+  }
+  for (std::int64_t i = head + nvec * V + t; i < len; i += nt) {
+    const T x = p[i];
+    acc = norm_accumulate<Norm>(acc, to_float(x));
+    bad |= is_nonfinite(x);
+  }
+  return acc;
+}
+
+ZF_DEVICE ZF_FORCEINLINE float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+template <channel_norm Norm, class T>
+ZF_KERNEL void __launch_bounds__(norm_block) contiguous_norms_kernel(const norm_launch<T> l) {
+  const std::int64_t b = blockIdx.x;
+  const auto& it = l.item[find_item(l, b)];
+  const std::int64_t local = b - it.block_begin;
+  bool bad = false;
+  if (it.group == 32) {
+    const std::int64_t c = local * (norm_block / 32) + threadIdx.x / 32;
+    if (c >= it.channels) {
+      return; // whole warp: no block-level synchronisation follows
+    }
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const float acc = warp_sum(contiguous_partial<Norm>(it.grad + c * it.ld, it.len, lane, 32, bad));
+    if (lane == 0) {
+      it.out[c] = acc;
+    }
+    if (it.flag != nullptr && __any_sync(0xffffffffu, bad) && lane == 0) {
+      atomicOr(it.flag, 1u);
+    }
+  } else {
+    __shared__ float warp_acc[norm_block / 32];
+    const std::int64_t c = local;
+    const float acc = warp_sum(contiguous_partial<Norm>(it.grad + c * it.ld, it.len,
+                                                        static_cast<int>(threadIdx.x), norm_block, bad));
+    if (threadIdx.x % 32 == 0) {
+      warp_acc[threadIdx.x / 32] = acc;
+    }
+    const int any_bad = __syncthreads_or(bad ? 1 : 0);
+    if (threadIdx.x == 0) {
+      float s = 0.0f;
+#pragma unroll
+      for (int w = 0; w < norm_block / 32; ++w) {
+        s += warp_acc[w];
+      }
+      it.out[c] = s;
+      if (it.flag != nullptr && any_bad != 0) {
+        atomicOr(it.flag, 1u);
+      }
+    }
+  }
+}
+
+/// Strided channels: block = 32 column lanes x 8 row lanes; writes one partial per column for
+/// its chunk of rows.
+template <channel_norm Norm, class T>
+ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const norm_launch<T> l) {
+  constexpr int V = vec_elems<T>;
+  constexpr int rows_per_pass = norm_block / 32;
+  __shared__ float part[rows_per_pass][32 * V];
+  const std::int64_t b = blockIdx.x;
+  const auto& it = l.item[find_item(l, b)];
+  const std::int64_t local = b - it.block_begin;
+  const int vw = it.group; // 1 or V columns per thread
+  const std::int64_t col_block = local % it.col_blocks;
+  const std::int64_t chunk = local / it.col_blocks;
+  const int tx = static_cast<int>(threadIdx.x % 32);
+  const int ty = static_cast<int>(threadIdx.x / 32);
+  const std::int64_t c0 = col_block * 32 * vw + static_cast<std::int64_t>(tx) * vw;
+  const std::int64_t r0 = chunk * it.rows_per_chunk;
+  const std::int64_t r1 = r0 + it.rows_per_chunk < it.len ? r0 + it.rows_per_chunk : it.len;
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    acc[j] = 0.0f;
+  }
+  bool bad = false;
+  if (vw == V && c0 + V <= it.channels) {
+    // Rows are 16-byte aligned and the V columns are in range: one 16-byte load per row.
+    std::int64_t r = r0 + ty;
+    for (; r + 3 * rows_per_pass < r1; r += 4 * rows_per_pass) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        v[u] = __ldcs(reinterpret_cast<const uint4*>(it.grad + (r + u * rows_per_pass) * it.ld + c0));
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        float one[V];
+        const std::uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if constexpr (std::is_same_v<T, float>) {
+            one[q] = __uint_as_float(w[q]);
+            bad |= is_nonfinite(one[q]);
+          } else {
+            const T lo = from_raw_bits<T>(static_cast<std::uint16_t>(w[q] & 0xffffu));
+            const T hi = from_raw_bits<T>(static_cast<std::uint16_t>(w[q] >> 16));
+            one[2 * q] = to_float(lo);
+            one[2 * q + 1] = to_float(hi);
+            bad |= is_nonfinite(lo) | is_nonfinite(hi);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          acc[j] = norm_accumulate<Norm>(acc[j], one[j]);
+        }
+      }
+    }
+    for (; r < r1; r += rows_per_pass) {
+      const T* row = it.grad + r * it.ld + c0;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        acc[j] = norm_accumulate<Norm>(acc[j], to_float(row[j]));
+        bad |= is_nonfinite(row[j]);
+      }
+    }
+  } else {
+    const std::int64_t rem = it.channels - c0;
+    const int ncols = rem <= 0 ? 0 : (rem < vw ? static_cast<int>(rem) : vw);
+    for (std::int64_t r = r0 + ty; r < r1; r += rows_per_pass) {
+      const T* row = it.grad + r * it.ld + c0;
+      for (int j = 0; j < ncols; ++j) {
+        const T x = row[j];
+        acc[j] = norm_accumulate<Norm>(acc[j], to_float(x));
+        bad |= is_nonfinite(x);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (j < vw) {
+      part[ty][tx * vw + j] = acc[j];
+    }
+  }
+  const int any_bad = __syncthreads_or(bad ? 1 : 0);
+  // Each of the first 32*vw threads adds one column over the 8 row lanes, in order.
+  const int slot = static_cast<int>(threadIdx.x);
+  if (slot < 32 * vw) {
+    const std::int64_t c = col_block * 32 * vw + slot;
+    if (c < it.channels) {
+      float s = 0.0f;
+#pragma unroll
+      for (int y = 0; y < rows_per_pass; ++y) {
+        s += part[y][slot];
+      }
+      it.out[chunk * it.channels + c] = s;
+    }
+  }
+  if (threadIdx.x == 0 && it.flag != nullptr && any_bad != 0) {
+    atomicOr(it.flag, 1u);
+  }
+}
+
+/// Strided channels, second step: score = sum of the row-chunk partials, in chunk order.
+ZF_KERNEL void __launch_bounds__(norm_block) strided_finish_kernel(const norm_finish_launch l) {
+  const std::int64_t b = blockIdx.x;
+  const auto& it = l.item[find_item(l, b)];
+  const std::int64_t c = (b - it.block_begin) * norm_block + threadIdx.x;
+  if (c >= it.channels) {
+    return;
+  }
+  float s = 0.0f;
+  for (std::int32_t k = 0; k < it.chunks; ++k) {
+    s += it.partials[static_cast<std::int64_t>(k) * it.channels + c];
+  }
+  it.scores[c] = s;
+}
+
+/// Per-item total of the scores: one block per item, a fixed-order tree.
+ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const norm_total_launch l) {
+  __shared__ float warp_acc[norm_block / 32];
+  const int i = static_cast<int>(blockIdx.x);
+  const float* s = l.scores[i];
+  float acc = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < l.channels[i]; c += norm_block) {
+    acc += s[c];
+  }
+  acc = warp_sum(acc);
+  if (threadIdx.x % 32 == 0) {
+    warp_acc[threadIdx.x / 32] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < norm_block / 32; ++w) {
+      t += warp_acc[w];
+    }
+    *l.total[i] = t;
+  }
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
