@@ -1,0 +1,909 @@
+// cpu tier of the optimizer: the AdamW math against a float64 reference, the CPU SIMD paths
+// (each forced in turn) against the scalar math bit for bit, thread-count independence, the
+// host twins of the device launchers, the fused host window against the unfused sequence,
+// NaN/Inf behaviour and argument validation.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/math/adam.hpp>
+#include <zenflow/optim/adamw.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+#include <zenflow/transport/worker_pool.hpp>
+
+#include "optim_reference.hpp"
+#include "support/random.hpp"
+
+namespace {
+
+using namespace zf_optim_test;
+using zenflow::adamw_hparams;
+using zenflow::bfloat16;
+using zenflow::half;
+namespace host = zenflow::host;
+
+std::vector<host::simd_path> supported_paths() {
+  std::vector<host::simd_path> out;
+  for (auto p : {host::simd_path::scalar, host::simd_path::avx2, host::simd_path::avx512}) {
+    if (host::simd_path_supported(p)) {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+/// Forces a SIMD path for the scope of a test section.
+struct path_guard {
+  explicit path_guard(host::simd_path p) { EXPECT_TRUE(host::force_simd_path(p)); }
+  ~path_guard() { host::reset_simd_path(); }
+};
+
+std::vector<adamw_hparams> hparam_grid() {
+  std::vector<adamw_hparams> out;
+  for (float wd : {0.0f, 0.1f}) {
+    for (bool decoupled : {true, false}) {
+      adamw_hparams hp;
+      hp.lr = 3e-3f;
+      hp.weight_decay = wd;
+      hp.decoupled = decoupled;
+      out.push_back(hp);
+    }
+  }
+  adamw_hparams odd;
+  odd.lr = 1e-2f;
+  odd.beta1 = 0.8f;
+  odd.beta2 = 0.95f;
+  odd.eps = 1e-6f;
+  odd.weight_decay = 0.01f;
+  out.push_back(odd);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Math core
+
+TEST(optim_math, scalar_update_tracks_float64_reference_over_many_steps) {
+  const std::uint64_t seed = zf_test::base_seed();
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  const std::size_t n = 257;
+  for (const adamw_hparams& hp : hparam_grid()) {
+    SCOPED_TRACE("wd=" + std::to_string(hp.weight_decay) + " decoupled=" + std::to_string(hp.decoupled));
+    auto p = uniform(n, seed, 1.0f);
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    std::vector<ref_state> ref(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      ref[i].p = p[i];
+    }
+    const float scale = 0.5f;
+    for (int step = 1; step <= 10; ++step) {
+      const auto g = uniform(n, seed + 100 + step, 2.0f);
+      const auto c = zenflow::make_adam_constants(hp, step);
+      for (std::size_t i = 0; i < n; ++i) {
+        zenflow::adam_update(p[i], m[i], v[i], g[i], scale, c);
+        ref_step(ref[i], g[i], scale, hp, step);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(near(p[i], ref[i].p, 1e-6, 2e-6)) << i;
+      ASSERT_TRUE(near(m[i], ref[i].m, 1e-7, 1e-5)) << i;
+      ASSERT_TRUE(near(v[i], ref[i].v, 1e-9, 1e-5)) << i;
+    }
+  }
+}
+
+TEST(optim_math, bias_correction_constants_match_float64_for_small_and_huge_counts) {
+  adamw_hparams hp;
+  hp.lr = 1e-3f;
+  for (std::int32_t t :
+       {1, 2, 3, 10, 255, 256, 257, 1000, 100000, 1 << 30, std::numeric_limits<std::int32_t>::max()}) {
+    const auto c = zenflow::make_adam_constants(hp, t);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), t);
+    EXPECT_TRUE(near(c.neg_step_size, -static_cast<double>(hp.lr) / bc1, 0, 1e-7)) << t;
+    EXPECT_TRUE(near(c.inv_sqrt_bc2, 1.0 / std::sqrt(bc2), 0, 1e-7)) << t;
+    EXPECT_TRUE(std::isfinite(c.neg_step_size) && std::isfinite(c.inv_sqrt_bc2)) << t;
+  }
+  // count <= 0 is treated as the first update.
+  const auto c0 = zenflow::make_adam_constants(hp, 0);
+  const auto c1 = zenflow::make_adam_constants(hp, 1);
+  EXPECT_EQ(c0.neg_step_size, c1.neg_step_size);
+}
+
+TEST(optim_math, invalid_hparams_are_named) {
+  adamw_hparams hp;
+  EXPECT_EQ(zenflow::invalid_adamw_hparam(hp), nullptr);
+  hp.beta1 = 1.0f;
+  EXPECT_STREQ(zenflow::invalid_adamw_hparam(hp), "hp.beta1");
+  hp = {};
+  hp.eps = 0.0f;
+  EXPECT_STREQ(zenflow::invalid_adamw_hparam(hp), "hp.eps");
+  hp = {};
+  hp.lr = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_STREQ(zenflow::invalid_adamw_hparam(hp), "hp.lr");
+  hp = {};
+  hp.weight_decay = -1.0f;
+  EXPECT_STREQ(zenflow::invalid_adamw_hparam(hp), "hp.weight_decay");
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU AdamW: every SIMD path, every dtype, odd sizes and unaligned pointers, bit-identical to the
+// scalar math and close to float64.
+
+template <class G, class T>
+void check_cpu_adamw_all_paths() {
+  const std::uint64_t seed = zf_test::base_seed() + 11;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  SCOPED_TRACE(std::string("grad ") + type_name<G>() + " out " + type_name<T>());
+  adamw_hparams hp;
+  hp.lr = 2e-3f;
+  hp.weight_decay = 0.05f;
+  for (std::int64_t n : {1, 7, 15, 16, 17, 33, 1001}) {
+    for (int offset : {0, 1, 3}) { // offset elements: unaligned starts
+      SCOPED_TRACE("n=" + std::to_string(n) + " offset=" + std::to_string(offset));
+      const std::size_t total = static_cast<std::size_t>(n + offset);
+      const auto p0 = uniform(total, seed + n, 1.0f);
+      const auto m0 = uniform(total, seed + n + 1, 0.01f);
+      const auto v0 = positive(total, seed + n + 2);
+      // Reference: the scalar math, 3 steps.
+      std::vector<float> rp = p0, rm = m0, rv = v0;
+      std::vector<T> rout(total);
+      std::vector<std::vector<G>> grads;
+      for (int step = 0; step < 3; ++step) {
+        grads.push_back(narrow<G>(uniform(total, seed + 1000 * step + n, 1.0f)));
+        const auto c = zenflow::make_adam_constants(hp, 5 + step);
+        for (std::size_t i = static_cast<std::size_t>(offset); i < total; ++i) {
+          rout[i] =
+              zenflow::from_float<T>(zenflow::adam_update(rp[i], rm[i], rv[i], grads.back()[i], 0.75f, c));
+        }
+      }
+      for (auto path : supported_paths()) {
+        SCOPED_TRACE(host::simd_path_name(path));
+        path_guard guard(path);
+        std::vector<float> p = p0, m = m0, v = v0;
+        std::vector<T> out(total);
+        for (int step = 0; step < 3; ++step) {
+          ASSERT_EQ((host::cpu_adamw<G, T>(p.data() + offset, m.data() + offset, v.data() + offset,
+                                           grads[static_cast<std::size_t>(step)].data() + offset,
+                                           out.data() + offset, n, 5 + step, hp, 0.75f, nullptr)),
+                    cudaSuccess);
+        }
+        ASSERT_TRUE(same_bits(p, rp));
+        ASSERT_TRUE(same_bits(m, rm));
+        ASSERT_TRUE(same_bits(v, rv));
+        ASSERT_TRUE(same_bits(out, rout));
+      }
+    }
+  }
+}
+
+TEST(optim_cpu, every_simd_path_matches_the_scalar_math_bit_for_bit_f32) {
+  check_cpu_adamw_all_paths<float, float>();
+  check_cpu_adamw_all_paths<float, half>();
+  check_cpu_adamw_all_paths<float, bfloat16>();
+}
+TEST(optim_cpu, every_simd_path_matches_the_scalar_math_bit_for_bit_f16) {
+  check_cpu_adamw_all_paths<half, half>();
+  check_cpu_adamw_all_paths<half, float>();
+}
+TEST(optim_cpu, every_simd_path_matches_the_scalar_math_bit_for_bit_bf16) {
+  check_cpu_adamw_all_paths<bfloat16, bfloat16>();
+  check_cpu_adamw_all_paths<bfloat16, half>();
+}
+
+TEST(optim_cpu, reports_the_paths_it_can_take) {
+  EXPECT_TRUE(host::simd_path_supported(host::simd_path::scalar));
+  EXPECT_TRUE(host::simd_path_supported(host::best_simd_path()));
+  EXPECT_EQ(host::active_simd_path(), host::best_simd_path());
+  ASSERT_TRUE(host::force_simd_path(host::simd_path::scalar));
+  EXPECT_EQ(host::active_simd_path(), host::simd_path::scalar);
+  host::reset_simd_path();
+  EXPECT_EQ(host::active_simd_path(), host::best_simd_path());
+  std::printf("[ info ] best CPU path: %s\n", host::simd_path_name(host::best_simd_path()));
+}
+
+TEST(optim_cpu, close_to_float64_over_several_steps_all_hparams) {
+  const std::uint64_t seed = zf_test::base_seed() + 12;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  const std::int64_t n = 4099;
+  zenflow::worker_pool pool(2);
+  for (const adamw_hparams& hp : hparam_grid()) {
+    auto p = uniform(static_cast<std::size_t>(n), seed, 1.0f);
+    std::vector<float> m(p.size(), 0.0f), v(p.size(), 0.0f);
+    std::vector<ref_state> ref(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      ref[i].p = p[i];
+    }
+    for (int step = 1; step <= 6; ++step) {
+      const auto g = uniform(p.size(), seed + step, 1.0f);
+      ASSERT_EQ((host::cpu_adamw<float, float>(p.data(), m.data(), v.data(), g.data(), nullptr, n, step, hp,
+                                               1.0f, &pool)),
+                cudaSuccess);
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        ref_step(ref[i], g[i], 1.0, hp, step);
+      }
+    }
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      ASSERT_TRUE(near(p[i], ref[i].p, 1e-6, 2e-6)) << i;
+      ASSERT_TRUE(near(v[i], ref[i].v, 1e-9, 1e-5)) << i;
+    }
+  }
+}
+
+TEST(optim_cpu, bit_identical_whatever_the_thread_count) {
+  const std::uint64_t seed = zf_test::base_seed() + 13;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  const std::int64_t n = 300007;
+  const auto p0 = uniform(static_cast<std::size_t>(n), seed);
+  const auto g = narrow<bfloat16>(uniform(p0.size(), seed + 1));
+  adamw_hparams hp;
+  hp.weight_decay = 0.01f;
+  std::vector<float> first_p;
+  std::vector<bfloat16> first_out;
+  for (unsigned threads : {0u, 1u, 2u, 3u}) {
+    std::vector<float> p = p0, m(p0.size(), 0.0f), v(p0.size(), 0.0f);
+    std::vector<bfloat16> out(p0.size());
+    if (threads == 0) {
+      ASSERT_EQ((host::cpu_adamw<bfloat16, bfloat16>(p.data(), m.data(), v.data(), g.data(), out.data(), n, 1,
+                                                     hp, 1.0f, nullptr)),
+                cudaSuccess);
+      first_p = p;
+      first_out = out;
+    } else {
+      zenflow::worker_pool pool(threads);
+      ASSERT_EQ((host::cpu_adamw<bfloat16, bfloat16>(p.data(), m.data(), v.data(), g.data(), out.data(), n, 1,
+                                                     hp, 1.0f, &pool)),
+                cudaSuccess);
+      EXPECT_TRUE(same_bits(p, first_p)) << threads;
+      EXPECT_TRUE(same_bits(out, first_out)) << threads;
+    }
+  }
+}
+
+TEST(optim_cpu, output_may_alias_the_master_for_float) {
+  const std::uint64_t seed = zf_test::base_seed() + 14;
+  const std::int64_t n = 333;
+  auto p = uniform(static_cast<std::size_t>(n), seed);
+  auto q = p;
+  std::vector<float> m(p.size(), 0.0f), v(p.size(), 0.0f), m2 = m, v2 = v, out(p.size());
+  const auto g = uniform(p.size(), seed + 1);
+  adamw_hparams hp;
+  ASSERT_EQ((host::cpu_adamw<float, float>(p.data(), m.data(), v.data(), g.data(), p.data(), n, 1, hp, 1.0f,
+                                           nullptr)),
+            cudaSuccess);
+  ASSERT_EQ((host::cpu_adamw<float, float>(q.data(), m2.data(), v2.data(), g.data(), out.data(), n, 1, hp,
+                                           1.0f, nullptr)),
+            cudaSuccess);
+  EXPECT_TRUE(same_bits(p, q));
+  EXPECT_TRUE(same_bits(out, q));
+}
+
+// NaN/Inf: documented behaviour is plain IEEE propagation limited to the elements it touches.
+TEST(optim_cpu, non_finite_gradients_poison_only_their_own_elements) {
+  const std::uint64_t seed = zf_test::base_seed() + 15;
+  const std::int64_t n = 50;
+  for (auto path : supported_paths()) {
+    SCOPED_TRACE(host::simd_path_name(path));
+    path_guard guard(path);
+    auto p = uniform(static_cast<std::size_t>(n), seed);
+    const auto p0 = p;
+    std::vector<float> m(p.size(), 0.0f), v(p.size(), 0.0f);
+    auto g = uniform(p.size(), seed + 1);
+    g[3] = std::numeric_limits<float>::quiet_NaN();
+    g[20] = std::numeric_limits<float>::infinity();
+    g[49] = -std::numeric_limits<float>::infinity();
+    std::vector<half> out(p.size());
+    adamw_hparams hp;
+    ASSERT_EQ((host::cpu_adamw<float, half>(p.data(), m.data(), v.data(), g.data(), out.data(), n, 1, hp,
+                                            1.0f, nullptr)),
+              cudaSuccess);
+    EXPECT_TRUE(std::isnan(p[3]) && std::isnan(m[3]) && std::isnan(v[3]));
+    EXPECT_TRUE(std::isnan(zenflow::to_float(out[3])));
+    EXPECT_EQ(bits(out[3]) & 0x7fffu, 0x7e00u); // canonical quiet NaN (either sign) on every path
+    EXPECT_TRUE(std::isinf(v[20]) && std::isinf(m[20]) && std::isnan(p[20])); // inf / inf
+    EXPECT_TRUE(std::isnan(p[49]));
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (i == 3 || i == 20 || i == 49) {
+        continue;
+      }
+      ref_state r{p0[i], 0, 0};
+      ref_step(r, g[i], 1.0, hp, 1);
+      ASSERT_TRUE(std::isfinite(p[i]) && near(p[i], r.p, 1e-6, 1e-6)) << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host accumulate and the fused window.
+
+struct window_fixture {
+  std::int64_t channels, len;
+  std::vector<float> master, m, v, acc;
+  std::vector<std::int32_t> counts, idx;
+
+  window_fixture(std::int64_t ch, std::int64_t l, std::uint64_t seed) : channels(ch), len(l) {
+    const std::size_t n = static_cast<std::size_t>(ch * l);
+    master = uniform(n, seed);
+    m = uniform(n, seed + 1, 0.01f);
+    v = positive(n, seed + 2);
+    acc = uniform(n, seed + 3, 3.0f);
+    counts.resize(static_cast<std::size_t>(ch));
+    for (std::int64_t c = 0; c < ch; ++c) {
+      counts[static_cast<std::size_t>(c)] = static_cast<std::int32_t>((c * 7) % 13); // per-channel counts
+    }
+    for (std::int64_t c = 0; c < ch; ++c) {
+      if (c % 5 != 2) { // every fifth channel is "selected": not in the list
+        idx.push_back(static_cast<std::int32_t>(c));
+      }
+    }
+  }
+  zenflow::channel_state state() { return {master.data(), m.data(), v.data(), counts.data(), channels, len}; }
+};
+
+template <class S, class T>
+void check_window(std::int64_t channels, std::int64_t len) {
+  const std::uint64_t seed = zf_test::base_seed() + 20 + static_cast<std::uint64_t>(len);
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  SCOPED_TRACE(std::string(type_name<S>()) + "->" + type_name<T>() + " len=" + std::to_string(len));
+  adamw_hparams hp;
+  hp.lr = 4e-3f;
+  hp.weight_decay = 0.02f;
+  const std::int32_t steps = 3;
+  const float coef = 0.6f;
+  window_fixture base(channels, len, seed);
+  const auto count = static_cast<std::int64_t>(base.idx.size());
+  const auto slot = narrow<S>(uniform(static_cast<std::size_t>(count * len), seed + 9));
+
+  // Reference: the unfused sequence on the scalar math.
+  window_fixture ref = base;
+  std::vector<T> ref_upload(static_cast<std::size_t>(count * len));
+  for (std::int64_t r = 0; r < count; ++r) {
+    const std::int64_t c = base.idx[static_cast<std::size_t>(r)];
+    const auto k = zenflow::make_adam_constants(hp, ref.counts[static_cast<std::size_t>(c)] + 1);
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::size_t o = static_cast<std::size_t>(c * len + i);
+      ref.acc[o] = zenflow::accumulate_value(ref.acc[o], coef,
+                                             zenflow::to_float(slot[static_cast<std::size_t>(r * len + i)]));
+      const float p = zenflow::adam_update(ref.master[o], ref.m[o], ref.v[o], ref.acc[o], 1.0f / steps, k);
+      ref_upload[static_cast<std::size_t>(r * len + i)] = zenflow::from_float<T>(p);
+      ref.acc[o] = 0.0f;
+    }
+    ref.counts[static_cast<std::size_t>(c)] += 1;
+  }
+
+  for (auto path : supported_paths()) {
+    for (unsigned threads : {1u, 2u, 3u}) {
+      SCOPED_TRACE(std::string(host::simd_path_name(path)) + " threads=" + std::to_string(threads));
+      path_guard guard(path);
+      zenflow::worker_pool pool(threads);
+      window_fixture w = base;
+      std::vector<T> upload(static_cast<std::size_t>(count * len));
+      ASSERT_EQ((host::adamw_window<S, T>(w.state(), w.acc.data(), w.idx.data(), count, slot.data(), coef,
+                                          steps, hp, upload.data(), &pool)),
+                cudaSuccess);
+      ASSERT_TRUE(same_bits(w.master, ref.master));
+      ASSERT_TRUE(same_bits(w.m, ref.m));
+      ASSERT_TRUE(same_bits(w.v, ref.v));
+      ASSERT_TRUE(same_bits(w.acc, ref.acc)); // listed rows zeroed, selected rows untouched
+      ASSERT_EQ(w.counts, ref.counts);
+      ASSERT_TRUE(same_bits(upload, ref_upload));
+
+      // The unfused sequence through the public primitives gives the same bits.
+      window_fixture u = base;
+      std::vector<T> upload2(upload.size());
+      ASSERT_EQ(host::accumulate_channels<S>(u.acc.data(), channels, len, slot.data(), u.idx.data(), count,
+                                             coef, &pool),
+                cudaSuccess);
+      for (std::int64_t r = 0; r < count; ++r) {
+        const std::int64_t c = u.idx[static_cast<std::size_t>(r)];
+        const std::size_t o = static_cast<std::size_t>(c * len);
+        ASSERT_EQ(
+            (host::cpu_adamw<float, T>(u.master.data() + o, u.m.data() + o, u.v.data() + o, u.acc.data() + o,
+                                       upload2.data() + r * len, len,
+                                       u.counts[static_cast<std::size_t>(c)] + 1, hp, 1.0f / steps, &pool)),
+            cudaSuccess);
+        std::fill_n(u.acc.data() + o, len, 0.0f);
+        u.counts[static_cast<std::size_t>(c)] += 1;
+      }
+      ASSERT_TRUE(same_bits(u.master, ref.master));
+      ASSERT_TRUE(same_bits(upload2, ref_upload));
+    }
+  }
+  // Against float64: the mean gradient of the window drives one AdamW step.
+  for (std::int64_t r = 0; r < count; r += 17) {
+    const std::int64_t c = base.idx[static_cast<std::size_t>(r)];
+    for (std::int64_t i = 0; i < len; i += 5) {
+      const std::size_t o = static_cast<std::size_t>(c * len + i);
+      ref_state s{base.master[o], base.m[o], base.v[o]};
+      const double g =
+          (static_cast<double>(base.acc[o]) +
+           coef * static_cast<double>(zenflow::to_float(slot[static_cast<std::size_t>(r * len + i)]))) /
+          steps;
+      ref_step(s, g, 1.0, hp, base.counts[static_cast<std::size_t>(c)] + 1);
+      ASSERT_TRUE(near(ref.master[o], s.p, 1e-6, 1e-5)) << c << "," << i;
+    }
+  }
+}
+
+TEST(optim_window, fused_window_equals_unfused_sequence_bit_for_bit) {
+  check_window<bfloat16, bfloat16>(41, 67);
+  check_window<half, half>(23, 64);
+  check_window<float, float>(19, 33);
+  check_window<bfloat16, float>(12, 128);
+}
+
+TEST(optim_window, zero_steps_uploads_current_weights_and_changes_no_state) {
+  const std::uint64_t seed = zf_test::base_seed() + 30;
+  window_fixture w(16, 24, seed);
+  const window_fixture before = w;
+  const auto count = static_cast<std::int64_t>(w.idx.size());
+  std::vector<bfloat16> upload(static_cast<std::size_t>(count * w.len));
+  ASSERT_EQ((host::adamw_window<bfloat16, bfloat16>(w.state(), w.acc.data(), w.idx.data(), count, nullptr,
+                                                    1.0f, 0, adamw_hparams{}, upload.data(), nullptr)),
+            cudaSuccess);
+  EXPECT_TRUE(same_bits(w.master, before.master));
+  EXPECT_TRUE(same_bits(w.m, before.m));
+  EXPECT_EQ(w.counts, before.counts);
+  for (std::int64_t r = 0; r < count; ++r) {
+    const std::int64_t c = w.idx[static_cast<std::size_t>(r)];
+    for (std::int64_t i = 0; i < w.len; ++i) {
+      ASSERT_EQ(bits(upload[static_cast<std::size_t>(r * w.len + i)]),
+                bits(zenflow::from_float<bfloat16>(before.master[static_cast<std::size_t>(c * w.len + i)])));
+      ASSERT_EQ(w.acc[static_cast<std::size_t>(c * w.len + i)], 0.0f);
+    }
+  }
+}
+
+TEST(optim_window, accumulate_matches_scalar_reference_on_every_path) {
+  const std::uint64_t seed = zf_test::base_seed() + 31;
+  const std::int64_t channels = 30, len = 45;
+  const std::vector<std::int32_t> idx = {0, 3, 4, 9, 17, 29};
+  const auto count = static_cast<std::int64_t>(idx.size());
+  const auto acc0 = uniform(static_cast<std::size_t>(channels * len), seed);
+  const auto slot = narrow<half>(uniform(static_cast<std::size_t>(count * len), seed + 1));
+  auto ref = acc0;
+  for (std::int64_t r = 0; r < count; ++r) {
+    for (std::int64_t i = 0; i < len; ++i) {
+      float& a = ref[static_cast<std::size_t>(idx[static_cast<std::size_t>(r)] * len + i)];
+      a = zenflow::accumulate_value(a, -1.25f,
+                                    zenflow::to_float(slot[static_cast<std::size_t>(r * len + i)]));
+      EXPECT_TRUE(near(a, 0, 1e9, 0)); // finite
+    }
+  }
+  for (auto path : supported_paths()) {
+    path_guard guard(path);
+    auto acc = acc0;
+    ASSERT_EQ(host::accumulate_channels<half>(acc.data(), channels, len, slot.data(), idx.data(), count,
+                                              -1.25f, nullptr),
+              cudaSuccess);
+    EXPECT_TRUE(same_bits(acc, ref)) << host::simd_path_name(path);
+  }
+  // And against float64 for one element.
+  const std::size_t o = static_cast<std::size_t>(9 * len + 4);
+  EXPECT_TRUE(near(ref[o], acc0[o] - 1.25 * zenflow::to_float(slot[static_cast<std::size_t>(3 * len + 4)]),
+                   1e-6, 1e-6));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host twins of the device launchers.
+
+template <class T>
+void check_dense() {
+  const std::uint64_t seed = zf_test::base_seed() + 40;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  SCOPED_TRACE(type_name<T>());
+  const std::vector<std::int64_t> sizes = {1, 5, 4096, 70001, 0, 33};
+  std::vector<std::vector<float>> master, m, v;
+  std::vector<std::vector<T>> w, g;
+  std::vector<zenflow::adamw_tensor<T>> desc;
+  std::vector<std::int32_t> counts;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const std::size_t n = static_cast<std::size_t>(sizes[t]);
+    master.push_back(uniform(n, seed + t));
+    m.push_back(uniform(n, seed + t + 100, 0.01f));
+    v.push_back(positive(n, seed + t + 200));
+    w.push_back(narrow<T>(master.back()));
+    g.push_back(narrow<T>(uniform(n, seed + t + 300)));
+    counts.push_back(static_cast<std::int32_t>(t * 3));
+  }
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    desc.push_back({w[t].data(), g[t].data(), master[t].data(), m[t].data(), v[t].data(), sizes[t]});
+  }
+  const auto master0 = master, m0 = m, v0 = v;
+  const auto w0 = w;
+  const auto counts0 = counts;
+  adamw_hparams hp;
+  hp.lr = 1e-3f;
+  hp.weight_decay = 0.1f;
+  const float scale = 0.25f;
+  const std::uint32_t skip = 1, no_skip = 0;
+  zenflow::worker_pool pool(2);
+
+  // Skipped: nothing changes.
+  ASSERT_EQ(host::adamw_dense<T>(desc.data(), static_cast<int>(desc.size()), counts.data(), hp, &scale, &skip,
+                                 &pool),
+            cudaSuccess);
+  EXPECT_EQ(counts, counts0);
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    EXPECT_TRUE(same_bits(master[t], master0[t]) && same_bits(w[t], w0[t]) && same_bits(m[t], m0[t]));
+  }
+  // Two real steps.
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_EQ(host::adamw_dense<T>(desc.data(), static_cast<int>(desc.size()), counts.data(), hp, &scale,
+                                   &no_skip, &pool),
+              cudaSuccess);
+  }
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    EXPECT_EQ(counts[t], counts0[t] + 2);
+    for (std::size_t i = 0; i < master[t].size(); ++i) {
+      float p = master0[t][i], mm = m0[t][i], vv = v0[t][i];
+      ref_state r{p, mm, vv};
+      for (int step = 0; step < 2; ++step) {
+        const auto c = zenflow::make_adam_constants(hp, counts0[t] + 1 + step);
+        zenflow::adam_update(p, mm, vv, g[t][i], scale, c);
+        ref_step(r, zenflow::to_float(g[t][i]), scale, hp, counts0[t] + 1 + step);
+      }
+      ASSERT_EQ(bits(master[t][i]), bits(p)) << t << "," << i;
+      ASSERT_EQ(bits(w[t][i]), bits(zenflow::from_float<T>(p))) << t << "," << i;
+      ASSERT_TRUE(near(master[t][i], r.p, 1e-6, 1e-5)) << t << "," << i;
+    }
+  }
+  // Null grad scale and skip = 1.0 and not skipped; null weights = no working copy.
+  auto d2 = desc;
+  d2[2].weights = nullptr;
+  const auto w2 = w[2];
+  ASSERT_EQ(host::adamw_dense<T>(d2.data(), static_cast<int>(d2.size()), counts.data(), hp, nullptr, nullptr,
+                                 nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(same_bits(w[2], w2));
+  EXPECT_EQ(counts[2], counts0[2] + 3);
+}
+
+TEST(optim_host, dense_multi_tensor_f32) {
+  check_dense<float>();
+}
+TEST(optim_host, dense_multi_tensor_f16) {
+  check_dense<half>();
+}
+TEST(optim_host, dense_multi_tensor_bf16) {
+  check_dense<bfloat16>();
+}
+
+template <class T>
+void check_selective(zenflow::channel_layout layout) {
+  const std::uint64_t seed = zf_test::base_seed() + 50;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  SCOPED_TRACE(std::string(type_name<T>()) +
+               (layout == zenflow::channel_layout::contiguous ? " contiguous" : " strided"));
+  const std::int64_t channels = 37, len = 53;
+  const std::int64_t ld = layout == zenflow::channel_layout::contiguous ? len + 3 : channels + 2;
+  const std::size_t storage =
+      static_cast<std::size_t>(layout == zenflow::channel_layout::contiguous ? channels * ld : len * ld);
+  auto w = narrow<T>(uniform(storage, seed));
+  const auto g = narrow<T>(uniform(storage, seed + 1));
+  const std::vector<std::int32_t> idx = {0, 1, 5, 6, 7, 20, 36};
+  const auto k = static_cast<std::int64_t>(idx.size());
+  const std::size_t state_n = static_cast<std::size_t>(k * len);
+  auto master = uniform(state_n, seed + 2);
+  auto m = uniform(state_n, seed + 3, 0.01f);
+  auto v = positive(state_n, seed + 4);
+  std::vector<std::int32_t> counts = {0, 4, 9, 1, 0, 100, 7};
+  const auto w0 = w;
+  const auto master0 = master, m0 = m, v0 = v;
+  const auto counts0 = counts;
+  zenflow::channel_matrix<T> wm{w.data(), channels, len, ld, layout};
+  zenflow::channel_matrix<const T> gm{g.data(), channels, len, ld, layout};
+  adamw_hparams hp;
+  hp.lr = 2e-3f;
+  hp.weight_decay = 0.05f;
+  const float scale = 2.0f;
+  const std::uint32_t skip = 1;
+  float l1 = 10.0f;
+  // Skipped: nothing, l1 included.
+  ASSERT_EQ(host::adamw_selective<T>(wm, gm, idx.data(), k, master.data(), m.data(), v.data(), counts.data(),
+                                     hp, &scale, &skip, &l1, nullptr),
+            cudaSuccess);
+  EXPECT_TRUE(same_bits(w, w0) && same_bits(master, master0) && counts == counts0);
+  EXPECT_EQ(l1, 10.0f);
+  zenflow::worker_pool pool(2);
+  ASSERT_EQ(host::adamw_selective<T>(wm, gm, idx.data(), k, master.data(), m.data(), v.data(), counts.data(),
+                                     hp, &scale, nullptr, &l1, &pool),
+            cudaSuccess);
+  double l1_ref = 10.0;
+  std::vector<bool> selected(static_cast<std::size_t>(channels), false);
+  for (std::int64_t r = 0; r < k; ++r) {
+    const std::int64_t c = idx[static_cast<std::size_t>(r)];
+    selected[static_cast<std::size_t>(c)] = true;
+    EXPECT_EQ(counts[static_cast<std::size_t>(r)], counts0[static_cast<std::size_t>(r)] + 1);
+    const auto kc = zenflow::make_adam_constants(hp, counts0[static_cast<std::size_t>(r)] + 1);
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::size_t so = static_cast<std::size_t>(r * len + i);
+      const std::size_t mo = static_cast<std::size_t>(wm.offset(c, i));
+      float p = master0[so], mm = m0[so], vv = v0[so];
+      const float np = zenflow::adam_update(p, mm, vv, g[mo], scale, kc);
+      ref_state rs{master0[so], m0[so], v0[so]};
+      ref_step(rs, zenflow::to_float(g[mo]), scale, hp, counts0[static_cast<std::size_t>(r)] + 1);
+      ASSERT_EQ(bits(master[so]), bits(np));
+      ASSERT_EQ(bits(m[so]), bits(mm));
+      ASSERT_EQ(bits(w[mo]), bits(zenflow::from_float<T>(np)));
+      ASSERT_TRUE(near(master[so], rs.p, 1e-6, 1e-5));
+      l1_ref += std::abs(static_cast<double>(zenflow::to_float(g[mo])));
+    }
+  }
+  EXPECT_TRUE(near(l1, l1_ref, 0, 1e-5));
+  // Unlisted channels (and padding) untouched.
+  for (std::size_t o = 0; o < storage; ++o) {
+    const std::int64_t c = layout == zenflow::channel_layout::contiguous ? static_cast<std::int64_t>(o) / ld
+                                                                         : static_cast<std::int64_t>(o) % ld;
+    const std::int64_t i = layout == zenflow::channel_layout::contiguous ? static_cast<std::int64_t>(o) % ld
+                                                                         : static_cast<std::int64_t>(o) / ld;
+    if (c >= channels || i >= len || !selected[static_cast<std::size_t>(c)]) {
+      ASSERT_EQ(bits(w[o]), bits(w0[o])) << o;
+    }
+  }
+}
+
+TEST(optim_host, selective_contiguous_all_dtypes) {
+  check_selective<float>(zenflow::channel_layout::contiguous);
+  check_selective<half>(zenflow::channel_layout::contiguous);
+  check_selective<bfloat16>(zenflow::channel_layout::contiguous);
+}
+TEST(optim_host, selective_strided_all_dtypes) {
+  check_selective<float>(zenflow::channel_layout::strided);
+  check_selective<half>(zenflow::channel_layout::strided);
+  check_selective<bfloat16>(zenflow::channel_layout::strided);
+}
+
+template <class Tin, class Tout>
+void check_gather_scatter(zenflow::channel_layout layout) {
+  const std::uint64_t seed = zf_test::base_seed() + 60;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  SCOPED_TRACE(std::string(type_name<Tin>()) + "->" + type_name<Tout>() +
+               (layout == zenflow::channel_layout::contiguous ? " contiguous" : " strided"));
+  const std::int64_t channels = 29, len = 70;
+  const std::int64_t ld = layout == zenflow::channel_layout::contiguous ? len + 1 : channels + 5;
+  const std::size_t storage =
+      static_cast<std::size_t>(layout == zenflow::channel_layout::contiguous ? channels * ld : len * ld);
+  const auto src = narrow<Tin>(uniform(storage, seed, 100.0f));
+  const std::vector<std::int32_t> idx = {1, 2, 3, 10, 11, 27, 28};
+  const auto count = static_cast<std::int64_t>(idx.size());
+  zenflow::channel_matrix<const Tin> sm{src.data(), channels, len, ld, layout};
+  for (auto path : supported_paths()) {
+    path_guard guard(path);
+    std::vector<Tout> packed(static_cast<std::size_t>(count * len));
+    float l1 = 1.0f;
+    zenflow::worker_pool pool(2);
+    ASSERT_EQ((host::gather_channels<Tin, Tout>(sm, idx.data(), count, packed.data(), &l1, &pool)),
+              cudaSuccess);
+    double l1_ref = 1.0;
+    for (std::int64_t r = 0; r < count; ++r) {
+      for (std::int64_t i = 0; i < len; ++i) {
+        const float x =
+            zenflow::to_float(src[static_cast<std::size_t>(sm.offset(idx[static_cast<std::size_t>(r)], i))]);
+        ASSERT_EQ(bits(packed[static_cast<std::size_t>(r * len + i)]), bits(zenflow::from_float<Tout>(x)));
+        l1_ref += std::abs(static_cast<double>(x));
+      }
+    }
+    EXPECT_TRUE(near(l1, l1_ref, 0, 1e-5));
+    // Scatter back into a fresh matrix: listed channels get the values, the rest is untouched.
+    std::vector<Tin> dst(storage, zenflow::from_float<Tin>(-7.0f));
+    zenflow::channel_matrix<Tin> dm{dst.data(), channels, len, ld, layout};
+    ASSERT_EQ((host::scatter_channels<Tout, Tin>(packed.data(), idx.data(), count, dm, &pool)), cudaSuccess);
+    for (std::int64_t c = 0; c < channels; ++c) {
+      const bool listed = std::find(idx.begin(), idx.end(), c) != idx.end();
+      for (std::int64_t i = 0; i < len; ++i) {
+        const std::size_t o = static_cast<std::size_t>(sm.offset(c, i));
+        const auto expect = listed ? zenflow::from_float<Tin>(zenflow::to_float(
+                                         zenflow::from_float<Tout>(zenflow::to_float(src[o]))))
+                                   : zenflow::from_float<Tin>(-7.0f);
+        ASSERT_EQ(bits(dst[o]), bits(expect)) << c << "," << i;
+      }
+    }
+  }
+}
+
+TEST(optim_host, gather_scatter_contiguous) {
+  check_gather_scatter<bfloat16, bfloat16>(zenflow::channel_layout::contiguous);
+  check_gather_scatter<float, bfloat16>(zenflow::channel_layout::contiguous);
+  check_gather_scatter<float, half>(zenflow::channel_layout::contiguous);
+  check_gather_scatter<half, float>(zenflow::channel_layout::contiguous);
+  check_gather_scatter<float, float>(zenflow::channel_layout::contiguous);
+}
+TEST(optim_host, gather_scatter_strided) {
+  check_gather_scatter<bfloat16, bfloat16>(zenflow::channel_layout::strided);
+  check_gather_scatter<float, half>(zenflow::channel_layout::strided);
+}
+
+TEST(optim_host, l1_mass_is_the_same_on_every_path_and_thread_count) {
+  const std::uint64_t seed = zf_test::base_seed() + 61;
+  const std::int64_t channels = 300, len = 301;
+  const auto src = narrow<bfloat16>(uniform(static_cast<std::size_t>(channels * len), seed));
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(channels));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::vector<bfloat16> packed(src.size());
+  float first = -1.0f;
+  for (auto path : supported_paths()) {
+    path_guard guard(path);
+    for (unsigned threads : {1u, 3u}) {
+      zenflow::worker_pool pool(threads);
+      float l1 = 0.0f;
+      ASSERT_EQ(
+          (host::gather_channels<bfloat16, bfloat16>(zenflow::make_channel_matrix(src.data(), channels, len),
+                                                     idx.data(), channels, packed.data(), &l1, &pool)),
+          cudaSuccess);
+      if (first < 0.0f) {
+        first = l1;
+      }
+      EXPECT_EQ(bits(l1), bits(first)) << host::simd_path_name(path) << " threads " << threads;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad arguments: the error, the argument's name in the message, and nothing written.
+
+::testing::AssertionResult rejected(cudaError_t e, const char* arg) {
+  if (e != cudaErrorInvalidValue) {
+    return ::testing::AssertionFailure() << "returned " << static_cast<int>(e);
+  }
+  if (zenflow::last_error_message().find(arg) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "message '" << zenflow::last_error_message() << "' does not name " << arg;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(optim_args, cpu_adamw_rejects_bad_arguments_and_writes_nothing) {
+  std::vector<float> p(8, 1.0f), m(8, 2.0f), v(8, 3.0f), g(8, 4.0f), out(8, 5.0f);
+  const auto p0 = p, m0 = m, v0 = v, out0 = out;
+  adamw_hparams hp;
+  auto call = [&](float* pp, float* mm, float* vv, const float* gg, std::int64_t n, std::int32_t count,
+                  const adamw_hparams& h, float s) {
+    return host::cpu_adamw<float, float>(pp, mm, vv, gg, out.data(), n, count, h, s, nullptr);
+  };
+  EXPECT_TRUE(rejected(call(p.data(), m.data(), v.data(), g.data(), -1, 1, hp, 1.0f), "n"));
+  EXPECT_TRUE(rejected(call(nullptr, m.data(), v.data(), g.data(), 8, 1, hp, 1.0f), "master"));
+  EXPECT_TRUE(rejected(call(p.data(), nullptr, v.data(), g.data(), 8, 1, hp, 1.0f), "'m'"));
+  EXPECT_TRUE(rejected(call(p.data(), m.data(), nullptr, g.data(), 8, 1, hp, 1.0f), "'v'"));
+  EXPECT_TRUE(rejected(call(p.data(), m.data(), v.data(), nullptr, 8, 1, hp, 1.0f), "grad"));
+  EXPECT_TRUE(rejected(call(p.data(), m.data(), v.data(), g.data(), 8, 0, hp, 1.0f), "count"));
+  EXPECT_TRUE(rejected(call(p.data(), m.data(), v.data(), g.data(), 8, 1, hp, std::nanf("")), "grad_scale"));
+  adamw_hparams bad = hp;
+  bad.beta2 = 1.5f;
+  EXPECT_TRUE(rejected(call(p.data(), m.data(), v.data(), g.data(), 8, 1, bad, 1.0f), "hp.beta2"));
+  EXPECT_TRUE(same_bits(p, p0) && same_bits(m, m0) && same_bits(v, v0) && same_bits(out, out0));
+}
+
+TEST(optim_args, window_and_accumulate_reject_bad_arguments_and_write_nothing) {
+  window_fixture w(8, 4, 1);
+  const window_fixture before = w;
+  const auto count = static_cast<std::int64_t>(w.idx.size());
+  std::vector<bfloat16> slot(static_cast<std::size_t>(count * 4), zenflow::from_float<bfloat16>(1.0f));
+  std::vector<bfloat16> upload(slot.size(), zenflow::from_float<bfloat16>(9.0f));
+  const auto upload0 = upload;
+  adamw_hparams hp;
+  auto win = [&](zenflow::channel_state st, float* acc, const std::int32_t* idx, std::int64_t n,
+                 const bfloat16* s, std::int32_t steps, bfloat16* up, const adamw_hparams& h) {
+    return host::adamw_window<bfloat16, bfloat16>(st, acc, idx, n, s, 1.0f, steps, h, up, nullptr);
+  };
+  auto st = w.state();
+  EXPECT_TRUE(rejected(win(st, nullptr, w.idx.data(), count, slot.data(), 2, upload.data(), hp), "acc"));
+  EXPECT_TRUE(rejected(win(st, w.acc.data(), nullptr, count, slot.data(), 2, upload.data(), hp), "d_idx"));
+  EXPECT_TRUE(rejected(win(st, w.acc.data(), w.idx.data(), count, slot.data(), 2, nullptr, hp), "upload"));
+  EXPECT_TRUE(rejected(win(st, w.acc.data(), w.idx.data(), 9, slot.data(), 2, upload.data(), hp), "count"));
+  EXPECT_TRUE(
+      rejected(win(st, w.acc.data(), w.idx.data(), count, slot.data(), -1, upload.data(), hp), "steps"));
+  EXPECT_TRUE(
+      rejected(win(st, w.acc.data(), w.idx.data(), count, slot.data(), 0, upload.data(), hp), "last_slot"));
+  adamw_hparams bad = hp;
+  bad.lr = -1.0f;
+  EXPECT_TRUE(
+      rejected(win(st, w.acc.data(), w.idx.data(), count, slot.data(), 2, upload.data(), bad), "hp.lr"));
+  auto st2 = st;
+  st2.counts = nullptr;
+  EXPECT_TRUE(rejected(win(st2, w.acc.data(), w.idx.data(), count, slot.data(), 2, upload.data(), hp),
+                       "state.counts"));
+  st2 = st;
+  st2.v = nullptr;
+  EXPECT_TRUE(
+      rejected(win(st2, w.acc.data(), w.idx.data(), count, slot.data(), 2, upload.data(), hp), "state.v"));
+  std::vector<std::int32_t> bad_idx = w.idx;
+  bad_idx.back() = 8; // out of range, last: a partial write would show
+  EXPECT_TRUE(
+      rejected(win(st, w.acc.data(), bad_idx.data(), count, slot.data(), 2, upload.data(), hp), "d_idx"));
+  EXPECT_TRUE(rejected(host::accumulate_channels<bfloat16>(w.acc.data(), 8, 4, slot.data(), bad_idx.data(),
+                                                           count, 1.0f, nullptr),
+                       "d_idx"));
+  EXPECT_TRUE(rejected(
+      host::accumulate_channels<bfloat16>(nullptr, 8, 4, slot.data(), w.idx.data(), count, 1.0f, nullptr),
+      "acc"));
+  EXPECT_TRUE(rejected(
+      host::accumulate_channels<bfloat16>(w.acc.data(), 8, 4, nullptr, w.idx.data(), count, 1.0f, nullptr),
+      "slot"));
+  EXPECT_TRUE(
+      rejected(host::accumulate_channels<bfloat16>(w.acc.data(), 8, 4, slot.data(), w.idx.data(), count,
+                                                   std::numeric_limits<float>::infinity(), nullptr),
+               "coef"));
+  EXPECT_TRUE(same_bits(w.master, before.master) && same_bits(w.m, before.m) && same_bits(w.v, before.v) &&
+              same_bits(w.acc, before.acc) && w.counts == before.counts && same_bits(upload, upload0));
+}
+
+TEST(optim_args, host_twins_reject_bad_arguments_and_write_nothing) {
+  std::vector<float> master(16, 1.0f), m(16, 2.0f), v(16, 3.0f);
+  std::vector<bfloat16> w(16, zenflow::from_float<bfloat16>(4.0f)),
+      g(16, zenflow::from_float<bfloat16>(5.0f));
+  std::vector<std::int32_t> counts(4, 7);
+  const auto master0 = master, m0 = m, v0 = v;
+  const auto w0 = w;
+  const auto counts0 = counts;
+  adamw_hparams hp;
+  // dense
+  zenflow::adamw_tensor<bfloat16> t{w.data(), g.data(), master.data(), m.data(), v.data(), 16};
+  EXPECT_TRUE(
+      rejected(host::adamw_dense<bfloat16>(&t, -1, counts.data(), hp, nullptr, nullptr, nullptr), "count"));
+  EXPECT_TRUE(rejected(host::adamw_dense<bfloat16>(nullptr, 1, counts.data(), hp, nullptr, nullptr, nullptr),
+                       "tensors"));
+  EXPECT_TRUE(
+      rejected(host::adamw_dense<bfloat16>(&t, 1, nullptr, hp, nullptr, nullptr, nullptr), "d_counts"));
+  auto t2 = t;
+  t2.grads = nullptr;
+  EXPECT_TRUE(rejected(host::adamw_dense<bfloat16>(&t2, 1, counts.data(), hp, nullptr, nullptr, nullptr),
+                       "tensors[].grads"));
+  t2 = t;
+  t2.size = -3;
+  EXPECT_TRUE(rejected(host::adamw_dense<bfloat16>(&t2, 1, counts.data(), hp, nullptr, nullptr, nullptr),
+                       "tensors[].size"));
+  adamw_hparams bad = hp;
+  bad.eps = -1.0f;
+  EXPECT_TRUE(
+      rejected(host::adamw_dense<bfloat16>(&t, 1, counts.data(), bad, nullptr, nullptr, nullptr), "hp.eps"));
+  // selective: 4 channels x 4
+  auto wm = zenflow::make_channel_matrix(w.data(), 4, 4);
+  auto gm = zenflow::make_channel_matrix<const bfloat16>(g.data(), 4, 4);
+  const std::vector<std::int32_t> idx = {0, 2};
+  const std::vector<std::int32_t> bad_idx = {0, 4};
+  auto sel = [&](zenflow::channel_matrix<bfloat16> a, zenflow::channel_matrix<const bfloat16> b,
+                 const std::int32_t* i, std::int64_t k, float* p, std::int32_t* c) {
+    return host::adamw_selective<bfloat16>(a, b, i, k, p, m.data(), v.data(), c, hp, nullptr, nullptr,
+                                           nullptr, nullptr);
+  };
+  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 5, master.data(), counts.data()), "k"));
+  EXPECT_TRUE(rejected(sel(wm, gm, nullptr, 2, master.data(), counts.data()), "d_idx"));
+  EXPECT_TRUE(rejected(sel(wm, gm, bad_idx.data(), 2, master.data(), counts.data()), "d_idx"));
+  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 2, nullptr, counts.data()), "d_master"));
+  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 2, master.data(), nullptr), "d_counts"));
+  auto gm_bad = gm;
+  gm_bad.channels = 3;
+  EXPECT_TRUE(rejected(sel(wm, gm_bad, idx.data(), 2, master.data(), counts.data()), "grads"));
+  auto wm_bad = wm;
+  wm_bad.ld = 2;
+  EXPECT_TRUE(rejected(sel(wm_bad, gm, idx.data(), 2, master.data(), counts.data()), "ld"));
+  wm_bad = wm;
+  wm_bad.data = nullptr;
+  EXPECT_TRUE(rejected(sel(wm_bad, gm, idx.data(), 2, master.data(), counts.data()), "weights"));
+  // gather / scatter
+  std::vector<float> packed(8, -1.0f);
+  const auto packed0 = packed;
+  float l1 = 0.0f;
+  EXPECT_TRUE(
+      rejected((host::gather_channels<bfloat16, float>(gm, idx.data(), 2, nullptr, &l1, nullptr)), "d_dst"));
+  EXPECT_TRUE(rejected(
+      (host::gather_channels<bfloat16, float>(gm, bad_idx.data(), 2, packed.data(), &l1, nullptr)), "d_idx"));
+  EXPECT_TRUE(rejected(
+      (host::gather_channels<bfloat16, float>(gm, idx.data(), -1, packed.data(), &l1, nullptr)), "count"));
+  EXPECT_TRUE(
+      rejected((host::scatter_channels<float, bfloat16>(nullptr, idx.data(), 2, wm, nullptr)), "d_src"));
+  EXPECT_TRUE(rejected(
+      (host::scatter_channels<float, bfloat16>(packed.data(), bad_idx.data(), 2, wm, nullptr)), "d_idx"));
+  EXPECT_TRUE(rejected(
+      (host::scatter_channels<float, bfloat16>(packed.data(), idx.data(), 2, wm_bad, nullptr)), "dst"));
+  EXPECT_EQ(l1, 0.0f);
+  EXPECT_TRUE(same_bits(master, master0) && same_bits(m, m0) && same_bits(v, v0) && same_bits(w, w0) &&
+              counts == counts0 && same_bits(packed, packed0));
+}
+
+} // namespace

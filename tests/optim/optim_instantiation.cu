@@ -1,0 +1,33 @@
+// Compile-only: every optimizer launcher instantiated for float, __half and __nv_bfloat16.
+#include <zenflow/optim/adamw.cuh>
+
+namespace zenflow {
+inline namespace ZF_ABI_NAMESPACE {
+namespace device {
+
+#define ZF_OPTIM_INSTANTIATE(T)                                                                              \
+  template cudaError_t adamw_dense<T>(const adamw_tensor<T>*, int, std::int32_t*, const adamw_hparams&,      \
+                                      const float*, const std::uint32_t*, cudaStream_t);                     \
+  template cudaError_t adamw_selective<T>(                                                                   \
+      channel_matrix<T>, channel_matrix<const T>, const std::int32_t*, std::int64_t, float*, float*, float*, \
+      std::int32_t*, const adamw_hparams&, const float*, const std::uint32_t*, float*, cudaStream_t);        \
+  template cudaError_t gather_channels<T, float>(channel_matrix<const T>, const std::int32_t*, std::int64_t, \
+                                                 float*, float*, cudaStream_t);                              \
+  template cudaError_t gather_channels<T, T>(channel_matrix<const T>, const std::int32_t*, std::int64_t, T*, \
+                                             float*, cudaStream_t);                                          \
+  template cudaError_t gather_channels<float, T>(channel_matrix<const float>, const std::int32_t*,           \
+                                                 std::int64_t, T*, float*, cudaStream_t);                    \
+  template cudaError_t scatter_channels<float, T>(const float*, const std::int32_t*, std::int64_t,           \
+                                                  channel_matrix<T>, cudaStream_t);                          \
+  template cudaError_t scatter_channels<T, T>(const T*, const std::int32_t*, std::int64_t,                   \
+                                              channel_matrix<T>, cudaStream_t);                              \
+  template cudaError_t scatter_channels<T, float>(const T*, const std::int32_t*, std::int64_t,               \
+                                                  channel_matrix<float>, cudaStream_t);
+
+ZF_OPTIM_INSTANTIATE(float)
+ZF_OPTIM_INSTANTIATE(half)
+ZF_OPTIM_INSTANTIATE(bfloat16)
+
+} // namespace device
+} // namespace ZF_ABI_NAMESPACE
+} // namespace zenflow
