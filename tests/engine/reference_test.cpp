@@ -636,8 +636,11 @@ protected:
     c.validate();
     return c;
   }
-  static std::vector<std::int64_t>
-  run(const config& c, std::vector<double> rest, std::int64_t steps, std::int64_t bad_step = -1) {
+  static std::vector<std::int64_t> run(const config& c,
+                                       std::vector<double> rest,
+                                       std::int64_t steps,
+                                       std::int64_t bad_step = -1,
+                                       std::int64_t crit_doubles_at = -1) {
     zenflow_reference ref(c);
     add_model(ref, initial_weights(3, shapes()), shapes());
     std::mt19937_64 gen(11);
@@ -646,7 +649,8 @@ protected:
       for (std::size_t m = 0; m < 2; ++m) {
         std::vector<float> v(32);
         for (std::size_t e = 0; e < 32; ++e) {
-          const float mag = e < 8 ? 1.0f : static_cast<float>(rest[m]);
+          const float crit = crit_doubles_at >= 0 && t >= crit_doubles_at ? 2.0f : 1.0f;
+          const float mag = e < 8 ? crit : static_cast<float>(rest[m]);
           v[e] = (gen() & 1u) != 0 ? mag : -mag;
         }
         g.push_back(v);
@@ -682,6 +686,10 @@ TEST_F(zen_auto_fixture, selection_restarts_the_mean_and_closes_the_window) {
   // Windows 5, 5, then cut at the selection at step 12; the mean restarts there.
   EXPECT_EQ(run(auto_config(0.99, 1, 64, 12), {0.25, 0.25}, 36),
             (std::vector<std::int64_t>{5, 5, 2, 5, 5, 2, 5, 5, 2}));
+  // From the selection at step 12 on the selected channels carry twice the mass: the restarted
+  // mean is 8 per channel, so windows of 9 (a mean kept across selections would give 7).
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 12), {0.25, 0.25}, 24, -1, 12),
+            (std::vector<std::int64_t>{5, 5, 2, 9, 3}));
 }
 
 TEST_F(zen_auto_fixture, skipped_step_counts_toward_length_but_brings_no_mass) {
