@@ -17,9 +17,13 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/math/adam.hpp>
-#include <zenflow/math/norms.hpp>
+#include <zenflow/select/detail/norm_math.hpp>
 
 ZF_NAMESPACE_BEGIN
+
+/// A channel's importance score: `sq_l2` (squared L2, ZenFlow's, the default) or `l1`
+/// (DeepSpeed's). The select area's `channel_norm` under the name the engine contract uses.
+using norm_kind = channel_norm;
 
 /// When the important channels are re-selected. JSON: "step" | "epoch" | "auto".
 enum class select_strategy : std::uint8_t {
