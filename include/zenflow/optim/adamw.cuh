@@ -10,10 +10,10 @@
 /// flag) from device memory inside the kernels, so the caller never synchronises for them.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstdint>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
@@ -37,19 +37,19 @@ template <class M>
          mat.channel_len % 4 == 0;
 }
 
-[[nodiscard]] inline cudaError_t launch_counts(std::int32_t* counts,
-                                               std::int64_t n,
-                                               const std::uint32_t* skip,
-                                               cudaStream_t stream) {
+[[nodiscard]] inline cudaError_t
+launch_counts(std::int32_t* counts, std::int64_t n, const std::uint32_t* skip, cudaStream_t stream) {
   if (n == 0) {
     return cudaSuccess;
   }
-  advance_counts<<<static_cast<unsigned>((n + block_threads - 1) / block_threads), block_threads, 0, stream>>>(
-      counts, n, skip);
+  advance_counts<<<static_cast<unsigned>((n + block_threads - 1) / block_threads), block_threads, 0,
+                   stream>>>(counts, n, skip);
   return cudaGetLastError();
 }
 
-[[nodiscard]] inline std::int64_t row_split(std::int64_t L) { return std::max<std::int64_t>(1, (L + block_elems - 1) / block_elems); }
+[[nodiscard]] inline std::int64_t row_split(std::int64_t L) {
+  return std::max<std::int64_t>(1, (L + block_elems - 1) / block_elems);
+}
 } // namespace detail::optim
 
 namespace device {
@@ -95,7 +95,8 @@ template <class T>
       L.tensors[L.count] = d;
       L.block_start[L.count] = blocks;
       const bool vec = aligned(d.master, 16) && aligned(d.m, 16) && aligned(d.v, 16) &&
-                       aligned(d.grads, 4 * sizeof(T)) && (d.weights == nullptr || aligned(d.weights, 4 * sizeof(T)));
+                       aligned(d.grads, 4 * sizeof(T)) &&
+                       (d.weights == nullptr || aligned(d.weights, 4 * sizeof(T)));
       if (vec) {
         L.vector_ok |= std::uint64_t{1} << L.count;
       }
@@ -105,8 +106,8 @@ template <class T>
     }
     L.block_start[L.count] = blocks;
     if (blocks > 0) {
-      adamw_dense_kernel<T><<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(L, d_counts, d_grad_scale,
-                                                                                         d_skip);
+      adamw_dense_kernel<T>
+          <<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(L, d_counts, d_grad_scale, d_skip);
       if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
         return e;
       }
@@ -150,9 +151,11 @@ template <class T>
     return e;
   }
   const std::int64_t L = weights.channel_len;
-  const bool rows = weights.layout == channel_layout::contiguous && grads.layout == channel_layout::contiguous;
+  const bool rows =
+      weights.layout == channel_layout::contiguous && grads.layout == channel_layout::contiguous;
   if (!rows) {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len", "is too large for the strided path (> 2^21)");
+    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
+                  "is too large for the strided path (> 2^21)");
   } else {
     ZF_EXPECT_ARG(k * row_split(L) <= max_blocks_per_launch, fn, "k", "times channel_len is too large");
   }
@@ -166,7 +169,8 @@ template <class T>
     adamw_selective_rows_kernel<T><<<static_cast<unsigned>(k * split), block_threads, 0, stream>>>(
         weights, grads, d_idx, split, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass, vec);
   } else {
-    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile), static_cast<unsigned>((L + tile - 1) / tile));
+    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile),
+                    static_cast<unsigned>((L + tile - 1) / tile));
     adamw_selective_tiles_kernel<T><<<grid, dim3(tile, tile_rows), 0, stream>>>(
         weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass);
   }
@@ -197,9 +201,11 @@ template <class Tin, class Tout>
   }
   const std::int64_t L = src.channel_len;
   if (src.layout == channel_layout::contiguous) {
-    ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count", "times channel_len is too large");
+    ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count",
+                  "times channel_len is too large");
   } else {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len", "is too large for the strided path (> 2^21)");
+    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
+                  "is too large for the strided path (> 2^21)");
   }
   if (count == 0 || L == 0) {
     return cudaSuccess;
@@ -207,11 +213,13 @@ template <class Tin, class Tout>
   if (src.layout == channel_layout::contiguous) {
     const std::int64_t split = row_split(L);
     const bool vec = rows_vectorizable(src) && aligned(d_dst, 4 * sizeof(Tout));
-    gather_rows_kernel<Tin, Tout>
-        <<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(src, d_idx, split, d_dst, d_l1_mass, vec);
+    gather_rows_kernel<Tin, Tout><<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(
+        src, d_idx, split, d_dst, d_l1_mass, vec);
   } else {
-    const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile), static_cast<unsigned>((L + tile - 1) / tile));
-    gather_tiles_kernel<Tin, Tout><<<grid, dim3(tile, tile_rows), 0, stream>>>(src, d_idx, count, d_dst, d_l1_mass);
+    const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
+                    static_cast<unsigned>((L + tile - 1) / tile));
+    gather_tiles_kernel<Tin, Tout>
+        <<<grid, dim3(tile, tile_rows), 0, stream>>>(src, d_idx, count, d_dst, d_l1_mass);
   }
   return cudaGetLastError();
 }
@@ -234,9 +242,11 @@ template <class Tin, class Tout>
   }
   const std::int64_t L = dst.channel_len;
   if (dst.layout == channel_layout::contiguous) {
-    ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count", "times channel_len is too large");
+    ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count",
+                  "times channel_len is too large");
   } else {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len", "is too large for the strided path (> 2^21)");
+    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
+                  "is too large for the strided path (> 2^21)");
   }
   if (count == 0 || L == 0) {
     return cudaSuccess;
@@ -247,7 +257,8 @@ template <class Tin, class Tout>
     scatter_rows_kernel<Tin, Tout>
         <<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(d_src, d_idx, split, dst, vec);
   } else {
-    const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile), static_cast<unsigned>((L + tile - 1) / tile));
+    const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
+                    static_cast<unsigned>((L + tile - 1) / tile));
     scatter_tiles_kernel<Tin, Tout><<<grid, dim3(tile, tile_rows), 0, stream>>>(d_src, d_idx, count, dst);
   }
   return cudaGetLastError();

@@ -3,9 +3,9 @@
 /// math/adam.hpp's, shared with the host twins.
 #pragma once
 
-#include <cub/block/block_reduce.cuh>
-
 #include <cstdint>
+
+#include <cub/block/block_reduce.cuh>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
@@ -58,16 +58,21 @@ __device__ ZF_FORCEINLINE void store4(T* p, float4 x) {
     *reinterpret_cast<float4*>(p) = x;
   } else {
     uint2 u;
-    u.x = detail::raw_bits(from_float<T>(x.x)) | (static_cast<std::uint32_t>(detail::raw_bits(from_float<T>(x.y))) << 16);
-    u.y = detail::raw_bits(from_float<T>(x.z)) | (static_cast<std::uint32_t>(detail::raw_bits(from_float<T>(x.w))) << 16);
+    u.x = detail::raw_bits(from_float<T>(x.x)) |
+          (static_cast<std::uint32_t>(detail::raw_bits(from_float<T>(x.y))) << 16);
+    u.y = detail::raw_bits(from_float<T>(x.z)) |
+          (static_cast<std::uint32_t>(detail::raw_bits(from_float<T>(x.w))) << 16);
     *reinterpret_cast<uint2*>(p) = u;
   }
 }
 
-__device__ ZF_FORCEINLINE float abs_f(float x) { return fabsf(x); }
+__device__ ZF_FORCEINLINE float abs_f(float x) {
+  return fabsf(x);
+}
 
 /// The 4-lane version of adam_update (same operations per lane).
-__device__ ZF_FORCEINLINE void update4(float4& p, float4& m, float4& v, float4 g, float s, const adam_constants& c) {
+__device__ ZF_FORCEINLINE void
+update4(float4& p, float4& m, float4& v, float4 g, float s, const adam_constants& c) {
   adam_update(p.x, m.x, v.x, g.x, s, c);
   adam_update(p.y, m.y, v.y, g.y, s, c);
   adam_update(p.z, m.z, v.z, g.z, s, c);
@@ -75,11 +80,10 @@ __device__ ZF_FORCEINLINE void update4(float4& p, float4& m, float4& v, float4 g
 }
 
 template <class T>
-ZF_KERNEL void __launch_bounds__(block_threads)
-    adamw_dense_kernel(const __grid_constant__ dense_launch<T> L,
-                       const std::int32_t* __restrict__ counts,
-                       const float* __restrict__ grad_scale,
-                       const std::uint32_t* __restrict__ skip) {
+ZF_KERNEL void __launch_bounds__(block_threads) adamw_dense_kernel(const __grid_constant__ dense_launch<T> L,
+                                                                   const std::int32_t* __restrict__ counts,
+                                                                   const float* __restrict__ grad_scale,
+                                                                   const std::uint32_t* __restrict__ skip) {
   if (skip != nullptr && *skip != 0) {
     return;
   }
@@ -131,9 +135,8 @@ ZF_KERNEL void __launch_bounds__(block_threads)
 
 /// counts[i] += 1 for i < n unless the step is skipped (after the update kernels, same stream:
 /// a block of the update cannot advance a count that another block of it still has to read).
-ZF_KERNEL void advance_counts(std::int32_t* __restrict__ counts,
-                              std::int64_t n,
-                              const std::uint32_t* __restrict__ skip) {
+ZF_KERNEL void
+advance_counts(std::int32_t* __restrict__ counts, std::int64_t n, const std::uint32_t* __restrict__ skip) {
   if (skip != nullptr && *skip != 0) {
     return;
   }
