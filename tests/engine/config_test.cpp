@@ -136,6 +136,30 @@ TEST(config, auto_values_and_every_extension_key_parse) {
   EXPECT_EQ(c.select_interval_steps(), 50); // auto: once per epoch
 }
 
+TEST(config, range_boundaries_are_accepted) {
+  const config lo = config::from_deepspeed_json_string(with_zenflow(R"({
+    "topk_ratio": 1e-9, "select_strategy": "step", "select_interval": 3, "update_interval": 3,
+    "full_warm_up_rounds": 0, "auto_ratio": 1, "pt_reserved_cores_perc": 0, "min_update_interval": 5,
+    "max_update_interval": 5, "ring_slot_bytes": 4096, "ring_slots": 2, "host_threads": 0})"));
+  EXPECT_EQ(lo.topk_ratio, 1e-9);
+  EXPECT_EQ(lo.topk(10), 1); // at least one channel
+  EXPECT_EQ(lo.select_interval, lo.update_interval);
+  EXPECT_EQ(lo.auto_ratio, 1.0);
+  EXPECT_EQ(lo.ring_slots, 2);
+  const config hi = config::from_deepspeed_json_string(with_zenflow(R"({
+    "topk_ratio": 1, "select_strategy": "step", "select_interval": 2147483647, "update_interval": 2147483647,
+    "full_warm_up_rounds": 2147483647, "pt_reserved_cores_perc": 0.999, "ring_slot_bytes": 1073741824,
+    "ring_slots": 1024, "host_threads": 4096})"));
+  EXPECT_EQ(hi.select_interval, config::max_steps_value);
+  EXPECT_EQ(hi.ring_slot_bytes, std::int64_t{1} << 30);
+  EXPECT_EQ(hi.host_threads, 4096u);
+  const config opt = config::from_deepspeed_json_string(
+      R"({"optimizer": {"type": "AdamW", "params": {"lr": 0, "betas": [0, 0], "eps": 1e-30, "weight_decay": 0}}})");
+  EXPECT_EQ(opt.adam.lr, 0.0f);
+  EXPECT_EQ(opt.adam.beta1, 0.0f);
+  EXPECT_EQ(opt.adam.eps, 1e-30f);
+}
+
 TEST(config, integral_floats_and_null_are_read_like_deepspeed) {
   const config c = config::from_deepspeed_json_string(
       with_zenflow(R"({"select_strategy": "step", "select_interval": 8.0, "update_interval": 2,
