@@ -61,7 +61,8 @@ inline void apply_size_preset(options& o, std::string_view size) {
   } else if (size == "h200") {
     s.context = 16, s.embed = 64, s.hidden = 8192, s.layers = 24, o.batch = 8192;
   } else {
-    throw zenflow::invalid_argument("--size: expected tiny, cpu, gpu or h200, got '" + std::string(size) + "'");
+    throw zenflow::invalid_argument("--size: expected tiny, cpu, gpu or h200, got '" + std::string(size) +
+                                    "'");
   }
   o.size = size;
 }
@@ -89,7 +90,7 @@ usage: charlm_train [options]
 
   zenflow (DeepSpeed zero_optimization.zenflow names; a flag overrides the file):
   --deepspeed-config FILE   read zero_optimization.zenflow, optimizer, gradient_clipping, fp16
-  --topk-ratio X  --select-strategy step|epoch|auto  --select-interval N|auto
+  --topk-ratio X  --select-strategy step|epoch|auto  --select-interval N|auto (N alone: "step")
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
@@ -136,7 +137,8 @@ inline bool parse_bool(const std::string& flag, const std::string& v) {
 }
 
 template <class E>
-E parse_enum(const std::string& flag, const std::string& v,
+E parse_enum(const std::string& flag,
+             const std::string& v,
              std::initializer_list<std::pair<std::string_view, E>> names) {
   std::string choices;
   for (const auto& [n, e] : names) {
@@ -186,6 +188,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
   }
   // The file and the size preset first, so that every other flag overrides them.
   bool mode_given = false;
+  bool strategy_given = false;
   for (const auto& [f, v] : flags) {
     if (f == "--deepspeed-config") {
       o.deepspeed_config = v;
@@ -198,16 +201,19 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
   auto& z = o.zf;
   using detail::parse_int;
   using detail::parse_real;
-  auto i32 = [](const std::string& f, const std::string& v) { return static_cast<std::int32_t>(parse_int(f, v)); };
+  auto i32 = [](const std::string& f, const std::string& v) {
+    return static_cast<std::int32_t>(parse_int(f, v));
+  };
   auto f32 = [](const std::string& f, const std::string& v) { return static_cast<float>(parse_real(f, v)); };
   using S = const std::string&;
   const std::vector<std::pair<std::string_view, detail::handler>> table = {
       {"--optimizer",
        [&](S f, S v) {
-         z.mode = detail::parse_enum<zenflow::optimizer_mode>(f, v,
-                                                              {{"gpu-adamw", zenflow::optimizer_mode::gpu_adamw},
-                                                               {"offload-sync", zenflow::optimizer_mode::offload_sync},
-                                                               {"zenflow", zenflow::optimizer_mode::zenflow}});
+         z.mode = detail::parse_enum<zenflow::optimizer_mode>(
+             f, v,
+             {{"gpu-adamw", zenflow::optimizer_mode::gpu_adamw},
+              {"offload-sync", zenflow::optimizer_mode::offload_sync},
+              {"zenflow", zenflow::optimizer_mode::zenflow}});
          mode_given = true;
        }},
       {"--backend",
@@ -244,10 +250,12 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--topk-ratio", [&](S f, S v) { z.topk_ratio = parse_real(f, v); }},
       {"--select-strategy",
        [&](S f, S v) {
-         z.select = detail::parse_enum<zenflow::select_strategy>(f, v,
-                                                                 {{"step", zenflow::select_strategy::step},
-                                                                  {"epoch", zenflow::select_strategy::epoch},
-                                                                  {"auto", zenflow::select_strategy::automatic}});
+         z.select =
+             detail::parse_enum<zenflow::select_strategy>(f, v,
+                                                          {{"step", zenflow::select_strategy::step},
+                                                           {"epoch", zenflow::select_strategy::epoch},
+                                                           {"auto", zenflow::select_strategy::automatic}});
+         strategy_given = true;
        }},
       {"--select-interval", [&](S f, S v) { z.select_interval = detail::parse_interval(f, v); }},
       {"--update-interval", [&](S f, S v) { z.update_interval = detail::parse_interval(f, v); }},
@@ -257,10 +265,11 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--pt-reserved-cores-perc", [&](S f, S v) { z.pt_reserved_cores_perc = parse_real(f, v); }},
       {"--host-lr-scale",
        [&](S f, S v) {
-         z.host_lr_scale = detail::parse_enum<zenflow::host_lr_scaling>(f, v,
-                                                                        {{"linear", zenflow::host_lr_scaling::linear},
-                                                                         {"sqrt", zenflow::host_lr_scaling::sqrt},
-                                                                         {"none", zenflow::host_lr_scaling::none}});
+         z.host_lr_scale =
+             detail::parse_enum<zenflow::host_lr_scaling>(f, v,
+                                                          {{"linear", zenflow::host_lr_scaling::linear},
+                                                           {"sqrt", zenflow::host_lr_scaling::sqrt},
+                                                           {"none", zenflow::host_lr_scaling::none}});
        }},
       {"--max-update-interval", [&](S f, S v) { z.max_update_interval = parse_int(f, v); }},
       {"--min-update-interval", [&](S f, S v) { z.min_update_interval = parse_int(f, v); }},
@@ -276,15 +285,18 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--eps", [&](S f, S v) { z.adam.eps = f32(f, v); }},
       {"--weight-decay", [&](S f, S v) { z.adam.weight_decay = f32(f, v); }},
       {"--adam-mode",
-       [&](S f, S v) { z.adam.decoupled = detail::parse_enum<bool>(f, v, {{"adamw", true}, {"adam", false}}); }},
+       [&](S f, S v) {
+         z.adam.decoupled = detail::parse_enum<bool>(f, v, {{"adamw", true}, {"adam", false}});
+       }},
       {"--gradient-clipping", [&](S f, S v) { z.gradient_clipping = f32(f, v); }},
       {"--loss-scale", [&](S f, S v) { z.loss_scale = f32(f, v); }},
       // transport
       {"--upload",
        [&](S f, S v) {
-         z.upload = detail::parse_enum<zenflow::upload_policy>(f, v,
-                                                               {{"whole_window", zenflow::upload_policy::whole_window},
-                                                                {"chunk_ring", zenflow::upload_policy::chunk_ring}});
+         z.upload = detail::parse_enum<zenflow::upload_policy>(
+             f, v,
+             {{"whole_window", zenflow::upload_policy::whole_window},
+              {"chunk_ring", zenflow::upload_policy::chunk_ring}});
        }},
       {"--ring-slot-bytes", [&](S f, S v) { z.ring_slot_bytes = parse_int(f, v); }},
       {"--ring-slots", [&](S f, S v) { z.ring_slots = i32(f, v); }},
@@ -307,6 +319,10 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
     z.mode = zenflow::optimizer_mode::zenflow;
   }
   z.adam.lr = o.lr;
+  // A fixed --select-interval alone means "every N steps" (DeepSpeed needs select_strategy "step").
+  if (!strategy_given && z.select_interval > 0 && z.select == zenflow::select_strategy::automatic) {
+    z.select = zenflow::select_strategy::step;
+  }
   auto need = [](bool ok, const char* msg) {
     if (!ok) {
       throw zenflow::invalid_argument(msg);

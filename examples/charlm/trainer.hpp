@@ -8,8 +8,6 @@
 /// zenflow::engine over the matching backend.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
 #include <zenflow/engine/config.hpp>
@@ -114,9 +113,10 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
   r.eval_loss_initial = eval_loss(model, data, o);
   if (!o.quiet) {
     std::printf("%s | %s | %lld parameters (%.1f MB bf16) | vocab %d | eval loss %.4f\n", r.backend.c_str(),
-                r.mode.c_str(), static_cast<long long>(r.parameters), static_cast<double>(r.model_bytes) / 1e6,
-                r.vocab, r.eval_loss_initial);
-    std::printf("%8s %9s %10s %10s %11s %7s\n", "step", "loss", "ms/step", "stall ms", "PCIe MB/st", "window");
+                r.mode.c_str(), static_cast<long long>(r.parameters),
+                static_cast<double>(r.model_bytes) / 1e6, r.vocab, r.eval_loss_initial);
+    std::printf("%8s %9s %10s %10s %11s %7s\n", "step", "loss", "ms/step", "stall ms", "PCIe MB/st",
+                "window");
   }
   const std::int64_t timing_skip = std::min<std::int64_t>(5, o.steps / 10);
   double timed_s = 0, timed_stall_s = 0, timed_bytes = 0;
@@ -148,7 +148,8 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
     ++iv_n;
     if ((t + 1) % o.log_every == 0 || t + 1 == o.steps) {
       const auto n = static_cast<double>(iv_n);
-      progress_row row{t + 1, iv_loss / n, 1e3 * iv_s / n, 1e3 * iv_stall / n, iv_bytes / n / 1e6, rep.window_length};
+      progress_row row{
+          t + 1, iv_loss / n, 1e3 * iv_s / n, 1e3 * iv_stall / n, iv_bytes / n / 1e6, rep.window_length};
       r.progress.push_back(row);
       if (!o.quiet) {
         std::printf("%8lld %9.4f %10.2f %10.2f %11.3f %7lld\n", static_cast<long long>(row.step), row.loss,
@@ -184,10 +185,12 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
   nlohmann::json j;
   j["backend"] = r.backend;
   j["mode"] = r.mode;
-  j["model"] = {{"parameters", r.parameters}, {"bytes_bf16", r.model_bytes}, {"vocab", r.vocab},
-                {"context", o.shape.context},  {"embed", o.shape.embed},    {"hidden", o.shape.hidden},
-                {"layers", o.shape.layers},    {"size", o.size}};
-  j["run"] = {{"steps", o.steps}, {"batch", o.batch}, {"lr", o.lr}, {"warmup_steps", o.warmup_steps},
+  j["model"] = {{"parameters", r.parameters}, {"bytes_bf16", r.model_bytes},
+                {"vocab", r.vocab},           {"context", o.shape.context},
+                {"embed", o.shape.embed},     {"hidden", o.shape.hidden},
+                {"layers", o.shape.layers},   {"size", o.size}};
+  j["run"] = {{"steps", o.steps}, {"batch", o.batch},
+              {"lr", o.lr},       {"warmup_steps", o.warmup_steps},
               {"seed", o.seed},   {"data", o.data_path.empty() ? "generated" : o.data_path}};
   j["deepspeed_config"] = o.zf.to_deepspeed_json();
   j["summary"] = {{"eval_loss_initial", r.eval_loss_initial},

@@ -3,11 +3,11 @@
 // AdamW as gpu-adamw (only where it runs differs), so their losses agree closely; ZenFlow's
 // deferred updates of the unimportant channels cost little loss; PCIe accounting matches what
 // each mode moves.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "charlm/options.hpp"
 #include "charlm/run.hpp"
@@ -17,8 +17,8 @@ namespace {
 
 charlm::options tiny(const std::vector<std::string>& extra) {
   charlm::options o;
-  std::vector<std::string> args = {"--size",  "tiny", "--steps",        "80",   "--corpus-bytes", "200000",
-                                   "--quiet", "true", "--eval-batches", "4",    "--threads",      "2",
+  std::vector<std::string> args = {"--size",  "tiny", "--steps",        "80", "--corpus-bytes", "200000",
+                                   "--quiet", "true", "--eval-batches", "4",  "--threads",      "2",
                                    "--lr",    "3e-3", "--seed",         "5"};
   args.insert(args.end(), extra.begin(), extra.end());
   EXPECT_TRUE(charlm::parse_args(args, o));
@@ -34,8 +34,9 @@ const mode_runs& runs() {
     mode_runs m;
     m.dense = charlm::run_host(tiny({"--optimizer", "gpu-adamw"}));
     m.offload = charlm::run_host(tiny({"--optimizer", "offload-sync"}));
-    m.zen = charlm::run_host(tiny({"--optimizer", "zenflow", "--topk-ratio", "0.1", "--update-interval", "4",
-                                   "--select-interval", "20", "--host-lr-scale", "linear"}));
+    m.zen = charlm::run_host(
+        tiny({"--optimizer", "zenflow", "--topk-ratio", "0.1", "--update-interval", "4", "--select-strategy",
+              "step", "--select-interval", "20", "--host-lr-scale", "linear"}));
     return m;
   }();
   return r;
@@ -70,7 +71,8 @@ TEST(CharlmTrain, ModesAgree) {
 
 TEST(CharlmTrain, PcieTrafficPerMode) {
   const auto& m = runs();
-  EXPECT_EQ(m.dense.pcie_bytes_per_step, 0.0);
+  // GPU-resident AdamW moves no parameter data (only the step's few control bytes).
+  EXPECT_LT(m.dense.pcie_model_ratio, 0.01);
   // Gradients down and weights up, all of them, every step.
   EXPECT_NEAR(m.offload.pcie_model_ratio, 2.0, 0.05);
   // ZenFlow moves less than synchronous offload: (1 - r) down and (1 - r) / S up per step at most
@@ -83,10 +85,29 @@ TEST(CharlmTrain, PcieTrafficPerMode) {
 
 TEST(CharlmOptions, ParsesEveryKnobAndRejectsBadFlags) {
   charlm::options o;
-  ASSERT_TRUE(charlm::parse_args({"--optimizer", "offload-sync", "--topk-ratio", "0.25", "--update-interval", "auto",
-                                  "--select-strategy", "step", "--select-interval", "12", "--overlap-step=false",
-                                  "--host-lr-scale", "sqrt", "--importance", "l1", "--beta2", "0.95",
-                                  "--weight-decay", "0.01", "--gradient-clipping", "1.5", "--hidden", "33"},
+  ASSERT_TRUE(charlm::parse_args({"--optimizer",
+                                  "offload-sync",
+                                  "--topk-ratio",
+                                  "0.25",
+                                  "--update-interval",
+                                  "auto",
+                                  "--select-strategy",
+                                  "step",
+                                  "--select-interval",
+                                  "12",
+                                  "--overlap-step=false",
+                                  "--host-lr-scale",
+                                  "sqrt",
+                                  "--importance",
+                                  "l1",
+                                  "--beta2",
+                                  "0.95",
+                                  "--weight-decay",
+                                  "0.01",
+                                  "--gradient-clipping",
+                                  "1.5",
+                                  "--hidden",
+                                  "33"},
                                  o));
   EXPECT_EQ(o.zf.mode, zenflow::optimizer_mode::offload_sync);
   EXPECT_DOUBLE_EQ(o.zf.topk_ratio, 0.25);
