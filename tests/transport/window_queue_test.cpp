@@ -217,6 +217,7 @@ TEST(window_queue, bad_use_is_rejected_naming_the_argument) {
   EXPECT_NE(thrown_message([&] { q.wait_applied(1); }).find("'window'"), std::string::npos);
   q.wait_applied(0);
   EXPECT_EQ(q.bound(), 1);
+  EXPECT_EQ(q.in_flight(), 0);
 }
 
 } // namespace

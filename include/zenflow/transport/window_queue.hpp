@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -74,9 +75,21 @@ public:
   window_queue(const window_queue&) = delete;
   window_queue& operator=(const window_queue&) = delete;
 
-  /// Shuts down as chosen at construction. An error nobody collected is dropped here (call
-  /// `drain()` or `shutdown()` first to see it).
-  ~window_queue() { stop(on_destroy_); }
+  /// Shuts down as chosen at construction. A destructor cannot throw: an error nobody collected
+  /// is reported on stderr (call `drain()` or `shutdown()` first to receive it).
+  ~window_queue() {
+    stop(on_destroy_);
+    if (error_) {
+      try {
+        std::rethrow_exception(error_);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "zenflow::window_queue: a host job failed and nobody collected the error: %s\n",
+                     e.what());
+      } catch (...) {
+        std::fprintf(stderr, "zenflow::window_queue: a host job failed and nobody collected the error\n");
+      }
+    }
+  }
 
   /// Submits the job of the next window and returns that window's index. First rethrows a
   /// pending job error, then blocks (stall) until at most `bound - 1` earlier windows are
@@ -160,6 +173,11 @@ public:
   }
 
   [[nodiscard]] std::int64_t bound() const noexcept { return bound_; }
+  /// Windows submitted and not finished yet.
+  [[nodiscard]] std::int64_t in_flight() const {
+    std::lock_guard lock(mutex_);
+    return submitted_ - completed_;
+  }
   [[nodiscard]] std::int64_t submitted() const {
     std::lock_guard lock(mutex_);
     return submitted_;
@@ -271,8 +289,11 @@ private:
         if (failure) {
           ++failed_;
           if (!error_) {
-            error_ = failure;
+            // Hand the only reference over under the lock: the exception object must not be
+            // released by this thread after the training thread took it (it may be reading it).
+            error_ = std::move(failure);
           }
+          failure = nullptr;
           dropped = cancel_queued_locked();
         }
       }

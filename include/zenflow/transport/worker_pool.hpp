@@ -302,13 +302,20 @@ private:
       if (c >= job_chunks_ || failed_.load(std::memory_order_relaxed)) {
         return;
       }
+      std::exception_ptr failure;
       try {
         body(c);
       } catch (...) {
+        failure = std::current_exception();
+      }
+      if (failure) {
+        // Outside the handler and moved under the lock: this thread keeps no reference to the
+        // exception that the caller rethrows (and frees).
         std::lock_guard lock(mutex_);
         if (!error_) {
-          error_ = std::current_exception();
+          error_ = std::move(failure);
         }
+        failure = nullptr;
         failed_.store(true, std::memory_order_relaxed);
       }
     }
