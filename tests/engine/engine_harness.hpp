@@ -110,12 +110,12 @@ double ulps(double a, double r) {
   const double eps = std::is_same_v<T, float>           ? std::ldexp(1.0, -23)
                      : std::is_same_v<T, zenflow::half> ? std::ldexp(1.0, -10)
                                                         : std::ldexp(1.0, -7);
-  const double scale = std::max(std::fabs(r), 1e-3);
+  const double scale = std::max(std::fabs(r), 0.1);
   return std::fabs(a - r) / (eps * scale);
 }
 
 /// Largest distance between the model's weights and the reference's, in ulps of T (relative to
-/// max(|w|, 1e-3)), over all parameters.
+/// max(|w|, 0.1)), over all parameters.
 template <class T>
 double max_weight_ulps(const model<T>& m, const zf_test::zenflow_reference& ref) {
   double worst = 0.0;
