@@ -305,4 +305,208 @@ TEST(engine_baselines, topk_ratio_one_equals_dense_adamw) {
   EXPECT_LT(zf_engine_test::max_weight_ulps(m, ref), 64.0);
 }
 
+// ---- byte accounting and the PCIe budget ------------------------------------------------------
+
+/// Expected bytes of one ZenFlow step from first principles: the two step records, every
+/// unselected channel's gradient down; at a close, every unselected channel's weights up.
+TEST(engine_bytes, counters_equal_the_sizes_copied_and_meet_the_pcie_budget) {
+  const std::vector<shape> shapes = {{true, 200, 64}, {true, 160, 64}, {false, 1, 64}};
+  model<zenflow::bfloat16> m(shapes, zf_test::base_seed() + 20);
+  auto cfg = small_config();
+  cfg.topk_ratio = 0.1;
+  cfg.update_interval = 4;
+  cfg.select_interval = 1000;
+  cfg.overlap_step = true;
+  cfg.ring_slot_bytes = 8192;
+  host_engine eng(cfg);
+  (void)eng.add_matrix(m.w[0].data(), m.g[0].data(), 200, 64);
+  (void)eng.add_matrix(m.w[1].data(), m.g[1].data(), 160, 64);
+  (void)eng.add_vector(m.w[2].data(), m.g[2].data(), 64);
+  eng.initialize();
+  const std::uint64_t model_bytes = (200 + 160 + 1) * 64 * 2;
+  EXPECT_EQ(eng.stats().model_bytes, model_bytes);
+  const std::uint64_t record = (4 + 2 * 2) * 4;
+  const std::uint64_t unselected = (200 - 20 + 160 - 16) * 64 * 2;
+  const int steps = 200;
+  std::uint64_t closes = 0;
+  for (int t = 0; t < steps; ++t) {
+    m.next_grads();
+    const auto rep = eng.step(1e-3f);
+    if (t == 0) {
+      // First selection: indices down; entering rows (fp32 master/m/v + count) and the vector up.
+      const std::uint64_t rows_up = (20 + 16) * (64 * 12 + 4) + (20 + 16) * 4 + (unselected / 128) * 4;
+      EXPECT_EQ(rep.d2h_bytes, 2 * record + unselected + (20 + 16) * 4);
+      EXPECT_EQ(rep.h2d_bytes, rows_up);
+      continue;
+    }
+    EXPECT_EQ(rep.d2h_bytes, 2 * record + unselected) << "step " << t;
+    // Job w is applied at the close of window w + 1: the first close uploads nothing.
+    const std::uint64_t up = rep.window_closed && closes++ > 0 ? unselected : 0;
+    EXPECT_EQ(rep.h2d_bytes, up) << "step " << t;
+  }
+  // The ring moved exactly what the engine says went down, selection indices aside.
+  EXPECT_EQ(eng.d2h_ring_stats().bytes, eng.stats().d2h_bytes - (20 + 16) * 4);
+  const double ratio = eng.stats().pcie_model_ratio();
+  EXPECT_LE(ratio, 1.15) << "r = 0.1, S = 4, bf16";
+  EXPECT_GE(ratio, 0.9 + 0.9 / 4 - 0.02);
+
+  // The synchronous baseline moves the whole model both ways: 2x.
+  auto sync = cfg;
+  sync.mode = zenflow::optimizer_mode::offload_sync;
+  host_engine es(sync);
+  (void)es.add_matrix(m.w[0].data(), m.g[0].data(), 200, 64);
+  (void)es.add_matrix(m.w[1].data(), m.g[1].data(), 160, 64);
+  (void)es.add_vector(m.w[2].data(), m.g[2].data(), 64);
+  es.initialize();
+  for (int t = 0; t < 20; ++t) {
+    m.next_grads();
+    const auto rep = es.step(1e-3f);
+    EXPECT_EQ(rep.d2h_bytes, model_bytes + record);
+    EXPECT_EQ(rep.h2d_bytes, model_bytes);
+  }
+  EXPECT_NEAR(es.stats().pcie_model_ratio(), 2.0, 0.01);
+}
+
+// ---- staleness ---------------------------------------------------------------------------------
+
+TEST(engine_staleness, overlap_applies_each_job_exactly_one_window_late) {
+  model<float> m(kShapes, zf_test::base_seed() + 30);
+  auto cfg = small_config();
+  cfg.update_interval = 3;
+  cfg.select_interval = 1000;
+  host_engine eng(cfg);
+  const auto ids = register_model(eng, m);
+  eng.initialize();
+  // Unselected weights change only at closes, and at close w they take job w-1's values.
+  std::vector<float> before = m.weights_as_float(0);
+  for (int t = 0; t < 30; ++t) {
+    m.next_grads();
+    const auto rep = eng.step(1e-2f);
+    const auto sel = eng.selected(ids[0]);
+    const auto now = m.weights_as_float(0);
+    bool unselected_moved = false;
+    for (std::int64_t c = 0; c < 24; ++c) {
+      if (std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c))) {
+        continue;
+      }
+      for (std::int64_t i = 0; i < 8; ++i) {
+        unselected_moved |=
+            now[static_cast<std::size_t>(c * 8 + i)] != before[static_cast<std::size_t>(c * 8 + i)];
+      }
+    }
+    // Windows close at t = 2, 5, 8, ...; the first close has no earlier job to apply.
+    EXPECT_EQ(unselected_moved, rep.window_closed && t >= 5) << "step " << t;
+    before = now;
+  }
+  EXPECT_EQ(eng.stats().max_staleness_windows, 1);
+  auto sync_cfg = cfg;
+  sync_cfg.overlap_step = false;
+  host_engine es(sync_cfg);
+  (void)register_model(es, m);
+  es.initialize();
+  for (int t = 0; t < 10; ++t) {
+    m.next_grads();
+    (void)es.step(1e-2f);
+  }
+  EXPECT_EQ(es.stats().max_staleness_windows, 0);
+}
+
+// ---- NaN/Inf steps -----------------------------------------------------------------------------
+
+template <class T>
+void expect_nan_step_changes_nothing(zenflow::config cfg, int warm_steps, float poison) {
+  model<T> m(kShapes, zf_test::base_seed() + 40);
+  host_engine eng(cfg);
+  const auto ids = register_model(eng, m);
+  eng.initialize();
+  for (int t = 0; t < warm_steps; ++t) {
+    m.next_grads();
+    (void)eng.step(1e-2f);
+  }
+  std::vector<zenflow::param_state> before;
+  for (const auto id : ids) {
+    before.push_back(eng.state(id));
+  }
+  const auto w_before = m.w;
+  const auto stats_before = eng.stats();
+  m.next_grads();
+  m.g[2][7] = zenflow::from_float<T>(poison);
+  const auto rep = eng.step(1e-2f);
+  ASSERT_TRUE(rep.skip_known);
+  EXPECT_TRUE(rep.skipped);
+  EXPECT_FALSE(rep.window_closed) << "pick a mid-window step: a close legitimately applies older results";
+  EXPECT_EQ(eng.stats().skipped_steps, stats_before.skipped_steps + 1);
+  for (std::size_t p = 0; p < ids.size(); ++p) {
+    const auto after = eng.state(ids[p]);
+    EXPECT_EQ(0, std::memcmp(after.master.data(), before[p].master.data(), after.master.size() * 4)) << p;
+    EXPECT_EQ(0, std::memcmp(after.m.data(), before[p].m.data(), after.m.size() * 4)) << p;
+    EXPECT_EQ(0, std::memcmp(after.v.data(), before[p].v.data(), after.v.size() * 4)) << p;
+    EXPECT_EQ(after.counts, before[p].counts) << p;
+    for (std::size_t i = 0; i < m.w[p].size(); ++i) {
+      ASSERT_EQ(zenflow::bit_pattern(m.w[p][i]), zenflow::bit_pattern(w_before[p][i])) << p << " " << i;
+    }
+  }
+}
+
+TEST(engine_nan, skipped_step_leaves_all_state_bit_identical) {
+  auto cfg = small_config();
+  cfg.update_interval = 4;
+  expect_nan_step_changes_nothing<zenflow::bfloat16>(cfg, 5, NAN); // t = 5: mid-window
+  cfg.update_interval = 0;                                         // Zen-auto
+  cfg.max_update_interval = 16;
+  cfg.auto_ratio = 1.0;
+  expect_nan_step_changes_nothing<float>(cfg, 2, INFINITY);
+  auto warm = small_config();
+  warm.full_warm_up_rounds = 10;
+  expect_nan_step_changes_nothing<zenflow::half>(warm, 3, -INFINITY);
+  auto sync = small_config();
+  sync.mode = zenflow::optimizer_mode::offload_sync;
+  expect_nan_step_changes_nothing<float>(sync, 3, NAN);
+  auto gpu = small_config();
+  gpu.mode = zenflow::optimizer_mode::gpu_adamw;
+  expect_nan_step_changes_nothing<zenflow::bfloat16>(gpu, 3, NAN);
+}
+
+// ---- arguments ---------------------------------------------------------------------------------
+
+template <class F>
+void expect_invalid(F&& f, const std::string& names) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one naming " << names;
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+  }
+}
+
+TEST(engine_arguments, bad_arguments_are_rejected_by_name_and_change_nothing) {
+  auto bad = small_config();
+  bad.topk_ratio = 1.5;
+  expect_invalid([&] { host_engine e(bad); }, "topk_ratio");
+
+  std::vector<float> w(64, 0.5f), g(64, 0.25f);
+  host_engine eng(small_config());
+  expect_invalid([&] { (void)eng.step(1e-3f); }, "initialize");
+  expect_invalid([&] { (void)eng.add_matrix<float>(nullptr, g.data(), 8, 8); }, "'weights'");
+  expect_invalid([&] { (void)eng.add_matrix<float>(w.data(), nullptr, 8, 8); }, "'grads'");
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data(), 0, 8); }, "'channels'");
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data(), 8, 0); }, "'channel_len'");
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data(), 8, 8, 4); }, "'ld'");
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data(), 1, 4096); }, "'channel_len'"); // > ring slot
+  expect_invalid([&] { (void)eng.add_vector(w.data(), g.data(), 0); }, "'n'");
+  expect_invalid([&] { eng.initialize(); }, "'params'");
+  EXPECT_EQ(eng.param_count(), 0u); // nothing was registered by the failed calls
+  const auto id = eng.add_matrix(w.data(), g.data(), 8, 8);
+  eng.initialize();
+  expect_invalid([&] { (void)eng.add_vector(w.data(), g.data(), 4); }, "initialized");
+  expect_invalid([&] { (void)eng.step(NAN); }, "'lr'");
+  expect_invalid([&] { (void)eng.selected(zenflow::param_id{5}); }, "'param'");
+  EXPECT_EQ(eng.steps(), 0);
+  for (const float x : w) {
+    ASSERT_EQ(x, 0.5f);
+  }
+  (void)eng.step(1e-3f);
+  EXPECT_EQ(eng.selected(id).size(), 2u);
+}
+
 } // namespace
