@@ -141,6 +141,24 @@ TEST(CharlmOptions, ParsesEveryKnobAndRejectsBadFlags) {
   rejects({"--deepspeed-config", "/nonexistent/ds.json"}, "/nonexistent/ds.json");
 }
 
+// The shipped DeepSpeed file is read as DeepSpeed would; a flag given on the command line wins.
+TEST(CharlmOptions, DeepSpeedConfigFileThenFlags) {
+  charlm::options o;
+  ASSERT_TRUE(charlm::parse_args({"--deepspeed-config", CHARLM_DS_CONFIG, "--update-interval", "8"}, o));
+  EXPECT_EQ(o.zf.mode, zenflow::optimizer_mode::zenflow);
+  EXPECT_DOUBLE_EQ(o.zf.topk_ratio, 0.1);
+  EXPECT_EQ(o.zf.select, zenflow::select_strategy::step);
+  EXPECT_EQ(o.zf.select_interval, 100);
+  EXPECT_EQ(o.zf.full_warm_up_rounds, 30);
+  EXPECT_EQ(o.zf.update_interval, 8); // the flag, not the file's 4
+  EXPECT_FLOAT_EQ(o.zf.gradient_clipping, 1.0f);
+  EXPECT_FLOAT_EQ(o.lr, 2e-3f); // the file's lr is the schedule's peak
+  charlm::options p;
+  ASSERT_TRUE(charlm::parse_args({"--lr", "5e-4", "--deepspeed-config", CHARLM_DS_CONFIG}, p));
+  EXPECT_FLOAT_EQ(p.lr, 5e-4f);
+  EXPECT_FLOAT_EQ(p.zf.adam.lr, 5e-4f);
+}
+
 TEST(CharlmOptions, LearningRateSchedule) {
   charlm::options o;
   o.lr = 1e-3f;
