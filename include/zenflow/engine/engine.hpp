@@ -15,8 +15,14 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -61,6 +67,12 @@ public:
         queue_->shutdown(shutdown_mode::drain);
       } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
       }
+    }
+    if (ring_) {
+      ring_->close(); // the consumer drains what was published, then stops
+    }
+    if (consumer_.joinable()) {
+      consumer_.join();
     }
   }
 
@@ -155,7 +167,7 @@ public:
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
-        h.upload.resize(pi.bytes());
+        h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
         h.host_set = detail::complement({}, pi.channels);
         stats_.model_bytes += 0;
         stats_.memory.host_state += n * 12 + h.counts.size() * 4;
@@ -167,6 +179,10 @@ public:
         backend_.init_device_state(p, stream);
         h.sel = {0};
       }
+    }
+    copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>();
+    if constexpr (Backend::is_device) {
+      consumer_ = std::thread([this] { consumer_loop(); });
     }
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     pool_ = std::make_unique<worker_pool>(cfg_.resolved_host_threads(hw));
@@ -196,6 +212,8 @@ public:
     stall_ = 0.0;
     d2h_ = 0;
     h2d_ = 0;
+    pushed_before_last_step_ = pushed_;
+    backend_.begin_step(t, stream);
     backend_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       backend_.update(lr, cfg_.adam, stream);
@@ -208,7 +226,8 @@ public:
       zenflow_step(t, lr, stream, rep);
     }
     rep.skip_known = !Backend::is_device;
-    rep.skipped = last_skip_;
+    rep.skipped = !Backend::is_device && last_skip_;
+    stats_.skipped_steps = skipped_.load(std::memory_order_relaxed);
     rep.d2h_bytes = d2h_;
     rep.h2d_bytes = h2d_;
     rep.stall_s = stall_;
@@ -236,6 +255,8 @@ public:
     stats_.stall_s += stall_;
   }
 
+  /// Cumulative counters and the last step. On the CUDA backend `skipped_steps` counts the steps
+  /// whose flag the host has read so far (it may lag by the copies in flight).
   [[nodiscard]] const zenflow::stats& stats() const noexcept { return stats_; }
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t param_count() const noexcept { return params_.size(); }
@@ -360,8 +381,11 @@ private:
     meta.tag = tag;
     meta.user = static_cast<std::uint64_t>(cur_acc_);
     const std::size_t bytes = backend_.record_layout().bytes();
-    ring_->push(backend_.record(), bytes, meta, stream);
+    copies_->wait_for(stream);
+    timed_ring([&] { ring_->push(backend_.record(), bytes, meta, copies_->get()); });
+    backend_.record_pushed(copies_->get());
     d2h_ += bytes;
+    note_pushed();
     consume_inline();
   }
 
@@ -378,7 +402,8 @@ private:
       const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
       for (std::int64_t b = 0; b < n; b += per_slot) {
         const std::int64_t e = std::min(n, b + per_slot);
-        std::byte* staging = backend_.staging(staging_next_++ % Backend::staging_slots());
+        const std::size_t slot = staging_next_++ % backend_.staging_slots();
+        std::byte* staging = backend_.staging(slot, stream);
         backend_.pack(p, b, e, staging, stream);
         ring_meta meta{};
         meta.step = t;
@@ -388,8 +413,11 @@ private:
         meta.end = e;
         meta.user = static_cast<std::uint64_t>(cur_acc_);
         const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
-        ring_->push(staging, bytes, meta, stream);
+        copies_->wait_for(stream);
+        timed_ring([&] { ring_->push(staging, bytes, meta, copies_->get()); });
+        backend_.staging_pushed(slot, copies_->get());
         d2h_ += bytes;
+        note_pushed();
         consume_inline();
       }
     }
@@ -401,6 +429,7 @@ private:
       while (auto slot = ring_->try_next()) {
         consume(*slot);
         ring_->release(*slot);
+        note_consumed(slot->meta);
       }
     }
   }
@@ -416,8 +445,9 @@ private:
       cons_skip_ = rec.skip();
       last_skip_ = cons_skip_;
       if (cons_skip_) {
-        ++stats_.skipped_steps;
+        skipped_.fetch_add(1, std::memory_order_relaxed);
       } else {
+        std::lock_guard lock(progress_mutex_);
         ++n_w_[a];
       }
       return;
@@ -508,32 +538,51 @@ private:
       return;
     }
     timed_stall([&] { queue_->wait_applied(pending_->queue_window); });
-    account_job();
-    apply_uploads(stream);
-    stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_ - 1 - pending_->window);
+    if (job_produced_) {
+      account_job();
+      apply_uploads(stream);
+      stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_ - 1 - pending_->window);
+    }
     pending_.reset();
+  }
+
+  /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset.
+  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
+    wait_consumed(seq);
+    std::lock_guard lock(progress_mutex_);
+    return std::exchange(n_w_[a], 0);
   }
 
   /// Closes the current window at the end of step t (docs/engine-semantics.md, 6).
   void close_window(float lr, cudaStream_t stream) {
     const std::size_t a = cur_acc_;
-    const std::int32_t n_w = n_w_[a];
     const std::int64_t w = windows_++;
     if (!cfg_.overlap_step) {
+      std::int32_t n_w = 0;
+      timed_stall([&] { n_w = take_n_w(a, pushed_); });
       if (n_w > 0) {
-        timed_stall([&] { run_job(a, n_w, lr); });
+        timed_stall([&] {
+          backend_.wait_upload_done();
+          run_job(a, n_w, lr);
+        });
         account_job();
         apply_uploads(stream);
       }
     } else {
       drain(stream);
-      if (n_w > 0) {
-        const std::int64_t qw = queue_->submit([this, a, n_w, lr] { run_job(a, n_w, lr); });
-        pending_ = pending_job{qw, w};
-        cur_acc_ ^= 1u;
-      }
+      const std::uint64_t seq = pushed_;
+      // The job waits for the window's last slots itself, so the training thread does not.
+      const std::int64_t qw = queue_->submit([this, a, lr, seq] {
+        const std::int32_t n_w = take_n_w(a, seq);
+        job_produced_ = n_w > 0;
+        if (n_w > 0) {
+          backend_.wait_upload_done();
+          run_job(a, n_w, lr);
+        }
+      });
+      pending_ = pending_job{qw, w};
+      cur_acc_ ^= 1u;
     }
-    n_w_[a] = 0;
     stats_.last_window_length = window_len_;
     ++stats_.windows_closed;
     window_open_ = false;
@@ -549,14 +598,17 @@ private:
     }
     push_record(t, record_tag_first, stream);
     stream_gradients(t, stream);
-    wait_consumer();
     const std::size_t a = cur_acc_;
-    if (n_w_[a] > 0) {
-      timed_stall([&] { run_job(a, n_w_[a], lr); });
+    std::int32_t n_w = 0;
+    timed_stall([&] { n_w = take_n_w(a, pushed_); });
+    if (n_w > 0) {
+      timed_stall([&] {
+        backend_.wait_upload_done();
+        run_job(a, n_w, lr);
+      });
       account_job();
       apply_uploads(stream);
     }
-    n_w_[a] = 0;
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep) {
@@ -593,8 +645,8 @@ private:
     bool close = cfg_.is_selection_step(t + 1);
     if (cfg_.auto_update()) {
       // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
-      if (t > 0) {
-        wait_consumer_step(t - 1);
+      if (t - 1 >= cfg_.full_warm_up_rounds) {
+        timed_stall([&] { wait_consumed(pushed_before_last_step_); });
         const auto& mass = masses_[static_cast<std::size_t>((t - 1) & 1)];
         if (mass.step == t - 1 && mass.valid && sel_step_ >= 0 && t - 1 >= sel_step_) {
           voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= window_start_);
@@ -606,7 +658,6 @@ private:
       close = close || window_len_ >= cfg_.update_interval;
     }
     if (close) {
-      wait_consumer();
       close_window(lr, stream);
       rep.window_closed = true;
     }
@@ -615,6 +666,7 @@ private:
   /// Selection (every matrix) and migration of state between host and device.
   void perform_selection(cudaStream_t stream) {
     timed_stall([&] {
+      wait_consumed(pushed_); // the consumer reads the host sets that change here
       for (std::size_t p = 0; p < params_.size(); ++p) {
         const auto& pi = params_[p];
         auto& h = host_[p];
@@ -642,9 +694,56 @@ private:
     });
   }
 
-  /// CUDA backend: waits until the consumer thread has handled every slot pushed so far.
-  void wait_consumer() {}
-  void wait_consumer_step(std::int64_t) {}
+  // ---- consumer progress (a thread of its own on the CUDA backend, inline on the host) -------
+
+  template <class F>
+  void timed_ring(F&& f) {
+    if constexpr (Backend::is_device) {
+      timed_stall(std::forward<F>(f)); // a full ring blocks the producer: back-pressure is a stall
+    } else {
+      f();
+    }
+  }
+
+  void note_pushed() { ++pushed_; }
+
+  void note_consumed(const ring_meta&) {
+    {
+      std::lock_guard lock(progress_mutex_);
+      ++consumed_;
+    }
+    progress_cv_.notify_all();
+  }
+
+  /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
+  void wait_consumed(std::uint64_t seq) {
+    std::unique_lock lock(progress_mutex_);
+    progress_cv_.wait(lock, [&] { return consumed_ >= seq || consumer_error_; });
+    if (consumer_error_) {
+      std::rethrow_exception(consumer_error_);
+    }
+  }
+
+  void consumer_loop() {
+    try {
+      for (;;) {
+        auto slot = ring_->next();
+        if (!slot) {
+          return;
+        }
+        consume(*slot);
+        ring_->release(*slot);
+        note_consumed(slot->meta);
+      }
+    } catch (...) {
+      {
+        std::lock_guard lock(progress_mutex_);
+        consumer_error_ = std::current_exception();
+      }
+      progress_cv_.notify_all();
+      ring_->close();
+    }
+  }
 
   struct step_masses {
     std::int64_t step = -1;
@@ -657,6 +756,7 @@ private:
   std::vector<detail::param_info> params_;
   std::vector<host_param> host_;
   std::unique_ptr<d2h_ring<ring_meta, typename Backend::copy_backend_type>> ring_;
+  std::unique_ptr<copy_stream<typename Backend::copy_backend_type>> copies_;
   std::unique_ptr<worker_pool> pool_;
   std::unique_ptr<window_queue> queue_;
   std::optional<detail::zen_auto_voter> voter_;
@@ -671,12 +771,21 @@ private:
   std::int64_t window_len_ = 0;
   std::int64_t windows_ = 0;
   std::size_t cur_acc_ = 0;
-  std::int32_t n_w_[2] = {0, 0};
+  std::int32_t n_w_[2] = {0, 0}; // guarded by progress_mutex_
   std::optional<pending_job> pending_;
   double job_seconds_ = 0.0;
   std::size_t staging_next_ = 0;
 
-  // consumer state
+  // consumer state (consumer thread on the CUDA backend) and the progress it publishes
+  std::thread consumer_;
+  std::mutex progress_mutex_;
+  std::condition_variable progress_cv_;
+  std::uint64_t pushed_ = 0;                  // training thread only
+  std::uint64_t pushed_before_last_step_ = 0; // slots pushed up to the end of the previous step
+  std::uint64_t consumed_ = 0;                // guarded by progress_mutex_
+  std::exception_ptr consumer_error_;         // guarded by progress_mutex_
+  std::atomic<std::int64_t> skipped_{0};
+  bool job_produced_ = false; // written by the job, read after wait_applied
   float cons_coef_ = 1.0f;
   bool cons_skip_ = false;
   bool last_skip_ = false;

@@ -96,8 +96,13 @@ public:
   /// "Device" address of the step record.
   [[nodiscard]] const void* record() const noexcept { return record_.data(); }
   /// "Device" staging slot `i` for packed gradients (the host backend has one).
-  [[nodiscard]] std::byte* staging(std::size_t /*i*/) noexcept { return staging_.data(); }
+  [[nodiscard]] std::byte* staging(std::size_t /*i*/, cudaStream_t) noexcept { return staging_.data(); }
   [[nodiscard]] static constexpr std::size_t staging_slots() noexcept { return 1; }
+  /// Stream-ordering hooks of the CUDA backend; nothing to order here (every copy is done).
+  void staging_pushed(std::size_t, cudaStream_t) noexcept {}
+  void begin_step(std::int64_t, cudaStream_t) noexcept {}
+  void record_pushed(cudaStream_t) noexcept {}
+  void wait_upload_done() noexcept {}
 
   /// gpu_adamw: every parameter's device state from its working weights (count 0).
   void init_device_state(std::size_t p, cudaStream_t) {
