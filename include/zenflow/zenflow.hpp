@@ -1,7 +1,7 @@
 /// @file
 /// Umbrella header for the host side of zenflow: everything that compiles with the host
-/// compiler alone (core types, the host backend of every primitive, the engine).
-/// `<zenflow/zenflow.cuh>` adds the CUDA launchers.
+/// compiler alone (core types, the host backend of every primitive, transport, the engine on
+/// the host backend). `<zenflow/zenflow.cuh>` adds the CUDA launchers and the CUDA engine backend.
 #pragma once
 
 #include <zenflow/core/config.hpp>
@@ -10,4 +10,16 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/stats.hpp>
+#include <zenflow/math/adam.hpp>
+#include <zenflow/optim/adamw.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+#include <zenflow/optim/types.hpp>
+#include <zenflow/select/channel_norms.hpp>
+#include <zenflow/select/topk.hpp>
+#include <zenflow/transport/copy_backend.hpp>
+#include <zenflow/transport/pinned_ring.hpp>
+#include <zenflow/transport/window_queue.hpp>
 #include <zenflow/transport/worker_pool.hpp>

@@ -1,5 +1,6 @@
 // zenflow::config: DeepSpeed JSON parsing, validation (every rejected value names its key),
 // and the schedule helpers the engine and the reference share.
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -75,7 +76,7 @@ TEST(config, default_config_is_valid_and_matches_spec_defaults) {
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
   EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::linear);
-  EXPECT_EQ(c.importance, zenflow::norm_kind::sq_l2);
+  EXPECT_EQ(c.importance, zenflow::channel_norm::sq_l2);
   EXPECT_EQ(c.adam.lr, 1e-3f);
   EXPECT_EQ(c.adam.beta1, 0.9f);
   EXPECT_EQ(c.adam.beta2, 0.999f);
@@ -127,7 +128,7 @@ TEST(config, auto_values_and_every_extension_key_parse) {
   EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::sqrt);
   EXPECT_EQ(c.max_update_interval, 9);
   EXPECT_EQ(c.min_update_interval, 2);
-  EXPECT_EQ(c.importance, zenflow::norm_kind::l1);
+  EXPECT_EQ(c.importance, zenflow::channel_norm::l1);
   EXPECT_EQ(c.mode, zenflow::optimizer_mode::offload_sync);
   EXPECT_EQ(c.upload, zenflow::upload_policy::chunk_ring);
   EXPECT_EQ(c.ring_slot_bytes, 65536);
@@ -234,7 +235,7 @@ TEST(config, round_trips_through_deepspeed_json) {
   c.host_lr_scale = zenflow::host_lr_scaling::none;
   c.max_update_interval = 12;
   c.min_update_interval = 3;
-  c.importance = zenflow::norm_kind::l1;
+  c.importance = zenflow::channel_norm::l1;
   c.adam.lr = 3e-4f;
   c.adam.beta1 = 0.8f;
   c.adam.beta2 = 0.95f;
@@ -293,6 +294,19 @@ struct rejected_case {
   const char* json; // a zenflow block, or a whole config when it starts with '!'
   const char* key;
 };
+
+// Printed on failure, and a stable test name (the default would print the struct's bytes,
+// pointers included, so ctest's test names would change from run to run).
+void PrintTo(const rejected_case& c, std::ostream* os) {
+  *os << c.json << " -> " << c.key;
+}
+std::string rejected_case_name(const ::testing::TestParamInfo<rejected_case>& info) {
+  std::string name = std::to_string(info.index) + "_";
+  for (const char* p = info.param.key; *p != '\0'; ++p) {
+    name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+  }
+  return name;
+}
 
 class config_rejects : public ::testing::TestWithParam<rejected_case> {};
 
@@ -372,7 +386,8 @@ INSTANTIATE_TEST_SUITE_P(
         rejected_case{R"({"host_threads": -1})", ZF_KEY("host_threads")},
         rejected_case{R"({"host_threads": 5000})", ZF_KEY("host_threads")},
         rejected_case{"true", "zero_optimization.zenflow"},
-        rejected_case{"[]", "zero_optimization.zenflow"}));
+        rejected_case{"[]", "zero_optimization.zenflow"}),
+    rejected_case_name);
 
 INSTANTIATE_TEST_SUITE_P(
     whole_config,
@@ -420,7 +435,8 @@ INSTANTIATE_TEST_SUITE_P(
         rejected_case{R"(!{"fp16": {"enabled": true, "loss_scale": -2}})", "fp16.loss_scale"},
         rejected_case{R"(!{"fp16": {"enabled": "auto", "loss_scale": 2}})", "fp16.enabled"},
         rejected_case{R"(!{"fp16": {"enabled": true, "loss_scale": 8}, "bf16": {"enabled": true}})",
-                      "bf16.enabled"}));
+                      "bf16.enabled"}),
+    rejected_case_name);
 
 TEST(config, validate_names_the_key_of_a_bad_struct_field) {
   const auto with = [](auto edit) {
@@ -446,7 +462,7 @@ TEST(config, validate_names_the_key_of_a_bad_struct_field) {
   expect_invalid(with([](config& c) { c.ring_slot_bytes = 3000; }), ZF_KEY("ring_slot_bytes"));
   expect_invalid(with([](config& c) { c.host_threads = 9999; }), ZF_KEY("host_threads"));
   expect_invalid(with([](config& c) { c.mode = static_cast<zenflow::optimizer_mode>(7); }), ZF_KEY("mode"));
-  expect_invalid(with([](config& c) { c.importance = static_cast<zenflow::norm_kind>(9); }),
+  expect_invalid(with([](config& c) { c.importance = static_cast<zenflow::channel_norm>(9); }),
                  ZF_KEY("importance"));
 }
 

@@ -150,7 +150,7 @@ TEST(engine_reference, no_overlap_clipping_loss_scale_fp16) {
 TEST(engine_reference, sqrt_lr_scale_l1_importance_adam_l2_bf16) {
   auto cfg = small_config();
   cfg.host_lr_scale = zenflow::host_lr_scaling::sqrt;
-  cfg.importance = zenflow::norm_kind::l1;
+  cfg.importance = zenflow::channel_norm::l1;
   cfg.adam.decoupled = false;
   cfg.update_interval = 4;
   cfg.select_interval = 8;

@@ -523,7 +523,7 @@ TEST(reference, selects_brute_force_topk_at_selection_steps_only) {
   for (const bool l1 : {false, true}) {
     config c = zen_config(0.3, 5, 2, true);
     c.full_warm_up_rounds = 2;
-    c.importance = l1 ? zenflow::norm_kind::l1 : zenflow::norm_kind::sq_l2;
+    c.importance = l1 ? zenflow::channel_norm::l1 : zenflow::channel_norm::sq_l2;
     zenflow_reference ref(c);
     add_model(ref, initial_weights(seed));
     std::mt19937_64 gen(seed);

@@ -116,7 +116,7 @@ TEST(CharlmOptions, ParsesEveryKnobAndRejectsBadFlags) {
   EXPECT_EQ(o.zf.select_interval, 12);
   EXPECT_FALSE(o.zf.overlap_step);
   EXPECT_EQ(o.zf.host_lr_scale, zenflow::host_lr_scaling::sqrt);
-  EXPECT_EQ(o.zf.importance, zenflow::norm_kind::l1);
+  EXPECT_EQ(o.zf.importance, zenflow::channel_norm::l1);
   EXPECT_FLOAT_EQ(o.zf.adam.beta2, 0.95f);
   EXPECT_FLOAT_EQ(o.zf.adam.weight_decay, 0.01f);
   EXPECT_FLOAT_EQ(o.zf.gradient_clipping, 1.5f);

@@ -11,7 +11,7 @@
 
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
-#include <zenflow/select/detail/norm_math.hpp>
+#include <zenflow/math/norms.hpp>
 
 namespace zf_test {
 

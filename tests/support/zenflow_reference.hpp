@@ -349,7 +349,7 @@ private:
         double s = 0.0;
         for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
           const double x = grads[i][static_cast<std::size_t>(e)];
-          s += cfg_.importance == zenflow::norm_kind::l1 ? std::fabs(x) : x * x;
+          s += cfg_.importance == zenflow::channel_norm::l1 ? std::fabs(x) : x * x;
         }
         score[static_cast<std::size_t>(j)] = s;
       }

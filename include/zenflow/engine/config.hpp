@@ -17,13 +17,9 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/math/adam.hpp>
-#include <zenflow/select/detail/norm_math.hpp>
+#include <zenflow/math/norms.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-/// A channel's importance score: `sq_l2` (squared L2, ZenFlow's, the default) or `l1`
-/// (DeepSpeed's). The select area's `channel_norm` under the name the engine contract uses.
-using norm_kind = channel_norm;
 
 /// When the important channels are re-selected. JSON: "step" | "epoch" | "auto".
 enum class select_strategy : std::uint8_t {
@@ -64,7 +60,7 @@ struct config {
   std::int64_t max_update_interval = 16;                   ///< zenflow extension: Zen-auto's longest window
   std::int64_t min_update_interval = 1;                    ///< zenflow extension: Zen-auto's shortest window
   std::int64_t steps_per_epoch = 0;                        ///< 0 = unknown ("epoch" then rejected)
-  norm_kind importance = norm_kind::sq_l2;                 ///< zenflow extension: "sq_l2" | "l1"
+  channel_norm importance = channel_norm::sq_l2;           ///< zenflow extension: "sq_l2" | "l1"
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
   /// "optimizer.params" (lr is informational: step() passes each step's lr). Defaults: DeepSpeed's

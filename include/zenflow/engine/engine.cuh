@@ -234,10 +234,10 @@ public:
     return h_word_[0] != 0;
   }
 
-  std::size_t select(std::size_t p, norm_kind kind, std::vector<std::int32_t>& out, cudaStream_t stream) {
+  std::size_t select(std::size_t p, channel_norm kind, std::vector<std::int32_t>& out, cudaStream_t stream) {
     const auto& pi = (*params_)[p];
     auto& d = dev_[p];
-    if (kind == norm_kind::l1) {
+    if (kind == channel_norm::l1) {
       detail::dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
         std::size_t b = temp_.bytes();

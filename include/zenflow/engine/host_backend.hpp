@@ -188,10 +188,10 @@ public:
 
   /// Top-k (indices ascending) of matrix `p`'s importance scores of this step into `out`.
   /// Returns the bytes a device copies down (the indices).
-  std::size_t select(std::size_t p, norm_kind kind, std::vector<std::int32_t>& out, cudaStream_t) {
+  std::size_t select(std::size_t p, channel_norm kind, std::vector<std::int32_t>& out, cudaStream_t) {
     const auto& pi = (*params_)[p];
     auto& d = dev_[p];
-    if (kind == norm_kind::l1) {
+    if (kind == channel_norm::l1) {
       detail::dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
         const auto* g = static_cast<const T*>(pi.grads);

@@ -22,7 +22,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
-#include <zenflow/select/detail/norm_math.hpp>
+#include <zenflow/math/norms.hpp>
 #include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -222,7 +222,7 @@ inline void read_zenflow_block(const nlohmann::json& zf, config& c) {
     } else if (name == "min_update_interval") {
       c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
     } else if (name == "importance") {
-      c.importance = json_enum<norm_kind>(v, key, {{"sq_l2", norm_kind::sq_l2}, {"l1", norm_kind::l1}});
+      c.importance = json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
     } else if (name == "mode") {
       c.mode = json_enum<optimizer_mode>(v, key,
                                          {{"zenflow", optimizer_mode::zenflow},
@@ -462,7 +462,7 @@ inline void config::validate() const {
   check(host_lr_scale == host_lr_scaling::linear || host_lr_scale == host_lr_scaling::sqrt ||
             host_lr_scale == host_lr_scaling::none,
         zenflow_key("host_lr_scale"), "is not a valid host_lr_scaling");
-  check(importance == norm_kind::sq_l2 || importance == norm_kind::l1, zenflow_key("importance"),
+  check(importance == channel_norm::sq_l2 || importance == channel_norm::l1, zenflow_key("importance"),
         "must be sq_l2 or l1");
 
   // The selection schedule (SPEC.md "Configuration").
@@ -601,7 +601,7 @@ inline nlohmann::json config::to_deepspeed_json() const {
   zf["host_lr_scale"] = std::string(to_string(host_lr_scale));
   zf["max_update_interval"] = max_update_interval;
   zf["min_update_interval"] = min_update_interval;
-  zf["importance"] = importance == norm_kind::l1 ? "l1" : "sq_l2";
+  zf["importance"] = importance == channel_norm::l1 ? "l1" : "sq_l2";
   zf["mode"] = std::string(to_string(mode));
   zf["upload"] = std::string(to_string(upload));
   zf["ring_slot_bytes"] = ring_slot_bytes;

@@ -16,7 +16,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
-#include <zenflow/select/detail/norm_math.hpp>
+#include <zenflow/math/norms.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -147,7 +147,8 @@ ZF_DEVICE ZF_FORCEINLINE float warp_sum(float v) {
 }
 
 template <channel_norm Norm, class T>
-ZF_KERNEL void __launch_bounds__(norm_block) contiguous_norms_kernel(const norm_launch<T> l) {
+ZF_KERNEL void __launch_bounds__(norm_block)
+    contiguous_norms_kernel(const __grid_constant__ norm_launch<T> l) {
   const std::int64_t b = blockIdx.x;
   const auto& it = l.item[find_item(l, b)];
   const std::int64_t local = b - it.block_begin;
@@ -191,7 +192,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) contiguous_norms_kernel(const norm_
 /// Strided channels: block = 32 column lanes x 8 row lanes; writes one partial per column for
 /// its chunk of rows.
 template <channel_norm Norm, class T>
-ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const norm_launch<T> l) {
+ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_constant__ norm_launch<T> l) {
   constexpr int V = vec_elems<T>;
   constexpr int rows_per_pass = norm_block / 32;
   __shared__ float part[rows_per_pass][32 * V];
@@ -290,7 +291,8 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const norm_lau
 }
 
 /// Strided channels, second step: score = sum of the row-chunk partials, in chunk order.
-ZF_KERNEL void __launch_bounds__(norm_block) strided_finish_kernel(const norm_finish_launch l) {
+ZF_KERNEL void __launch_bounds__(norm_block)
+    strided_finish_kernel(const __grid_constant__ norm_finish_launch l) {
   const std::int64_t b = blockIdx.x;
   const auto& it = l.item[find_item(l, b)];
   const std::int64_t c = (b - it.block_begin) * norm_block + threadIdx.x;
@@ -305,7 +307,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_finish_kernel(const norm_fi
 }
 
 /// Per-item total of the scores: one block per item, a fixed-order tree.
-ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const norm_total_launch l) {
+ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const __grid_constant__ norm_total_launch l) {
   __shared__ float warp_acc[norm_block / 32];
   const int i = static_cast<int>(blockIdx.x);
   const float* s = l.scores[i];

@@ -346,7 +346,8 @@ struct topk_segment_launch {
 
 /// Whole selection of one segment in one block of 1024 threads (histograms in shared memory;
 /// the input is reread per pass, from L2 for the sizes this path is for).
-ZF_KERNEL void __launch_bounds__(topk_segment_block) topk_block_kernel(const topk_segment_launch l) {
+ZF_KERNEL void __launch_bounds__(topk_segment_block)
+    topk_block_kernel(const __grid_constant__ topk_segment_launch l) {
   using scan_t = cub::BlockScan<std::uint32_t, topk_segment_block>;
   __shared__ std::uint32_t hist[topk_bins];
   __shared__ typename scan_t::TempStorage scan_tmp;
