@@ -276,8 +276,8 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--steps-per-epoch", [&](S f, S v) { z.steps_per_epoch = parse_int(f, v); }},
       {"--importance",
        [&](S f, S v) {
-         z.importance = detail::parse_enum<zenflow::norm_kind>(
-             f, v, {{"sq_l2", zenflow::norm_kind::sq_l2}, {"l1", zenflow::norm_kind::l1}});
+         z.importance = detail::parse_enum<zenflow::channel_norm>(
+             f, v, {{"sq_l2", zenflow::channel_norm::sq_l2}, {"l1", zenflow::channel_norm::l1}});
        }},
       // optimizer block, gradient_clipping, loss scale
       {"--beta1", [&](S f, S v) { z.adam.beta1 = f32(f, v); }},
