@@ -13,33 +13,38 @@
 
 namespace {
 
-/// y = x W* + b* + noise with input features of very different scales: a few input channels carry
-/// most of the gradient energy (the structure ZenFlow exploits).
+/// Online regression y = x W* + b* + noise with input features of very different scales: a few
+/// input channels carry most of the gradient energy (the structure ZenFlow exploits), but the
+/// weak ones still matter to the loss (an optimizer that never updated them would end far above
+/// the noise floor). Every step draws a fresh minibatch, as real training does.
 struct regression {
-  std::int64_t in = 64, out = 16, batch = 96;
-  std::vector<float> x, y;
-  explicit regression(std::uint64_t seed) {
-    std::mt19937_64 gen(seed);
+  static constexpr std::int64_t in = 64, out = 16, batch = 32;
+  static constexpr float noise = 0.3f; // observation noise: the loss floor is out * noise^2 / 2
+  std::vector<float> w_true, b_true, x, y;
+  std::mt19937_64 gen;
+  explicit regression(std::uint64_t seed) : gen(seed) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> w_true(static_cast<std::size_t>(in * out)), b_true(static_cast<std::size_t>(out));
-    for (std::int64_t j = 0; j < in; ++j) { // the weak features also matter less to the target
-      for (std::int64_t o = 0; o < out; ++o) {
-        w_true[static_cast<std::size_t>(j * out + o)] = (j % 10 == 3 ? 1.0f : 0.1f) * nd(gen);
-      }
+    w_true.resize(static_cast<std::size_t>(in * out));
+    b_true.resize(static_cast<std::size_t>(out));
+    for (auto& v : w_true) {
+      v = nd(gen);
     }
     for (auto& v : b_true) {
       v = nd(gen);
     }
-    x.resize(static_cast<std::size_t>(batch * in));
-    y.resize(static_cast<std::size_t>(batch * out));
-    for (std::int64_t s = 0; s < batch; ++s) {
+  }
+  /// Skewed channels: 6 strong input features (every 10th), the others 10x weaker.
+  static float feature_scale(std::int64_t j) { return j % 10 == 3 ? 1.0f : 0.1f; }
+  void sample(std::int64_t n) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    x.resize(static_cast<std::size_t>(n * in));
+    y.resize(static_cast<std::size_t>(n * out));
+    for (std::int64_t s = 0; s < n; ++s) {
       for (std::int64_t j = 0; j < in; ++j) {
-        // Skewed channels: 6 strong input features (every 10th), the others 10x weaker.
-        const float scale = j % 10 == 3 ? 1.0f : 0.1f;
-        x[static_cast<std::size_t>(s * in + j)] = scale * nd(gen);
+        x[static_cast<std::size_t>(s * in + j)] = feature_scale(j) * nd(gen);
       }
       for (std::int64_t o = 0; o < out; ++o) {
-        float acc = b_true[static_cast<std::size_t>(o)] + 0.1f * nd(gen); // observation noise: the loss floor
+        float acc = b_true[static_cast<std::size_t>(o)] + noise * nd(gen);
         for (std::int64_t j = 0; j < in; ++j) {
           acc += x[static_cast<std::size_t>(s * in + j)] * w_true[static_cast<std::size_t>(j * out + o)];
         }
@@ -47,40 +52,59 @@ struct regression {
       }
     }
   }
-  /// Mean squared error / 2, and the gradients of W ([in, out]: channel j = input feature j) and b.
-  double loss_and_grads(const std::vector<float>& w,
-                        const std::vector<float>& b,
-                        std::vector<float>& gw,
-                        std::vector<float>& gb) const {
-    std::fill(gw.begin(), gw.end(), 0.0f);
-    std::fill(gb.begin(), gb.end(), 0.0f);
-    double loss = 0.0;
+  /// Mean squared error / 2 over the current samples; with `gw`, also the gradients of W
+  /// ([in, out]: channel j = input feature j) and b.
+  double loss(const std::vector<float>& w,
+              const std::vector<float>& b,
+              std::vector<float>* gw,
+              std::vector<float>* gb) const {
+    const std::int64_t n = static_cast<std::int64_t>(y.size()) / out;
+    if (gw != nullptr) {
+      std::fill(gw->begin(), gw->end(), 0.0f);
+      std::fill(gb->begin(), gb->end(), 0.0f);
+    }
+    double total = 0.0;
     std::vector<float> r(static_cast<std::size_t>(out));
-    for (std::int64_t s = 0; s < batch; ++s) {
+    for (std::int64_t s = 0; s < n; ++s) {
       for (std::int64_t o = 0; o < out; ++o) {
         float p = b[static_cast<std::size_t>(o)];
         for (std::int64_t j = 0; j < in; ++j) {
           p += x[static_cast<std::size_t>(s * in + j)] * w[static_cast<std::size_t>(j * out + o)];
         }
         r[static_cast<std::size_t>(o)] = p - y[static_cast<std::size_t>(s * out + o)];
-        loss += 0.5 * static_cast<double>(r[static_cast<std::size_t>(o)]) * r[static_cast<std::size_t>(o)];
+        total += 0.5 * static_cast<double>(r[static_cast<std::size_t>(o)]) * r[static_cast<std::size_t>(o)];
       }
-      for (std::int64_t j = 0; j < in; ++j) {
-        const float xs = x[static_cast<std::size_t>(s * in + j)] / static_cast<float>(batch);
+      if (gw != nullptr) {
+        for (std::int64_t j = 0; j < in; ++j) {
+          const float xs = x[static_cast<std::size_t>(s * in + j)] / static_cast<float>(n);
+          for (std::int64_t o = 0; o < out; ++o) {
+            (*gw)[static_cast<std::size_t>(j * out + o)] += xs * r[static_cast<std::size_t>(o)];
+          }
+        }
         for (std::int64_t o = 0; o < out; ++o) {
-          gw[static_cast<std::size_t>(j * out + o)] += xs * r[static_cast<std::size_t>(o)];
+          (*gb)[static_cast<std::size_t>(o)] += r[static_cast<std::size_t>(o)] / static_cast<float>(n);
         }
       }
-      for (std::int64_t o = 0; o < out; ++o) {
-        gb[static_cast<std::size_t>(o)] += r[static_cast<std::size_t>(o)] / static_cast<float>(batch);
-      }
     }
-    return loss / static_cast<double>(batch);
+    return total / static_cast<double>(n);
+  }
+  /// One training minibatch: its loss and gradients.
+  double loss_and_grads(const std::vector<float>& w,
+                        const std::vector<float>& b,
+                        std::vector<float>& gw,
+                        std::vector<float>& gb) {
+    sample(batch);
+    return loss(w, b, &gw, &gb);
+  }
+  /// Loss on 4096 fresh held-out samples.
+  double eval(const std::vector<float>& w, const std::vector<float>& b) {
+    sample(4096);
+    return loss(w, b, nullptr, nullptr);
   }
 };
 
 double train(zenflow::config cfg, int steps, std::uint64_t seed) {
-  const regression data(seed);
+  regression data(seed);
   const std::int64_t in = data.in;
   const std::int64_t out = data.out;
   std::vector<float> w(static_cast<std::size_t>(in * out), 0.0f), b(static_cast<std::size_t>(out), 0.0f);
@@ -101,38 +125,44 @@ double train(zenflow::config cfg, int steps, std::uint64_t seed) {
   const zenflow::stats& st = zf.stats(); // PCIe bytes, stall time, windows, skipped steps
   // example-end training-loop
   EXPECT_EQ(st.steps, steps);
-  std::vector<float> gw(w.size()), gb(b.size());
-  return data.loss_and_grads(w, b, gw, gb);
+  return data.eval(w, b);
 }
 
 TEST(engine_convergence, zenflow_loss_within_two_percent_of_dense_adamw) {
   zenflow::config dense;
   dense.mode = zenflow::optimizer_mode::gpu_adamw;
-  dense.adam.lr = 5e-2f;
+  dense.adam.lr = 3e-2f;
   dense.host_threads = 1;
-  zenflow::config zen = dense;
-  zen.mode = zenflow::optimizer_mode::zenflow;
-  zen.topk_ratio = 0.1;
-  zen.update_interval = 4;
-  zen.select = zenflow::select_strategy::step;
-  zen.select_interval = 50;
-  zen.overlap_step = true;
-  const int steps = 500;
-  const double l_dense = train(dense, steps, zf_test::base_seed() + 50);
-  const double l_zen = train(zen, steps, zf_test::base_seed() + 50);
+  const int steps = 800;
+  const std::uint64_t seed = zf_test::base_seed() + 50;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  auto zenflow_with = [&](std::int64_t window, zenflow::host_lr_scaling scaling) {
+    zenflow::config zen = dense;
+    zen.mode = zenflow::optimizer_mode::zenflow;
+    zen.topk_ratio = 0.1;
+    zen.update_interval = window;
+    zen.select = zenflow::select_strategy::step;
+    zen.select_interval = 50;
+    zen.overlap_step = true;
+    zen.host_lr_scale = scaling;
+    return train(zen, steps, seed);
+  };
+  const double floor = 0.5 * regression::out * regression::noise * regression::noise;
   const double l_start = [&] {
-    const regression data(zf_test::base_seed() + 50);
-    std::vector<float> w(static_cast<std::size_t>(data.in * data.out), 0.0f),
-        b(static_cast<std::size_t>(data.out)), gw(w.size()), gb(b.size());
-    return data.loss_and_grads(w, b, gw, gb);
+    regression data(seed);
+    return data.eval(std::vector<float>(regression::in * regression::out, 0.0f),
+                     std::vector<float>(regression::out, 0.0f));
   }();
-  std::printf("loss start %g dense %g zenflow %g\n", l_start, l_dense, l_zen);
-  EXPECT_LT(l_dense, 0.002 * l_start); // the problem is learnt
-  // Training progress within 2%: ZenFlow removes at least 98% of the loss that dense AdamW
-  // removes. (Its final loss itself is higher: 1.56x dense at the default seed, from the
-  // weak channels' windowed, one-window-stale updates near the optimum; bounded at 2x here.)
-  EXPECT_GE(l_start - l_zen, 0.98 * (l_start - l_dense));
-  EXPECT_LE(l_zen, 2.0 * l_dense);
+  const double l_dense = train(dense, steps, seed);
+  const double l_zen = zenflow_with(4, zenflow::host_lr_scaling::linear);
+  const double l_zen_none = zenflow_with(8, zenflow::host_lr_scaling::none);
+  std::printf("held-out loss: start %g, floor %g, dense %g, zenflow S=4 linear %g, S=8 none %g\n", l_start,
+              floor, l_dense, l_zen, l_zen_none);
+  EXPECT_LT(l_dense, 1.05 * floor); // dense AdamW learns the problem down to the noise floor
+  EXPECT_LT(l_zen, 1.02 * l_dense); // the goal: ZenFlow (r = 0.1, S = 4, overlap) within 2%
+  // The check can fail: without host_lr_scale (DeepSpeed's behaviour) the weak channels move S
+  // times slower and, at S = 8, end far from dense AdamW (SPEC: "none" lags, "linear" keeps pace).
+  EXPECT_GT(l_zen_none, 1.2 * l_dense);
 }
 
 } // namespace
