@@ -137,7 +137,7 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
       timed_stall_s += rep.stall_s;
       timed_bytes += bytes;
     }
-    if (rep.window_length > 0) {
+    if (rep.window_closed) { // mean over closed windows of their length
       window_sum += rep.window_length;
       ++window_steps;
     }
