@@ -80,6 +80,9 @@ TEST(CharlmTrain, PcieTrafficPerMode) {
   EXPECT_GT(m.zen.pcie_model_ratio, 0.5);
   EXPECT_LT(m.zen.pcie_model_ratio, 1.5);
   EXPECT_GT(m.zen.windows_closed, 10);
+  // Fixed windows of 4 steps, except where a selection (every 20 steps) closes one early: 20 is a
+  // multiple of 4, so every closed window is 4 steps long.
+  EXPECT_DOUBLE_EQ(m.zen.mean_window, 4.0);
   EXPECT_GE(m.zen.selections, 4);
 }
 
