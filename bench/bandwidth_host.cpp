@@ -14,7 +14,8 @@ void host_triad(benchmark::State& state) {
   for (auto _ : state) {
     pool.parallel_for(n, 1 << 16, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
-        a[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(i)] + 3.0f * c[static_cast<std::size_t>(i)];
+        a[static_cast<std::size_t>(i)] =
+            b[static_cast<std::size_t>(i)] + 3.0f * c[static_cast<std::size_t>(i)];
       }
     });
     benchmark::DoNotOptimize(a.data());

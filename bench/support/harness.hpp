@@ -6,15 +6,15 @@
 /// bytes/s. Every ratio a benchmark reports is against a baseline measured in the same run.
 #pragma once
 
-#include <benchmark/benchmark.h>
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/memory.hpp>
@@ -35,8 +35,7 @@ inline bool skip_without_gpu(benchmark::State& state) {
 /// Bytes moved per iteration -> bytes_per_second (Google Benchmark's own) and a GB/s counter.
 inline void set_bytes_per_iteration(benchmark::State& state, double bytes) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
-  state.counters["GB"] =
-      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["bytes_per_iter"] = bytes;
 }
 
@@ -90,7 +89,8 @@ inline double measure_device_copy_bandwidth(std::size_t bytes = std::size_t{1} <
   zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
   start.record(s);
   for (int i = 0; i < reps; ++i) {
-    zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
+    zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s),
+                              "copy");
   }
   stop.record(s);
   stop.synchronize();
@@ -103,13 +103,15 @@ inline double measure_device_copy_bandwidth(std::size_t bytes = std::size_t{1} <
 /// kernels such as the CPU AdamW. Counts 16 bytes per element: b and c read, a written, and a
 /// read for ownership before it is written (write-allocate caches), which in-place kernels like
 /// AdamW (every written line was just read) do not pay; STREAM's 12 would understate the ceiling.
-inline double measure_host_triad_bandwidth(zenflow::worker_pool& pool, std::int64_t n = 1 << 25, int reps = 5) {
+inline double
+measure_host_triad_bandwidth(zenflow::worker_pool& pool, std::int64_t n = 1 << 25, int reps = 5) {
   std::vector<float> a(static_cast<std::size_t>(n)), b(a.size(), 1.0f), c(a.size(), 2.0f);
   const std::int64_t grain = 1 << 16;
   auto triad = [&] {
     pool.parallel_for(n, grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
-        a[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(i)] + 3.0f * c[static_cast<std::size_t>(i)];
+        a[static_cast<std::size_t>(i)] =
+            b[static_cast<std::size_t>(i)] + 3.0f * c[static_cast<std::size_t>(i)];
       }
     });
   };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/memory.hpp>
 
@@ -75,9 +76,10 @@ void check_device_conversions(bool in_graph) {
   auto enqueue = [&](cudaStream_t st) {
     ZF_CUDA_TRY(cudaMemcpyAsync(d_in.data(), in.data(), in.bytes(), cudaMemcpyHostToDevice, st));
     round_trip_kernel<T><<<static_cast<unsigned>((n + 255) / 256), 256, 0, st>>>(d_in.data(), d_narrow.data(),
-                                                                              d_wide.data(), n);
+                                                                                 d_wide.data(), n);
     ZF_CUDA_TRY(cudaGetLastError());
-    ZF_CUDA_TRY(cudaMemcpyAsync(narrow.data(), d_narrow.data(), d_narrow.bytes(), cudaMemcpyDeviceToHost, st));
+    ZF_CUDA_TRY(
+        cudaMemcpyAsync(narrow.data(), d_narrow.data(), d_narrow.bytes(), cudaMemcpyDeviceToHost, st));
     ZF_CUDA_TRY(cudaMemcpyAsync(wide.data(), d_wide.data(), d_wide.bytes(), cudaMemcpyDeviceToHost, st));
   };
   if (in_graph) {
@@ -88,7 +90,8 @@ void check_device_conversions(bool in_graph) {
   }
   for (std::int64_t i = 0; i < n; ++i) {
     const T host_narrow = zenflow::from_float<T>(values[i]);
-    ASSERT_EQ(zenflow::bit_pattern(narrow[i]), zenflow::bit_pattern(host_narrow)) << "i=" << i << " x=" << values[i];
+    ASSERT_EQ(zenflow::bit_pattern(narrow[i]), zenflow::bit_pattern(host_narrow))
+        << "i=" << i << " x=" << values[i];
     ASSERT_EQ(wide[i], zenflow::to_float(host_narrow)) << i;
   }
 }

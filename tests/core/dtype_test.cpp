@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/core/dtype.hpp>
 
 #include "support/random.hpp"
@@ -89,11 +90,27 @@ struct brute_rounder {
 };
 
 std::vector<float> conversion_inputs() {
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e-8f, 5.9604645e-8f,
-                           2.9802322e-8f, 6.1035156e-5f, 3.0517578e-5f, std::numeric_limits<float>::denorm_min(),
-                           std::numeric_limits<float>::min(), std::numeric_limits<float>::max(),
-                           -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(), 3.3895314e38f, 3.39e38f};
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           65504.0f,
+                           65519.0f,
+                           65520.0f,
+                           65536.0f,
+                           1e-8f,
+                           5.9604645e-8f,
+                           2.9802322e-8f,
+                           6.1035156e-5f,
+                           3.0517578e-5f,
+                           std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::min(),
+                           std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           3.3895314e38f,
+                           3.39e38f};
   // Exact ties and their neighbours around every binade of both formats.
   for (int e = -30; e <= 20; ++e) {
     for (std::uint32_t tail : {0x1000u, 0x0fffu, 0x1001u, 0x3000u, 0x8000u, 0x7fffu, 0x8001u, 0x18000u}) {
@@ -117,7 +134,8 @@ TEST(dtype, half_round_to_nearest_even_is_bit_exact) {
   SCOPED_TRACE(zf_test::seed_note(zf_test::base_seed()));
   const brute_rounder ref(decode_half, 10);
   for (float x : conversion_inputs()) {
-    const std::uint16_t got = static_cast<std::uint16_t>(zenflow::bit_pattern(zenflow::from_float<zenflow::half>(x)));
+    const std::uint16_t got =
+        static_cast<std::uint16_t>(zenflow::bit_pattern(zenflow::from_float<zenflow::half>(x)));
     ASSERT_EQ(got, ref.round(x, 0x7c00)) << "x = " << x << " bits 0x" << std::hex << to_bits(x);
   }
 }

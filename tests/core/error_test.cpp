@@ -1,6 +1,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
 

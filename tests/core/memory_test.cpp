@@ -3,6 +3,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/transport/worker_pool.hpp>
@@ -78,7 +79,8 @@ TEST(worker_pool, exceptions_reach_the_caller) {
                                  }),
                std::runtime_error);
   int ran = 0;
-  pool.parallel_for(10, 100, [&](std::int64_t, std::int64_t b, std::int64_t e) { ran += static_cast<int>(e - b); });
+  pool.parallel_for(10, 100,
+                    [&](std::int64_t, std::int64_t b, std::int64_t e) { ran += static_cast<int>(e - b); });
   EXPECT_EQ(ran, 10); // the pool is still usable after a failure
 }
 

@@ -1,6 +1,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
 #include <zenflow/core/views.hpp>
 
 namespace {
@@ -17,7 +18,7 @@ TEST(views, contiguous_and_strided_offsets_address_the_same_logical_element) {
       b(c, i) = static_cast<int>(100 * c + i);
     }
   }
-  EXPECT_EQ(contig[1 * 7 + 2], 102); // channel 1 starts at 1 * ld
+  EXPECT_EQ(contig[1 * 7 + 2], 102);  // channel 1 starts at 1 * ld
   EXPECT_EQ(strided[2 * 4 + 1], 102); // channel 1 is column 1, element 2 is row 2
   EXPECT_EQ(contig[5], -1);           // padding untouched
   EXPECT_EQ(strided[3], -1);

@@ -3,12 +3,12 @@
 /// turns the skip into a failure, and a helper that runs stream work under CUDA graph capture.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstdlib>
 #include <cstring>
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/error.hpp>
 

@@ -19,7 +19,8 @@ inline std::uint64_t base_seed() {
 }
 
 inline std::string seed_note(std::uint64_t seed) {
-  return "seed " + std::to_string(seed) + " (rerun with ZENFLOW_TEST_SEED=" + std::to_string(base_seed()) + ")";
+  return "seed " + std::to_string(seed) + " (rerun with ZENFLOW_TEST_SEED=" + std::to_string(base_seed()) +
+         ")";
 }
 
 /// Normal(0, scale) values rounded to the working type T.

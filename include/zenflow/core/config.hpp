@@ -41,9 +41,9 @@
 // Everything lives in a versioned inline namespace so that two zenflow versions linked into
 // one process never share a symbol.
 #define ZF_ABI_NAMESPACE v0_1
-#define ZF_NAMESPACE_BEGIN                                                                         \
-  namespace zenflow {                                                                              \
+#define ZF_NAMESPACE_BEGIN                                                                                   \
+  namespace zenflow {                                                                                        \
   inline namespace ZF_ABI_NAMESPACE {
-#define ZF_NAMESPACE_END                                                                           \
-  }                                                                                                \
+#define ZF_NAMESPACE_END                                                                                     \
+  }                                                                                                          \
   }

@@ -2,10 +2,10 @@
 /// Device queries that never throw, so that code can decide at run time whether a GPU is there.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <string>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 
@@ -22,7 +22,9 @@ ZF_NAMESPACE_BEGIN
 }
 
 /// True when at least one CUDA device can run kernels. Never throws.
-[[nodiscard]] inline bool cuda_available() noexcept { return device_count() > 0; }
+[[nodiscard]] inline bool cuda_available() noexcept {
+  return device_count() > 0;
+}
 
 /// What a benchmark or a log line wants to know about a device.
 struct device_info {

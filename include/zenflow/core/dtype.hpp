@@ -7,13 +7,13 @@
 /// the kernels (NaN payloads aside: every NaN stays a NaN).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <zenflow/core/config.hpp>
 
@@ -41,7 +41,9 @@ template <class T>
   }
 }
 
-[[nodiscard]] constexpr std::size_t dtype_size(dtype t) { return t == dtype::f32 ? 4 : 2; }
+[[nodiscard]] constexpr std::size_t dtype_size(dtype t) {
+  return t == dtype::f32 ? 4 : 2;
+}
 
 [[nodiscard]] constexpr std::string_view dtype_name(dtype t) {
   return t == dtype::f32 ? "f32" : (t == dtype::f16 ? "f16" : "bf16");
@@ -133,7 +135,9 @@ ZF_HOST_DEVICE constexpr std::uint16_t float_to_bf16_bits_rne(std::uint32_t x) {
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-ZF_HOST_DEVICE ZF_FORCEINLINE std::uint16_t raw_bits(half h) { return static_cast<__half_raw>(h).x; }
+ZF_HOST_DEVICE ZF_FORCEINLINE std::uint16_t raw_bits(half h) {
+  return static_cast<__half_raw>(h).x;
+}
 ZF_HOST_DEVICE ZF_FORCEINLINE std::uint16_t raw_bits(bfloat16 h) {
   return static_cast<__nv_bfloat16_raw>(h).x;
 }
@@ -154,7 +158,9 @@ ZF_HOST_DEVICE ZF_FORCEINLINE T from_raw_bits(std::uint16_t bits) {
 } // namespace detail
 
 /// Widens a working-precision value to float (exact).
-ZF_HOST_DEVICE ZF_FORCEINLINE float to_float(float v) { return v; }
+ZF_HOST_DEVICE ZF_FORCEINLINE float to_float(float v) {
+  return v;
+}
 ZF_HOST_DEVICE ZF_FORCEINLINE float to_float(half v) {
 #if ZF_DEVICE_COMPILE
   return __half2float(v);

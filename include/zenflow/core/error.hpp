@@ -6,11 +6,11 @@
 /// can throw an exception that says what was wrong, not only that something was.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 
@@ -24,10 +24,14 @@ inline std::string& last_error_slot() {
 } // namespace detail
 
 /// The message recorded by the last launcher that rejected an argument on this thread.
-[[nodiscard]] inline const std::string& last_error_message() { return detail::last_error_slot(); }
+[[nodiscard]] inline const std::string& last_error_message() {
+  return detail::last_error_slot();
+}
 
 /// Clears the thread's recorded message.
-inline void clear_last_error_message() { detail::last_error_slot().clear(); }
+inline void clear_last_error_message() {
+  detail::last_error_slot().clear();
+}
 
 /// Thrown by `ZF_CUDA_TRY` and by the convenience layer (engine, RAII types).
 class cuda_error : public std::runtime_error {
@@ -47,8 +51,8 @@ public:
 
 namespace detail {
 /// Records "<function>: <argument>: <why>" and returns cudaErrorInvalidValue.
-[[nodiscard]] inline cudaError_t reject(std::string_view function, std::string_view argument,
-                                        std::string_view why) {
+[[nodiscard]] inline cudaError_t
+reject(std::string_view function, std::string_view argument, std::string_view why) {
   std::string& slot = last_error_slot();
   slot.assign(function);
   slot += ": argument '";
@@ -71,19 +75,19 @@ namespace detail {
 ZF_NAMESPACE_END
 
 /// Evaluates a `cudaError_t` expression and throws `zenflow::cuda_error` if it failed.
-#define ZF_CUDA_TRY(expr)                                                                          \
-  do {                                                                                             \
-    ::zenflow::clear_last_error_message();                                                         \
-    const cudaError_t zf_try_status_ = (expr);                                                     \
-    if (zf_try_status_ != cudaSuccess) {                                                           \
-      ::zenflow::detail::throw_cuda_error(zf_try_status_, #expr, __FILE__, __LINE__);              \
-    }                                                                                              \
+#define ZF_CUDA_TRY(expr)                                                                                    \
+  do {                                                                                                       \
+    ::zenflow::clear_last_error_message();                                                                   \
+    const cudaError_t zf_try_status_ = (expr);                                                               \
+    if (zf_try_status_ != cudaSuccess) {                                                                     \
+      ::zenflow::detail::throw_cuda_error(zf_try_status_, #expr, __FILE__, __LINE__);                        \
+    }                                                                                                        \
   } while (0)
 
 /// Inside a launcher: reject argument `arg` unless `cond` holds. Returns from the caller.
-#define ZF_EXPECT_ARG(cond, function, arg, why)                                                    \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      return ::zenflow::detail::reject(function, arg, why);                                        \
-    }                                                                                              \
+#define ZF_EXPECT_ARG(cond, function, arg, why)                                                              \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      return ::zenflow::detail::reject(function, arg, why);                                                  \
+    }                                                                                                        \
   } while (0)

@@ -5,8 +5,6 @@
 /// allocate; the caller owns every buffer, typically through these types.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdio>
@@ -14,6 +12,8 @@
 #include <new>
 #include <span>
 #include <utility>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
@@ -46,7 +46,8 @@ public:
   explicit device_buffer(std::size_t count, cudaStream_t stream = nullptr) : size_(count), stream_(stream) {
     if (count > 0) {
       void* p = nullptr;
-      detail::throw_if(cudaMallocAsync(&p, count * sizeof(T), stream), "zenflow::device_buffer: cudaMallocAsync");
+      detail::throw_if(cudaMallocAsync(&p, count * sizeof(T), stream),
+                       "zenflow::device_buffer: cudaMallocAsync");
       data_ = static_cast<T*>(p);
     }
   }
@@ -194,7 +195,9 @@ public:
   }
   [[nodiscard]] cudaStream_t get() const noexcept { return handle_; }
   operator cudaStream_t() const noexcept { return handle_; } // NOLINT: a stream is used as its handle
-  void synchronize() const { detail::throw_if(cudaStreamSynchronize(handle_), "zenflow::stream::synchronize"); }
+  void synchronize() const {
+    detail::throw_if(cudaStreamSynchronize(handle_), "zenflow::stream::synchronize");
+  }
 
 private:
   cudaStream_t handle_ = nullptr;

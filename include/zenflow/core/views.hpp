@@ -51,9 +51,8 @@ struct channel_matrix {
 
 /// A contiguous channel matrix with `ld == channel_len`.
 template <class T>
-[[nodiscard]] constexpr channel_matrix<T> make_channel_matrix(T* data,
-                                                              std::int64_t channels,
-                                                              std::int64_t channel_len) {
+[[nodiscard]] constexpr channel_matrix<T>
+make_channel_matrix(T* data, std::int64_t channels, std::int64_t channel_len) {
   return {data, channels, channel_len, channel_len, channel_layout::contiguous};
 }
 

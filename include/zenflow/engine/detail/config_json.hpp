@@ -222,7 +222,8 @@ inline void read_zenflow_block(const nlohmann::json& zf, config& c) {
     } else if (name == "min_update_interval") {
       c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
     } else if (name == "importance") {
-      c.importance = json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
+      c.importance =
+          json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
     } else if (name == "mode") {
       c.mode = json_enum<optimizer_mode>(v, key,
                                          {{"zenflow", optimizer_mode::zenflow},
