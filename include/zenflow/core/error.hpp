@@ -74,13 +74,14 @@ reject(std::string_view function, std::string_view argument, std::string_view wh
 
 ZF_NAMESPACE_END
 
-/// Evaluates a `cudaError_t` expression and throws `zenflow::cuda_error` if it failed.
-#define ZF_CUDA_TRY(expr)                                                                                    \
+/// Evaluates a `cudaError_t` expression and throws `zenflow::cuda_error` if it failed. Variadic so
+/// that template argument lists with commas need no extra parentheses.
+#define ZF_CUDA_TRY(...)                                                                                     \
   do {                                                                                                       \
     ::zenflow::clear_last_error_message();                                                                   \
-    const cudaError_t zf_try_status_ = (expr);                                                               \
+    const cudaError_t zf_try_status_ = (__VA_ARGS__);                                                        \
     if (zf_try_status_ != cudaSuccess) {                                                                     \
-      ::zenflow::detail::throw_cuda_error(zf_try_status_, #expr, __FILE__, __LINE__);                        \
+      ::zenflow::detail::throw_cuda_error(zf_try_status_, #__VA_ARGS__, __FILE__, __LINE__);                 \
     }                                                                                                        \
   } while (0)
 
