@@ -483,6 +483,10 @@ TEST(engine_arguments, bad_arguments_are_rejected_by_name_and_change_nothing) {
   auto bad = small_config();
   bad.topk_ratio = 1.5;
   expect_invalid([&] { host_engine e(bad); }, "topk_ratio");
+  // A setting the engine does not implement is rejected, never accepted and ignored.
+  auto ring = small_config();
+  ring.upload = zenflow::upload_policy::chunk_ring;
+  expect_invalid([&] { host_engine e(ring); }, "'upload' chunk_ring is not implemented yet");
 
   std::vector<float> w(64, 0.5f), g(64, 0.25f);
   host_engine eng(small_config());

@@ -2,7 +2,9 @@
 /// The engine's CUDA backend: parameters are device pointers; every device operation is a
 /// stream-ordered launch of a primitive (zenflow::device::channel_norms_batched, topk,
 /// adamw_selective, adamw_dense, gather_channels, scatter_channels) on the user's stream; the
-/// D2H ring copies on a copy stream of its own, guarded by events. The training thread blocks only
+/// D2H ring copies on a copy stream of its own, and a host window's new weights go up on an
+/// upload stream of its own (enqueued by the job's thread, scattered at the boundary on the
+/// user's stream after an event), all guarded by events. The training thread blocks only
 /// in the counted stalls: the drain and the index/state round trips of a selection step, a
 /// pending selection's skip-flag read, a synchronous window (offload_sync, warm-up,
 /// overlap_step = false), and a host job not finished when its close comes.
@@ -48,6 +50,14 @@ public:
         (void)cudaEventDestroy(e);
       }
     }
+    for (cudaEvent_t e : {copied_, scattered_}) {
+      if (e != nullptr) {
+        (void)cudaEventDestroy(e);
+      }
+    }
+    if (upload_stream_ != nullptr) {
+      (void)cudaStreamDestroy(upload_stream_);
+    }
   }
 
   void setup(const std::vector<detail::param_info>& params, std::size_t staging_bytes, memory_usage& mem) {
@@ -87,6 +97,15 @@ public:
       max_cap_elems = std::max<std::int64_t>(max_cap_elems, pi.device_capacity * pi.channel_len);
     }
     layout_.matrices = matrices;
+    // The vectors' update counts, one contiguous array (slots grouped by dtype): one dense AdamW
+    // call per dtype. d.counts stays their staging for migrate().
+    dense_order_ = detail::dense_order(params);
+    dense_slot_.assign(params.size(), -1);
+    for (std::size_t i = 0; i < dense_order_.size(); ++i) {
+      dense_slot_[dense_order_[i]] = static_cast<std::int64_t>(i);
+    }
+    dense_counts_ = device_buffer<std::int32_t>(std::max<std::size_t>(dense_order_.size(), 1));
+    mem.device_vector_state += dense_counts_.bytes();
     for (auto& r : record_) {
       r = device_buffer<float>(static_cast<std::size_t>(layout_.words()));
     }
@@ -101,12 +120,18 @@ public:
     h_word_ = pinned_buffer<std::uint32_t>(1);
     staging_ = device_buffer<std::byte>(staging_bytes * slots_);
     staging_bytes_ = staging_bytes;
-    events_.assign(slots_ + 3, nullptr);
+    events_.assign(slots_ + 2, nullptr);
     for (auto& e : events_) {
       detail::throw_if(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
                        "zenflow::cuda_backend: cudaEventCreateWithFlags");
     }
     event_used_.assign(events_.size(), false);
+    detail::throw_if(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
+                     "zenflow::cuda_backend: cudaStreamCreateWithFlags");
+    for (cudaEvent_t* e : {&copied_, &scattered_}) {
+      detail::throw_if(cudaEventCreateWithFlags(e, cudaEventDisableTiming | cudaEventBlockingSync),
+                       "zenflow::cuda_backend: cudaEventCreateWithFlags");
+    }
     // Temporary storage: the largest of the norms (per dtype group) and top-k queries.
     std::size_t need = 0;
     for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
@@ -182,6 +207,9 @@ public:
     detail::throw_if(cudaMemsetAsync(d.v.data(), 0, d.v.bytes(), stream), "zenflow::cuda_backend: memset");
     detail::throw_if(cudaMemsetAsync(d.counts.data(), 0, d.counts.bytes(), stream),
                      "zenflow::cuda_backend: memset");
+    if (dense_slot_[p] >= 0) {
+      detail::throw_if(cudaMemsetAsync(counts_of(p), 0, 4, stream), "zenflow::cuda_backend: memset");
+    }
     d.k = cap;
   }
 
@@ -287,6 +315,10 @@ public:
     };
     const std::int64_t o_leave = put(leave_pos), o_keep_old = put(keep_old), o_keep_new = put(keep_new),
                        o_enter = put(enter_pos), o_sel = put(new_sel);
+    if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
+      detail::throw_if(cudaMemcpyAsync(d.counts.data(), counts_of(p), 4, cudaMemcpyDeviceToDevice, stream),
+                       "zenflow::cuda_backend: cudaMemcpyAsync");
+    }
     copy(idx_.data(), hi, static_cast<std::size_t>(o) * 4, cudaMemcpyHostToDevice, stream);
     const std::int32_t* di = idx_.data();
     const auto compact = [&](float* base) {
@@ -357,6 +389,10 @@ public:
     std::swap(d.m, d.m2);
     std::swap(d.v, d.v2);
     std::swap(d.counts, d.counts2);
+    if (dense_slot_[p] >= 0) {
+      detail::throw_if(cudaMemcpyAsync(counts_of(p), d.counts.data(), 4, cudaMemcpyDeviceToDevice, stream),
+                       "zenflow::cuda_backend: cudaMemcpyAsync");
+    }
     detail::throw_if(
         cudaMemcpyAsync(d.sel.data(), di + o_sel, new_sel.size() * 4, cudaMemcpyDeviceToDevice, stream),
         "zenflow::cuda_backend: cudaMemcpyAsync");
@@ -382,30 +418,48 @@ public:
     hp.lr = lr;
     const float* coef = record_[cur_record_].data();
     const auto* skip = reinterpret_cast<const std::uint32_t*>(record_[cur_record_].data() + 1);
+    // The vectors: one adamw_dense call per run of device-resident vectors of one dtype (a run is
+    // contiguous in the count array; in practice one run per dtype).
+    std::size_t i = 0;
+    while (i < dense_order_.size()) {
+      const std::size_t first = i;
+      const dtype type = (*params_)[dense_order_[i]].type;
+      while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 &&
+             (*params_)[dense_order_[i]].type == type) {
+        ++i;
+      }
+      if (i == first) { // a vector not on the device (yet)
+        ++i;
+        continue;
+      }
+      detail::dispatch_dtype(type, [&](auto tag) {
+        using T = decltype(tag);
+        std::vector<adamw_tensor<T>> tensors;
+        tensors.reserve(i - first);
+        for (std::size_t j = first; j < i; ++j) {
+          const auto& pi = (*params_)[dense_order_[j]];
+          auto& d = dev_[dense_order_[j]];
+          tensors.push_back({static_cast<T*>(pi.weights), static_cast<const T*>(pi.grads), d.master.data(),
+                             d.m.data(), d.v.data(), pi.channel_len});
+        }
+        detail::check_status(device::adamw_dense<T>(tensors.data(), static_cast<int>(tensors.size()),
+                                                    dense_counts_.data() + first, hp, coef, skip, stream),
+                             "zenflow::cuda_backend: adamw_dense");
+      });
+    }
     for (std::size_t p = 0; p < dev_.size(); ++p) {
       const auto& pi = (*params_)[p];
       auto& d = dev_[p];
-      if (d.k == 0) {
+      if (d.k == 0 || pi.device_dense) {
         continue;
       }
       detail::dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
-        if (pi.device_dense) {
-          const adamw_tensor<T> t{static_cast<T*>(pi.weights),
-                                  static_cast<const T*>(pi.grads),
-                                  d.master.data(),
-                                  d.m.data(),
-                                  d.v.data(),
-                                  pi.channel_len};
-          detail::check_status(device::adamw_dense<T>(&t, 1, d.counts.data(), hp, coef, skip, stream),
-                               "zenflow::cuda_backend: adamw_dense");
-        } else {
-          detail::check_status(device::adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(),
-                                                          d.sel.data(), d.k, d.master.data(), d.m.data(),
-                                                          d.v.data(), d.counts.data(), hp, coef, skip,
-                                                          mass(d, 0), stream),
-                               "zenflow::cuda_backend: adamw_selective");
-        }
+        detail::check_status(device::adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(),
+                                                        d.sel.data(), d.k, d.master.data(), d.m.data(),
+                                                        d.v.data(), d.counts.data(), hp, coef, skip,
+                                                        mass(d, 0), stream),
+                             "zenflow::cuda_backend: adamw_selective");
       });
     }
   }
@@ -422,29 +476,80 @@ public:
     });
   }
 
-  std::size_t apply_upload(
-      std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end, cudaStream_t stream) {
+  // ---- the upload of a host window's new weights (SPEC "Streaming"; docs/engine.md) --------
+  //
+  // Called on the thread that ran the host job (the window queue's executor with overlap), right
+  // after the job wrote the pinned upload buffers: begin_uploads, upload per parameter,
+  // end_uploads. The H2D copies run on the backend's upload stream (a copy stream of its own,
+  // so that they overlap the next window's compute and the D2H ring). At the boundary the
+  // training thread calls begin_apply (the user's stream waits on the copies' event: no host
+  // wait), apply_upload per parameter (a device-to-device scatter) and end_apply. Events guard
+  // the single pinned buffer (wait_upload_done) and the device upload buffer (the next
+  // window's copies wait on the last scatter). The engine never runs two of these phases at
+  // once: a job is submitted only after the previous job's scatter was enqueued, and the
+  // boundary runs only after the job finished (the queue orders the two threads).
+
+  /// Job thread: the next copies may overwrite the device upload buffers only after the last
+  /// scatter read them (stream-ordered on the upload stream; the host does not wait).
+  void begin_uploads() {
+    if (scatter_recorded_) {
+      detail::throw_if(cudaStreamWaitEvent(upload_stream_, scattered_, 0),
+                       "zenflow::cuda_backend: cudaStreamWaitEvent");
+    }
+  }
+
+  /// Job thread: copies host-set positions [begin, end) of `p`'s new weights from its pinned
+  /// upload buffer `src` (position 0 at `src`) into the device upload buffer, on the upload
+  /// stream. Returns the bytes.
+  std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end) {
     const auto& pi = (*params_)[p];
     auto& d = dev_[p];
+    const std::size_t at = static_cast<std::size_t>(begin) * pi.channel_bytes();
     const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
-    copy(d.upload.data(), src, bytes, cudaMemcpyHostToDevice, stream);
-    detail::dispatch_dtype(pi.type, [&](auto tag) {
-      using T = decltype(tag);
-      detail::check_status(device::scatter_channels<T, T>(reinterpret_cast<const T*>(d.upload.data()),
-                                                          d.host_set.data() + begin, end - begin,
-                                                          pi.weight_matrix<T>(), stream),
-                           "zenflow::cuda_backend: scatter_channels");
-    });
-    record_event(slots_ + 2, stream); // the pinned upload buffers are free once this completes
+    copy(d.upload.data() + at, src + at, bytes, cudaMemcpyHostToDevice, upload_stream_);
     return bytes;
   }
 
-  /// Host side: blocks until the last upload has read the pinned upload buffers (called by a host
-  /// job before it writes them again).
+  /// Job thread: the copies of this window are enqueued; the boundary's scatter waits on them.
+  void end_uploads() {
+    detail::throw_if(cudaEventRecord(copied_, upload_stream_), "zenflow::cuda_backend: cudaEventRecord");
+    copy_recorded_ = true;
+  }
+
+  /// Training thread, at the boundary: the scatter on `stream` starts after the copies.
+  void begin_apply(cudaStream_t stream) {
+    if (copy_recorded_) {
+      detail::throw_if(cudaStreamWaitEvent(stream, copied_, 0), "zenflow::cuda_backend: cudaStreamWaitEvent");
+    }
+  }
+
+  /// Training thread: writes the uploaded weights of host-set positions [begin, end) of `p` into
+  /// the working weights (device to device, on `stream`). Returns the bytes that were copied up.
+  std::size_t apply_upload(std::size_t p, std::int64_t begin, std::int64_t end, cudaStream_t stream) {
+    const auto& pi = (*params_)[p];
+    auto& d = dev_[p];
+    const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
+    detail::dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      detail::check_status(device::scatter_channels<T, T>(
+                               reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len,
+                               d.host_set.data() + begin, end - begin, pi.weight_matrix<T>(), stream),
+                           "zenflow::cuda_backend: scatter_channels");
+    });
+    return bytes;
+  }
+
+  /// Training thread: the scatter is enqueued; the next copies wait on it.
+  void end_apply(cudaStream_t stream) {
+    detail::throw_if(cudaEventRecord(scattered_, stream), "zenflow::cuda_backend: cudaEventRecord");
+    scatter_recorded_ = true;
+  }
+
+  /// Host side: blocks until the last upload copies have read the pinned upload buffers (called
+  /// by a host job before it writes them again).
   void wait_upload_done() {
-    if (event_used_[slots_ + 2]) {
-      detail::throw_if(cudaEventSynchronize(events_[slots_ + 2]),
-                       "zenflow::cuda_backend: cudaEventSynchronize");
+    if (copy_recorded_) {
+      detail::throw_if(cudaEventSynchronize(copied_), "zenflow::cuda_backend: cudaEventSynchronize");
     }
   }
 
@@ -466,7 +571,8 @@ public:
     copy(master.data(), d.master.data(), n * 4, cudaMemcpyDeviceToHost, stream);
     copy(m.data(), d.m.data(), n * 4, cudaMemcpyDeviceToHost, stream);
     copy(v.data(), d.v.data(), n * 4, cudaMemcpyDeviceToHost, stream);
-    copy(counts.data(), d.counts.data(), k * 4, cudaMemcpyDeviceToHost, stream);
+    copy(counts.data(), dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), k * 4, cudaMemcpyDeviceToHost,
+         stream);
     copy(sel.data(), d.sel.data(), k * 4, cudaMemcpyDeviceToHost, stream);
     detail::throw_if(cudaStreamSynchronize(stream), "zenflow::cuda_backend: cudaStreamSynchronize");
   }
@@ -480,6 +586,12 @@ private:
     device_buffer<float> scores;
     device_buffer<std::byte> upload;
   };
+
+  /// The update count of device-dense parameter `p` in the dense count array.
+  std::int32_t* counts_of(std::size_t p) { return dense_counts_.data() + dense_slot_[p]; }
+  [[nodiscard]] const std::int32_t* counts_of(std::size_t p) const {
+    return dense_counts_.data() + dense_slot_[p];
+  }
 
   float* mass(const dev_param& d, std::int64_t base) {
     return d.matrix_index < 0 ? nullptr
@@ -550,6 +662,9 @@ private:
   const std::vector<detail::param_info>* params_ = nullptr;
   std::size_t slots_;
   std::vector<dev_param> dev_;
+  std::vector<std::size_t> dense_order_;     // device-dense parameters in count-slot order
+  std::vector<std::int64_t> dense_slot_;     // per parameter: its slot in dense_counts_, or -1
+  device_buffer<std::int32_t> dense_counts_; // the vectors' update counts, contiguous
   detail::step_record_layout layout_{};
   device_buffer<float> record_[2];
   std::size_t cur_record_ = 0;
@@ -565,8 +680,15 @@ private:
   device_buffer<std::byte> staging_;
   std::size_t staging_bytes_ = 0;
   device_buffer<std::byte> temp_;
-  std::vector<cudaEvent_t> events_; // [0, slots): staging slots; slots + 0/1: records; slots + 2: uploads
-  std::vector<bool> event_used_;
+  std::vector<cudaEvent_t> events_; // [0, slots): staging slots; slots + 0/1: records
+  std::vector<bool> event_used_;    // training thread only
+  // The upload (see begin_uploads): its stream and events; each flag is written by the thread of
+  // its phase and read by the other only across the window queue's hand-over.
+  cudaStream_t upload_stream_ = nullptr;
+  cudaEvent_t copied_ = nullptr;    // recorded on upload_stream_ after a window's H2D copies
+  cudaEvent_t scattered_ = nullptr; // recorded on the user's stream after the boundary's scatter
+  bool copy_recorded_ = false;
+  bool scatter_recorded_ = false;
 };
 
 ZF_NAMESPACE_END

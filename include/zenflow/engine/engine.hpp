@@ -57,7 +57,8 @@ class engine {
 public:
   using backend_type = Backend;
 
-  /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy.
+  /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy. Throws
+  /// zenflow::invalid_argument naming 'upload' for `upload = chunk_ring` (not implemented yet).
   explicit engine(const config& cfg) : cfg_(checked(cfg)), backend_(cfg_) {}
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -330,6 +331,9 @@ private:
 
   static config checked(const config& cfg) {
     cfg.validate();
+    // Never accept a setting and ignore it: the chunk ring of uploads is not built yet.
+    require(cfg.upload != upload_policy::chunk_ring, "zenflow::engine", "upload",
+            "chunk_ring is not implemented yet");
     return cfg;
   }
 
@@ -485,7 +489,8 @@ private:
   // ---- host windows -------------------------------------------------------------------------
 
   /// The host window of accumulator `a`: AdamW on acc / n_w for every host-set channel, new
-  /// working weights into the upload buffers, acc zeroed. Runs on the queue's executor or inline.
+  /// working weights into the upload buffers, acc zeroed, then their copy up is enqueued. Runs
+  /// on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
     const auto t0 = std::chrono::steady_clock::now();
     adamw_hparams hp = cfg_.adam;
@@ -511,19 +516,37 @@ private:
       });
     }
     job_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    upload_job();
   }
 
-  /// Writes the upload buffers of the last finished job into the host-set working weights.
-  void apply_uploads(cudaStream_t stream) {
+  /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
+  /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window).
+  void upload_job() {
+    backend_.begin_uploads();
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
-      auto& h = host_[p];
+      const auto& h = host_[p];
       if (!pi.host_side || h.host_set.empty()) {
         continue;
       }
-      h2d_ +=
-          backend_.apply_upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+      (void)backend_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
     }
+    backend_.end_uploads();
+  }
+
+  /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
+  /// working weights (device to device, on `stream`, after the copies: no host wait).
+  void apply_uploads(cudaStream_t stream) {
+    backend_.begin_apply(stream);
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& pi = params_[p];
+      const auto& h = host_[p];
+      if (!pi.host_side || h.host_set.empty()) {
+        continue;
+      }
+      h2d_ += backend_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+    }
+    backend_.end_apply(stream);
   }
 
   void account_job() {

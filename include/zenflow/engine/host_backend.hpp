@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +87,15 @@ public:
       }
     }
     layout_.matrices = matrices;
+    // The vectors' update counts, one contiguous array (slots grouped by dtype): one dense AdamW
+    // call per dtype, as on the device. d.counts stays their staging for migrate().
+    dense_order_ = detail::dense_order(params);
+    dense_slot_.assign(params.size(), -1);
+    for (std::size_t i = 0; i < dense_order_.size(); ++i) {
+      dense_slot_[dense_order_[i]] = static_cast<std::int64_t>(i);
+    }
+    dense_counts_.assign(std::max<std::size_t>(dense_order_.size(), 1), 0);
+    mem.device_vector_state += dense_counts_.size() * 4;
     record_.assign(layout_.bytes(), std::byte{0});
     staging_.resize(staging_bytes);
     mem.device_staging += staging_.size();
@@ -121,6 +131,9 @@ public:
     std::fill(d.m.begin(), d.m.end(), 0.0f);
     std::fill(d.v.begin(), d.v.end(), 0.0f);
     std::fill(d.counts.begin(), d.counts.end(), 0);
+    if (dense_slot_[p] >= 0) {
+      dense_counts_[static_cast<std::size_t>(dense_slot_[p])] = 0;
+    }
     d.k = pi.device_capacity;
   }
 
@@ -237,6 +250,9 @@ public:
     const channel_state host_rows{h_master, h_m, h_v, h_counts, pi.channels, L};
     std::vector<std::int32_t> leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch;
     detail::diff_selection(old_sel, new_sel, leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch);
+    if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
+      d.counts[0] = dense_counts_[static_cast<std::size_t>(dense_slot_[p])];
+    }
     // Leaving rows: compact rows -> host rows (state rows are "channels" of the compact matrix).
     move_rows(d.master.data(), d.m.data(), d.v.data(), d.counts.data(), leave_pos, host_rows.master,
               host_rows.m, host_rows.v, host_rows.counts, leave_ch, L);
@@ -252,6 +268,9 @@ public:
     d.m.swap(nmm);
     d.v.swap(nv);
     d.counts.swap(nc);
+    if (dense_slot_[p] >= 0) {
+      dense_counts_[static_cast<std::size_t>(dense_slot_[p])] = d.counts[0];
+    }
     std::copy(new_sel.begin(), new_sel.end(), d.sel.begin());
     d.k = static_cast<std::int64_t>(new_sel.size());
     const std::size_t row = static_cast<std::size_t>(L) * 12 + 4;
@@ -272,30 +291,48 @@ public:
     hp.lr = lr;
     const auto* coef = reinterpret_cast<const float*>(record_.data());
     const auto* skip = reinterpret_cast<const std::uint32_t*>(record_.data() + 4);
+    // The vectors: one adamw_dense call per run of device-resident vectors of one dtype (a run is
+    // contiguous in the count array; in practice one run per dtype).
+    std::size_t i = 0;
+    while (i < dense_order_.size()) {
+      const std::size_t first = i;
+      const dtype type = (*params_)[dense_order_[i]].type;
+      while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 &&
+             (*params_)[dense_order_[i]].type == type) {
+        ++i;
+      }
+      if (i == first) { // a vector not on the device (yet)
+        ++i;
+        continue;
+      }
+      detail::dispatch_dtype(type, [&](auto tag) {
+        using T = decltype(tag);
+        std::vector<adamw_tensor<T>> tensors;
+        tensors.reserve(i - first);
+        for (std::size_t j = first; j < i; ++j) {
+          const auto& pi = (*params_)[dense_order_[j]];
+          auto& d = dev_[dense_order_[j]];
+          tensors.push_back({static_cast<T*>(pi.weights), static_cast<const T*>(pi.grads), d.master.data(),
+                             d.m.data(), d.v.data(), pi.channel_len});
+        }
+        detail::check_status(host::adamw_dense<T>(tensors.data(), static_cast<int>(tensors.size()),
+                                                  dense_counts_.data() + first, hp, coef, skip, nullptr),
+                             "zenflow::engine: adamw_dense");
+      });
+    }
     for (std::size_t p = 0; p < dev_.size(); ++p) {
       const auto& pi = (*params_)[p];
       auto& d = dev_[p];
-      if (d.k == 0) {
+      if (d.k == 0 || pi.device_dense) {
         continue;
       }
       detail::dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
-        if (pi.device_dense) {
-          const adamw_tensor<T> t{static_cast<T*>(pi.weights),
-                                  static_cast<const T*>(pi.grads),
-                                  d.master.data(),
-                                  d.m.data(),
-                                  d.v.data(),
-                                  pi.channel_len};
-          detail::check_status(host::adamw_dense<T>(&t, 1, d.counts.data(), hp, coef, skip, nullptr),
-                               "zenflow::engine: adamw_dense");
-        } else {
-          detail::check_status(host::adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(),
-                                                        d.sel.data(), d.k, d.master.data(), d.m.data(),
-                                                        d.v.data(), d.counts.data(), hp, coef, skip, crit(d),
-                                                        nullptr),
-                               "zenflow::engine: adamw_selective");
-        }
+        detail::check_status(host::adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(),
+                                                      d.sel.data(), d.k, d.master.data(), d.m.data(),
+                                                      d.v.data(), d.counts.data(), hp, coef, skip, crit(d),
+                                                      nullptr),
+                             "zenflow::engine: adamw_selective");
       });
     }
   }
@@ -314,25 +351,58 @@ public:
     });
   }
 
-  /// Copies the new working weights of host-set positions [begin, end) of `p` up and writes them
-  /// into the working weights. Returns the bytes copied up.
-  std::size_t
-  apply_upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end, cudaStream_t) {
+  // ---- the upload of a host window's new weights: the CUDA backend's structure -------------
+  //
+  // The thread that ran the host job copies its upload buffers into the "device" upload buffers
+  // (begin_uploads, upload, end_uploads: the H2D copy on the copy stream); the boundary writes
+  // them into the working weights (begin_apply, apply_upload, end_apply: the scatter on the
+  // user's stream). The phases must alternate, one window at a time, as the CUDA backend's events
+  // require: a copy over an upload not yet scattered, or a scatter of nothing copied, throws
+  // std::logic_error, so that the tests check the engine's ordering.
+
+  void begin_uploads() {
+    if (uploaded_) {
+      throw std::logic_error("zenflow::host_backend: upload over a window not yet applied");
+    }
+  }
+
+  /// Copies host-set positions [begin, end) of `p`'s new weights from its upload buffer `src`
+  /// (position 0 at `src`) into the "device" upload buffer. Returns the bytes copied up.
+  std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end) {
     const auto& pi = (*params_)[p];
     auto& d = dev_[p];
+    const std::size_t at = static_cast<std::size_t>(begin) * pi.channel_bytes();
     const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
     if (bytes > 0) {
-      std::memcpy(d.upload.data(), src, bytes); // the host -> device copy
+      std::memcpy(d.upload.data() + at, src + at, bytes); // the host -> device copy
     }
-    detail::dispatch_dtype(pi.type, [&](auto tag) {
-      using T = decltype(tag);
-      detail::check_status(host::scatter_channels<T, T>(reinterpret_cast<const T*>(d.upload.data()),
-                                                        d.host_set.data() + begin, end - begin,
-                                                        pi.weight_matrix<T>(), nullptr),
-                           "zenflow::engine: scatter_channels");
-    });
     return bytes;
   }
+
+  void end_uploads() noexcept { uploaded_ = true; }
+
+  void begin_apply(cudaStream_t) {
+    if (!uploaded_) {
+      throw std::logic_error("zenflow::host_backend: apply of a window not uploaded");
+    }
+  }
+
+  /// Writes the uploaded weights of host-set positions [begin, end) of `p` into the working
+  /// weights. Returns the bytes that were copied up.
+  std::size_t apply_upload(std::size_t p, std::int64_t begin, std::int64_t end, cudaStream_t) {
+    const auto& pi = (*params_)[p];
+    auto& d = dev_[p];
+    detail::dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      detail::check_status(host::scatter_channels<T, T>(
+                               reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len,
+                               d.host_set.data() + begin, end - begin, pi.weight_matrix<T>(), nullptr),
+                           "zenflow::engine: scatter_channels");
+    });
+    return static_cast<std::size_t>(end - begin) * pi.channel_bytes();
+  }
+
+  void end_apply(cudaStream_t) noexcept { uploaded_ = false; }
 
   /// Test access: the device-resident state of `p` (compact rows, in device-set order).
   void read_device_state(std::size_t p,
@@ -348,7 +418,11 @@ public:
     master.assign(d.master.begin(), d.master.begin() + static_cast<std::ptrdiff_t>(k * L));
     m.assign(d.m.begin(), d.m.begin() + static_cast<std::ptrdiff_t>(k * L));
     v.assign(d.v.begin(), d.v.begin() + static_cast<std::ptrdiff_t>(k * L));
-    counts.assign(d.counts.begin(), d.counts.begin() + static_cast<std::ptrdiff_t>(k));
+    if (dense_slot_[p] >= 0) {
+      counts.assign(k, dense_counts_[static_cast<std::size_t>(dense_slot_[p])]);
+    } else {
+      counts.assign(d.counts.begin(), d.counts.begin() + static_cast<std::ptrdiff_t>(k));
+    }
     sel.assign(d.sel.begin(), d.sel.begin() + static_cast<std::ptrdiff_t>(k));
   }
 
@@ -400,10 +474,14 @@ private:
 
   const std::vector<detail::param_info>* params_ = nullptr;
   std::vector<dev_param> dev_;
+  std::vector<std::size_t> dense_order_;   // device-dense parameters in count-slot order
+  std::vector<std::int64_t> dense_slot_;   // per parameter: its slot in dense_counts_, or -1
+  std::vector<std::int32_t> dense_counts_; // the vectors' update counts, contiguous
   detail::step_record_layout layout_{};
   std::vector<std::byte> record_;
   std::vector<std::byte> staging_;
   std::vector<std::byte> temp_;
+  bool uploaded_ = false; // uploads copied and not yet applied (ordered by the window queue)
 };
 
 ZF_NAMESPACE_END

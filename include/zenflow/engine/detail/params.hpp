@@ -76,6 +76,21 @@ struct param_info {
   }
 };
 
+/// The device-dense parameters (vectors) in the order of their slots in one contiguous array of
+/// update counts: grouped by dtype (f32, f16, bf16), registration order inside a group, so that
+/// one dense AdamW call per dtype updates them all.
+inline std::vector<std::size_t> dense_order(const std::vector<param_info>& params) {
+  std::vector<std::size_t> order;
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (params[p].device_dense && params[p].type == t) {
+        order.push_back(p);
+      }
+    }
+  }
+  return order;
+}
+
 /// Sorted set difference a \ b of two ascending index lists.
 inline std::vector<std::int32_t> sorted_difference(const std::vector<std::int32_t>& a,
                                                    const std::vector<std::int32_t>& b) {
