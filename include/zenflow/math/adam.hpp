@@ -62,15 +62,24 @@ struct adam_constants {
 };
 
 namespace detail {
+/// fp64 product, never contracted with a following add/sub (ptxas fuses a plain `mul.f64` with
+/// a `sub.f64` into an fma; the host rounds the product first).
+ZF_HOST_DEVICE ZF_FORCEINLINE double mul_d(double a, double b) {
+#if ZF_DEVICE_COMPILE
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 /// base^n for n >= 0 by repeated squaring in double: the same operations on host and device.
 ZF_HOST_DEVICE inline double pow_int(double base, std::int32_t n) {
   double result = 1.0;
   auto e = static_cast<std::uint32_t>(n);
   while (e != 0) {
     if ((e & 1u) != 0) {
-      result *= base;
+      result = mul_d(result, base);
     }
-    base *= base;
+    base = mul_d(base, base);
     e >>= 1;
   }
   return result;
@@ -126,7 +135,9 @@ ZF_HOST_DEVICE inline adam_constants make_adam_constants(const adamw_hparams& hp
 #else
   c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #endif
-  c.decay = hp.decoupled ? static_cast<float>(1.0 - static_cast<double>(hp.lr) * hp.weight_decay) : 1.0f;
+  c.decay = hp.decoupled
+                ? static_cast<float>(1.0 - detail::mul_d(static_cast<double>(hp.lr), hp.weight_decay))
+                : 1.0f;
   c.l2 = hp.decoupled ? 0.0f : hp.weight_decay;
   return c;
 }
