@@ -258,10 +258,15 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
     const int ncols = rem <= 0 ? 0 : (rem < vw ? static_cast<int>(rem) : vw);
     for (std::int64_t r = r0 + ty; r < r1; r += rows_per_pass) {
       const T* row = it.grad + r * it.ld + c0;
-      for (int j = 0; j < ncols; ++j) {
-        const T x = row[j];
-        acc[j] = norm_accumulate<Norm>(acc[j], to_float(x));
-        bad |= is_nonfinite(x);
+      // Fully unrolled with a guard: a runtime bound on `acc[j]` would put `acc` in local memory
+      // (a stack frame for the whole kernel, the 16-byte path included).
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (j < ncols) {
+          const T x = row[j];
+          acc[j] = norm_accumulate<Norm>(acc[j], to_float(x));
+          bad |= is_nonfinite(x);
+        }
       }
     }
   }
