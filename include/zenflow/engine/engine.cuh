@@ -126,6 +126,7 @@ public:
                        "zenflow::cuda_backend: cudaEventCreateWithFlags");
     }
     event_used_.assign(events_.size(), false);
+    detail::throw_if(cudaGetDevice(&device_), "zenflow::cuda_backend: cudaGetDevice");
     detail::throw_if(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking),
                      "zenflow::cuda_backend: cudaStreamCreateWithFlags");
     for (cudaEvent_t* e : {&copied_, &scattered_}) {
@@ -492,6 +493,8 @@ public:
   /// Job thread: the next copies may overwrite the device upload buffers only after the last
   /// scatter read them (stream-ordered on the upload stream; the host does not wait).
   void begin_uploads() {
+    // The job's thread may not have made the engine's device current (the user's may not be 0).
+    detail::throw_if(cudaSetDevice(device_), "zenflow::cuda_backend: cudaSetDevice");
     if (scatter_recorded_) {
       detail::throw_if(cudaStreamWaitEvent(upload_stream_, scattered_, 0),
                        "zenflow::cuda_backend: cudaStreamWaitEvent");
@@ -684,6 +687,7 @@ private:
   std::vector<bool> event_used_;    // training thread only
   // The upload (see begin_uploads): its stream and events; each flag is written by the thread of
   // its phase and read by the other only across the window queue's hand-over.
+  int device_ = 0; // the device of setup(), made current on the job's thread
   cudaStream_t upload_stream_ = nullptr;
   cudaEvent_t copied_ = nullptr;    // recorded on upload_stream_ after a window's H2D copies
   cudaEvent_t scattered_ = nullptr; // recorded on the user's stream after the boundary's scatter
