@@ -125,6 +125,7 @@ double train(zenflow::config cfg, int steps, std::uint64_t seed) {
   const zenflow::stats& st = zf.stats(); // PCIe bytes, stall time, windows, skipped steps
   // example-end training-loop
   EXPECT_EQ(st.steps, steps);
+  EXPECT_TRUE(std::isfinite(loss)); // the last training minibatch's loss
   return data.eval(w, b);
 }
 
