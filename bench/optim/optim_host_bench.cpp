@@ -23,13 +23,10 @@ namespace {
 using zenflow::bfloat16;
 
 zenflow::worker_pool& pool() {
-  static zenflow::worker_pool p(0);
-  return p;
+  return zf_bench::host_pool();
 }
-
 double triad_bandwidth() {
-  static const double bw = zf_bench::measure_host_triad_bandwidth(pool());
-  return bw;
+  return zf_bench::host_triad_bandwidth();
 }
 
 /// Parallel first touch, so that pages land where the threads that use them run.

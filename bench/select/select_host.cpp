@@ -15,13 +15,10 @@
 namespace {
 
 zenflow::worker_pool& pool() {
-  static zenflow::worker_pool p(0);
-  return p;
+  return zf_bench::host_pool();
 }
-
 double triad_bandwidth() {
-  static const double bw = zf_bench::measure_host_triad_bandwidth(pool());
-  return bw;
+  return zf_bench::host_triad_bandwidth();
 }
 
 template <zenflow::channel_layout Layout>

@@ -127,4 +127,16 @@ measure_host_triad_bandwidth(zenflow::worker_pool& pool, std::int64_t n = 1 << 2
   return best;
 }
 
+/// One pool of every core for a benchmark binary's host cases.
+inline zenflow::worker_pool& host_pool() {
+  static zenflow::worker_pool pool(0);
+  return pool;
+}
+
+/// The host triad ceiling, measured once per binary (see measure_host_triad_bandwidth).
+inline double host_triad_bandwidth() {
+  static const double bw = measure_host_triad_bandwidth(host_pool());
+  return bw;
+}
+
 } // namespace zf_bench

@@ -17,39 +17,14 @@
 
 namespace {
 
+using zf_test::download;
+using zf_test::run;
+using zf_test::upload;
+
 using namespace zf_optim_test;
 using zenflow::adamw_hparams;
 using zenflow::bfloat16;
 using zenflow::half;
-
-template <class T>
-zenflow::device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
-  zenflow::device_buffer<T> d(v.size(), s);
-  if (!v.empty()) {
-    ZF_CUDA_TRY(cudaMemcpyAsync(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-  }
-  return d;
-}
-
-template <class T>
-std::vector<T> download(const zenflow::device_buffer<T>& d, cudaStream_t s) {
-  std::vector<T> v(d.size());
-  if (!v.empty()) {
-    ZF_CUDA_TRY(cudaMemcpyAsync(v.data(), d.data(), v.size() * sizeof(T), cudaMemcpyDeviceToHost, s));
-  }
-  ZF_CUDA_TRY(cudaStreamSynchronize(s));
-  return v;
-}
-
-template <class F>
-void run(cudaStream_t s, bool graph, F&& enqueue) {
-  if (graph) {
-    zf_test::run_in_graph(s, enqueue);
-  } else {
-    enqueue(s);
-    ZF_CUDA_TRY(cudaStreamSynchronize(s));
-  }
-}
 
 class optim_gpu : public zf_test::gpu_test {};
 

@@ -19,35 +19,13 @@
 
 namespace {
 
+using zf_test::download;
+using zf_test::run;
+using zf_test::upload;
+
 using zenflow::channel_layout;
 using zenflow::channel_norm;
 using zenflow::topk_order;
-
-template <class T>
-zenflow::device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
-  zenflow::device_buffer<T> d(v.size(), s);
-  ZF_CUDA_TRY(cudaMemcpyAsync(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-  return d;
-}
-
-template <class T>
-std::vector<T> download(const zenflow::device_buffer<T>& d, cudaStream_t s) {
-  std::vector<T> v(d.size());
-  ZF_CUDA_TRY(cudaMemcpyAsync(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost, s));
-  ZF_CUDA_TRY(cudaStreamSynchronize(s));
-  return v;
-}
-
-/// Runs `enqueue(stream)` directly or inside a captured graph, then waits.
-template <class F>
-void run(cudaStream_t s, bool graph, F&& enqueue) {
-  if (graph) {
-    zf_test::run_in_graph(s, enqueue);
-  } else {
-    enqueue(s);
-    ZF_CUDA_TRY(cudaStreamSynchronize(s));
-  }
-}
 
 class select_gpu : public zf_test::gpu_test {};
 

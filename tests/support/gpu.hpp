@@ -5,12 +5,14 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/memory.hpp>
 
 namespace zf_test {
 
@@ -46,6 +48,39 @@ void run_in_graph(cudaStream_t stream, F&& enqueue) {
   ZF_CUDA_TRY(cudaStreamSynchronize(stream));
   ZF_CUDA_TRY(cudaGraphExecDestroy(exec));
   ZF_CUDA_TRY(cudaGraphDestroy(graph));
+}
+
+/// A device copy of `v`, enqueued on `s` (the buffer is stream-ordered on `s` too).
+template <class T>
+zenflow::device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
+  zenflow::device_buffer<T> d(v.size(), s);
+  if (!v.empty()) {
+    ZF_CUDA_TRY(cudaMemcpyAsync(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+  }
+  return d;
+}
+
+/// The contents of `d` after the work enqueued on `s` so far (blocks).
+template <class T>
+std::vector<T> download(const zenflow::device_buffer<T>& d, cudaStream_t s) {
+  std::vector<T> v(d.size());
+  if (!v.empty()) {
+    ZF_CUDA_TRY(cudaMemcpyAsync(v.data(), d.data(), v.size() * sizeof(T), cudaMemcpyDeviceToHost, s));
+  }
+  ZF_CUDA_TRY(cudaStreamSynchronize(s));
+  return v;
+}
+
+/// Runs `enqueue(stream)` directly or inside a captured graph, then waits: every gpu test body
+/// runs both ways.
+template <class F>
+void run(cudaStream_t s, bool graph, F&& enqueue) {
+  if (graph) {
+    run_in_graph(s, enqueue);
+  } else {
+    enqueue(s);
+    ZF_CUDA_TRY(cudaStreamSynchronize(s));
+  }
 }
 
 } // namespace zf_test
