@@ -200,6 +200,80 @@ TYPED_TEST(channel_norms_cpu, nan_inf_overflow_and_denormals) {
   }
 }
 
+/// Runs `fn` once on every SIMD path this CPU supports (forced), then restores the automatic choice.
+template <class F>
+void for_each_simd_path(F&& fn) {
+  using zenflow::detail::norm_simd_path;
+  for (const auto p : {norm_simd_path::scalar, norm_simd_path::avx2, norm_simd_path::avx512}) {
+    if (!zenflow::detail::force_norm_simd_path(p)) {
+      continue;
+    }
+    SCOPED_TRACE("simd path " + std::to_string(static_cast<int>(p)));
+    fn(p);
+  }
+  zenflow::detail::reset_norm_simd_path();
+}
+
+TYPED_TEST(channel_norms_cpu, every_simd_path_matches_the_reference_and_writes_the_same_bits) {
+  using T = TypeParam;
+  // Lengths around the 64 lanes of a contiguous channel and the vector widths of a strided row.
+  const std::vector<shape> odd = {{3, 64, 0},  {5, 65, 1},  {2, 127, 0},
+                                  {7, 200, 3}, {33, 17, 0}, {1, 1031, 0}};
+  for_each_simd_path([&](zenflow::detail::norm_simd_path) {
+    check_shapes<channel_norm::sq_l2, T>(nullptr);
+    check_shapes<channel_norm::l1, T>(nullptr);
+  });
+  std::uint64_t seed = zf_test::base_seed() + 1000;
+  for (const auto layout : {channel_layout::contiguous, channel_layout::strided}) {
+    for (const auto& s : odd) {
+      for (const bool poison : {false, true}) {
+        ++seed;
+        SCOPED_TRACE(zf_test::seed_note(seed) + " channels=" + std::to_string(s.channels) +
+                     " len=" + std::to_string(s.len) + (poison ? " with NaN/Inf" : ""));
+        matrix_buffer<T> m(s, layout, 1, seed);
+        if (poison) { // one Inf in the vector part of the last channel, one NaN in a tail
+          const std::int64_t c = s.channels - 1, i = s.len / 2;
+          (layout == channel_layout::contiguous ? m.data[c * m.ld + i] : m.data[i * m.ld + c]) =
+              zenflow::from_float<T>(std::numeric_limits<float>::infinity());
+          m.data[(layout == channel_layout::contiguous ? 0 : (s.len - 1) * m.ld)] =
+              zenflow::from_float<T>(std::nanf(""));
+        }
+        std::vector<std::uint32_t> first_sq, first_l1;
+        for_each_simd_path([&](zenflow::detail::norm_simd_path) {
+          std::vector<float> sq(static_cast<std::size_t>(s.channels)), l1(sq.size());
+          std::uint32_t flag_sq = 7, flag_l1 = 7;
+          std::size_t bytes = 0;
+          ASSERT_EQ(zenflow::host::channel_norms(nullptr, bytes, m.data, s.channels, s.len, m.ld, layout,
+                                                 sq.data()),
+                    cudaSuccess);
+          std::vector<std::byte> temp(bytes);
+          ASSERT_EQ(zenflow::host::channel_norms(temp.data(), bytes, m.data, s.channels, s.len, m.ld, layout,
+                                                 sq.data(), {nullptr, &flag_sq}),
+                    cudaSuccess);
+          ASSERT_EQ(zenflow::host::channel_norms<channel_norm::l1>(temp.data(), bytes, m.data, s.channels,
+                                                                   s.len, m.ld, layout, l1.data(),
+                                                                   {nullptr, &flag_l1}),
+                    cudaSuccess);
+          EXPECT_EQ(flag_sq, poison ? 1u : 0u);
+          EXPECT_EQ(flag_l1, poison ? 1u : 0u);
+          std::vector<std::uint32_t> bits_sq, bits_l1;
+          for (std::size_t c = 0; c < sq.size(); ++c) {
+            bits_sq.push_back(zenflow::detail::float_bits(sq[c]));
+            bits_l1.push_back(zenflow::detail::float_bits(l1[c]));
+          }
+          if (first_sq.empty()) {
+            first_sq = bits_sq;
+            first_l1 = bits_l1;
+          } else {
+            EXPECT_EQ(bits_sq, first_sq);
+            EXPECT_EQ(bits_l1, first_l1);
+          }
+        });
+      }
+    }
+  }
+}
+
 TYPED_TEST(channel_norms_cpu, batched_mixed_layouts_match_the_reference) {
   using T = TypeParam;
   const std::vector<std::pair<shape, channel_layout>> specs = {{{300, 129, 0}, channel_layout::contiguous},

@@ -6,8 +6,8 @@
 /// This header holds the argument types, the validation shared with the CUDA launchers
 /// (`<zenflow/select/channel_norms.cuh>`, namespace `zenflow::device`) and the host backend
 /// (namespace `zenflow::host`), which runs the same per-element arithmetic
-/// (`detail/norm_math.hpp`) on host memory, vectorised by the compiler and split over a
-/// `worker_pool`.
+/// (`math/norms.hpp`) on host memory, vectorised with run-time SIMD dispatch
+/// (`detail/norm_simd.hpp`) and split over a `worker_pool`.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/math/norms.hpp>
+#include <zenflow/select/detail/norm_simd.hpp>
 #include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -123,32 +124,28 @@ void host_parallel_for(worker_pool* pool, std::int64_t n, std::int64_t grain, F&
   }
 }
 
-/// Score of one contiguous channel, eight independent fp32 accumulators (the compiler keeps
-/// them in one vector register) folded in a fixed order.
-template <channel_norm Norm, class T>
-float host_contiguous_channel(const T* p, std::int64_t len, bool& nonfinite, bool check) {
-  constexpr int lanes = 8;
-  float acc[lanes] = {};
-  std::int64_t i = 0;
-  for (; i + lanes <= len; i += lanes) {
-    for (int l = 0; l < lanes; ++l) {
-      acc[l] = norm_accumulate<Norm>(acc[l], to_float(p[i + l]));
-    }
-  }
-  for (int l = 0; i < len; ++i, ++l) {
-    acc[l] = norm_accumulate<Norm>(acc[l], to_float(p[i]));
-  }
-  if (check) {
+/// True when any element of the `rows x w` block at `p` (leading dimension `ld`) is NaN or
+/// infinite: the exact test on raw bits, run only on channels whose score is not finite.
+template <class T>
+bool host_block_nonfinite(const T* p, std::int64_t ld, std::int64_t rows, std::int64_t w) {
+  for (std::int64_t r = 0; r < rows; ++r) {
     bool bad = false;
-    for (std::int64_t j = 0; j < len; ++j) {
-      bad |= is_nonfinite(p[j]);
+    for (std::int64_t j = 0; j < w; ++j) {
+      bad |= is_nonfinite(p[r * ld + j]);
     }
-    nonfinite = nonfinite || bad;
+    if (bad) {
+      return true;
+    }
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return false;
 }
 
 /// One matrix on the host. `total`/`nonfinite` may be null.
+///
+/// The loops run on the best SIMD path of the CPU (`detail/norm_simd.hpp`; every path writes the
+/// same bits). The NaN/Inf flag costs no extra pass: every term is >= 0 or NaN, so a NaN or
+/// infinite element always makes its channel's score NaN or infinite, and only channels with a
+/// non-finite score (a bad element, or a sum that overflowed) are rescanned with the bit test.
 template <channel_norm Norm, class T>
 void host_norm_item(const channel_norm_item<T>& it,
                     float* total,
@@ -157,6 +154,7 @@ void host_norm_item(const channel_norm_item<T>& it,
   const bool check = nonfinite != nullptr;
   const std::int64_t channels = it.channels;
   const std::int64_t len = it.channel_len;
+  const norm_simd_path path = active_norm_simd_path();
   constexpr std::int64_t work_per_chunk = 1 << 16; // elements: enough to amortise a dispatch
   std::vector<unsigned char> bad;
   if (it.layout == channel_layout::contiguous) {
@@ -165,7 +163,12 @@ void host_norm_item(const channel_norm_item<T>& it,
     host_parallel_for(pool, channels, grain, [&](std::int64_t chunk, std::int64_t lo, std::int64_t hi) {
       bool b = false;
       for (std::int64_t c = lo; c < hi; ++c) {
-        it.scores[c] = host_contiguous_channel<Norm>(it.grad + c * it.ld, len, b, check);
+        const T* p = it.grad + c * it.ld;
+        const float score = norm_contiguous_score<Norm>(path, p, len);
+        it.scores[c] = score;
+        if (check && !b && is_nonfinite(score)) {
+          b = host_block_nonfinite(p, 0, 1, len);
+        }
       }
       bad[static_cast<std::size_t>(chunk)] = b ? 1 : 0;
     });
@@ -179,19 +182,10 @@ void host_norm_item(const channel_norm_item<T>& it,
       const std::int64_t c0 = lo * cols;
       const std::int64_t w = std::min(cols, channels - c0);
       float acc[cols] = {};
+      norm_strided_accumulate<Norm>(path, it.grad + c0, it.ld, len, w, acc);
       bool b = false;
-      for (std::int64_t r = 0; r < len; ++r) {
-        const T* row = it.grad + r * it.ld + c0;
-        for (std::int64_t j = 0; j < w; ++j) {
-          acc[j] = norm_accumulate<Norm>(acc[j], to_float(row[j]));
-        }
-        if (check) {
-          bool rb = false;
-          for (std::int64_t j = 0; j < w; ++j) {
-            rb |= is_nonfinite(row[j]);
-          }
-          b = b || rb;
-        }
+      if (check && std::any_of(acc, acc + w, [](float v) { return is_nonfinite(v); })) {
+        b = host_block_nonfinite(it.grad + c0, it.ld, len, w);
       }
       std::copy(acc, acc + w, it.scores + c0);
       bad[static_cast<std::size_t>(chunk)] = b ? 1 : 0;
