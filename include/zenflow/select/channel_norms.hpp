@@ -174,14 +174,19 @@ void host_norm_item(const channel_norm_item<T>& it,
     });
   } else {
     // Rows are contiguous: walk them in order and keep one accumulator per column of a block
-    // of columns (unit stride, so the inner loop vectorises).
-    constexpr std::int64_t cols = 512;
+    // of columns (unit stride, so the inner loop vectorises). Each column adds its rows in order
+    // whatever the block width, so the width (wide blocks: long unit-stride runs per row; at
+    // least one block per thread) changes no bits.
+    constexpr std::int64_t max_cols = 2048;
+    const std::int64_t threads = pool != nullptr ? static_cast<std::int64_t>(pool->size()) : 1;
+    const std::int64_t cols =
+        std::clamp<std::int64_t>(((channels + threads - 1) / threads + 15) / 16 * 16, 256, max_cols);
     const std::int64_t blocks = (channels + cols - 1) / cols;
     bad.assign(static_cast<std::size_t>(blocks), 0);
     host_parallel_for(pool, blocks, 1, [&](std::int64_t chunk, std::int64_t lo, std::int64_t) {
       const std::int64_t c0 = lo * cols;
       const std::int64_t w = std::min(cols, channels - c0);
-      float acc[cols] = {};
+      float acc[max_cols] = {};
       norm_strided_accumulate<Norm>(path, it.grad + c0, it.ld, len, w, acc);
       bool b = false;
       if (check && std::any_of(acc, acc + w, [](float v) { return is_nonfinite(v); })) {
