@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -467,8 +469,6 @@ TEST(engine_nan, skipped_step_leaves_all_state_bit_identical) {
   expect_nan_step_changes_nothing<zenflow::bfloat16>(gpu, 3, NAN);
 }
 
-// ---- arguments ---------------------------------------------------------------------------------
-
 template <class F>
 void expect_invalid(F&& f, const std::string& names) {
   try {
@@ -478,6 +478,244 @@ void expect_invalid(F&& f, const std::string& names) {
     EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
   }
 }
+
+// ---- grad_ready: early pack and copy ------------------------------------------------------------
+
+/// Which parameters a run announces with grad_ready() before each step, and in what order.
+enum class announce { none, all_forward, all_reverse, some, random_subset };
+
+/// Everything a run produces, bit for bit: the weights after every step, the final state of
+/// every parameter, the selections, the per-step reports' counters and the ring's bytes.
+struct run_trace {
+  std::vector<std::uint32_t> weight_bits; // after every step
+  std::vector<std::uint32_t> state_bits;
+  std::vector<std::int32_t> counts_and_sets;
+  std::vector<std::uint64_t> counters;
+  std::size_t host_landing = 0;
+};
+
+template <class T>
+void append_weights(run_trace& tr, const model<T>& m) {
+  for (const auto& w : m.w) {
+    for (const T x : w) {
+      tr.weight_bits.push_back(zenflow::bit_pattern(x));
+    }
+  }
+}
+
+void append_floats(std::vector<std::uint32_t>& out, const std::vector<float>& v) {
+  for (const float x : v) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, 4);
+    out.push_back(b);
+  }
+}
+
+template <class T>
+run_trace run_announced(const zenflow::config& cfg,
+                        int steps,
+                        std::uint64_t seed,
+                        announce how,
+                        const std::vector<int>& bad_steps,
+                        const std::vector<shape>& shapes) {
+  model<T> m(shapes, seed);
+  host_engine eng(cfg);
+  const auto ids = register_model(eng, m);
+  eng.initialize();
+  std::mt19937_64 order_gen(seed ^ 0x9e3779b97f4a7c15ull);
+  run_trace tr;
+  for (int t = 0; t < steps; ++t) {
+    m.next_grads();
+    if (std::find(bad_steps.begin(), bad_steps.end(), t) != bad_steps.end()) {
+      auto& g = m.g[static_cast<std::size_t>(t) % m.g.size()];
+      g[g.size() / 3] = zenflow::from_float<T>(t % 2 == 0 ? NAN : INFINITY);
+    }
+    std::vector<std::size_t> order(ids.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      order[i] = i;
+    }
+    switch (how) {
+    case announce::none:
+      order.clear();
+      break;
+    case announce::all_forward:
+      break;
+    case announce::all_reverse: // as a backward pass produces them: last layer first
+      std::reverse(order.begin(), order.end());
+      break;
+    case announce::some: // a different part of the model every step
+      order.erase(std::remove_if(order.begin(), order.end(),
+                                 [&](std::size_t p) { return (p + static_cast<std::size_t>(t)) % 2 == 0; }),
+                  order.end());
+      break;
+    case announce::random_subset: {
+      std::shuffle(order.begin(), order.end(), order_gen);
+      order.resize(static_cast<std::size_t>(order_gen() % (order.size() + 1)));
+      break;
+    }
+    }
+    for (const std::size_t p : order) {
+      eng.grad_ready(ids[p]);
+    }
+    if (!order.empty()) {
+      // A second announcement of the same parameter in this step is rejected and changes nothing.
+      expect_invalid([&] { eng.grad_ready(ids[order.front()]); }, "'param' was already announced");
+    }
+    const float lr = cfg.adam.lr * (1.0f - 0.3f * static_cast<float>(t) / static_cast<float>(steps));
+    const auto rep = eng.step(lr);
+    append_weights(tr, m);
+    tr.counters.insert(tr.counters.end(),
+                       {rep.d2h_bytes, rep.h2d_bytes, static_cast<std::uint64_t>(rep.window_closed),
+                        static_cast<std::uint64_t>(rep.selection), static_cast<std::uint64_t>(rep.skipped),
+                        static_cast<std::uint64_t>(rep.window_length),
+                        static_cast<std::uint64_t>(rep.warm_up)});
+    for (const auto id : ids) {
+      const auto sel = eng.selected(id);
+      tr.counts_and_sets.insert(tr.counts_and_sets.end(), sel.begin(), sel.end());
+      tr.counts_and_sets.push_back(-1);
+    }
+    if (t % 7 == 6) { // mid-run checkpoints read the state too (they wait for the host job)
+      for (const auto id : ids) {
+        append_floats(tr.state_bits, eng.state(id).master);
+      }
+    }
+  }
+  eng.flush();
+  append_weights(tr, m);
+  for (const auto id : ids) {
+    const auto st = eng.state(id);
+    append_floats(tr.state_bits, st.master);
+    append_floats(tr.state_bits, st.m);
+    append_floats(tr.state_bits, st.v);
+    tr.counts_and_sets.insert(tr.counts_and_sets.end(), st.counts.begin(), st.counts.end());
+  }
+  const auto& s = eng.stats();
+  tr.counters.insert(tr.counters.end(),
+                     {s.d2h_bytes, s.h2d_bytes, static_cast<std::uint64_t>(s.windows_closed),
+                      static_cast<std::uint64_t>(s.host_jobs), static_cast<std::uint64_t>(s.selections),
+                      static_cast<std::uint64_t>(s.skipped_steps), static_cast<std::uint64_t>(s.steps),
+                      eng.d2h_ring_stats().bytes});
+  tr.host_landing = s.memory.host_landing;
+  return tr;
+}
+
+/// Every announcement pattern gives the run without announcements, bit for bit.
+template <class T>
+void expect_announcements_change_nothing(const zenflow::config& cfg,
+                                         int steps,
+                                         std::uint64_t seed,
+                                         const std::vector<int>& bad_steps = {},
+                                         const std::vector<shape>& shapes = kShapes) {
+  const run_trace plain = run_announced<T>(cfg, steps, seed, announce::none, bad_steps, shapes);
+  EXPECT_EQ(plain.host_landing, 0u);
+  for (const announce how :
+       {announce::all_forward, announce::all_reverse, announce::some, announce::random_subset}) {
+    const run_trace tr = run_announced<T>(cfg, steps, seed, how, bad_steps, shapes);
+    const int h = static_cast<int>(how);
+    EXPECT_EQ(tr.weight_bits, plain.weight_bits) << "announce " << h;
+    EXPECT_EQ(tr.state_bits, plain.state_bits) << "announce " << h;
+    EXPECT_EQ(tr.counts_and_sets, plain.counts_and_sets) << "announce " << h;
+    EXPECT_EQ(tr.counters, plain.counters) << "announce " << h;
+    if (cfg.mode == zenflow::optimizer_mode::zenflow && steps > cfg.full_warm_up_rounds + 1) {
+      // The early path really ran: the host landed announced gradients.
+      EXPECT_GT(tr.host_landing, 0u) << "announce " << h;
+    }
+  }
+}
+
+TEST(engine_grad_ready, fixed_windows_overlap_bit_identical_bf16) {
+  expect_announcements_change_nothing<zenflow::bfloat16>(small_config(), 40, zf_test::base_seed() + 30);
+}
+
+TEST(engine_grad_ready, no_overlap_clipping_loss_scale_bit_identical_fp16) {
+  auto cfg = small_config();
+  cfg.overlap_step = false;
+  cfg.update_interval = 3;
+  cfg.gradient_clipping = 0.5f;
+  cfg.loss_scale = 64.0f;
+  expect_announcements_change_nothing<zenflow::half>(cfg, 40, zf_test::base_seed() + 31);
+}
+
+TEST(engine_grad_ready, zen_auto_warm_up_nan_steps_bit_identical_float) {
+  auto cfg = small_config();
+  cfg.update_interval = 0; // Zen-auto: the rest masses announced early drive the windows
+  cfg.max_update_interval = 6;
+  cfg.auto_ratio = 0.5;
+  cfg.full_warm_up_rounds = 3;
+  cfg.select_interval = 10;
+  // 13 is a selection step (pending selection at 14), 7 and 20 are mid-window.
+  expect_announcements_change_nothing<float>(cfg, 45, zf_test::base_seed() + 32, {1, 7, 13, 20});
+}
+
+TEST(engine_grad_ready, small_ring_many_slots_per_parameter_bf16) {
+  auto cfg = small_config();
+  cfg.ring_slot_bytes = 4096; // 16-32 channels per slot: several slots per parameter, the ring wraps
+  cfg.ring_slots = 2;
+  cfg.importance = zenflow::channel_norm::l1;
+  const std::vector<shape> shapes = {{true, 150, 64}, {false, 1, 7}, {true, 97, 128}, {true, 5, 3}};
+  expect_announcements_change_nothing<zenflow::bfloat16>(cfg, 30, zf_test::base_seed() + 33, {9}, shapes);
+}
+
+TEST(engine_grad_ready, baselines_are_unchanged_by_announcements) {
+  auto sync = small_config();
+  sync.mode = zenflow::optimizer_mode::offload_sync;
+  expect_announcements_change_nothing<float>(sync, 8, zf_test::base_seed() + 34);
+  auto gpu = small_config();
+  gpu.mode = zenflow::optimizer_mode::gpu_adamw;
+  expect_announcements_change_nothing<float>(gpu, 8, zf_test::base_seed() + 35);
+}
+
+TEST(engine_grad_ready, early_bytes_count_in_the_step_they_belong_to) {
+  // The report of a step counts what grad_ready() enqueued for it, and nothing is counted twice.
+  auto cfg = small_config();
+  cfg.select_interval = 1000;
+  model<float> m(kShapes, zf_test::base_seed() + 36);
+  host_engine eng(cfg);
+  const auto ids = register_model(eng, m);
+  eng.initialize();
+  m.next_grads();
+  (void)eng.step(1e-3f); // selection step: grad_ready is a hint there
+  const std::uint64_t record = (4 + 2 * 2) * 4;
+  const std::uint64_t unselected = ((24 - 6) * 8 + (13 - 3) * 16) * 4;
+  for (int t = 1; t < 6; ++t) {
+    m.next_grads();
+    const auto ring_before = eng.d2h_ring_stats().bytes;
+    eng.grad_ready(ids[2]);
+    eng.grad_ready(ids[0]);
+    EXPECT_EQ(eng.d2h_ring_stats().bytes - ring_before, unselected) << "step " << t; // already down
+    const auto rep = eng.step(1e-3f);
+    EXPECT_EQ(rep.d2h_bytes, 2 * record + unselected) << "step " << t;
+    EXPECT_EQ(eng.d2h_ring_stats().bytes - ring_before, 2 * record + unselected) << "step " << t;
+  }
+  EXPECT_EQ(eng.stats().memory.host_landing, unselected);
+}
+
+TEST(engine_grad_ready, bad_announcements_are_rejected_by_name_and_change_nothing) {
+  std::vector<float> w(64, 0.5f), g(64, 0.25f);
+  host_engine eng(small_config());
+  const auto id = eng.add_matrix(w.data(), g.data(), 8, 8);
+  expect_invalid([&] { eng.grad_ready(id); }, "'this' is not initialized");
+  eng.initialize();
+  expect_invalid([&] { eng.grad_ready(zenflow::param_id{1}); }, "'param' is not a registered parameter");
+  expect_invalid([&] { eng.grad_ready(zenflow::param_id{-1}); }, "'param' is not a registered parameter");
+  (void)eng.step(1e-3f); // t = 0 selects
+  const std::vector<float> w_before = w;
+  const auto d2h = eng.d2h_ring_stats().bytes;
+  eng.grad_ready(id);
+  const auto announced = eng.d2h_ring_stats().bytes;
+  EXPECT_GT(announced, d2h);
+  expect_invalid([&] { eng.grad_ready(id); }, "'param' was already announced");
+  EXPECT_EQ(eng.d2h_ring_stats().bytes, announced); // the rejected call enqueued nothing
+  EXPECT_EQ(eng.steps(), 1);
+  EXPECT_EQ(w, w_before); // grad_ready writes no weight
+  (void)eng.step(1e-3f);
+  // After step() an announcement is for the next step again.
+  eng.grad_ready(id);
+  (void)eng.step(1e-3f);
+  EXPECT_EQ(eng.steps(), 3);
+}
+
+// ---- arguments ---------------------------------------------------------------------------------
 
 TEST(engine_arguments, bad_arguments_are_rejected_by_name_and_change_nothing) {
   auto bad = small_config();

@@ -109,6 +109,10 @@ public:
     for (auto& r : record_) {
       r = device_buffer<float>(static_cast<std::size_t>(layout_.words()));
     }
+    early_rest_ = device_buffer<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
+    detail::throw_if(
+        cudaMemsetAsync(early_rest_.data(), 0, early_rest_.bytes(), nullptr), // after its allocation
+        "zenflow::cuda_backend: cudaMemsetAsync");
     totals_ = device_buffer<float>(params.size());
     flags_ = device_buffer<std::uint32_t>(params.size());
     idx_ = device_buffer<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
@@ -166,8 +170,8 @@ public:
     }
     temp_ = device_buffer<std::byte>(std::max<std::size_t>(need, 256));
     mem.device_staging += staging_.bytes();
-    mem.device_scratch += temp_.bytes() + 2 * record_[0].bytes() + totals_.bytes() + flags_.bytes() +
-                          idx_.bytes() + stage_.bytes() + stage_counts_.bytes();
+    mem.device_scratch += temp_.bytes() + 2 * record_[0].bytes() + early_rest_.bytes() + totals_.bytes() +
+                          flags_.bytes() + idx_.bytes() + stage_.bytes() + stage_counts_.bytes();
     detail::throw_if(cudaDeviceSynchronize(), "zenflow::cuda_backend::setup"); // allocations done
   }
 
@@ -477,6 +481,32 @@ public:
     });
   }
 
+  /// pack() for a gradient announced early (engine::grad_ready), on the user's stream: the rest
+  /// mass goes into the early masses, since the step's record is zeroed later by prologue().
+  void pack_early(std::size_t p, std::int64_t begin, std::int64_t end, std::byte* dst, cudaStream_t stream) {
+    const auto& pi = (*params_)[p];
+    auto& d = dev_[p];
+    detail::dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      detail::check_status(device::gather_channels<T, T>(pi.grad_matrix<T>(), d.host_set.data() + begin,
+                                                         end - begin, reinterpret_cast<T*>(dst),
+                                                         early_rest_.data() + d.matrix_index, stream),
+                           "zenflow::cuda_backend: gather_channels");
+    });
+  }
+
+  /// After prologue(), on the user's stream: the early rest masses join the record and are zeroed
+  /// for the next step's announcements (stream-ordered before them).
+  void adopt_early(cudaStream_t stream) {
+    if (layout_.matrices > 0) {
+      detail::engine_kernels::adopt_early_mass_kernel<<<1, 128, 0, stream>>>(
+          early_rest_.data(),
+          record_[cur_record_].data() + detail::step_record_layout::header_words + layout_.matrices,
+          static_cast<int>(layout_.matrices));
+      detail::throw_if(cudaGetLastError(), "zenflow::cuda_backend: adopt_early_mass_kernel");
+    }
+  }
+
   // ---- the upload of a host window's new weights (SPEC "Streaming"; docs/engine.md) --------
   //
   // Called on the thread that ran the host job (the window queue's executor with overlap), right
@@ -671,6 +701,7 @@ private:
   detail::step_record_layout layout_{};
   device_buffer<float> record_[2];
   std::size_t cur_record_ = 0;
+  device_buffer<float> early_rest_; // per matrix: rest mass of the packs done by grad_ready
   device_buffer<float> totals_;
   device_buffer<std::uint32_t> flags_;
   device_buffer<std::int32_t> idx_;

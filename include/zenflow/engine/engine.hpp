@@ -150,6 +150,7 @@ public:
     stats_.memory.host_ring += ring_->footprint_bytes();
     const bool overlap = zen && cfg_.overlap_step;
     host_.resize(params_.size());
+    announced_.assign(params_.size(), announce_none);
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
       auto& h = host_[p];
@@ -193,11 +194,55 @@ public:
     initialized_ = true;
   }
 
-  /// Optional early announcement that `param`'s gradient is complete. Today a hint only: the
-  /// pack and copy of every gradient start in step().
-  void grad_ready(param_id param, cudaStream_t /*stream*/ = nullptr) {
-    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(),
-            "zenflow::engine::grad_ready", "param", "is not a registered parameter");
+  /// Optional early announcement that `param`'s gradient for the coming step() is complete (the
+  /// backward pass will not write it again before that step). On a step whose selection is
+  /// already known (zenflow mode, after warm-up, not a selection step, no selection pending), a
+  /// matrix's unselected channels are packed into the staging ring (on `stream`, after the
+  /// copy that last read each slot) and copied down on the copy stream right away, so that
+  /// they travel while the rest of the backward runs; step() then does only what is left. The
+  /// host keeps the landed gradients until the step's coef_t arrives (it follows the step's
+  /// first record) and only then adds them into the accumulator: results are bit-identical
+  /// with or without announcements, in any order. Otherwise (warm-up, a selection step, a
+  /// vector, the baselines) a no-op: step() does everything.
+  ///
+  /// Stream-ordered on `stream`, which must be the stream passed to the next step() or one
+  /// that it is ordered after (the pack reads the gradient the backward wrote there). No host
+  /// wait except back-pressure from a full D2H ring (a stall, counted in that step's report).
+  ///
+  /// Throws zenflow::invalid_argument, changing nothing: 'this' before initialize(); 'param'
+  /// for an unregistered parameter, or one already announced for this step (once per
+  /// parameter per step; after step() returns, announcements are for the next step).
+  void grad_ready(param_id param, cudaStream_t stream = nullptr) {
+    constexpr const char* fn = "zenflow::engine::grad_ready";
+    require(initialized_, fn, "this", "is not initialized (call initialize() first)");
+    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
+            "is not a registered parameter");
+    const auto p = static_cast<std::size_t>(param.index);
+    require(announced_[p] == announce_none, fn, "param",
+            "was already announced for this step (once per parameter, before step())");
+    const auto& pi = params_[p];
+    auto& h = host_[p];
+    if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
+      announced_[p] = announce_hint;
+      return;
+    }
+    const std::size_t need = h.host_set.size() * pi.channel_bytes();
+    if (h.land.size() < need) {
+      // Allocated on the first announcement (the host set's size, channels - k, is fixed from
+      // the first selection on): no early slot of this parameter was ever pushed, so the
+      // consumer cannot be reading it.
+      stats_.memory.host_landing += need - h.land.size();
+      h.land.resize(need);
+    }
+    const double stall_before = std::exchange(stall_, 0.0);
+    const std::uint64_t d2h_before = std::exchange(d2h_, 0);
+    announced_[p] = announce_streamed;
+    early_any_ = true;
+    stream_param(t_, p, grad_early_tag, stream);
+    early_stall_ += stall_;
+    early_d2h_ += d2h_;
+    stall_ = stall_before;
+    d2h_ = d2h_before;
   }
 
   /// One optimizer step after the user's backward, with learning rate `lr`. Stream-ordered on
@@ -210,12 +255,14 @@ public:
     step_report rep{};
     const std::int64_t t = t_;
     rep.step = t;
-    stall_ = 0.0;
-    d2h_ = 0;
+    stall_ = std::exchange(early_stall_, 0.0); // what grad_ready() spent for this step
+    d2h_ = std::exchange(early_d2h_, 0);
     h2d_ = 0;
-    pushed_before_last_step_ = pushed_;
     backend_.begin_step(t, stream);
     backend_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
+    if (early_any_) {
+      backend_.adopt_early(stream); // the announced matrices' rest masses into the record
+    }
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       backend_.update(lr, cfg_.adam, stream);
       push_record(t, record_tag_first, stream);
@@ -239,6 +286,9 @@ public:
     stats_.d2h_bytes += d2h_;
     stats_.h2d_bytes += h2d_;
     stats_.stall_s += stall_;
+    pushed_before_last_step_ = pushed_;
+    std::fill(announced_.begin(), announced_.end(), announce_none);
+    early_any_ = false;
     ++t_;
     return rep;
   }
@@ -314,6 +364,12 @@ private:
   static constexpr std::int32_t record_tag_first = 1; // the step record before the step's gradients
   static constexpr std::int32_t record_tag_last = 2;  // again after them, with the Zen-auto masses
   static constexpr std::int32_t grad_tag = 0;
+  static constexpr std::int32_t grad_early_tag = 3; // before the step's coef is known: landed, added later
+
+  // grad_ready() state of a parameter for the coming step
+  static constexpr std::uint8_t announce_none = 0;
+  static constexpr std::uint8_t announce_hint = 1;     // announced, nothing started (step() does it)
+  static constexpr std::uint8_t announce_streamed = 2; // packed and pushed by grad_ready()
 
   struct host_param {
     std::vector<float> master, m, v;
@@ -322,6 +378,9 @@ private:
     std::vector<std::int32_t> sel;      // device set, ascending
     std::vector<std::int32_t> host_set; // host set, ascending
     typename Backend::template host_buffer<std::byte> upload;
+    // Gradients announced early, packed (host-set order, working type), until the step's coef
+    // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
+    std::vector<std::byte> land;
   };
 
   struct pending_job {
@@ -393,14 +452,26 @@ private:
     consume_inline();
   }
 
-  /// Packs and pushes the host-set gradients of every host-side parameter, slot by slot.
+  /// Packs and pushes the host-set gradients of every host-side parameter, slot by slot (those
+  /// that grad_ready() already pushed excepted).
   void stream_gradients(std::int64_t t, cudaStream_t stream) {
-    const std::size_t slot_bytes = ring_->slot_bytes();
     for (std::size_t p = 0; p < params_.size(); ++p) {
+      if (announced_[p] != announce_streamed) {
+        stream_param(t, p, grad_tag, stream);
+      }
+    }
+  }
+
+  /// Packs and pushes the host-set gradients of parameter `p`, slot by slot; `tag` grad_tag
+  /// (in step(): the rest mass into the record) or grad_early_tag (in grad_ready(): into the
+  /// backend's early masses, adopted by step()).
+  void stream_param(std::int64_t t, std::size_t p, std::int32_t tag, cudaStream_t stream) {
+    const std::size_t slot_bytes = ring_->slot_bytes();
+    {
       const auto& pi = params_[p];
       const auto& h = host_[p];
       if (!pi.host_side || h.host_set.empty()) {
-        continue;
+        return;
       }
       const auto n = static_cast<std::int64_t>(h.host_set.size());
       const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
@@ -408,11 +479,15 @@ private:
         const std::int64_t e = std::min(n, b + per_slot);
         const std::size_t slot = staging_next_++ % backend_.staging_slots();
         std::byte* staging = backend_.staging(slot, stream);
-        backend_.pack(p, b, e, staging, stream);
+        if (tag == grad_early_tag) {
+          backend_.pack_early(p, b, e, staging, stream);
+        } else {
+          backend_.pack(p, b, e, staging, stream);
+        }
         ring_meta meta{};
         meta.step = t;
         meta.matrix = static_cast<std::int32_t>(p);
-        meta.tag = grad_tag;
+        meta.tag = tag;
         meta.begin = b;
         meta.end = e;
         meta.user = static_cast<std::uint64_t>(cur_acc_);
@@ -443,11 +518,30 @@ private:
   /// What the host does with one landed slot.
   void consume(const typename d2h_ring<ring_meta, typename Backend::copy_backend_type>::read_slot& s) {
     const auto a = static_cast<std::size_t>(s.meta.user);
+    if (s.meta.tag == grad_early_tag) {
+      // The step's coef is not known yet (it follows in the step's first record): land the slot.
+      const auto p = static_cast<std::size_t>(s.meta.matrix);
+      const std::size_t cb = params_[p].channel_bytes();
+      std::memcpy(host_[p].land.data() + static_cast<std::size_t>(s.meta.begin) * cb, s.data,
+                  static_cast<std::size_t>(s.meta.end - s.meta.begin) * cb);
+      if (s.meta.begin == 0) {
+        landed_.push_back(p);
+      }
+      return;
+    }
     if (s.meta.tag == record_tag_first) {
       const detail::step_record_view rec{s.data, backend_.record_layout().matrices};
       cons_coef_ = rec.coef();
       cons_skip_ = rec.skip();
       last_skip_ = cons_skip_;
+      // The gradients announced early for this step (all landed before this record) join the
+      // accumulator now, row by row exactly as if their slots came after the record.
+      for (const std::size_t p : landed_) {
+        if (!cons_skip_) {
+          accumulate(a, p, host_[p].land.data(), 0, static_cast<std::int64_t>(host_[p].host_set.size()));
+        }
+      }
+      landed_.clear();
       if (cons_skip_) {
         skipped_.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -473,17 +567,26 @@ private:
     if (cons_skip_) {
       return;
     }
-    const auto p = static_cast<std::size_t>(s.meta.matrix);
+    accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
+  }
+
+  /// acc[a] += cons_coef_ * rows [begin, end) of `p`'s packed host-set gradients at `rows`.
+  void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
     const auto& pi = params_[p];
     auto& h = host_[p];
     detail::dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
-      detail::check_status(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
-                                                        reinterpret_cast<const T*>(s.data),
-                                                        h.host_set.data() + s.meta.begin,
-                                                        s.meta.end - s.meta.begin, cons_coef_, nullptr),
+      detail::check_status(host::accumulate_channels<T>(
+                               h.acc[a].data(), pi.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
+                               h.host_set.data() + begin, end - begin, cons_coef_, nullptr),
                            "zenflow::engine: accumulate_channels");
     });
+  }
+
+  /// grad_ready() starts work on this step: the selection of step t_ is known and fixed.
+  [[nodiscard]] bool early_stream_step() const {
+    return cfg_.mode == optimizer_mode::zenflow && t_ >= cfg_.full_warm_up_rounds &&
+           !cfg_.is_selection_step(t_) && !selection_pending_ && sel_step_ >= 0;
   }
 
   // ---- host windows -------------------------------------------------------------------------
@@ -813,6 +916,13 @@ private:
   bool cons_skip_ = false;
   bool last_skip_ = false;
   step_masses masses_[2];
+  std::vector<std::size_t> landed_; // parameters landed early for the coming record (consumer)
+
+  // grad_ready() (training thread): per parameter, and what it spent before the step
+  std::vector<std::uint8_t> announced_;
+  bool early_any_ = false;
+  double early_stall_ = 0.0;
+  std::uint64_t early_d2h_ = 0;
 
   // per-call accounting
   double stall_ = 0.0;

@@ -97,9 +97,10 @@ public:
     dense_counts_.assign(std::max<std::size_t>(dense_order_.size(), 1), 0);
     mem.device_vector_state += dense_counts_.size() * 4;
     record_.assign(layout_.bytes(), std::byte{0});
+    early_rest_.assign(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)), 0.0f);
     staging_.resize(staging_bytes);
     mem.device_staging += staging_.size();
-    mem.device_scratch += record_.size();
+    mem.device_scratch += record_.size() + early_rest_.size() * 4;
   }
 
   [[nodiscard]] const detail::step_record_layout& record_layout() const noexcept { return layout_; }
@@ -351,6 +352,31 @@ public:
     });
   }
 
+  /// pack() for a gradient announced early (engine::grad_ready): the rest mass goes into the
+  /// early masses, since the step's record is zeroed later by prologue().
+  void pack_early(std::size_t p, std::int64_t begin, std::int64_t end, std::byte* dst, cudaStream_t) {
+    const auto& pi = (*params_)[p];
+    auto& d = dev_[p];
+    detail::dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      detail::check_status(host::gather_channels<T, T>(pi.grad_matrix<T>(), d.host_set.data() + begin,
+                                                       end - begin, reinterpret_cast<T*>(dst),
+                                                       early_rest_.data() + d.matrix_index, nullptr),
+                           "zenflow::engine: gather_channels");
+    });
+  }
+
+  /// After prologue(): the early rest masses join the record (0 + early: the same bits as if the
+  /// packs had added into the record) and are zeroed for the next step.
+  void adopt_early(cudaStream_t) {
+    auto* rest0 = reinterpret_cast<float*>(record_.data()) + detail::step_record_layout::header_words +
+                  layout_.matrices;
+    for (std::int64_t i = 0; i < layout_.matrices; ++i) {
+      rest0[i] += early_rest_[static_cast<std::size_t>(i)];
+      early_rest_[static_cast<std::size_t>(i)] = 0.0f;
+    }
+  }
+
   // ---- the upload of a host window's new weights: the CUDA backend's structure -------------
   //
   // The thread that ran the host job copies its upload buffers into the "device" upload buffers
@@ -479,6 +505,7 @@ private:
   std::vector<std::int32_t> dense_counts_; // the vectors' update counts, contiguous
   detail::step_record_layout layout_{};
   std::vector<std::byte> record_;
+  std::vector<float> early_rest_; // per matrix: rest mass of the packs done by grad_ready
   std::vector<std::byte> staging_;
   std::vector<std::byte> temp_;
   bool uploaded_ = false; // uploads copied and not yet applied (ordered by the window queue)

@@ -43,6 +43,15 @@ ZF_KERNEL void finish_scalars_kernel(const float* totals,
   }
 }
 
+/// After finish_scalars_kernel zeroed the record's masses: rest[i] += early[i] (0 + early: the same
+/// bits as packs adding into the record), early[i] = 0 for the next step's early packs.
+ZF_KERNEL void adopt_early_mass_kernel(float* early, float* rest, int n) {
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    rest[i] += early[i];
+    early[i] = 0.0f;
+  }
+}
+
 ZF_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) {
