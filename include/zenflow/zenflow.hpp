@@ -5,6 +5,7 @@
 #pragma once
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>

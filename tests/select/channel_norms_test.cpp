@@ -203,15 +203,15 @@ TYPED_TEST(channel_norms_cpu, nan_inf_overflow_and_denormals) {
 /// Runs `fn` once on every SIMD path this CPU supports (forced), then restores the automatic choice.
 template <class F>
 void for_each_simd_path(F&& fn) {
-  using zenflow::detail::norm_simd_path;
-  for (const auto p : {norm_simd_path::scalar, norm_simd_path::avx2, norm_simd_path::avx512}) {
-    if (!zenflow::detail::force_norm_simd_path(p)) {
+  using zenflow::host::simd_path;
+  for (const auto p : {simd_path::scalar, simd_path::avx2, simd_path::avx512}) {
+    if (!zenflow::host::force_simd_path(p)) {
       continue;
     }
     SCOPED_TRACE("simd path " + std::to_string(static_cast<int>(p)));
     fn(p);
   }
-  zenflow::detail::reset_norm_simd_path();
+  zenflow::host::reset_simd_path();
 }
 
 TYPED_TEST(channel_norms_cpu, every_simd_path_matches_the_reference_and_writes_the_same_bits) {
@@ -219,7 +219,7 @@ TYPED_TEST(channel_norms_cpu, every_simd_path_matches_the_reference_and_writes_t
   // Lengths around the 64 lanes of a contiguous channel and the vector widths of a strided row.
   const std::vector<shape> odd = {{3, 64, 0},  {5, 65, 1},  {2, 127, 0},
                                   {7, 200, 3}, {33, 17, 0}, {1, 1031, 0}};
-  for_each_simd_path([&](zenflow::detail::norm_simd_path) {
+  for_each_simd_path([&](zenflow::host::simd_path) {
     check_shapes<channel_norm::sq_l2, T>(nullptr);
     check_shapes<channel_norm::l1, T>(nullptr);
   });
@@ -239,7 +239,7 @@ TYPED_TEST(channel_norms_cpu, every_simd_path_matches_the_reference_and_writes_t
               zenflow::from_float<T>(std::nanf(""));
         }
         std::vector<std::uint32_t> first_sq, first_l1;
-        for_each_simd_path([&](zenflow::detail::norm_simd_path) {
+        for_each_simd_path([&](zenflow::host::simd_path) {
           std::vector<float> sq(static_cast<std::size_t>(s.channels)), l1(sq.size());
           std::uint32_t flag_sq = 7, flag_l1 = 7;
           std::size_t bytes = 0;

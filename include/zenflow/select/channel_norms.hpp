@@ -154,7 +154,7 @@ void host_norm_item(const channel_norm_item<T>& it,
   const bool check = nonfinite != nullptr;
   const std::int64_t channels = it.channels;
   const std::int64_t len = it.channel_len;
-  const norm_simd_path path = active_norm_simd_path();
+  const host::simd_path path = host::active_simd_path();
   constexpr std::int64_t work_per_chunk = 1 << 16; // elements: enough to amortise a dispatch
   std::vector<unsigned char> bad;
   if (it.layout == channel_layout::contiguous) {

@@ -1,9 +1,6 @@
 /// @file
-/// Run-time SIMD dispatch for the CPU AdamW loops: AVX-512, AVX2 (+FMA, F16C) and scalar.
-///
-/// Each path is compiled with a function-level target (`#pragma GCC target` around its code), so
-/// consumers never need `-march=native`: the library picks the best path the CPU supports at run
-/// time (`__builtin_cpu_supports`). Tests force each path with `force_simd_path`.
+/// The CPU AdamW loops for each SIMD path (AVX-512, AVX2 + FMA + F16C, scalar); the path is chosen
+/// at run time by <zenflow/core/cpu_simd.hpp>.
 ///
 /// Why not Eigen here: Eigen chooses its packet type at compile time from the compiler flags, so
 /// its AVX-512 code exists only when the consumer builds with -mavx512f; run-time dispatch needs
@@ -16,82 +13,11 @@
 #include <cstring>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/math/adam.hpp>
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
-#  define ZF_CPU_X86_DISPATCH 1
-#  include <immintrin.h>
-#else
-#  define ZF_CPU_X86_DISPATCH 0
-#endif
-
 ZF_NAMESPACE_BEGIN
-
-namespace detail {
-inline std::atomic<int>& forced_simd_path() {
-  static std::atomic<int> forced{-1};
-  return forced;
-}
-} // namespace detail
-
-namespace host {
-
-/// The SIMD paths of the CPU optimizer.
-enum class simd_path : std::uint8_t { scalar = 0, avx2 = 1, avx512 = 2 };
-
-[[nodiscard]] inline const char* simd_path_name(simd_path p) {
-  return p == simd_path::avx512 ? "avx512" : (p == simd_path::avx2 ? "avx2" : "scalar");
-}
-
-/// True when this CPU (and this build) can run path `p`.
-[[nodiscard]] inline bool simd_path_supported(simd_path p) {
-  switch (p) {
-  case simd_path::scalar:
-    return true;
-#if ZF_CPU_X86_DISPATCH
-  case simd_path::avx2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  case simd_path::avx512:
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#endif
-  default:
-    return false;
-  }
-}
-
-/// The fastest supported path.
-[[nodiscard]] inline simd_path best_simd_path() {
-  static const simd_path best =
-      simd_path_supported(simd_path::avx512)
-          ? simd_path::avx512
-          : (simd_path_supported(simd_path::avx2) ? simd_path::avx2 : simd_path::scalar);
-  return best;
-}
-
-/// Forces every later CPU optimizer call of the process onto path `p` (tests, benchmarks).
-/// Returns false (and changes nothing) when `p` is not supported here.
-inline bool force_simd_path(simd_path p) {
-  if (!simd_path_supported(p)) {
-    return false;
-  }
-  ::zenflow::detail::forced_simd_path().store(static_cast<int>(p), std::memory_order_relaxed);
-  return true;
-}
-
-/// Back to automatic choice (the best supported path).
-inline void reset_simd_path() {
-  ::zenflow::detail::forced_simd_path().store(-1, std::memory_order_relaxed);
-}
-
-/// The path CPU optimizer calls take now.
-[[nodiscard]] inline simd_path active_simd_path() {
-  const int f = ::zenflow::detail::forced_simd_path().load(std::memory_order_relaxed);
-  return f < 0 ? best_simd_path() : static_cast<simd_path>(f);
-}
-
-} // namespace host
 
 namespace detail::cpu_scalar {
 struct ops {

@@ -3,7 +3,7 @@
 ///
 /// Each path is compiled with a function-level target (`#pragma GCC target` around its code), so
 /// consumers never need `-march=native`; the best path the CPU supports is picked at run time
-/// (`__builtin_cpu_supports`) and tests force each one with `force_norm_simd_path`. Every product
+/// (`host::active_simd_path()` in <zenflow/core/cpu_simd.hpp>, shared with the CPU AdamW). Every product
 /// goes through an empty `asm` that keeps it rounded (no contraction into an FMA, whatever
 /// `-ffp-contract` says), so every path computes the same bits (see `norm_simd_body.hpp`).
 #pragma once
@@ -13,15 +13,9 @@
 #include <cstdint>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/math/norms.hpp>
-
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
-#  define ZF_NORM_X86_DISPATCH 1
-#  include <immintrin.h>
-#else
-#  define ZF_NORM_X86_DISPATCH 0
-#endif
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -33,60 +27,10 @@ inline constexpr int norm_lanes = 64;
 /// added, never fused into an FMA (which `-ffp-contract=fast`, GCC's default outside ISO mode,
 /// would do inside the AVX-512 region and in consumers built with `-mfma`).
 ZF_FORCEINLINE float no_contract(float x) {
-#if ZF_NORM_X86_DISPATCH
+#if ZF_CPU_X86_DISPATCH
   __asm__("" : "+x"(x));
 #endif
   return x;
-}
-
-/// The SIMD paths of the host channel norms.
-enum class norm_simd_path : std::uint8_t { scalar = 0, avx2 = 1, avx512 = 2 };
-
-inline std::atomic<int>& forced_norm_simd_path() {
-  static std::atomic<int> forced{-1};
-  return forced;
-}
-
-/// True when this CPU (and this build) can run path `p`.
-[[nodiscard]] inline bool norm_simd_path_supported(norm_simd_path p) {
-  switch (p) {
-  case norm_simd_path::scalar:
-    return true;
-#if ZF_NORM_X86_DISPATCH
-  case norm_simd_path::avx2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  case norm_simd_path::avx512:
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("f16c");
-#endif
-  default:
-    return false;
-  }
-}
-
-/// Forces every later host channel-norm call of the process onto path `p` (tests, benchmarks).
-/// Returns false (and changes nothing) when `p` is not supported here.
-inline bool force_norm_simd_path(norm_simd_path p) {
-  if (!norm_simd_path_supported(p)) {
-    return false;
-  }
-  forced_norm_simd_path().store(static_cast<int>(p), std::memory_order_relaxed);
-  return true;
-}
-
-/// Back to automatic choice (the best supported path).
-inline void reset_norm_simd_path() {
-  forced_norm_simd_path().store(-1, std::memory_order_relaxed);
-}
-
-/// The path host channel-norm calls take now.
-[[nodiscard]] inline norm_simd_path active_norm_simd_path() {
-  static const norm_simd_path best =
-      norm_simd_path_supported(norm_simd_path::avx512)
-          ? norm_simd_path::avx512
-          : (norm_simd_path_supported(norm_simd_path::avx2) ? norm_simd_path::avx2 : norm_simd_path::scalar);
-  const int f = forced_norm_simd_path().load(std::memory_order_relaxed);
-  return f < 0 ? best : static_cast<norm_simd_path>(f);
 }
 
 } // namespace detail
@@ -109,7 +53,7 @@ struct ops {
 #undef ZF_NORM_SIMD_BODY
 } // namespace detail::norm_scalar
 
-#if ZF_NORM_X86_DISPATCH
+#if ZF_CPU_X86_DISPATCH
 #  pragma GCC push_options
 #  pragma GCC target("avx2,f16c")
 namespace detail::norm_avx2 {
@@ -182,12 +126,12 @@ struct ops {
 
 namespace detail {
 
-#if ZF_NORM_X86_DISPATCH
+#if ZF_CPU_X86_DISPATCH
 #  define ZF_NORM_DISPATCH(path, ...)                                                                        \
     switch (path) {                                                                                          \
-    case norm_simd_path::avx512:                                                                             \
+    case host::simd_path::avx512:                                                                            \
       return norm_avx512::__VA_ARGS__;                                                                       \
-    case norm_simd_path::avx2:                                                                               \
+    case host::simd_path::avx2:                                                                              \
       return norm_avx2::__VA_ARGS__;                                                                         \
     default:                                                                                                 \
       return norm_scalar::__VA_ARGS__;                                                                       \
@@ -198,14 +142,14 @@ namespace detail {
 
 /// Score of one contiguous channel on `path`.
 template <channel_norm Norm, class T>
-float norm_contiguous_score(norm_simd_path path, const T* p, std::int64_t len) {
+float norm_contiguous_score(host::simd_path path, const T* p, std::int64_t len) {
   ZF_NORM_DISPATCH(path, contiguous_score<Norm>(p, len))
 }
 
 /// Adds `rows` rows of `w` columns into `acc` on `path` (see `norm_simd_body.hpp`).
 template <channel_norm Norm, class T>
 void norm_strided_accumulate(
-    norm_simd_path path, const T* p, std::int64_t ld, std::int64_t rows, std::int64_t w, float* acc) {
+    host::simd_path path, const T* p, std::int64_t ld, std::int64_t rows, std::int64_t w, float* acc) {
   ZF_NORM_DISPATCH(path, strided_accumulate<Norm>(p, ld, rows, w, acc))
 }
 
