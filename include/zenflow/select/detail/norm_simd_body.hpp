@@ -27,7 +27,7 @@ template <channel_norm Norm, class T>
 ZF_FORCEINLINE float term1(T v) {
   const float x = to_float(v);
   if constexpr (Norm == channel_norm::sq_l2) {
-    return no_contract(x * x);
+    return keep_rounded(x * x);
   } else {
     return std::fabs(x);
   }
