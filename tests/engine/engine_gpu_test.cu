@@ -17,10 +17,10 @@
 namespace {
 
 using zf_engine_test::model;
+using zf_engine_test::kShapes;
 using zf_engine_test::shape;
+using zf_engine_test::small_config;
 using gpu_engine = zenflow::engine<zenflow::cuda_backend>;
-
-const std::vector<shape> kShapes = {{true, 24, 8}, {false, 1, 5}, {true, 13, 16}, {false, 1, 3}};
 
 /// The model's parameters on the device, mirrored around each step.
 template <class T>
@@ -57,21 +57,6 @@ struct device_mirror {
     ZF_CUDA_TRY(cudaStreamSynchronize(s));
   }
 };
-
-zenflow::config small_config() {
-  zenflow::config c;
-  c.topk_ratio = 0.25;
-  c.select = zenflow::select_strategy::step;
-  c.select_interval = 8;
-  c.update_interval = 2;
-  c.overlap_step = true;
-  c.adam.lr = 1e-2f;
-  c.adam.weight_decay = 0.01f;
-  c.ring_slot_bytes = 4096;
-  c.ring_slots = 4;
-  c.host_threads = 2;
-  return c;
-}
 
 class engine_gpu : public zf_test::gpu_test {};
 
@@ -115,11 +100,11 @@ run_against_reference(const zenflow::config& cfg, int steps, std::uint64_t seed,
 }
 
 TEST_F(engine_gpu, matches_reference_fixed_windows_overlap_bf16) {
-  EXPECT_LE(run_against_reference<zenflow::bfloat16>(small_config(), 40, zf_test::base_seed()), 1.01);
+  EXPECT_LE(run_against_reference<zenflow::bfloat16>(small_config(2), 40, zf_test::base_seed()), 1.01);
 }
 
 TEST_F(engine_gpu, matches_reference_zen_auto_warm_up_nan_float) {
-  auto cfg = small_config();
+  auto cfg = small_config(2);
   cfg.update_interval = 0;
   cfg.max_update_interval = 5;
   cfg.auto_ratio = 0.6;
@@ -129,7 +114,7 @@ TEST_F(engine_gpu, matches_reference_zen_auto_warm_up_nan_float) {
 }
 
 TEST_F(engine_gpu, matches_reference_no_overlap_clipping_fp16) {
-  auto cfg = small_config();
+  auto cfg = small_config(2);
   cfg.overlap_step = false;
   cfg.update_interval = 3;
   cfg.select_interval = 6;
@@ -140,7 +125,7 @@ TEST_F(engine_gpu, matches_reference_no_overlap_clipping_fp16) {
 
 TEST_F(engine_gpu, update_interval_one_equals_offload_sync_bitwise) {
   zenflow::stream s;
-  auto zen = small_config();
+  auto zen = small_config(2);
   zen.update_interval = 1;
   zen.overlap_step = false;
   zen.select_interval = 1;
@@ -169,7 +154,7 @@ TEST_F(engine_gpu, bytes_meet_the_pcie_budget) {
   const std::vector<shape> shapes = {{true, 200, 64}, {true, 160, 64}, {false, 1, 64}};
   model<zenflow::bfloat16> m(shapes, zf_test::base_seed() + 20);
   device_mirror<zenflow::bfloat16> d(m);
-  auto cfg = small_config();
+  auto cfg = small_config(2);
   cfg.topk_ratio = 0.1;
   cfg.update_interval = 4;
   cfg.select_interval = 1000;

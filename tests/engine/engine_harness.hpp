@@ -128,4 +128,24 @@ double max_weight_ulps(const model<T>& m, const zf_test::zenflow_reference& ref)
   return worst;
 }
 
+/// The small engine configuration most engine tests start from: re-selection every 8 steps, windows
+/// of 2 with overlap, a quarter of the channels on the device, a ring of small slots.
+inline zenflow::config small_config(unsigned host_threads = 1) {
+  zenflow::config c;
+  c.topk_ratio = 0.25;
+  c.select = zenflow::select_strategy::step;
+  c.select_interval = 8;
+  c.update_interval = 2;
+  c.overlap_step = true;
+  c.adam.lr = 1e-2f;
+  c.adam.weight_decay = 0.01f;
+  c.ring_slot_bytes = 4096;
+  c.ring_slots = 4;
+  c.host_threads = host_threads;
+  return c;
+}
+
+/// Two matrices and two vectors, odd sizes.
+inline const std::vector<shape> kShapes = {{true, 24, 8}, {false, 1, 5}, {true, 13, 16}, {false, 1, 3}};
+
 } // namespace zf_engine_test

@@ -19,7 +19,9 @@
 namespace {
 
 using zf_engine_test::model;
+using zf_engine_test::kShapes;
 using zf_engine_test::shape;
+using zf_engine_test::small_config;
 using host_engine = zenflow::engine<zenflow::host_backend>;
 
 template <class T>
@@ -35,23 +37,6 @@ std::vector<zenflow::param_id> register_model(host_engine& eng, model<T>& m) {
   }
   return ids;
 }
-
-zenflow::config small_config() {
-  zenflow::config c;
-  c.topk_ratio = 0.25;
-  c.select = zenflow::select_strategy::step;
-  c.select_interval = 8;
-  c.update_interval = 2;
-  c.overlap_step = true;
-  c.adam.lr = 1e-2f;
-  c.adam.weight_decay = 0.01f;
-  c.ring_slot_bytes = 4096;
-  c.ring_slots = 4;
-  c.host_threads = 1;
-  return c;
-}
-
-const std::vector<shape> kShapes = {{true, 24, 8}, {false, 1, 5}, {true, 13, 16}, {false, 1, 3}};
 
 /// Runs `steps` steps of the engine and the reference on the same gradients; returns the worst
 /// weight distance (ulps of T) seen after any step.
