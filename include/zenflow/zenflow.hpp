@@ -9,6 +9,7 @@
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/log.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/config.hpp>

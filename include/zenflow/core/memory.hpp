@@ -17,6 +17,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/log.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -160,8 +161,11 @@ private:
   static void note_fallback(cudaError_t status) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true)) {
-      std::fprintf(stderr, "zenflow: cudaHostAlloc unavailable (%s); pinned_buffer uses pageable memory\n",
-                   cudaGetErrorName(status));
+      // Expected without a GPU (info); a failure on a machine with a driver deserves a warning.
+      const bool no_device = status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice;
+      log(no_device ? log_level::info : log_level::warning, std::string("cudaHostAlloc unavailable (") +
+                                                                cudaGetErrorName(status) +
+                                                                "); pinned_buffer uses pageable memory");
     }
   }
   void swap(pinned_buffer& o) noexcept {

@@ -33,6 +33,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/log.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -76,17 +77,18 @@ public:
   window_queue& operator=(const window_queue&) = delete;
 
   /// Shuts down as chosen at construction. A destructor cannot throw: an error nobody collected
-  /// is reported on stderr (call `drain()` or `shutdown()` first to receive it).
+  /// is reported through the log hook (core/log.hpp) (call `drain()` or `shutdown()` first to receive it).
   ~window_queue() {
     stop(on_destroy_);
     if (error_) {
       try {
         std::rethrow_exception(error_);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "zenflow::window_queue: a host job failed and nobody collected the error: %s\n",
-                     e.what());
+        log(log_level::error,
+            std::string("zenflow::window_queue: a host job failed and nobody collected the error: ") +
+                e.what());
       } catch (...) {
-        std::fprintf(stderr, "zenflow::window_queue: a host job failed and nobody collected the error\n");
+        log(log_level::error, "zenflow::window_queue: a host job failed and nobody collected the error");
       }
     }
   }
