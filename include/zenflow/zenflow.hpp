@@ -8,6 +8,7 @@
 #include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/emulated_device.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
 #include <zenflow/core/memory.hpp>
@@ -22,6 +23,7 @@
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
 #include <zenflow/transport/copy_backend.hpp>
+#include <zenflow/transport/emulated_copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 #include <zenflow/transport/window_queue.hpp>
 #include <zenflow/transport/worker_pool.hpp>

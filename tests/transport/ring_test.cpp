@@ -15,6 +15,7 @@
 
 #include <zenflow/core/device.hpp>
 #include <zenflow/transport/copy_backend.hpp>
+#include <zenflow/transport/emulated_copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 
 #include "async_host_backend.hpp"
@@ -179,6 +180,30 @@ TEST(d2h_ring, stress_deferred_completion_every_message_once_in_order) {
     const auto r =
         run_d2h_stress(zf_test::async_host_backend(seed, 30), slots, 300, 1500, seed + slots, 15, 15);
     EXPECT_EQ(r.received, 1500u);
+    EXPECT_EQ(r.errors, 0u) << r.first_error;
+  }
+}
+
+// The same protocol over the emulated device: copies run on the device's stream threads with a
+// modelled copy bandwidth (so a slot is published long before its bytes land) and jitter.
+zenflow::emulated_timing slow_copies(std::uint64_t seed) {
+  zenflow::emulated_timing t;
+  t.d2h_bytes_per_second = 200e6; // a 300-byte slot takes ~1.5 us of "PCIe"
+  t.h2d_bytes_per_second = 200e6;
+  t.max_jitter = std::chrono::microseconds(40);
+  t.jitter_seed = seed;
+  return t;
+}
+
+TEST(d2h_ring, stress_emulated_device_every_message_once_in_order) {
+  const std::uint64_t seed = zf_test::base_seed() + 300;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  for (std::size_t slots : {1u, 2u, 5u}) {
+    SCOPED_TRACE("slots " + std::to_string(slots));
+    zenflow::emulated_device device(slow_copies(seed + slots));
+    const auto r =
+        run_d2h_stress(zenflow::emulated_copy_backend(device), slots, 300, 1200, seed + slots, 15, 15);
+    EXPECT_EQ(r.received, 1200u);
     EXPECT_EQ(r.errors, 0u) << r.first_error;
   }
 }
@@ -423,6 +448,18 @@ TEST(h2d_ring, stress_every_upload_lands_intact) {
     EXPECT_EQ(r.received, 1000u);
     EXPECT_EQ(r.errors, 0u) << r.first_error;
     r = run_h2d_stress(zenflow::host_copy_backend{}, slots, 256, 500, seed + slots, 10);
+    EXPECT_EQ(r.errors, 0u) << r.first_error;
+  }
+}
+
+TEST(h2d_ring, stress_emulated_device_every_upload_lands_intact) {
+  const std::uint64_t seed = zf_test::base_seed() + 400;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  for (std::size_t slots : {1u, 2u, 4u}) {
+    SCOPED_TRACE("slots " + std::to_string(slots));
+    zenflow::emulated_device device(slow_copies(seed + slots));
+    auto r = run_h2d_stress(zenflow::emulated_copy_backend(device), slots, 256, 800, seed + slots, 15);
+    EXPECT_EQ(r.received, 800u);
     EXPECT_EQ(r.errors, 0u) << r.first_error;
   }
 }

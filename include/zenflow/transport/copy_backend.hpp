@@ -23,13 +23,11 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/copy_direction.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/memory.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-/// Direction of a transport copy.
-enum class copy_direction : unsigned char { device_to_host, host_to_device };
 
 /// What a copy backend provides. `event_type` is default-constructible, owned by the caller
 /// (one per ring slot) and created/destroyed through the backend. All members may throw

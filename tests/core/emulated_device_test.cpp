@@ -1,0 +1,241 @@
+// cpu tier for the emulated device: stream order and asynchrony, events across streams (with
+// jitter), the timing model's copy engines, the sticky error, bad handles.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/core/emulated_device.hpp>
+
+#include "support/random.hpp"
+
+namespace {
+
+using zenflow::copy_direction;
+using zenflow::emulated_device;
+using zenflow::emulated_op;
+using zenflow::emulated_timing;
+
+TEST(emulated_device, a_stream_runs_its_work_in_order_on_another_thread) {
+  emulated_device dev;
+  cudaStream_t s = dev.create_stream();
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  std::vector<int> order;
+  std::thread::id worker;
+  dev.launch(s, [&] {
+    worker = std::this_thread::get_id();
+    opened.wait(); // blocks the stream until the enqueuing thread has finished enqueuing
+  });
+  for (int i = 0; i < 100; ++i) {
+    dev.launch(s, [&order, i] { order.push_back(i); });
+  }
+  EXPECT_TRUE(order.empty()); // enqueue returned while the stream was blocked
+  gate.set_value();
+  dev.synchronize_stream(s);
+  EXPECT_NE(worker, std::this_thread::get_id());
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+  }
+}
+
+TEST(emulated_device, events_order_work_across_streams_whatever_the_delays) {
+  const std::uint64_t seed = zf_test::base_seed();
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  emulated_timing t;
+  t.max_jitter = std::chrono::microseconds(50);
+  t.jitter_seed = seed;
+  t.d2h_bytes_per_second = 500e6;
+  t.launch_latency = std::chrono::microseconds(20); // kernels slower than the copies: without the
+                                                    // event wait, copies would read unwritten rounds
+  emulated_device dev(t);
+  cudaStream_t compute = dev.create_stream();
+  cudaStream_t copies = dev.create_stream();
+  constexpr int rounds = 200;
+  constexpr std::size_t n = 257;
+  std::vector<std::vector<std::uint32_t>> device(rounds, std::vector<std::uint32_t>(n));
+  std::vector<std::vector<std::uint32_t>> host(rounds, std::vector<std::uint32_t>(n, 0));
+  std::vector<emulated_device::event> ready(rounds);
+  for (int r = 0; r < rounds; ++r) {
+    // "Kernel" on the compute stream writes round r; the copy stream waits for it, then copies.
+    dev.launch(compute, [&, r] {
+      for (std::size_t i = 0; i < n; ++i) {
+        device[static_cast<std::size_t>(r)][i] =
+            static_cast<std::uint32_t>(seed * 31 + static_cast<std::uint64_t>(r) * n + i);
+      }
+    });
+    ready[static_cast<std::size_t>(r)] = dev.create_event();
+    dev.record(ready[static_cast<std::size_t>(r)], compute);
+    dev.stream_wait(copies, ready[static_cast<std::size_t>(r)]);
+    dev.copy(host[static_cast<std::size_t>(r)].data(), device[static_cast<std::size_t>(r)].data(),
+             n * sizeof(std::uint32_t), copy_direction::device_to_host, copies);
+  }
+  dev.synchronize_stream(copies);
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(host[static_cast<std::size_t>(r)][i],
+                static_cast<std::uint32_t>(seed * 31 + static_cast<std::uint64_t>(r) * n + i))
+          << "round " << r << " element " << i;
+    }
+  }
+}
+
+TEST(emulated_device, query_and_synchronize_follow_the_last_record) {
+  emulated_device dev;
+  cudaStream_t s = dev.create_stream();
+  auto e = dev.create_event();
+  EXPECT_TRUE(dev.query(e)); // never recorded: complete, as in CUDA
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  dev.launch(s, [opened] { opened.wait(); });
+  dev.record(e, s);
+  EXPECT_FALSE(dev.query(e));
+  std::atomic<bool> waited{false};
+  std::thread waiter([&] {
+    dev.synchronize(e);
+    waited = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_FALSE(waited.load()); // still blocked behind the gate
+  gate.set_value();
+  waiter.join();
+  EXPECT_TRUE(waited.load());
+  EXPECT_TRUE(dev.query(e));
+}
+
+TEST(emulated_device, copies_in_one_direction_share_one_engine_and_take_their_modelled_time) {
+  emulated_timing t;
+  t.d2h_bytes_per_second = 1e9; // 1 MB = 1 ms
+  emulated_device dev(t);
+  dev.set_tracing(true);
+  cudaStream_t a = dev.create_stream();
+  cudaStream_t b = dev.create_stream();
+  constexpr std::size_t bytes = 1 << 20;
+  std::vector<std::uint8_t> src(bytes, 7), dst_a(bytes, 0), dst_b(bytes, 0);
+  dev.copy(dst_a.data(), src.data(), bytes, copy_direction::device_to_host, a);
+  dev.copy(dst_b.data(), src.data(), bytes, copy_direction::device_to_host, b);
+  dev.synchronize();
+  EXPECT_EQ(dst_a, src);
+  EXPECT_EQ(dst_b, src);
+  const std::vector<emulated_op> ops = dev.trace();
+  ASSERT_EQ(ops.size(), 2u);
+  const std::int64_t modelled_ns = static_cast<std::int64_t>(bytes / 1e9 * 1e9);
+  for (const emulated_op& op : ops) {
+    EXPECT_EQ(op.what, emulated_op::kind::copy_d2h);
+    EXPECT_EQ(op.bytes, bytes);
+    EXPECT_GE(op.end_ns - op.start_ns, modelled_ns);
+  }
+  // One engine: the reservations do not overlap, whichever stream got it first.
+  const auto& first = ops[0].start_ns <= ops[1].start_ns ? ops[0] : ops[1];
+  const auto& second = ops[0].start_ns <= ops[1].start_ns ? ops[1] : ops[0];
+  EXPECT_GE(second.start_ns, first.start_ns + modelled_ns);
+  EXPECT_NE(first.stream, second.stream);
+}
+
+TEST(emulated_device, a_failed_operation_is_sticky_and_nothing_hangs) {
+  emulated_device dev;
+  cudaStream_t s = dev.create_stream();
+  int ran_after = 0;
+  dev.launch(s, [] { throw std::runtime_error("illegal address in kernel 3"); });
+  dev.launch(s, [&] { ++ran_after; });
+  auto e = dev.create_event();
+  dev.record(e, s);
+  try {
+    dev.synchronize(e);
+    FAIL() << "synchronize did not rethrow the sticky error";
+  } catch (const std::runtime_error& err) {
+    EXPECT_EQ(std::string(err.what()), "illegal address in kernel 3");
+  }
+  EXPECT_EQ(ran_after, 0);   // work after the failure is skipped
+  EXPECT_TRUE(dev.query(e)); // but events still complete
+  EXPECT_THROW(dev.synchronize_stream(s), std::runtime_error);
+  EXPECT_THROW(dev.synchronize(), std::runtime_error);
+}
+
+TEST(emulated_device, bad_handles_are_rejected_naming_the_argument) {
+  emulated_device dev;
+  emulated_device other;
+  cudaStream_t foreign = other.create_stream();
+  try {
+    dev.launch(foreign, [] {});
+    FAIL() << "a stream of another device was accepted";
+  } catch (const zenflow::invalid_argument& err) {
+    EXPECT_NE(std::string(err.what()).find("'stream'"), std::string::npos) << err.what();
+  }
+  emulated_device::event never_created;
+  try {
+    dev.record(never_created, nullptr);
+    FAIL() << "an event never created was accepted";
+  } catch (const zenflow::invalid_argument& err) {
+    EXPECT_NE(std::string(err.what()).find("'event'"), std::string::npos) << err.what();
+  }
+  cudaStream_t s = dev.create_stream();
+  dev.destroy_stream(s);
+  EXPECT_THROW(dev.launch(s, [] {}), zenflow::invalid_argument); // destroyed: no longer live
+  dev.synchronize(); // the device is still usable and has no sticky error
+}
+
+TEST(emulated_device, the_null_stream_is_a_stream_of_the_device) {
+  emulated_device dev;
+  std::vector<int> seen;
+  for (int i = 0; i < 10; ++i) {
+    dev.launch(nullptr, [&seen, i] { seen.push_back(i); });
+  }
+  dev.synchronize_stream(nullptr);
+  ASSERT_EQ(seen.size(), 10u);
+  EXPECT_EQ(seen.front(), 0);
+  EXPECT_EQ(seen.back(), 9);
+}
+
+TEST(emulated_device, example_a_step_pipeline_rehearsed_on_the_cpu) {
+  std::vector<float> grads(1 << 16), host_grads(grads.size());
+  // example-begin emulated-pipeline
+  zenflow::emulated_timing timing;
+  timing.d2h_bytes_per_second = 25e9;                   // PCIe Gen5 x16, one direction
+  timing.launch_latency = std::chrono::microseconds(5); // per kernel
+  zenflow::emulated_device gpu(timing);
+  gpu.set_tracing(true);
+  cudaStream_t compute = gpu.create_stream();
+  cudaStream_t copies = gpu.create_stream();
+  auto grads_ready = gpu.create_event();
+  for (int step = 0; step < 3; ++step) {
+    gpu.compute(compute, std::chrono::microseconds(200), "forward+backward"); // modelled time
+    gpu.launch(
+        compute, [&, step] { std::fill(grads.begin(), grads.end(), float(step)); }, 0, "grads");
+    gpu.record(grads_ready, compute);
+    gpu.stream_wait(copies, grads_ready); // the copy starts once the gradients exist
+    gpu.copy(host_grads.data(), grads.data(), grads.size() * sizeof(float),
+             zenflow::copy_direction::device_to_host, copies, "grads D2H");
+    gpu.synchronize_stream(copies); // a real trainer overlaps the next step instead
+  }
+  const std::vector<zenflow::emulated_op> timeline = gpu.trace(); // start/end of every operation
+  // example-end emulated-pipeline
+  EXPECT_EQ(host_grads.front(), 2.0f);
+  EXPECT_EQ(host_grads.back(), 2.0f);
+  ASSERT_EQ(timeline.size(), 9u);
+  // Every copy starts after the kernel that produced its gradients ended.
+  std::int64_t last_grads_end = -1;
+  int copies_seen = 0;
+  for (const zenflow::emulated_op& op : timeline) {
+    if (op.name == "grads") {
+      last_grads_end = op.end_ns;
+    } else if (op.name == "grads D2H") {
+      EXPECT_GE(op.start_ns, last_grads_end);
+      EXPECT_GE(op.end_ns - op.start_ns,
+                static_cast<std::int64_t>(grads.size() * sizeof(float) / 25e9 * 1e9));
+      ++copies_seen;
+    }
+  }
+  EXPECT_EQ(copies_seen, 3);
+}
+
+} // namespace
