@@ -568,7 +568,8 @@ inline config config::from_deepspeed_json_string(std::string_view text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number that overflows a double (1e400): both bad input.
     detail::config_fail("<root>", std::string("is not valid JSON: ") + e.what());
   }
   return from_deepspeed_json(j);
