@@ -113,8 +113,20 @@ public:
     detail::throw_if(
         cudaMemsetAsync(early_rest_.data(), 0, early_rest_.bytes(), nullptr), // after its allocation
         "zenflow::cuda_backend: cudaMemsetAsync");
-    totals_ = device_buffer<float>(params.size());
+    totals_ = device_buffer<double>(params.size());
     flags_ = device_buffer<std::uint32_t>(params.size());
+    {
+      // The squared-norm totals' descriptors: fixed from registration on, uploaded once.
+      std::vector<detail::engine_kernels::sq_total_item> items(params.size());
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto& pi = params[p];
+        items[p] = {pi.grads, dev_[p].scores.data(), pi.channels, pi.channel_len, pi.ld, pi.layout, pi.type};
+      }
+      sq_items_ = device_buffer<detail::engine_kernels::sq_total_item>(items.size());
+      detail::throw_if(cudaMemcpy(sq_items_.data(), items.data(), items.size() * sizeof(items[0]),
+                                  cudaMemcpyHostToDevice),
+                       "zenflow::cuda_backend: cudaMemcpy");
+    }
     idx_ = device_buffer<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
     h_idx_ = pinned_buffer<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
     stage_ = device_buffer<float>(static_cast<std::size_t>(3 * max_cap_elems));
@@ -171,7 +183,7 @@ public:
     temp_ = device_buffer<std::byte>(std::max<std::size_t>(need, 256));
     mem.device_staging += staging_.bytes();
     mem.device_scratch += temp_.bytes() + 2 * record_[0].bytes() + early_rest_.bytes() + totals_.bytes() +
-                          flags_.bytes() + idx_.bytes() + stage_.bytes() + stage_counts_.bytes();
+                          sq_items_.bytes() + flags_.bytes() + idx_.bytes() + stage_.bytes() + stage_counts_.bytes();
     detail::throw_if(cudaDeviceSynchronize(), "zenflow::cuda_backend::setup"); // allocations done
   }
 
@@ -240,6 +252,9 @@ public:
     return pi.bytes();
   }
 
+  /// The scores and NaN/Inf flags of every gradient (one batched call per dtype), the fp64
+  /// per-tensor squared totals (sq_totals_kernel: the host backend's arithmetic, so a finite
+  /// gradient's norm cannot overflow), then coef_t and bad_t into the record.
   void prologue(float loss_scale, float max_norm, cudaStream_t stream) {
     std::size_t offset = 0;
     for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
@@ -248,12 +263,16 @@ public:
       std::size_t b = temp_.bytes();
       detail::check_status(device::channel_norms_batched<channel_norm::sq_l2, T>(
                                temp_.data(), b, items.data(), static_cast<std::int64_t>(items.size()),
-                               {totals_.data() + offset, flags_.data() + offset}, stream),
+                               {nullptr, flags_.data() + offset}, stream),
                            "zenflow::cuda_backend: channel_norms_batched");
       offset += members.size();
     });
+    const auto n = static_cast<unsigned>(params_->size());
+    detail::engine_kernels::sq_totals_kernel<<<n, detail::sq_total_lanes, 0, stream>>>(sq_items_.data(),
+                                                                                       totals_.data());
+    detail::throw_if(cudaGetLastError(), "zenflow::cuda_backend: sq_totals_kernel");
     detail::engine_kernels::finish_scalars_kernel<<<1, 128, 0, stream>>>(
-        totals_.data(), flags_.data(), static_cast<int>(offset), loss_scale, max_norm,
+        totals_.data(), static_cast<int>(n), flags_.data(), static_cast<int>(offset), loss_scale, max_norm,
         record_[cur_record_].data(), static_cast<int>(2 * layout_.matrices));
     detail::throw_if(cudaGetLastError(), "zenflow::cuda_backend: finish_scalars_kernel");
   }
@@ -702,8 +721,9 @@ private:
   device_buffer<float> record_[2];
   std::size_t cur_record_ = 0;
   device_buffer<float> early_rest_; // per matrix: rest mass of the packs done by grad_ready
-  device_buffer<float> totals_;
-  device_buffer<std::uint32_t> flags_;
+  device_buffer<double> totals_; // per parameter (registration order): fp64 squared norm
+  device_buffer<detail::engine_kernels::sq_total_item> sq_items_;
+  device_buffer<std::uint32_t> flags_; // per parameter, in dtype-group order
   device_buffer<std::int32_t> idx_;
   pinned_buffer<std::int32_t> h_idx_;
   device_buffer<float> stage_;

@@ -25,6 +25,7 @@
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/math/adam.hpp>
+#include <zenflow/math/norms.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
@@ -155,14 +156,16 @@ public:
   }
 
   /// Squared norms of every gradient with the NaN/Inf flag fused, then coef_t and bad_t into the
-  /// record; the Zen-auto masses are zeroed (the update and the pack add into them).
+  /// record; the Zen-auto masses are zeroed (the update and the pack add into them). The squared
+  /// global norm is the fp64 sum of the per-tensor totals (`detail::sq_total_lane`: the CUDA
+  /// backend's arithmetic, in its order), so that it cannot overflow for finite gradients.
   void prologue(float loss_scale, float max_norm, cudaStream_t) {
     double sum = 0.0;
     std::uint32_t bad = 0;
+    double lanes[detail::sq_total_lanes];
     for (std::size_t p = 0; p < dev_.size(); ++p) {
       const auto& pi = (*params_)[p];
       auto& d = dev_[p];
-      float total = 0.0f;
       std::uint32_t nonfinite = 0;
       float one_score = 0.0f;
       float* scores = pi.matrix ? d.scores.data() : &one_score;
@@ -176,20 +179,20 @@ public:
         temp_.resize(std::max(temp_.size(), tb));
         detail::check_status(host::channel_norms<channel_norm::sq_l2>(temp_.data(), tb, g, pi.channels,
                                                                       pi.channel_len, pi.ld, pi.layout,
-                                                                      scores, {&total, &nonfinite}),
+                                                                      scores, {nullptr, &nonfinite}),
                              "zenflow::engine: channel_norms");
+        for (int j = 0; j < detail::sq_total_lanes; ++j) {
+          lanes[j] = detail::sq_total_lane<T>(pi.grad_matrix<T>(), scores, j);
+        }
       });
-      sum += static_cast<double>(total);
+      sum += detail::sum_lanes(lanes);
       bad |= nonfinite;
     }
     float coef = 1.0f;
     std::uint32_t skip = 0;
-    detail::finish_step_scalars(static_cast<float>(sum), bad, loss_scale, max_norm, &coef, &skip);
+    detail::finish_step_scalars(sum, bad, loss_scale, max_norm, &coef, &skip);
     std::fill(record_.begin(), record_.end(), std::byte{0});
-    const auto sum_f = static_cast<float>(sum);
-    std::memcpy(record_.data(), &coef, 4);
-    std::memcpy(record_.data() + 4, &skip, 4);
-    std::memcpy(record_.data() + 8, &sum_f, 4);
+    detail::write_step_header(record_.data(), coef, skip, sum);
   }
 
   /// The step's skip flag, read on the host (a blocking read on a device; used only while a

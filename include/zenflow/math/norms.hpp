@@ -9,6 +9,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -49,6 +50,52 @@ ZF_HOST_DEVICE ZF_FORCEINLINE bool is_nonfinite(T v) {
   } else {
     return (bits & 0x7f80u) == 0x7f80u;
   }
+}
+
+
+/// Lanes of the engine's overflow-safe squared global norm (`sq_total_of`): one block of this
+/// many threads per tensor on the device, the same lane loop on the host.
+inline constexpr int sq_total_lanes = 256;
+
+/// Squared L2 norm of one channel in fp64, its elements in order. A float's square is exact in
+/// fp64 (24 + 24 < 53 mantissa bits), so contraction into an fma cannot change the bits, and no
+/// finite element can overflow it (FLT_MAX^2 ~ 1.2e77).
+template <class T>
+ZF_HOST_DEVICE double channel_sq_f64(const T* first, std::int64_t len, std::int64_t stride) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < len; ++i) {
+    const double x = to_float(first[i * stride]);
+    s += x * x;
+  }
+  return s;
+}
+
+/// One lane's share of a tensor's squared norm: channels lane, lane + sq_total_lanes, ... of the
+/// fp32 `scores`, in order, in fp64. A score that is not finite (an fp32 sum that overflowed, or a
+/// NaN/Inf element) is recomputed from the gradient in fp64 (`channel_sq_f64`), so that a finite
+/// gradient's norm never overflows; the rescan runs only on such channels.
+template <class T>
+ZF_HOST_DEVICE double sq_total_lane(channel_matrix<const T> grad, const float* scores, int lane) {
+  double s = 0.0;
+  for (std::int64_t c = lane; c < grad.channels; c += sq_total_lanes) {
+    const float score = scores[c];
+    if (is_finite(score)) {
+      s += static_cast<double>(score);
+    } else {
+      const bool contiguous = grad.layout == channel_layout::contiguous;
+      s += channel_sq_f64(grad.data + grad.offset(c, 0), grad.channel_len, contiguous ? 1 : grad.ld);
+    }
+  }
+  return s;
+}
+
+/// The sum of the lanes, in lane order (both sides: the device's block reduction is this loop).
+ZF_HOST_DEVICE inline double sum_lanes(const double* lanes) {
+  double s = 0.0;
+  for (int j = 0; j < sq_total_lanes; ++j) {
+    s += lanes[j];
+  }
+  return s;
 }
 
 } // namespace detail

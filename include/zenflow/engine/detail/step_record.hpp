@@ -15,8 +15,8 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// Layout of the record, in 32-bit words: [0] coef (float), [1] skip (uint32), [2] squared
-/// global norm of the raw gradients (float), [3] reserved, then `matrices` crit masses and
+/// Layout of the record, in 32-bit words: [0] coef (float), [1] skip (uint32), [2, 3] squared
+/// global norm of the raw gradients (double, unaligned), then `matrices` crit masses and
 /// `matrices` rest masses (floats).
 struct step_record_layout {
   std::int64_t matrices = 0;
@@ -25,30 +25,74 @@ struct step_record_layout {
   [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(words()) * 4; }
 };
 
-/// coef_t and bad_t from the summed squared norm and the NaN/Inf flags (SPEC's first two lines).
-/// The gradients carry `loss_scale`; the clipping threshold applies to the unscaled norm.
-ZF_HOST_DEVICE inline void finish_step_scalars(float sum_sq,
+namespace step_scalars_ops {
+// fp64, correctly rounded and never contracted on either side (the device's _rn intrinsics), so
+// that the host and device backends compute the same coef_t.
+ZF_HOST_DEVICE ZF_FORCEINLINE double mul(double a, double b) {
+#if ZF_DEVICE_COMPILE
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ZF_HOST_DEVICE ZF_FORCEINLINE double div(double a, double b) {
+#if ZF_DEVICE_COMPILE
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+ZF_HOST_DEVICE ZF_FORCEINLINE double sqrt(double a) {
+#if ZF_DEVICE_COMPILE
+  return __dsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+} // namespace step_scalars_ops
+
+/// coef_t and bad_t from the squared global norm and the NaN/Inf flags (SPEC's first two lines).
+/// A step is bad when an element is NaN or Inf, never because of its norm: `sum_sq` is fp64 (the
+/// fp64 sum of the per-tensor totals, see `sq_total_lane`), so a finite gradient's norm does not
+/// overflow, and the clipping coefficient is computed in fp64 too. The gradients carry
+/// `loss_scale`; the clipping threshold applies to the unscaled norm.
+ZF_HOST_DEVICE inline void finish_step_scalars(double sum_sq,
                                                std::uint32_t nonfinite,
                                                float loss_scale,
                                                float max_norm,
                                                float* coef,
                                                std::uint32_t* skip) {
+  namespace op = step_scalars_ops;
   const float inv_scale = 1.0f / loss_scale;
   float c = inv_scale;
-  const bool bad = nonfinite != 0 || !is_finite(sum_sq);
+  const bool bad = nonfinite != 0;
   if (max_norm > 0.0f && !bad) {
-#if ZF_DEVICE_COMPILE
-    const float norm = sqrtf(sum_sq) * inv_scale;
-#else
-    const float norm = std::sqrt(sum_sq) * inv_scale;
-#endif
-    const float clip = max_norm / (norm + 1e-6f);
-    if (clip < 1.0f) {
-      c = inv_scale * clip;
+    const double norm = op::mul(op::sqrt(sum_sq), static_cast<double>(inv_scale));
+    const double clip = op::div(static_cast<double>(max_norm), norm + 1e-6);
+    if (clip < 1.0) {
+      c = static_cast<float>(op::mul(static_cast<double>(inv_scale), clip));
     }
   }
   *coef = c;
   *skip = bad ? 1u : 0u;
+}
+
+/// Writes coef, skip and the squared norm into the record's header at `record`.
+ZF_HOST_DEVICE inline void write_step_header(void* record, float coef, std::uint32_t skip, double sum_sq) {
+  auto* w = static_cast<std::uint32_t*>(record);
+#if ZF_DEVICE_COMPILE
+  const auto c = __float_as_uint(coef);
+  const auto s = static_cast<std::uint64_t>(__double_as_longlong(sum_sq));
+#else
+  std::uint32_t c;
+  std::uint64_t s;
+  std::memcpy(&c, &coef, 4);
+  std::memcpy(&s, &sum_sq, 8);
+#endif
+  w[0] = c;
+  w[1] = skip;
+  w[2] = static_cast<std::uint32_t>(s);
+  w[3] = static_cast<std::uint32_t>(s >> 32);
 }
 
 /// Host-side view of a record that has landed.
@@ -61,7 +105,12 @@ struct step_record_view {
     std::memcpy(&u, data + 4, 4);
     return u != 0;
   }
-  [[nodiscard]] float sum_sq() const { return load_f(2); }
+  /// The squared global norm of the raw gradients (fp64).
+  [[nodiscard]] double sum_sq() const {
+    double d;
+    std::memcpy(&d, data + 8, 8);
+    return d;
+  }
   [[nodiscard]] float crit(std::int64_t i) const { return load_f(step_record_layout::header_words + i); }
   [[nodiscard]] float rest(std::int64_t i) const {
     return load_f(step_record_layout::header_words + matrices + i);
