@@ -9,8 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +45,16 @@ enum class optimizer_mode : std::uint8_t {
 /// How a host window's new weights travel up. JSON: "whole_window" | "chunk_ring".
 enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 
+/// Per-parameter hyper-parameters for the parameters whose registration name matches `match`
+/// (zenflow extension "param_groups"; docs/config.md). `match` with a `*` or `?` is a glob over
+/// the whole name, else a substring of it; the first group that matches a name wins. A field
+/// left unset keeps the default (lr_scale 1, the optimizer's weight_decay).
+struct param_group {
+  std::string match;
+  std::optional<float> lr_scale;     ///< multiplies the step's lr for these parameters, >= 0
+  std::optional<float> weight_decay; ///< their weight decay, >= 0
+};
+
 /// The engine's configuration. Defaults are SPEC.md's; `validate()` checks every field.
 struct config {
   optimizer_mode mode = optimizer_mode::zenflow;
@@ -68,6 +80,8 @@ struct config {
   adamw_hparams adam = deepspeed_adam_defaults();
   float gradient_clipping = 0.0f; ///< max global L2 norm of the unscaled gradients, 0 = off
   float loss_scale = 1.0f;        ///< static loss scale the gradients carry ("fp16.loss_scale")
+  /// zenflow extension "param_groups": per-parameter lr scale and weight decay by name.
+  std::vector<param_group> param_groups;
 
   // --- transport (zenflow extensions) ---
   upload_policy upload = upload_policy::whole_window;
@@ -102,6 +116,9 @@ struct config {
   /// Channels selected in a matrix of `channels` channels: max(1, floor(topk_ratio * channels)),
   /// at most `channels` (the product is nudged up by a few ulps so that e.g. 0.57 * 100 gives 57).
   [[nodiscard]] std::int64_t topk(std::int64_t channels) const noexcept;
+
+  /// The first of `param_groups` whose `match` matches `name`, or null.
+  [[nodiscard]] const param_group* find_param_group(std::string_view name) const noexcept;
 
   /// Host optimizer threads: `host_threads`, or when 0,
   /// max(1, floor(hardware_threads * (1 - pt_reserved_cores_perc))).

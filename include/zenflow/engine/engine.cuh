@@ -123,9 +123,9 @@ public:
         items[p] = {pi.grads, dev_[p].scores.data(), pi.channels, pi.channel_len, pi.ld, pi.layout, pi.type};
       }
       sq_items_ = device_buffer<detail::engine_kernels::sq_total_item>(items.size());
-      detail::throw_if(cudaMemcpy(sq_items_.data(), items.data(), items.size() * sizeof(items[0]),
-                                  cudaMemcpyHostToDevice),
-                       "zenflow::cuda_backend: cudaMemcpy");
+      detail::throw_if(
+          cudaMemcpy(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), cudaMemcpyHostToDevice),
+          "zenflow::cuda_backend: cudaMemcpy");
     }
     idx_ = device_buffer<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
     h_idx_ = pinned_buffer<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
@@ -183,7 +183,8 @@ public:
     temp_ = device_buffer<std::byte>(std::max<std::size_t>(need, 256));
     mem.device_staging += staging_.bytes();
     mem.device_scratch += temp_.bytes() + 2 * record_[0].bytes() + early_rest_.bytes() + totals_.bytes() +
-                          sq_items_.bytes() + flags_.bytes() + idx_.bytes() + stage_.bytes() + stage_counts_.bytes();
+                          sq_items_.bytes() + flags_.bytes() + idx_.bytes() + stage_.bytes() +
+                          stage_counts_.bytes();
     detail::throw_if(cudaDeviceSynchronize(), "zenflow::cuda_backend::setup"); // allocations done
   }
 
@@ -438,18 +439,17 @@ public:
   }
 
   void update(float lr, const adamw_hparams& base, cudaStream_t stream) {
-    adamw_hparams hp = base;
-    hp.lr = lr;
     const float* coef = record_[cur_record_].data();
     const auto* skip = reinterpret_cast<const std::uint32_t*>(record_[cur_record_].data() + 1);
-    // The vectors: one adamw_dense call per run of device-resident vectors of one dtype (a run is
-    // contiguous in the count array; in practice one run per dtype).
+    // The vectors: one adamw_dense call per run of device-resident vectors of one dtype and one set
+    // of hyper-parameters (a run is contiguous in the count array; in practice one per group).
     std::size_t i = 0;
     while (i < dense_order_.size()) {
       const std::size_t first = i;
-      const dtype type = (*params_)[dense_order_[i]].type;
+      const auto& lead = (*params_)[dense_order_[i]];
+      const dtype type = lead.type;
       while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 &&
-             (*params_)[dense_order_[i]].type == type) {
+             (*params_)[dense_order_[i]].type == type && (*params_)[dense_order_[i]].same_hparams(lead)) {
         ++i;
       }
       if (i == first) { // a vector not on the device (yet)
@@ -467,7 +467,8 @@ public:
                              d.m.data(), d.v.data(), pi.channel_len});
         }
         detail::check_status(device::adamw_dense<T>(tensors.data(), static_cast<int>(tensors.size()),
-                                                    dense_counts_.data() + first, hp, coef, skip, stream),
+                                                    dense_counts_.data() + first, lead.hparams(base, lr),
+                                                    coef, skip, stream),
                              "zenflow::cuda_backend: adamw_dense");
       });
     }
@@ -481,8 +482,8 @@ public:
         using T = decltype(tag);
         detail::check_status(device::adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(),
                                                         d.sel.data(), d.k, d.master.data(), d.m.data(),
-                                                        d.v.data(), d.counts.data(), hp, coef, skip,
-                                                        mass(d, 0), stream),
+                                                        d.v.data(), d.counts.data(), pi.hparams(base, lr),
+                                                        coef, skip, mass(d, 0), stream),
                              "zenflow::cuda_backend: adamw_selective");
       });
     }
@@ -721,7 +722,7 @@ private:
   device_buffer<float> record_[2];
   std::size_t cur_record_ = 0;
   device_buffer<float> early_rest_; // per matrix: rest mass of the packs done by grad_ready
-  device_buffer<double> totals_; // per parameter (registration order): fp64 squared norm
+  device_buffer<double> totals_;    // per parameter (registration order): fp64 squared norm
   device_buffer<detail::engine_kernels::sq_total_item> sq_items_;
   device_buffer<std::uint32_t> flags_; // per parameter, in dtype-group order
   device_buffer<std::int32_t> idx_;

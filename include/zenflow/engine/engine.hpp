@@ -30,6 +30,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/log.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/params.hpp>
@@ -60,8 +61,13 @@ public:
   /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy. Throws
   /// zenflow::invalid_argument naming 'upload' for `upload = chunk_ring` (not implemented yet).
   explicit engine(const config& cfg) : cfg_(checked(cfg)), backend_(cfg_) {}
-  engine(const engine&) = delete;
-  engine& operator=(const engine&) = delete;
+  /// Waits for the host job in flight and stops the engine's threads. Updates not yet applied
+  /// are dropped, never written here: a closed window whose host job finished but whose new
+  /// weights were not applied (overlap_step: the last window before destruction, unless flush()
+  /// was called), and the open window's accumulated gradients. The destructor does not touch the
+  /// user's weights (they may be freed already, and it knows no stream to order the write on);
+  /// it reports what it dropped through the log hook (core/log.hpp): a warning for a window of
+  /// updates, naming its steps and pointing to flush(); info for an open window's gradients.
   ~engine() {
     if (queue_) {
       try {
@@ -75,18 +81,30 @@ public:
     if (consumer_.joinable()) {
       consumer_.join();
     }
+    report_dropped_updates();
   }
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
 
   /// Registers a matrix parameter: `channels` channels of `channel_len` elements, in `layout`
   /// with leading dimension `ld` (0 = the packed one). Weights and gradients stay the user's
-  /// (device pointers on the CUDA backend, host pointers on the host backend).
+  /// (device pointers on the CUDA backend, host pointers on the host backend). `options`: this
+  /// parameter's lr scale, weight decay and name (`param_options`; unset fields come from the
+  /// config's `param_groups`, then the defaults).
+  ///
+  /// Throws zenflow::invalid_argument naming the argument, registering nothing: a size or `ld`
+  /// out of range, a null pointer, `weights` and `grads` overlapping (`weights == grads`
+  /// included), weights or gradients overlapping those of a registered parameter (the same
+  /// weights registered twice included; extents are byte ranges from the layout and `ld`), an
+  /// option out of range ('options.lr_scale', 'options.weight_decay').
   template <class T>
   param_id add_matrix(T* weights,
                       const T* grads,
                       std::int64_t channels,
                       std::int64_t channel_len,
                       std::int64_t ld = 0,
-                      channel_layout layout = channel_layout::contiguous) {
+                      channel_layout layout = channel_layout::contiguous,
+                      const param_options& options = {}) {
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
     constexpr const char* fn = "zenflow::engine::add_matrix";
     if (ld == 0) {
@@ -101,13 +119,24 @@ public:
     require(grads != nullptr, fn, "grads", "must not be null");
     require(static_cast<std::int64_t>(channel_len * sizeof(T)) <= cfg_.ring_slot_bytes, fn, "channel_len",
             "makes one channel larger than ring_slot_bytes");
-    return add(true, dtype_of<T>(), weights, grads, channels, channel_len, ld, layout);
+    return add(fn, true, dtype_of<T>(), weights, grads, channels, channel_len, ld, layout, options);
+  }
+
+  /// add_matrix() with packed contiguous channels and `options`.
+  template <class T>
+  param_id add_matrix(T* weights,
+                      const T* grads,
+                      std::int64_t channels,
+                      std::int64_t channel_len,
+                      const param_options& options) {
+    return add_matrix(weights, grads, channels, channel_len, 0, channel_layout::contiguous, options);
   }
 
   /// Registers a vector parameter of `n` elements (bias, LayerNorm): always updated on the device
-  /// once the warm-up is over.
+  /// once the warm-up is over. `options` and the errors: as add_matrix(); no weight decay on it
+  /// is one line: `add_vector(b, gb, n, {.weight_decay = 0.0f})`.
   template <class T>
-  param_id add_vector(T* weights, const T* grads, std::int64_t n) {
+  param_id add_vector(T* weights, const T* grads, std::int64_t n, const param_options& options = {}) {
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
     constexpr const char* fn = "zenflow::engine::add_vector";
     require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
@@ -118,7 +147,7 @@ public:
                 cfg_.mode == optimizer_mode::gpu_adamw ||
                 (cfg_.full_warm_up_rounds == 0 && cfg_.mode == optimizer_mode::zenflow),
             fn, "n", "makes the vector larger than ring_slot_bytes");
-    return add(false, dtype_of<T>(), weights, grads, 1, n, n, channel_layout::contiguous);
+    return add(fn, false, dtype_of<T>(), weights, grads, 1, n, n, channel_layout::contiguous, options);
   }
 
   /// Allocates every buffer and copies the current working weights into the fp32 masters.
@@ -314,6 +343,12 @@ public:
   /// Steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return t_; }
 
+  /// The name, lr scale and weight decay `param` was registered with (after param_groups).
+  [[nodiscard]] param_settings settings(param_id param) const {
+    const auto& pi = params_.at(index(param));
+    return {pi.name, pi.lr_scale, pi.weight_decay};
+  }
+
   /// The current device set of `param` (ascending channel indices; {0} for a vector on the device).
   [[nodiscard]] std::vector<std::int32_t> selected(param_id param) const {
     return host_.at(index(param)).sel;
@@ -386,7 +421,31 @@ private:
   struct pending_job {
     std::int64_t queue_window = -1; // index in the window queue
     std::int64_t window = -1;       // engine window index
+    std::int64_t first_step = 0;    // the window's steps, for the destructor's report
+    std::int64_t last_step = 0;
   };
+
+  /// The destructor's report of the updates it drops (after every thread stopped). Never throws.
+  void report_dropped_updates() noexcept {
+    try {
+      if (pending_ && job_produced_) {
+        std::string msg = "zenflow::engine destroyed with 1 host window of updates not applied (window " +
+                          std::to_string(pending_->window) + ", steps " +
+                          std::to_string(pending_->first_step) + ".." + std::to_string(pending_->last_step) +
+                          "): its new weights of the host-side channels are dropped; call flush() before "
+                          "destroying the engine to apply them";
+        log(log_level::warning, msg);
+      }
+      const std::int32_t open_steps = n_w_[cur_acc_];
+      if (window_open_ && open_steps > 0) {
+        log(log_level::info, "zenflow::engine destroyed with " + std::to_string(open_steps) +
+                                 " step(s) of gradients accumulated in the open window (from step " +
+                                 std::to_string(window_start_) +
+                                 "): dropped, as a window that never closes has no host update");
+      }
+    } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing more
+    }
+  }
 
   static config checked(const config& cfg) {
     cfg.validate();
@@ -398,8 +457,11 @@ private:
 
   static void require(bool ok, const char* fn, const char* arg, const char* why) {
     if (!ok) {
-      throw invalid_argument(std::string(fn) + ": argument '" + arg + "' " + why);
+      fail(fn, arg, why);
     }
+  }
+  [[noreturn]] static void fail(const char* fn, const char* arg, const std::string& why) {
+    throw invalid_argument(std::string(fn) + ": argument '" + arg + "' " + why);
   }
 
   [[nodiscard]] std::size_t index(param_id param) const {
@@ -408,14 +470,67 @@ private:
     return static_cast<std::size_t>(param.index);
   }
 
-  param_id add(bool matrix,
+  /// Bytes [begin, end) that a channel matrix of `elem` bytes per element spans.
+  struct byte_range {
+    std::uintptr_t begin = 0, end = 0;
+    [[nodiscard]] bool overlaps(const byte_range& o) const noexcept { return begin < o.end && o.begin < end; }
+  };
+  static byte_range extent(const void* base,
+                           std::size_t elem,
+                           std::int64_t channels,
+                           std::int64_t len,
+                           std::int64_t ld,
+                           channel_layout layout) {
+    const std::int64_t outer = layout == channel_layout::contiguous ? channels : len;
+    const std::int64_t inner = layout == channel_layout::contiguous ? len : channels;
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    return {b, b + static_cast<std::uintptr_t>(((outer - 1) * ld + inner) * static_cast<std::int64_t>(elem))};
+  }
+
+  param_id add(const char* fn,
+               bool matrix,
                dtype type,
                void* w,
                const void* g,
                std::int64_t channels,
                std::int64_t len,
                std::int64_t ld,
-               channel_layout layout) {
+               channel_layout layout,
+               const param_options& options) {
+    const std::size_t elem = dtype_size(type);
+    const byte_range wr = extent(w, elem, channels, len, ld, layout);
+    const byte_range gr = extent(g, elem, channels, len, ld, layout);
+    require(!wr.overlaps(gr), fn, "grads", "overlaps 'weights' (weights == grads, or the same buffer)");
+    for (std::size_t q = 0; q < params_.size(); ++q) {
+      const auto& o = params_[q];
+      const byte_range ow = extent(o.weights, o.elem_bytes(), o.channels, o.channel_len, o.ld, o.layout);
+      const byte_range og = extent(o.grads, o.elem_bytes(), o.channels, o.channel_len, o.ld, o.layout);
+      const auto other = [&] {
+        return "parameter " + std::to_string(q) + (o.name.empty() ? "" : " ('" + o.name + "')");
+      };
+      if (wr.overlaps(ow)) {
+        fail(fn, "weights", "overlaps the weights of " + other() + " (registered twice?)");
+      }
+      if (wr.overlaps(og)) {
+        fail(fn, "weights", "overlaps the gradients of " + other());
+      }
+      if (gr.overlaps(og)) {
+        fail(fn, "grads", "overlaps the gradients of " + other());
+      }
+      if (gr.overlaps(ow)) {
+        fail(fn, "grads", "overlaps the weights of " + other());
+      }
+    }
+    // Explicit options win, then the first matching param_group, then the defaults.
+    const param_group* group = cfg_.find_param_group(options.name);
+    const float lr_scale = options.lr_scale                      ? *options.lr_scale
+                           : group != nullptr && group->lr_scale ? *group->lr_scale
+                                                                 : 1.0f;
+    const float wd = options.weight_decay                      ? *options.weight_decay
+                     : group != nullptr && group->weight_decay ? *group->weight_decay
+                                                               : cfg_.adam.weight_decay;
+    require(std::isfinite(lr_scale) && lr_scale >= 0.0f, fn, "options.lr_scale", "must be finite and >= 0");
+    require(std::isfinite(wd) && wd >= 0.0f, fn, "options.weight_decay", "must be finite and >= 0");
     detail::param_info pi;
     pi.matrix = matrix;
     pi.type = type;
@@ -425,7 +540,10 @@ private:
     pi.channel_len = len;
     pi.ld = ld;
     pi.layout = layout;
-    params_.push_back(pi);
+    pi.name = options.name;
+    pi.lr_scale = lr_scale;
+    pi.weight_decay = wd;
+    params_.push_back(std::move(pi));
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
@@ -596,17 +714,18 @@ private:
   /// on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
     const auto t0 = std::chrono::steady_clock::now();
-    adamw_hparams hp = cfg_.adam;
     const double scale = cfg_.host_lr_scale == host_lr_scaling::linear ? static_cast<double>(n_w)
                          : cfg_.host_lr_scale == host_lr_scaling::sqrt ? std::sqrt(static_cast<double>(n_w))
                                                                        : 1.0;
-    hp.lr = static_cast<float>(static_cast<double>(lr) * scale);
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
       auto& h = host_[p];
       if (!pi.host_side || h.host_set.empty()) {
         continue;
       }
+      // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
+      adamw_hparams hp = pi.hparams(cfg_.adam, lr);
+      hp.lr = static_cast<float>(static_cast<double>(hp.lr) * scale);
       const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
                              h.counts.data(), pi.channels, pi.channel_len};
       detail::dispatch_dtype(pi.type, [&](auto tag) {
@@ -706,7 +825,7 @@ private:
           run_job(a, n_w, lr);
         }
       });
-      pending_ = pending_job{qw, w};
+      pending_ = pending_job{qw, w, window_start_, window_start_ + window_len_ - 1};
       cur_acc_ ^= 1u;
     }
     stats_.last_window_length = window_len_;

@@ -291,18 +291,17 @@ public:
   /// Fused selective AdamW on the device channels of every matrix (crit masses into the record)
   /// and dense AdamW on the device-resident vectors, with the record's coef_t and skip flag.
   void update(float lr, const adamw_hparams& base, cudaStream_t) {
-    adamw_hparams hp = base;
-    hp.lr = lr;
     const auto* coef = reinterpret_cast<const float*>(record_.data());
     const auto* skip = reinterpret_cast<const std::uint32_t*>(record_.data() + 4);
-    // The vectors: one adamw_dense call per run of device-resident vectors of one dtype (a run is
-    // contiguous in the count array; in practice one run per dtype).
+    // The vectors: one adamw_dense call per run of device-resident vectors of one dtype and one set
+    // of hyper-parameters (a run is contiguous in the count array; in practice one per group).
     std::size_t i = 0;
     while (i < dense_order_.size()) {
       const std::size_t first = i;
-      const dtype type = (*params_)[dense_order_[i]].type;
+      const auto& lead = (*params_)[dense_order_[i]];
+      const dtype type = lead.type;
       while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 &&
-             (*params_)[dense_order_[i]].type == type) {
+             (*params_)[dense_order_[i]].type == type && (*params_)[dense_order_[i]].same_hparams(lead)) {
         ++i;
       }
       if (i == first) { // a vector not on the device (yet)
@@ -320,7 +319,8 @@ public:
                              d.m.data(), d.v.data(), pi.channel_len});
         }
         detail::check_status(host::adamw_dense<T>(tensors.data(), static_cast<int>(tensors.size()),
-                                                  dense_counts_.data() + first, hp, coef, skip, nullptr),
+                                                  dense_counts_.data() + first, lead.hparams(base, lr), coef,
+                                                  skip, nullptr),
                              "zenflow::engine: adamw_dense");
       });
     }
@@ -334,8 +334,8 @@ public:
         using T = decltype(tag);
         detail::check_status(host::adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(),
                                                       d.sel.data(), d.k, d.master.data(), d.m.data(),
-                                                      d.v.data(), d.counts.data(), hp, coef, skip, crit(d),
-                                                      nullptr),
+                                                      d.v.data(), d.counts.data(), pi.hparams(base, lr), coef,
+                                                      skip, crit(d), nullptr),
                              "zenflow::engine: adamw_selective");
       });
     }

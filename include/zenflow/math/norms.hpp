@@ -52,7 +52,6 @@ ZF_HOST_DEVICE ZF_FORCEINLINE bool is_nonfinite(T v) {
   }
 }
 
-
 /// Lanes of the engine's overflow-safe squared global norm (`sq_total_of`): one block of this
 /// many threads per tensor on the device, the same lane loop on the host.
 inline constexpr int sq_total_lanes = 256;

@@ -184,6 +184,79 @@ inline std::string ascii_lower(std::string s) {
   return s;
 }
 
+/// True when `name` matches `pattern`: a glob over the whole name when the pattern holds `*`
+/// (any run) or `?` (any one character), else a substring of the name.
+inline bool param_name_matches(std::string_view pattern, std::string_view name) noexcept {
+  if (pattern.find_first_of("*?") == std::string_view::npos) {
+    return name.find(pattern) != std::string_view::npos;
+  }
+  // Iterative glob with one backtrack point (the last `*`): linear in practice, no recursion.
+  std::size_t p = 0, n = 0, star = std::string_view::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') {
+    ++p;
+  }
+  return p == pattern.size();
+}
+
+inline std::string param_group_key(std::size_t i, std::string_view field) {
+  std::string k = zenflow_key("param_groups") + "[" + std::to_string(i) + "]";
+  if (!field.empty()) {
+    k += '.';
+    k += field;
+  }
+  return k;
+}
+
+/// The zenflow extension "param_groups": an array of {"match", "lr_scale"?, "weight_decay"?}
+/// objects; any other key is rejected by name. Values are range-checked by config::validate().
+inline std::vector<param_group> read_param_groups(const nlohmann::json& v, const std::string& key) {
+  if (!v.is_array()) {
+    config_fail(key, "must be an array of {\"match\", \"lr_scale\", \"weight_decay\"} objects, got " +
+                         json_excerpt(v));
+  }
+  std::vector<param_group> groups;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const nlohmann::json& g = v[i];
+    if (!g.is_object()) {
+      config_fail(param_group_key(i, ""), "must be an object, got " + json_excerpt(g));
+    }
+    param_group pg;
+    bool has_match = false;
+    for (const auto& [name, x] : g.items()) {
+      const std::string k = param_group_key(i, name);
+      if (name == "match") {
+        pg.match = json_string(x, k);
+        has_match = true;
+      } else if (name == "lr_scale") {
+        pg.lr_scale = json_float(x, k);
+      } else if (name == "weight_decay") {
+        pg.weight_decay = json_float(x, k);
+      } else {
+        config_fail(k, "is not a known key of a parameter group (known: match, lr_scale, weight_decay)");
+      }
+    }
+    if (!has_match) {
+      config_fail(param_group_key(i, "match"), "is required in a parameter group");
+    }
+    groups.push_back(std::move(pg));
+  }
+  return groups;
+}
+
 inline void read_zenflow_block(const nlohmann::json& zf, config& c) {
   for (const auto& [name, v] : zf.items()) {
     const std::string key = zenflow_key(name);
@@ -238,13 +311,15 @@ inline void read_zenflow_block(const nlohmann::json& zf, config& c) {
       c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 2, 1024));
     } else if (name == "host_threads") {
       c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
+    } else if (name == "param_groups") {
+      c.param_groups = read_param_groups(v, key);
     } else {
       config_fail(key,
                   "is not a known key of the zenflow block (DeepSpeed keys: topk_ratio, select_strategy, "
                   "select_interval, update_interval, full_warm_up_rounds, overlap_step, offload, "
                   "auto_ratio, pt_reserved_cores_perc, steps_per_epoch; zenflow extensions: "
                   "host_lr_scale, max_update_interval, min_update_interval, importance, mode, upload, "
-                  "ring_slot_bytes, ring_slots, host_threads)");
+                  "ring_slot_bytes, ring_slots, host_threads, param_groups)");
     }
   }
 }
@@ -415,6 +490,15 @@ inline std::int64_t config::topk(std::int64_t channels) const noexcept {
   return std::clamp<std::int64_t>(k, 1, channels);
 }
 
+inline const param_group* config::find_param_group(std::string_view name) const noexcept {
+  for (const param_group& g : param_groups) {
+    if (detail::param_name_matches(g.match, name)) {
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
 inline unsigned config::resolved_host_threads(unsigned hardware_threads) const noexcept {
   if (host_threads != 0) {
     return host_threads;
@@ -515,6 +599,16 @@ inline void config::validate() const {
         "must be finite and >= 0 (0 = off), got " + value_text(gradient_clipping));
   check(std::isfinite(loss_scale) && loss_scale > 0.0f, "fp16.loss_scale",
         "must be finite and > 0, got " + value_text(loss_scale));
+  for (std::size_t i = 0; i < param_groups.size(); ++i) {
+    const param_group& g = param_groups[i];
+    check(!g.match.empty(), detail::param_group_key(i, "match"), "must not be empty");
+    check(!g.lr_scale || (std::isfinite(*g.lr_scale) && *g.lr_scale >= 0.0f),
+          detail::param_group_key(i, "lr_scale"),
+          "must be finite and >= 0, got " + value_text(g.lr_scale.value_or(0)));
+    check(!g.weight_decay || (std::isfinite(*g.weight_decay) && *g.weight_decay >= 0.0f),
+          detail::param_group_key(i, "weight_decay"),
+          "must be finite and >= 0, got " + value_text(g.weight_decay.value_or(0)));
+  }
 
   // Transport.
   check(upload == upload_policy::whole_window || upload == upload_policy::chunk_ring, zenflow_key("upload"),
@@ -609,6 +703,21 @@ inline nlohmann::json config::to_deepspeed_json() const {
   zf["ring_slot_bytes"] = ring_slot_bytes;
   zf["ring_slots"] = ring_slots;
   zf["host_threads"] = host_threads;
+  if (!param_groups.empty()) {
+    nlohmann::json groups = nlohmann::json::array();
+    for (const param_group& g : param_groups) {
+      nlohmann::json j;
+      j["match"] = g.match;
+      if (g.lr_scale) {
+        j["lr_scale"] = *g.lr_scale;
+      }
+      if (g.weight_decay) {
+        j["weight_decay"] = *g.weight_decay;
+      }
+      groups.push_back(std::move(j));
+    }
+    zf["param_groups"] = std::move(groups);
+  }
 
   nlohmann::json ds;
   ds["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}, {"zenflow", zf}};

@@ -1,7 +1,7 @@
 /// @file
 /// The CUDA backend's own small kernels: the per-tensor fp64 squared-norm totals and the per-step
-/// scalars (coef_t, bad_t) from them and the NaN/Inf flags, an iota, and moves of int32 update counts between index lists. Everything
-/// heavy is a primitive (select/, optim/).
+/// scalars (coef_t, bad_t) from them and the NaN/Inf flags, an iota, and moves of int32 update counts between
+/// index lists. Everything heavy is a primitive (select/, optim/).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,8 @@ struct sq_total_item {
 /// One block of sq_total_lanes threads per tensor: lane j sums its channels in fp64
 /// (`sq_total_lane`, which rescans an overflowed channel), then thread 0 adds the lanes in order:
 /// the host backend's arithmetic and order, no atomics.
-ZF_KERNEL void __launch_bounds__(sq_total_lanes) sq_totals_kernel(const sq_total_item* items, double* totals) {
+ZF_KERNEL void __launch_bounds__(sq_total_lanes)
+    sq_totals_kernel(const sq_total_item* items, double* totals) {
   __shared__ double lanes[sq_total_lanes];
   const sq_total_item it = items[blockIdx.x];
   const int lane = static_cast<int>(threadIdx.x);

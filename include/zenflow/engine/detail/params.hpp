@@ -5,12 +5,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/math/adam.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -18,6 +22,27 @@ ZF_NAMESPACE_BEGIN
 struct param_id {
   std::int32_t index = -1;
   friend constexpr bool operator==(param_id, param_id) = default;
+};
+
+/// Per-parameter options of `engine::add_matrix` / `add_vector` (a parameter group of one).
+/// A field left unset is taken from the first of the config's `param_groups` that matches
+/// `name`, else from the defaults (lr_scale 1, the config's adam.weight_decay). The common
+/// recipe, no weight decay on biases and norms: `add_vector(b, gb, n, {.weight_decay = 0.0f})`.
+struct param_options {
+  /// Multiplies the learning rate of every update of this parameter (device, host window,
+  /// warm-up, baselines): lr_used = float(lr * lr_scale). Finite and >= 0.
+  std::optional<float> lr_scale;
+  /// AdamW weight decay of this parameter (L2 coefficient with decoupled = false). Finite, >= 0.
+  std::optional<float> weight_decay;
+  /// Name matched against the config's `param_groups` (and shown in errors).
+  std::string name;
+};
+
+/// What a registered parameter resolved its options to (`engine::settings`).
+struct param_settings {
+  std::string name;
+  float lr_scale = 1.0f;
+  float weight_decay = 0.0f;
 };
 
 namespace detail {
@@ -46,6 +71,21 @@ struct param_info {
   std::int64_t channel_len = 0;
   std::int64_t ld = 0;
   channel_layout layout = channel_layout::contiguous;
+  std::string name;
+  float lr_scale = 1.0f;     ///< resolved from param_options / param_groups
+  float weight_decay = 0.0f; ///< resolved from param_options / param_groups / config
+
+  /// The hyper-parameters of this parameter's updates in a step with learning rate `lr`.
+  [[nodiscard]] adamw_hparams hparams(const adamw_hparams& base, float lr) const noexcept {
+    adamw_hparams hp = base;
+    hp.lr = lr * lr_scale;
+    hp.weight_decay = weight_decay;
+    return hp;
+  }
+  /// True when two parameters' updates take the same hyper-parameters (one dense call may update both).
+  [[nodiscard]] bool same_hparams(const param_info& o) const noexcept {
+    return std::memcmp(&lr_scale, &o.lr_scale, 4) == 0 && std::memcmp(&weight_decay, &o.weight_decay, 4) == 0;
+  }
 
   /// Channels whose optimizer state can live on the device (rows of the device's compact state):
   /// k for a ZenFlow matrix, 1 for a vector (zenflow, gpu_adamw), all channels for a gpu_adamw
@@ -77,14 +117,23 @@ struct param_info {
 };
 
 /// The device-dense parameters (vectors) in the order of their slots in one contiguous array of
-/// update counts: grouped by dtype (f32, f16, bf16), registration order inside a group, so that
-/// one dense AdamW call per dtype updates them all.
+/// update counts: grouped by dtype (f32, f16, bf16), then by hyper-parameters (lr_scale, weight
+/// decay; in the order of their first appearance), registration order inside a group, so that
+/// one dense AdamW call per group updates them all.
 inline std::vector<std::size_t> dense_order(const std::vector<param_info>& params) {
   std::vector<std::size_t> order;
+  std::vector<char> placed(params.size(), 0);
   for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
     for (std::size_t p = 0; p < params.size(); ++p) {
-      if (params[p].device_dense && params[p].type == t) {
-        order.push_back(p);
+      if (!params[p].device_dense || params[p].type != t || placed[p] != 0) {
+        continue;
+      }
+      for (std::size_t q = p; q < params.size(); ++q) {
+        if (params[q].device_dense && params[q].type == t && placed[q] == 0 &&
+            params[q].same_hparams(params[p])) {
+          order.push_back(q);
+          placed[q] = 1;
+        }
       }
     }
   }
