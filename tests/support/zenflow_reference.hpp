@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -88,6 +89,13 @@ inline void reference_adam(double& p,
   p -= lr / bc1 * m / denom;
 }
 
+/// A parameter's own hyper-parameters (a parameter group): its learning rate is the step's lr
+/// times `lr_scale` on every path, its weight decay `weight_decay` (unset: the config's).
+struct param_hyper {
+  double lr_scale = 1.0;
+  std::optional<double> weight_decay;
+};
+
 /// The float64 ZenFlow reference (and the two baselines, by `config::mode`).
 class zenflow_reference {
 public:
@@ -108,19 +116,23 @@ public:
   std::size_t add_matrix(std::int64_t channels,
                          std::int64_t channel_len,
                          zenflow::dtype dt,
-                         const std::vector<float>& initial) {
+                         const std::vector<float>& initial,
+                         const param_hyper& hyper = {}) {
     if (channels < 1 || channel_len < 1) {
       throw std::invalid_argument("zenflow_reference::add_matrix: channels and channel_len must be >= 1");
     }
-    return add(true, channels, channel_len, dt, initial);
+    return add(true, channels, channel_len, dt, initial, hyper);
   }
 
   /// A vector parameter of `n` elements (always updated densely every step).
-  std::size_t add_vector(std::int64_t n, zenflow::dtype dt, const std::vector<float>& initial) {
+  std::size_t add_vector(std::int64_t n,
+                         zenflow::dtype dt,
+                         const std::vector<float>& initial,
+                         const param_hyper& hyper = {}) {
     if (n < 1) {
       throw std::invalid_argument("zenflow_reference::add_vector: n must be >= 1");
     }
-    return add(false, 1, n, dt, initial);
+    return add(false, 1, n, dt, initial, hyper);
   }
 
   /// One training step: `grads[p]` holds parameter p's gradient (working-precision values, the
@@ -163,7 +175,7 @@ public:
     if (cfg_.mode != zenflow::optimizer_mode::zenflow || t < cfg_.full_warm_up_rounds) {
       if (!bad) {
         for (std::size_t i = 0; i < params_.size(); ++i) {
-          dense_update(params_[i], grads[i], coef, lr);
+          dense_update(params_[i], grads[i], coef, lr * params_[i].lr_scale);
         }
       }
       return;
@@ -187,7 +199,7 @@ public:
         param& p = params_[i];
         const auto& g = grads[i];
         if (!p.matrix) {
-          dense_update(p, g, coef, lr);
+          dense_update(p, g, coef, lr * p.lr_scale);
           continue;
         }
         double crit = 0.0;
@@ -200,7 +212,7 @@ public:
               const auto u = static_cast<std::size_t>(e);
               const double gs = coef * static_cast<double>(g[u]);
               mass += std::fabs(gs);
-              reference_adam(p.master[u], p.m[u], p.v[u], gs, lr, c, cfg_.adam);
+              reference_adam(p.master[u], p.m[u], p.v[u], gs, lr * p.lr_scale, c, p.adam);
               p.w[u] = round_to_dtype(p.master[u], p.dt);
             }
             crit += mass;
@@ -278,6 +290,8 @@ private:
     std::int64_t channels = 1;
     std::int64_t len = 0;
     zenflow::dtype dt = zenflow::dtype::f32;
+    double lr_scale = 1.0;       ///< param_hyper::lr_scale
+    zenflow::adamw_hparams adam; ///< the config's, with the parameter's weight decay
     std::vector<double> w, master, m, v, acc;
     std::vector<std::int32_t> count;
     std::vector<char> is_sel;
@@ -299,7 +313,8 @@ private:
                   std::int64_t channels,
                   std::int64_t len,
                   zenflow::dtype dt,
-                  const std::vector<float>& initial) {
+                  const std::vector<float>& initial,
+                  const param_hyper& hyper) {
     if (stats_.steps != 0) {
       throw std::logic_error("zenflow_reference: parameters must be added before the first step");
     }
@@ -312,6 +327,11 @@ private:
     p.channels = channels;
     p.len = len;
     p.dt = dt;
+    p.lr_scale = hyper.lr_scale;
+    p.adam = cfg_.adam;
+    if (hyper.weight_decay) {
+      p.adam.weight_decay = static_cast<float>(*hyper.weight_decay);
+    }
     p.w.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       p.w[i] = round_to_dtype(initial[i], dt);
@@ -331,7 +351,7 @@ private:
       const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
       for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
         const auto u = static_cast<std::size_t>(e);
-        reference_adam(p.master[u], p.m[u], p.v[u], coef * static_cast<double>(g[u]), lr, c, cfg_.adam);
+        reference_adam(p.master[u], p.m[u], p.v[u], coef * static_cast<double>(g[u]), lr, c, p.adam);
         p.w[u] = round_to_dtype(p.master[u], p.dt);
       }
     }
@@ -464,7 +484,7 @@ private:
           const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
           for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
             const auto u = static_cast<std::size_t>(e);
-            reference_adam(p.master[u], p.m[u], p.v[u], p.acc[u] / n, host_lr, c, cfg_.adam);
+            reference_adam(p.master[u], p.m[u], p.v[u], p.acc[u] / n, host_lr * p.lr_scale, c, p.adam);
             job.w[i][u] = round_to_dtype(p.master[u], p.dt);
           }
         }

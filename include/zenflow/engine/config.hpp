@@ -50,9 +50,9 @@ enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 /// the whole name, else a substring of it; the first group that matches a name wins. A field
 /// left unset keeps the default (lr_scale 1, the optimizer's weight_decay).
 struct param_group {
-  std::string match;
-  std::optional<float> lr_scale;     ///< multiplies the step's lr for these parameters, >= 0
-  std::optional<float> weight_decay; ///< their weight decay, >= 0
+  std::string match = {};
+  std::optional<float> lr_scale = std::nullopt;     ///< multiplies the step's lr for these parameters, >= 0
+  std::optional<float> weight_decay = std::nullopt; ///< their weight decay, >= 0
 };
 
 /// The engine's configuration. Defaults are SPEC.md's; `validate()` checks every field.

@@ -31,11 +31,11 @@ struct param_id {
 struct param_options {
   /// Multiplies the learning rate of every update of this parameter (device, host window,
   /// warm-up, baselines): lr_used = float(lr * lr_scale). Finite and >= 0.
-  std::optional<float> lr_scale;
+  std::optional<float> lr_scale = std::nullopt;
   /// AdamW weight decay of this parameter (L2 coefficient with decoupled = false). Finite, >= 0.
-  std::optional<float> weight_decay;
+  std::optional<float> weight_decay = std::nullopt;
   /// Name matched against the config's `param_groups` (and shown in errors).
-  std::string name;
+  std::string name = {}; // (default member initializers: designated initializers warn-free)
 };
 
 /// What a registered parameter resolved its options to (`engine::settings`).

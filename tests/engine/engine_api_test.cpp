@@ -1,0 +1,424 @@
+// cpu tests of the engine's user-facing API on the host backend: parameter groups (options at
+// registration and the JSON param_groups), the overflow-safe global norm, registration mistakes,
+// and what destroying an engine with updates not applied does. The test bodies shared with the
+// gpu tests are in engine_cases.hpp.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/core/log.hpp>
+#include <zenflow/engine/engine.hpp>
+
+#include "engine_cases.hpp"
+#include "engine_harness.hpp"
+
+namespace {
+
+using zf_engine_test::host_driver;
+using zf_engine_test::kShapes;
+using zf_engine_test::model;
+using zf_engine_test::overflow_kind;
+using zf_engine_test::shape;
+using zf_engine_test::small_config;
+using host_engine = zenflow::engine<zenflow::host_backend>;
+
+template <class F>
+void expect_invalid(F&& f, const std::string& names) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one naming " << names;
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+  }
+}
+
+// ---- parameter groups ----------------------------------------------------------------------------
+
+TEST(engine_param_groups, per_parameter_options_match_the_reference_in_every_mode) {
+  int i = 0;
+  for (const auto& [name, cfg] : zf_engine_test::all_modes()) {
+    SCOPED_TRACE(name);
+    EXPECT_LE((zf_engine_test::param_groups_against_reference<host_driver, zenflow::bfloat16>(
+                  cfg, 40, zf_test::base_seed() + 100 + static_cast<std::uint64_t>(i))),
+              1.01);
+    EXPECT_LT((zf_engine_test::param_groups_against_reference<host_driver, float>(
+                  cfg, 40, zf_test::base_seed() + 200 + static_cast<std::uint64_t>(i))),
+              64.0);
+    ++i;
+  }
+}
+
+TEST(engine_param_groups, options_are_bit_identical_to_the_same_values_as_global_config) {
+  for (const auto& [name, cfg] : zf_engine_test::all_modes()) {
+    SCOPED_TRACE(name);
+    zf_engine_test::expect_options_equal_global_config<host_driver, zenflow::bfloat16>(
+        cfg, {true, 24, 8}, 0.5f, 0.2f, 30, zf_test::base_seed() + 300);
+    zf_engine_test::expect_options_equal_global_config<host_driver, float>(cfg, {true, 13, 16}, 3.0f, 0.0f,
+                                                                           30, zf_test::base_seed() + 301);
+    zf_engine_test::expect_options_equal_global_config<host_driver, zenflow::half>(
+        cfg, {false, 1, 7}, 0.25f, 0.05f, 30, zf_test::base_seed() + 302);
+  }
+}
+
+TEST(engine_param_groups, zero_lr_scale_freezes_a_parameter_and_its_neighbours_still_train) {
+  auto cfg = small_config();
+  model<float> m(kShapes, zf_test::base_seed() + 310);
+  host_driver<float> d(m);
+  host_engine eng(cfg);
+  (void)d.add(eng, 0, {.lr_scale = 0.0f, .weight_decay = 0.0f});
+  for (std::size_t p = 1; p < kShapes.size(); ++p) {
+    (void)d.add(eng, p);
+  }
+  d.initialize(eng);
+  const auto w0 = m.w;
+  for (int t = 0; t < 20; ++t) {
+    m.next_grads();
+    (void)d.step(eng, 1e-2f);
+  }
+  eng.flush();
+  EXPECT_TRUE(zf_engine_test::same_bits(w0[0], m.w[0])); // lr 0 and no decay: not one bit moves
+  EXPECT_FALSE(zf_engine_test::same_bits(w0[2], m.w[2]));
+}
+
+TEST(engine_param_groups, json_groups_apply_by_name_first_match_wins_options_win) {
+  const auto cfg = zenflow::config::from_deepspeed_json_string(R"({
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+    "zero_optimization": {"zenflow": {
+      "topk_ratio": 0.25, "select_strategy": "step", "select_interval": 8, "update_interval": 2,
+      "param_groups": [
+        {"match": "*.bias", "weight_decay": 0.0},
+        {"match": "norm", "weight_decay": 0.0, "lr_scale": 0.5},
+        {"match": "layer?.weight", "lr_scale": 2.0},
+        {"match": "*", "lr_scale": 0.75}
+      ]}}})");
+  ASSERT_EQ(cfg.param_groups.size(), 4u);
+  // Round trip through the writer.
+  const auto again = zenflow::config::from_deepspeed_json(cfg.to_deepspeed_json());
+  ASSERT_EQ(again.param_groups.size(), 4u);
+  EXPECT_EQ(again.param_groups[2].match, "layer?.weight");
+  EXPECT_EQ(again.param_groups[1].lr_scale, 0.5f);
+  EXPECT_FALSE(again.param_groups[0].lr_scale.has_value());
+
+  std::vector<float> w(6 * 64), g(6 * 64);
+  host_engine eng(cfg);
+  const auto bias = eng.add_vector(w.data(), g.data(), 64, {.name = "layer1.bias"});
+  const auto norm = eng.add_vector(w.data() + 64, g.data() + 64, 64, {.name = "final_norm.scale"});
+  const auto weight = eng.add_matrix(w.data() + 128, g.data() + 128, 8, 8, {.name = "layer3.weight"});
+  const auto other = eng.add_matrix(w.data() + 192, g.data() + 192, 8, 8, {.name = "layer12.weight"});
+  const auto unnamed = eng.add_vector(w.data() + 256, g.data() + 256, 64);
+  const auto explicit_wins =
+      eng.add_vector(w.data() + 320, g.data() + 320, 64, {.lr_scale = 3.0f, .name = "head.bias"});
+  const auto s = [&](zenflow::param_id id) { return eng.settings(id); };
+  EXPECT_EQ(s(bias).weight_decay, 0.0f); // group 0
+  EXPECT_EQ(s(bias).lr_scale, 1.0f);     // group 0 leaves it unset: the default, not group 3's
+  EXPECT_EQ(s(norm).weight_decay, 0.0f); // group 1 (substring)
+  EXPECT_EQ(s(norm).lr_scale, 0.5f);
+  EXPECT_EQ(s(weight).lr_scale, 2.0f); // group 2 (glob with '?')
+  EXPECT_EQ(s(weight).weight_decay, 0.1f);
+  EXPECT_EQ(s(other).lr_scale, 0.75f);            // "layer12.weight": '?' is one character: group 3
+  EXPECT_EQ(s(unnamed).lr_scale, 0.75f);          // '*' matches the empty name
+  EXPECT_EQ(s(explicit_wins).lr_scale, 3.0f);     // the registration's value wins...
+  EXPECT_EQ(s(explicit_wins).weight_decay, 0.0f); // ...the group supplies what it left unset
+  EXPECT_EQ(s(explicit_wins).name, "head.bias");
+}
+
+TEST(engine_param_groups, bad_values_are_rejected_by_name_and_register_nothing) {
+  const auto json = [](const std::string& groups) {
+    return R"({"zero_optimization": {"zenflow": {"param_groups": )" + groups + "}}}";
+  };
+  const std::string key = "zero_optimization.zenflow.param_groups";
+  expect_invalid([&] { (void)zenflow::config::from_deepspeed_json_string(json(R"({"match": "x"})")); }, key);
+  expect_invalid([&] { (void)zenflow::config::from_deepspeed_json_string(json(R"([3])")); }, key + "[0]");
+  expect_invalid(
+      [&] {
+        (void)zenflow::config::from_deepspeed_json_string(
+            json(R"([{"match": "a"}, {"match": "b", "lr": 1}])"));
+      },
+      key + "[1].lr' is not a known key");
+  expect_invalid([&] { (void)zenflow::config::from_deepspeed_json_string(json(R"([{"lr_scale": 1}])")); },
+                 key + "[0].match' is required");
+  expect_invalid([&] { (void)zenflow::config::from_deepspeed_json_string(json(R"([{"match": ""}])")); },
+                 key + "[0].match");
+  expect_invalid(
+      [&] {
+        (void)zenflow::config::from_deepspeed_json_string(json(R"([{"match": "a", "lr_scale": -0.5}])"));
+      },
+      key + "[0].lr_scale");
+  expect_invalid(
+      [&] {
+        (void)zenflow::config::from_deepspeed_json_string(json(R"([{"match": "a", "weight_decay": "0.1"}])"));
+      },
+      key + "[0].weight_decay");
+  expect_invalid(
+      [&] {
+        (void)zenflow::config::from_deepspeed_json_string(json(R"([{"match": "a", "weight_decay": -1}])"));
+      },
+      key + "[0].weight_decay");
+  auto nan_group = small_config();
+  nan_group.param_groups.push_back({.match = "a", .weight_decay = NAN});
+  expect_invalid([&] { host_engine e(nan_group); }, key + "[0].weight_decay");
+
+  std::vector<float> w(64), g(64);
+  host_engine eng(small_config());
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data(), 8, 8, {.lr_scale = -1.0f}); },
+                 "'options.lr_scale'");
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data(), 8, 8, {.lr_scale = INFINITY}); },
+                 "'options.lr_scale'");
+  expect_invalid([&] { (void)eng.add_vector(w.data(), g.data(), 8, {.weight_decay = NAN}); },
+                 "'options.weight_decay'");
+  expect_invalid([&] { (void)eng.add_vector(w.data(), g.data(), 8, {.weight_decay = -0.1f}); },
+                 "'options.weight_decay'");
+  EXPECT_EQ(eng.param_count(), 0u);
+  (void)eng.add_matrix(w.data(), g.data(), 8, 8, {.lr_scale = 0.5f}); // the same buffers, now valid
+  EXPECT_EQ(eng.param_count(), 1u);
+}
+
+// ---- overflow-safe global norm -------------------------------------------------------------------
+
+/// The configurations the overflow cases run in: every path a clipped gradient takes.
+std::vector<zenflow::config> overflow_modes() {
+  std::vector<zenflow::config> out;
+  for (const auto& [name, cfg] : zf_engine_test::all_modes()) {
+    if (!cfg.auto_update()) { // Zen-auto's fp32 L1 masses are not made overflow-safe (docs/engine.md)
+      out.push_back(cfg);
+    }
+  }
+  auto warm = small_config();
+  warm.full_warm_up_rounds = 12; // the overflow lands in the warm-up
+  out.push_back(warm);
+  return out;
+}
+
+TEST(engine_overflow, issue_reproduction_bf16_64x32_one_element_3e19_is_clipped_not_skipped) {
+  // The issue's exact case: one 64 x 32 bf16 matrix, clipping 1.0, one element 3e19.
+  auto cfg = small_config();
+  cfg.gradient_clipping = 1.0f;
+  model<zenflow::bfloat16> m({{true, 64, 32}}, zf_test::base_seed() + 400);
+  host_engine eng(cfg);
+  zf_test::zenflow_reference ref(cfg);
+  m.add_to_reference(ref);
+  (void)eng.add_matrix(m.w[0].data(), m.g[0].data(), 64, 32);
+  eng.initialize();
+  for (int t = 0; t < 12; ++t) {
+    m.next_grads();
+    if (t == 4) {
+      m.g[0][100] = zenflow::from_float<zenflow::bfloat16>(3e19f);
+    }
+    const auto rep = eng.step(1e-2f);
+    ref.step(m.grads_as_float(), 1e-2);
+    EXPECT_FALSE(rep.skipped) << "step " << t;
+  }
+  eng.flush();
+  ref.flush();
+  EXPECT_EQ(eng.stats().skipped_steps, 0);
+  EXPECT_LE(zf_engine_test::max_weight_ulps(m, ref), 1.01);
+}
+
+TEST(engine_overflow, finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the_true_norm) {
+  for (const auto kind :
+       {overflow_kind::one_element, overflow_kind::near_flt_max, overflow_kind::channel_aggregate,
+        overflow_kind::tensor_aggregate, overflow_kind::across_tensors}) {
+    int i = 0;
+    for (const auto& cfg : overflow_modes()) {
+      const auto seed = zf_test::base_seed() + 500 + static_cast<std::uint64_t>(i++);
+      EXPECT_LE((zf_engine_test::overflow_against_reference<host_driver, zenflow::bfloat16>(cfg, kind, 16, 6,
+                                                                                            seed)),
+                1.01);
+      EXPECT_LT((zf_engine_test::overflow_against_reference<host_driver, float>(cfg, kind, 16, 6, seed)),
+                64.0);
+    }
+  }
+}
+
+TEST(engine_overflow, nan_and_inf_elements_still_skip_the_step) {
+  // "Bad" is a property of the elements: a NaN beside an overflowing finite value still skips.
+  auto cfg = small_config();
+  cfg.gradient_clipping = 1.0f;
+  cfg.update_interval = 8; // no window closes (which apply older results) in the poisoned steps
+  model<float> m(zf_engine_test::kOverflowShapes, zf_test::base_seed() + 600);
+  host_engine eng(cfg);
+  for (std::size_t p = 0; p < m.shapes.size(); ++p) {
+    (void)host_driver<float>(m).add(eng, p);
+  }
+  eng.initialize();
+  m.next_grads();
+  (void)eng.step(1e-2f);
+  for (const float poison : {NAN, INFINITY, -INFINITY}) {
+    m.next_grads();
+    zf_engine_test::poison_with_large_values(m, overflow_kind::tensor_aggregate);
+    m.g[1][17] = poison;
+    const auto before = m.w;
+    const auto rep = eng.step(1e-2f);
+    EXPECT_TRUE(rep.skipped);
+    for (std::size_t p = 0; p < m.w.size(); ++p) {
+      EXPECT_TRUE(zf_engine_test::same_bits(before[p], m.w[p])) << p;
+    }
+  }
+  EXPECT_EQ(eng.stats().skipped_steps, 3);
+}
+
+TEST(engine_overflow, step_scalars_clip_by_the_fp64_norm_and_skip_only_on_flags) {
+  // finish_step_scalars on its own, against float64 arithmetic written out here.
+  for (const double sum_sq : {0.0, 0.25, 1e30, 9e38, 1e60, 1.3e77}) {
+    for (const float loss_scale : {1.0f, 64.0f}) {
+      float coef = 0.0f;
+      std::uint32_t skip = 7;
+      zenflow::detail::finish_step_scalars(sum_sq, 0u, loss_scale, 1.0f, &coef, &skip);
+      EXPECT_EQ(skip, 0u) << sum_sq;
+      const double norm = std::sqrt(sum_sq) / loss_scale;
+      const double want = std::min(1.0, 1.0 / (norm + 1e-6)) / loss_scale;
+      EXPECT_NEAR(coef, want, want * 1e-6 + 1e-44) << sum_sq; // (denormal coefs near 1.3e77)
+      zenflow::detail::finish_step_scalars(sum_sq, 1u, loss_scale, 1.0f, &coef, &skip);
+      EXPECT_EQ(skip, 1u);
+    }
+  }
+  float coef = 0.0f;
+  std::uint32_t skip = 0;
+  zenflow::detail::finish_step_scalars(1e60, 0u, 2.0f, 0.0f, &coef, &skip); // no clipping: unscaling only
+  EXPECT_EQ(coef, 0.5f);
+  EXPECT_EQ(skip, 0u);
+}
+
+// ---- registration mistakes ---------------------------------------------------------------------
+
+TEST(engine_registration, repeated_or_overlapping_buffers_are_rejected_by_name_and_register_nothing) {
+  std::vector<float> w(1024), g(1024);
+  host_engine eng(small_config());
+  const auto a = eng.add_matrix(w.data(), g.data(), 8, 16, {.name = "a"}); // w[0, 128), g[0, 128)
+  // weights == grads, and overlapping weights/grads of one parameter.
+  expect_invalid([&] { (void)eng.add_matrix(w.data() + 512, w.data() + 512, 4, 4); },
+                 "'grads' overlaps 'weights'");
+  expect_invalid([&] { (void)eng.add_vector(w.data() + 512, w.data() + 515, 4); },
+                 "'grads' overlaps 'weights'");
+  // The same weights registered twice, and partial overlaps with a registered parameter.
+  expect_invalid([&] { (void)eng.add_matrix(w.data(), g.data() + 512, 8, 16); },
+                 "'weights' overlaps the weights of parameter 0 ('a')");
+  expect_invalid([&] { (void)eng.add_vector(w.data() + 127, g.data() + 512, 4); },
+                 "'weights' overlaps the weights");
+  expect_invalid([&] { (void)eng.add_vector(w.data() + 512, g.data() + 120, 16); },
+                 "'grads' overlaps the gradients");
+  expect_invalid([&] { (void)eng.add_vector(g.data() + 100, w.data() + 512, 4); },
+                 "'weights' overlaps the gradients");
+  expect_invalid([&] { (void)eng.add_vector(w.data() + 512, w.data() + 64, 4); },
+                 "'grads' overlaps the weights");
+  // Extents follow ld and the layout: a strided 4 x 8 matrix with ld 16 spans 7 * 16 + 4 floats.
+  const auto b = eng.add_matrix(w.data() + 256, g.data() + 256, 4, 8, 16, zenflow::channel_layout::strided);
+  expect_invalid([&] { (void)eng.add_vector(w.data() + 256 + 7 * 16 + 3, g.data() + 900, 1); },
+                 "'weights' overlaps the weights of parameter 1");
+  // Padded contiguous rows: 3 channels of 5 with ld 8 span 2 * 8 + 5 floats.
+  (void)eng.add_matrix(w.data() + 400, g.data() + 400, 3, 5, 8);
+  expect_invalid([&] { (void)eng.add_vector(w.data() + 420, g.data() + 950, 2); }, "'weights' overlaps");
+  EXPECT_EQ(eng.param_count(), 3u);
+  // Right next to each other is fine.
+  (void)eng.add_vector(w.data() + 256 + 7 * 16 + 4, g.data() + 256 + 7 * 16 + 4, 4);
+  (void)eng.add_vector(w.data() + 128, g.data() + 128, 128);
+  EXPECT_EQ(eng.param_count(), 5u);
+  eng.initialize();
+  EXPECT_EQ(eng.settings(a).name, "a");
+  EXPECT_EQ(eng.settings(b).name, "");
+}
+
+// ---- destruction with updates not applied --------------------------------------------------------
+
+/// Captures the log while alive; restores the quiet default after.
+struct log_capture {
+  std::mutex mutex;
+  std::vector<std::pair<zenflow::log_level, std::string>> lines;
+  log_capture() {
+    zenflow::set_log_handler(
+        [this](zenflow::log_level level, std::string_view msg) {
+          std::lock_guard lock(mutex);
+          lines.emplace_back(level, std::string(msg));
+        },
+        zenflow::log_level::debug);
+  }
+  ~log_capture() { zenflow::set_log_handler({}); }
+};
+
+TEST(engine_destruction, a_window_never_applied_is_dropped_with_a_warning_flush_applies_it) {
+  auto cfg = small_config();
+  cfg.update_interval = 2; // overlap on: each close submits a job applied at the next close
+  for (const bool flush_first : {false, true}) {
+    SCOPED_TRACE(flush_first ? "flush() before destruction" : "no flush()");
+    model<float> m(kShapes, zf_test::base_seed() + 700);
+    model<float> twin(kShapes, zf_test::base_seed() + 700); // the same run, flushed
+    log_capture log;
+    std::vector<std::vector<float>> at_destruction;
+    {
+      host_engine eng(cfg);
+      host_engine eng2(cfg);
+      for (std::size_t p = 0; p < kShapes.size(); ++p) {
+        (void)host_driver<float>(m).add(eng, p);
+        (void)host_driver<float>(twin).add(eng2, p);
+      }
+      eng.initialize();
+      eng2.initialize();
+      for (int t = 0; t < 5; ++t) { // closes at steps 1 and 3; step 4 opens a window
+        m.next_grads();
+        twin.g = m.g;
+        (void)eng.step(1e-2f);
+        (void)eng2.step(1e-2f);
+      }
+      eng2.flush();
+      if (flush_first) {
+        eng.flush();
+      }
+      at_destruction = m.w;
+    }
+    // The destructor never writes the weights.
+    for (std::size_t p = 0; p < m.w.size(); ++p) {
+      EXPECT_TRUE(zf_engine_test::same_bits(at_destruction[p], m.w[p]));
+    }
+    std::size_t warnings = 0;
+    std::size_t infos = 0;
+    for (const auto& [level, msg] : log.lines) {
+      if (level == zenflow::log_level::warning) {
+        ++warnings;
+        EXPECT_NE(msg.find("1 host window"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("steps 2..3"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("flush()"), std::string::npos) << msg;
+      } else if (level == zenflow::log_level::info) {
+        ++infos;
+        EXPECT_NE(msg.find("1 step(s)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("from step 4"), std::string::npos) << msg;
+      }
+    }
+    // eng2 was flushed; eng only when flush_first: exactly eng's warning otherwise.
+    EXPECT_EQ(warnings, flush_first ? 0u : 1u);
+    EXPECT_EQ(infos, 2u); // both had one step in the open window
+    // What the warning says was dropped is what flush() applies.
+    bool differs = false;
+    for (std::size_t p = 0; p < m.w.size(); ++p) {
+      differs = differs || !zf_engine_test::same_bits(m.w[p], twin.w[p]);
+    }
+    EXPECT_EQ(differs, !flush_first);
+  }
+}
+
+TEST(engine_destruction, nothing_pending_logs_nothing) {
+  auto cfg = small_config();
+  cfg.overlap_step = false;
+  cfg.update_interval = 2;
+  model<float> m(kShapes, zf_test::base_seed() + 710);
+  log_capture log;
+  {
+    host_engine eng(cfg);
+    for (std::size_t p = 0; p < kShapes.size(); ++p) {
+      (void)host_driver<float>(m).add(eng, p);
+    }
+    eng.initialize();
+    for (int t = 0; t < 4; ++t) { // the last step closes its window
+      m.next_grads();
+      (void)eng.step(1e-2f);
+    }
+  }
+  { host_engine never_initialized(cfg); }
+  EXPECT_TRUE(log.lines.empty());
+}
+
+} // namespace
