@@ -2,8 +2,10 @@
 // consumer thread). The model lives on the host; its gradients go up before each step and the
 // weights come back after it, so the same float64 reference and the same comparisons apply.
 // (Not under graph capture: an engine step blocks on the host by design, in the counted stalls.)
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -11,13 +13,14 @@
 #include <zenflow/core/memory.hpp>
 #include <zenflow/engine/engine.cuh>
 
+#include "engine_cases.hpp"
 #include "engine_harness.hpp"
 #include "support/gpu.hpp"
 
 namespace {
 
-using zf_engine_test::model;
 using zf_engine_test::kShapes;
+using zf_engine_test::model;
 using zf_engine_test::shape;
 using zf_engine_test::small_config;
 using gpu_engine = zenflow::engine<zenflow::cuda_backend>;
@@ -56,6 +59,28 @@ struct device_mirror {
     }
     ZF_CUDA_TRY(cudaStreamSynchronize(s));
   }
+};
+
+/// The Driver of engine_cases.hpp on the CUDA backend: device copies of the model, a stream.
+template <class T>
+struct device_driver {
+  using engine_type = gpu_engine;
+  model<T>& m;
+  device_mirror<T> d;
+  zenflow::stream s;
+  explicit device_driver(model<T>& mod) : m(mod), d(mod) {}
+  zenflow::param_id add(engine_type& eng, std::size_t p, const zenflow::param_options& options = {}) {
+    const auto& sh = m.shapes[p];
+    return sh.matrix ? eng.add_matrix(d.w[p].data(), d.g[p].data(), sh.channels, sh.len, options)
+                     : eng.add_vector(d.w[p].data(), d.g[p].data(), sh.len, options);
+  }
+  void initialize(engine_type& eng) { eng.initialize(s); }
+  zenflow::step_report step(engine_type& eng, float lr) { return d.step(eng, m, lr, s); }
+  void flush(engine_type& eng) {
+    eng.flush(s);
+    d.pull(m, s);
+  }
+  zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, s); }
 };
 
 class engine_gpu : public zf_test::gpu_test {};
@@ -169,6 +194,140 @@ TEST_F(engine_gpu, bytes_meet_the_pcie_budget) {
   eng.flush(s);
   EXPECT_EQ(eng.d2h_ring_stats().bytes, eng.stats().d2h_bytes - (20 + 16) * 4);
   EXPECT_LE(eng.stats().pcie_model_ratio(), 1.15);
+}
+
+// ---- the bodies shared with the cpu tests (engine_cases.hpp) ------------------------------------
+
+TEST_F(engine_gpu, param_groups_match_the_reference_in_every_mode) {
+  int i = 0;
+  for (const auto& [name, cfg] : zf_engine_test::all_modes(2)) {
+    SCOPED_TRACE(name);
+    EXPECT_LE((zf_engine_test::param_groups_against_reference<device_driver, zenflow::bfloat16>(
+                  cfg, 40, zf_test::base_seed() + 100 + static_cast<std::uint64_t>(i))),
+              1.01);
+    EXPECT_LT((zf_engine_test::param_groups_against_reference<device_driver, float>(
+                  cfg, 40, zf_test::base_seed() + 200 + static_cast<std::uint64_t>(i))),
+              64.0);
+    ++i;
+  }
+}
+
+TEST_F(engine_gpu, param_groups_bit_identical_to_the_same_values_as_global_config) {
+  for (const auto& [name, cfg] : zf_engine_test::all_modes(2)) {
+    SCOPED_TRACE(name);
+    zf_engine_test::expect_options_equal_global_config<device_driver, zenflow::bfloat16>(
+        cfg, {true, 24, 8}, 0.5f, 0.2f, 30, zf_test::base_seed() + 300);
+    zf_engine_test::expect_options_equal_global_config<device_driver, zenflow::half>(
+        cfg, {false, 1, 7}, 0.25f, 0.05f, 30, zf_test::base_seed() + 302);
+  }
+}
+
+TEST_F(engine_gpu, finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the_true_norm) {
+  using zf_engine_test::overflow_kind;
+  for (const auto kind :
+       {overflow_kind::one_element, overflow_kind::near_flt_max, overflow_kind::channel_aggregate,
+        overflow_kind::tensor_aggregate, overflow_kind::across_tensors}) {
+    int i = 0;
+    for (const auto& [name, cfg] : zf_engine_test::all_modes(2)) {
+      if (cfg.auto_update()) {
+        continue; // as on the cpu: Zen-auto's fp32 masses are not overflow-safe
+      }
+      SCOPED_TRACE(name);
+      const auto seed = zf_test::base_seed() + 500 + static_cast<std::uint64_t>(i++);
+      EXPECT_LE((zf_engine_test::overflow_against_reference<device_driver, zenflow::bfloat16>(cfg, kind, 16,
+                                                                                              6, seed)),
+                1.01);
+      EXPECT_LT((zf_engine_test::overflow_against_reference<device_driver, float>(cfg, kind, 16, 6, seed)),
+                64.0);
+    }
+  }
+}
+
+// ---- the norm's arithmetic: the kernels and the host loops give the same bits --------------------
+
+TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host_arithmetic) {
+  using zenflow::bfloat16;
+  using zenflow::detail::engine_kernels::sq_total_item;
+  // Two bf16 matrices (contiguous and strided) with seeded scores, some of them overflowed (+Inf)
+  // over gradients that hold huge finite values, so the rescan runs too.
+  std::mt19937_64 gen(zf_test::base_seed() + 800);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct host_item {
+    std::int64_t channels, len, ld;
+    zenflow::channel_layout layout;
+    std::vector<bfloat16> grad;
+    std::vector<float> scores;
+  };
+  std::vector<host_item> items = {{700, 33, 40, zenflow::channel_layout::contiguous, {}, {}},
+                                  {300, 9, 310, zenflow::channel_layout::strided, {}, {}}};
+  for (auto& it : items) {
+    const std::int64_t outer = it.layout == zenflow::channel_layout::contiguous ? it.channels : it.len;
+    it.grad.resize(static_cast<std::size_t>(outer * it.ld));
+    for (auto& x : it.grad) {
+      x = zenflow::from_float<bfloat16>(nd(gen) * 1e18f);
+    }
+    it.scores.resize(static_cast<std::size_t>(it.channels));
+    for (std::int64_t c = 0; c < it.channels; ++c) {
+      it.scores[static_cast<std::size_t>(c)] = c % 97 == 5 ? INFINITY : std::fabs(nd(gen)) * 1e30f;
+    }
+  }
+  std::vector<zenflow::device_buffer<bfloat16>> d_grad;
+  std::vector<zenflow::device_buffer<float>> d_scores;
+  std::vector<sq_total_item> descs;
+  std::vector<double> host_totals;
+  for (auto& it : items) {
+    d_grad.emplace_back(it.grad.size());
+    d_scores.emplace_back(it.scores.size());
+    ZF_CUDA_TRY(
+        cudaMemcpy(d_grad.back().data(), it.grad.data(), d_grad.back().bytes(), cudaMemcpyHostToDevice));
+    ZF_CUDA_TRY(cudaMemcpy(d_scores.back().data(), it.scores.data(), d_scores.back().bytes(),
+                           cudaMemcpyHostToDevice));
+    descs.push_back({d_grad.back().data(), d_scores.back().data(), it.channels, it.len, it.ld, it.layout,
+                     zenflow::dtype::bf16});
+    const zenflow::channel_matrix<const bfloat16> g{it.grad.data(), it.channels, it.len, it.ld, it.layout};
+    double lanes[zenflow::detail::sq_total_lanes];
+    for (int j = 0; j < zenflow::detail::sq_total_lanes; ++j) {
+      lanes[j] = zenflow::detail::sq_total_lane<bfloat16>(g, it.scores.data(), j);
+    }
+    host_totals.push_back(zenflow::detail::sum_lanes(lanes));
+  }
+  zenflow::device_buffer<sq_total_item> d_descs(descs.size());
+  zenflow::device_buffer<double> d_totals(descs.size());
+  ZF_CUDA_TRY(cudaMemcpy(d_descs.data(), descs.data(), d_descs.bytes(), cudaMemcpyHostToDevice));
+  zenflow::detail::engine_kernels::
+      sq_totals_kernel<<<static_cast<unsigned>(descs.size()), zenflow::detail::sq_total_lanes>>>(
+          d_descs.data(), d_totals.data());
+  ZF_CUDA_TRY(cudaGetLastError());
+  std::vector<double> dev_totals(descs.size());
+  ZF_CUDA_TRY(cudaMemcpy(dev_totals.data(), d_totals.data(), d_totals.bytes(), cudaMemcpyDeviceToHost));
+  for (std::size_t i = 0; i < descs.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(host_totals[i])) << i;
+    EXPECT_EQ(0, std::memcmp(&host_totals[i], &dev_totals[i], 8))
+        << i << ": " << host_totals[i] << " vs " << dev_totals[i];
+  }
+  // finish_scalars_kernel against finish_step_scalars over sums on both sides of FLT_MAX.
+  for (const double extra : {0.0, 3.0e38, 1.0e60}) {
+    const std::vector<double> totals = {host_totals[0] * 1e-40, extra, 0.5};
+    const std::vector<std::uint32_t> flags = {0, 0};
+    zenflow::device_buffer<double> dt(totals.size());
+    zenflow::device_buffer<std::uint32_t> df(flags.size());
+    zenflow::device_buffer<float> rec(8);
+    ZF_CUDA_TRY(cudaMemcpy(dt.data(), totals.data(), dt.bytes(), cudaMemcpyHostToDevice));
+    ZF_CUDA_TRY(cudaMemcpy(df.data(), flags.data(), df.bytes(), cudaMemcpyHostToDevice));
+    zenflow::detail::engine_kernels::finish_scalars_kernel<<<1, 128>>>(dt.data(), 3, df.data(), 2, 8.0f, 1.0f,
+                                                                       rec.data(), 4);
+    ZF_CUDA_TRY(cudaGetLastError());
+    std::uint32_t dev_rec[8];
+    ZF_CUDA_TRY(cudaMemcpy(dev_rec, rec.data(), 32, cudaMemcpyDeviceToHost));
+    const double sum = totals[0] + totals[1] + totals[2];
+    float coef = 0.0f;
+    std::uint32_t skip = 1;
+    zenflow::detail::finish_step_scalars(sum, 0u, 8.0f, 1.0f, &coef, &skip);
+    std::uint32_t host_rec[4];
+    zenflow::detail::write_step_header(host_rec, coef, skip, sum);
+    EXPECT_EQ(0, std::memcmp(host_rec, dev_rec, 16)) << "sum " << sum;
+    EXPECT_EQ(dev_rec[1], 0u);
+  }
 }
 
 } // namespace
