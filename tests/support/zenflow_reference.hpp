@@ -16,6 +16,9 @@
 ///    apply/submit jobs, drain) still happen.
 ///  - coef_t = min(1, clip / (||G_t|| / loss_scale + 1e-6)) / loss_scale (global norm over all
 ///    parameters), applied on every path (device, host accumulator, warm-up, vectors, baselines).
+///    Only NaN/Inf elements make a step bad (the norm is a double: finite gradients never overflow).
+///  - Parameter groups: each parameter's lr is the step's lr times its lr_scale on every path (the
+///    host window's lr too, before host_lr_scale's factor), its weight decay its own.
 ///  - Selection steps: t >= W and (t - W) % config::select_interval_steps() == 0. At one, first
 ///    the previous window has closed (at t - 1), then every host job is drained and applied, then
 ///    the top-k of step t's raw gradient scores is taken (k = config::topk, ties to the lower
