@@ -222,6 +222,45 @@ TEST(reference, topk_ratio_one_equals_plain_adamw) {
   }
 }
 
+TEST(reference, per_parameter_lr_scale_and_weight_decay_equal_plain_adamw_per_tensor) {
+  // Without clipping the tensors are independent: each parameter with {lr_scale, weight_decay}
+  // must be a plain AdamW of that tensor alone with that weight decay and lr x lr_scale.
+  const std::uint64_t seed = zf_test::base_seed() + 40;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  const std::vector<zf_test::param_hyper> hyper = {{0.5, 0.3}, {2.0, std::nullopt}, {0.25, 0.0}};
+  for (const auto mode : {zenflow::optimizer_mode::gpu_adamw, zenflow::optimizer_mode::zenflow}) {
+    config c = zen_config(1.0, 7, 3, true);
+    c.mode = mode;
+    c.loss_scale = 2.0f;
+    const auto init = initial_weights(seed);
+    zenflow_reference ref(c);
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      if (model[i].matrix) {
+        ref.add_matrix(model[i].channels, model[i].len, model[i].dt, init[i], hyper[i]);
+      } else {
+        ref.add_vector(model[i].len, model[i].dt, init[i], hyper[i]);
+      }
+    }
+    std::vector<plain_adamw> plain;
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      config ci = c;
+      ci.adam.weight_decay = static_cast<float>(hyper[i].weight_decay.value_or(c.adam.weight_decay));
+      plain.emplace_back(ci, std::vector<std::vector<float>>{init[i]}, std::vector<param_shape>{model[i]});
+    }
+    grad_source src(seed + 1);
+    for (std::int64_t t = 0; t < 25; ++t) {
+      const grads_t g = src.next();
+      ref.step(g, lr_at(t));
+      for (std::size_t i = 0; i < model.size(); ++i) {
+        plain[i].step({g[i]}, lr_at(t) * hyper[i].lr_scale);
+        for (std::size_t e = 0; e < ref.masters(i).size(); ++e) {
+          ASSERT_NEAR(ref.masters(i)[e], plain[i].master(0)[e], 1e-12) << "step " << t << " param " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(reference, full_warm_up_equals_plain_adamw_then_splits) {
   const std::uint64_t seed = zf_test::base_seed() + 1;
   SCOPED_TRACE(zf_test::seed_note(seed));
