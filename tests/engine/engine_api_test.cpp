@@ -127,6 +127,29 @@ TEST(engine_param_groups, json_groups_apply_by_name_first_match_wins_options_win
   EXPECT_EQ(s(explicit_wins).name, "head.bias");
 }
 
+TEST(engine_param_groups, documented_example) {
+  // docs/engine.md "Parameter groups" shows this block.
+  constexpr std::int64_t in = 16, out = 8, vocab = 32, dim = 8;
+  std::vector<float> w(in * out), w_grad(in * out), b(out), b_grad(out), emb(vocab * dim),
+      emb_grad(vocab * dim);
+  auto cfg = small_config();
+  cfg.adam.weight_decay = 0.01f;
+  zenflow::engine<zenflow::host_backend> zf(cfg);
+  // example-begin param-groups
+  const auto w_id = zf.add_matrix(w.data(), w_grad.data(), in, out, {.name = "layer3.mlp.weight"});
+  const auto b_id = zf.add_vector(b.data(), b_grad.data(), out, {.weight_decay = 0.0f}); // the common recipe
+  const auto e_id =
+      zf.add_matrix(emb.data(), emb_grad.data(), vocab, dim, {.lr_scale = 0.1f, .name = "embed"});
+  // zf.settings(e_id): {name "embed", lr_scale 0.1, weight_decay = cfg.adam.weight_decay}
+  // example-end param-groups
+  EXPECT_EQ(zf.settings(w_id).lr_scale, 1.0f);
+  EXPECT_EQ(zf.settings(w_id).weight_decay, 0.01f);
+  EXPECT_EQ(zf.settings(b_id).weight_decay, 0.0f);
+  EXPECT_EQ(zf.settings(e_id).lr_scale, 0.1f);
+  EXPECT_EQ(zf.settings(e_id).weight_decay, 0.01f);
+  EXPECT_EQ(zf.settings(e_id).name, "embed");
+}
+
 TEST(engine_param_groups, bad_values_are_rejected_by_name_and_register_nothing) {
   const auto json = [](const std::string& groups) {
     return R"({"zero_optimization": {"zenflow": {"param_groups": )" + groups + "}}}";
