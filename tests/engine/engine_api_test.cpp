@@ -348,79 +348,10 @@ TEST(engine_registration, repeated_or_overlapping_buffers_are_rejected_by_name_a
 
 // ---- destruction with updates not applied --------------------------------------------------------
 
-/// Captures the log while alive; restores the quiet default after.
-struct log_capture {
-  std::mutex mutex;
-  std::vector<std::pair<zenflow::log_level, std::string>> lines;
-  log_capture() {
-    zenflow::set_log_handler(
-        [this](zenflow::log_level level, std::string_view msg) {
-          std::lock_guard lock(mutex);
-          lines.emplace_back(level, std::string(msg));
-        },
-        zenflow::log_level::debug);
-  }
-  ~log_capture() { zenflow::set_log_handler({}); }
-};
+using zf_engine_test::log_capture;
 
 TEST(engine_destruction, a_window_never_applied_is_dropped_with_a_warning_flush_applies_it) {
-  auto cfg = small_config();
-  cfg.update_interval = 2; // overlap on: each close submits a job applied at the next close
-  for (const bool flush_first : {false, true}) {
-    SCOPED_TRACE(flush_first ? "flush() before destruction" : "no flush()");
-    model<float> m(kShapes, zf_test::base_seed() + 700);
-    model<float> twin(kShapes, zf_test::base_seed() + 700); // the same run, flushed
-    log_capture log;
-    std::vector<std::vector<float>> at_destruction;
-    {
-      host_engine eng(cfg);
-      host_engine eng2(cfg);
-      for (std::size_t p = 0; p < kShapes.size(); ++p) {
-        (void)host_driver<float>(m).add(eng, p);
-        (void)host_driver<float>(twin).add(eng2, p);
-      }
-      eng.initialize();
-      eng2.initialize();
-      for (int t = 0; t < 5; ++t) { // closes at steps 1 and 3; step 4 opens a window
-        m.next_grads();
-        twin.g = m.g;
-        (void)eng.step(1e-2f);
-        (void)eng2.step(1e-2f);
-      }
-      eng2.flush();
-      if (flush_first) {
-        eng.flush();
-      }
-      at_destruction = m.w;
-    }
-    // The destructor never writes the weights.
-    for (std::size_t p = 0; p < m.w.size(); ++p) {
-      EXPECT_TRUE(zf_engine_test::same_bits(at_destruction[p], m.w[p]));
-    }
-    std::size_t warnings = 0;
-    std::size_t infos = 0;
-    for (const auto& [level, msg] : log.lines) {
-      if (level == zenflow::log_level::warning) {
-        ++warnings;
-        EXPECT_NE(msg.find("1 host window"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("steps 2..3"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("flush()"), std::string::npos) << msg;
-      } else if (level == zenflow::log_level::info) {
-        ++infos;
-        EXPECT_NE(msg.find("1 step(s)"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("from step 4"), std::string::npos) << msg;
-      }
-    }
-    // eng2 was flushed; eng only when flush_first: exactly eng's warning otherwise.
-    EXPECT_EQ(warnings, flush_first ? 0u : 1u);
-    EXPECT_EQ(infos, 2u); // both had one step in the open window
-    // What the warning says was dropped is what flush() applies.
-    bool differs = false;
-    for (std::size_t p = 0; p < m.w.size(); ++p) {
-      differs = differs || !zf_engine_test::same_bits(m.w[p], twin.w[p]);
-    }
-    EXPECT_EQ(differs, !flush_first);
-  }
+  zf_engine_test::expect_destruction_drops_and_logs<host_driver>(small_config());
 }
 
 TEST(engine_destruction, nothing_pending_logs_nothing) {

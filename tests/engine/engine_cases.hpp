@@ -7,7 +7,7 @@
 //
 // A Driver<T> has: `engine_type`; `Driver(model<T>&)`; `add(eng, p, options)` registers the
 // model's parameter p; `initialize(eng)`; `step(eng, lr)` (the model's weights are current after
-// it); `flush(eng)`; `state(eng, id)`.
+// it); `flush(eng)`; `state(eng, id)`; `pull()` (the model's weights from where they live).
 #pragma once
 
 #include <algorithm>
@@ -15,13 +15,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/engine.hpp>
 
@@ -50,6 +53,7 @@ struct host_driver {
   zenflow::step_report step(engine_type& eng, float lr) { return eng.step(lr); }
   void flush(engine_type& eng) { eng.flush(); }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id); }
+  void pull() {}
 };
 
 /// Every mode the engine runs a parameter's updates in: ZenFlow with fixed windows (overlap on
@@ -291,6 +295,90 @@ overflow_against_reference(zenflow::config cfg, overflow_kind kind, int steps, i
   worst = std::max(worst, max_weight_ulps(m, ref));
   EXPECT_EQ(eng.stats().skipped_steps, 0);
   return worst;
+}
+
+/// Captures the log while alive; restores the quiet default after.
+struct log_capture {
+  std::mutex mutex;
+  std::vector<std::pair<zenflow::log_level, std::string>> lines;
+  log_capture() {
+    zenflow::set_log_handler(
+        [this](zenflow::log_level level, std::string_view msg) {
+          std::lock_guard lock(mutex);
+          lines.emplace_back(level, std::string(msg));
+        },
+        zenflow::log_level::debug);
+  }
+  log_capture(const log_capture&) = delete;
+  log_capture& operator=(const log_capture&) = delete;
+  ~log_capture() { zenflow::set_log_handler({}); }
+};
+
+/// Destroying an engine whose last window (overlap_step, fixed windows of 2) was computed but
+/// not applied: its weights are left as they were, a warning names the window's steps and
+/// flush(), an info the open window's step; with flush() first, no warning and the weights of a
+/// twin run flushed the same way.
+template <template <class> class Driver>
+void expect_destruction_drops_and_logs(zenflow::config cfg) {
+  cfg.overlap_step = true;
+  cfg.update_interval = 2;
+  cfg.select_interval = 8;
+  cfg.full_warm_up_rounds = 0;
+  for (const bool flush_first : {false, true}) {
+    SCOPED_TRACE(flush_first ? "flush() before destruction" : "no flush()");
+    model<float> m(kShapes, zf_test::base_seed() + 700);
+    model<float> twin(kShapes, zf_test::base_seed() + 700); // the same run, flushed
+    Driver<float> dm(m), dt(twin);
+    log_capture log;
+    std::vector<std::vector<float>> at_destruction;
+    {
+      typename Driver<float>::engine_type eng(cfg), eng2(cfg);
+      for (std::size_t p = 0; p < kShapes.size(); ++p) {
+        (void)dm.add(eng, p);
+        (void)dt.add(eng2, p);
+      }
+      dm.initialize(eng);
+      dt.initialize(eng2);
+      for (int t = 0; t < 5; ++t) { // closes at steps 1 and 3; step 4 opens a window
+        m.next_grads();
+        twin.g = m.g;
+        (void)dm.step(eng, 1e-2f);
+        (void)dt.step(eng2, 1e-2f);
+      }
+      dt.flush(eng2);
+      if (flush_first) {
+        dm.flush(eng);
+      }
+      at_destruction = m.w;
+    }
+    dm.pull();
+    for (std::size_t p = 0; p < m.w.size(); ++p) { // the destructor never writes the weights
+      EXPECT_TRUE(same_bits(at_destruction[p], m.w[p])) << p;
+    }
+    std::size_t warnings = 0;
+    std::size_t infos = 0;
+    for (const auto& [level, msg] : log.lines) {
+      if (level == zenflow::log_level::warning) {
+        ++warnings;
+        EXPECT_NE(msg.find("1 host window"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("steps 2..3"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("flush()"), std::string::npos) << msg;
+      } else if (level == zenflow::log_level::info) {
+        ++infos;
+        EXPECT_NE(msg.find("1 step(s)"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("from step 4"), std::string::npos) << msg;
+      }
+    }
+    // eng2 was flushed; eng only when flush_first: exactly eng's warning otherwise.
+    EXPECT_EQ(warnings, flush_first ? 0u : 1u);
+    EXPECT_EQ(infos, 2u); // both had one step in the open window
+    // What the warning says was dropped is what flush() applies.
+    bool differs = false;
+    for (std::size_t p = 0; p < m.w.size(); ++p) {
+      differs = differs || !same_bits(m.w[p], twin.w[p]);
+    }
+    EXPECT_EQ(differs, !flush_first);
+  }
 }
 
 } // namespace zf_engine_test

@@ -81,6 +81,7 @@ struct device_driver {
     d.pull(m, s);
   }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, s); }
+  void pull() { d.pull(m, s); }
 };
 
 class engine_gpu : public zf_test::gpu_test {};
@@ -241,6 +242,28 @@ TEST_F(engine_gpu, finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the
                 64.0);
     }
   }
+}
+
+TEST_F(engine_gpu, destruction_drops_a_window_never_applied_with_a_warning) {
+  zf_engine_test::expect_destruction_drops_and_logs<device_driver>(small_config(2));
+}
+
+TEST_F(engine_gpu, repeated_or_overlapping_device_buffers_are_rejected_by_name) {
+  zenflow::device_buffer<float> w(1024), g(1024);
+  gpu_engine eng(small_config(2));
+  (void)eng.add_matrix(w.data(), g.data(), 8, 16);
+  const auto rejects = [&](auto&& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no exception; expected " << what;
+    } catch (const zenflow::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  rejects([&] { (void)eng.add_matrix(w.data(), g.data() + 512, 8, 16); }, "'weights' overlaps the weights");
+  rejects([&] { (void)eng.add_vector(w.data() + 512, w.data() + 512, 8); }, "'grads' overlaps 'weights'");
+  rejects([&] { (void)eng.add_vector(w.data() + 512, g.data() + 127, 8); }, "'grads' overlaps the gradients");
+  EXPECT_EQ(eng.param_count(), 1u);
 }
 
 // ---- the norm's arithmetic: the kernels and the host loops give the same bits --------------------
