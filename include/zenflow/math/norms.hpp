@@ -1,6 +1,7 @@
 /// @file
 /// Per-element arithmetic of the channel-norm reducers, shared by the kernels and the host
-/// backend: the norm term, fp32 accumulation and the NaN/Inf test on raw working-type bits.
+/// backend: the norm term, fp32 accumulation and the NaN/Inf test on raw working-type bits; and
+/// the engine's fp64 squared global norm over the fp32 scores (overflow-safe, same order on both).
 #pragma once
 
 #include <cmath>
@@ -52,8 +53,8 @@ ZF_HOST_DEVICE ZF_FORCEINLINE bool is_nonfinite(T v) {
   }
 }
 
-/// Lanes of the engine's overflow-safe squared global norm (`sq_total_of`): one block of this
-/// many threads per tensor on the device, the same lane loop on the host.
+/// Lanes of the engine's overflow-safe squared global norm (`sq_total_lane`, `sum_lanes`): one
+/// block of this many threads per tensor on the device, the same lane loop on the host.
 inline constexpr int sq_total_lanes = 256;
 
 /// Squared L2 norm of one channel in fp64, its elements in order. A float's square is exact in

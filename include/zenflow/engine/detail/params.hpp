@@ -35,7 +35,7 @@ struct param_options {
   /// AdamW weight decay of this parameter (L2 coefficient with decoupled = false). Finite, >= 0.
   std::optional<float> weight_decay = std::nullopt;
   /// Name matched against the config's `param_groups` (and shown in errors).
-  std::string name = {}; // (default member initializers: designated initializers warn-free)
+  std::string name = {}; // (initialisers on every field: `{.weight_decay = 0}` is -Wextra clean)
 };
 
 /// What a registered parameter resolved its options to (`engine::settings`).
