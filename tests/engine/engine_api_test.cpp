@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -148,6 +150,40 @@ TEST(engine_param_groups, documented_example) {
   EXPECT_EQ(zf.settings(e_id).lr_scale, 0.1f);
   EXPECT_EQ(zf.settings(e_id).weight_decay, 0.01f);
   EXPECT_EQ(zf.settings(e_id).name, "embed");
+}
+
+TEST(engine_param_groups, name_matching_agrees_with_std_regex_on_random_patterns) {
+  // Independent reference: the glob rewritten as an ECMAScript regex over the whole name, the
+  // substring rule as regex_search. Small alphabets so that matches and near-misses are common.
+  std::mt19937_64 gen(zf_test::base_seed() + 900);
+  const std::string pattern_chars = "ab.*?";
+  const std::string name_chars = "ab.";
+  std::uniform_int_distribution<int> len(0, 7);
+  std::int64_t matched = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string pattern(static_cast<std::size_t>(len(gen)), ' ');
+    std::string name(static_cast<std::size_t>(len(gen)), ' ');
+    for (char& c : pattern) {
+      c = pattern_chars[gen() % pattern_chars.size()];
+    }
+    for (char& c : name) {
+      c = name_chars[gen() % name_chars.size()];
+    }
+    std::string re;
+    for (const char c : pattern) {
+      re += c == '*'   ? std::string(".*")
+            : c == '?' ? std::string(".")
+            : c == '.' ? std::string("\\.")
+                       : std::string(1, c);
+    }
+    const bool glob = pattern.find_first_of("*?") != std::string::npos;
+    const bool want = glob ? std::regex_match(name, std::regex(re)) : std::regex_search(name, std::regex(re));
+    ASSERT_EQ(zenflow::detail::param_name_matches(pattern, name), want)
+        << "'" << pattern << "' vs '" << name << "'";
+    matched += want ? 1 : 0;
+  }
+  EXPECT_GT(matched, 2000);
+  EXPECT_LT(matched, 18000);
 }
 
 TEST(engine_param_groups, bad_values_are_rejected_by_name_and_register_nothing) {
