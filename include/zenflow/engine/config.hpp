@@ -1,14 +1,18 @@
 /// @file
 /// The engine's configuration: a plain struct, and a reader for DeepSpeed JSON configs
-/// (`zero_optimization.zenflow`, `optimizer`, `gradient_clipping`, `fp16`/`bf16`), so that an
-/// existing DeepSpeed config file can be used as it is.
+/// (`zero_optimization.zenflow`, `optimizer`, `gradient_clipping`, `fp16`/`bf16`) that reads an
+/// existing DeepSpeed file as DeepSpeed reads it (its keys, ranges and defaults), with zenflow's
+/// own keys in a top-level `zenflow_ext` block that DeepSpeed ignores.
 ///
 /// Every key, its default, its range and what is rejected: docs/config.md. Invalid values throw
-/// `zenflow::invalid_argument` whose message names the key by its DeepSpeed JSON path, e.g.
-/// `zero_optimization.zenflow.topk_ratio`; nothing is constructed on error.
+/// `zenflow::invalid_argument` whose message names the key by its JSON path, e.g.
+/// `zero_optimization.zenflow.topk_ratio`; nothing is constructed on error. What the reader
+/// ignores (an unknown top-level key, a misspelt block name) is reported through the log hook
+/// (<zenflow/core/log.hpp>) with the nearest known key, or rejected with `strict`.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,9 +39,9 @@ enum class select_strategy : std::uint8_t {
 enum class host_lr_scaling : std::uint8_t { linear, sqrt, none };
 
 /// What the engine runs: ZenFlow, or one of the two baselines every benchmark compares against.
-/// JSON (zenflow extension key "mode"): "zenflow" | "offload_sync" | "gpu_adamw".
+/// JSON (`zenflow_ext.mode`): "zenflow" | "offload_sync" | "gpu_adamw".
 enum class optimizer_mode : std::uint8_t {
-  zenflow,      ///< SPEC.md's step
+  zenflow,      ///< ZenFlow's step (docs/design.md)
   offload_sync, ///< ZeRO-Offload-like: every step full gradients down, host AdamW, weights up
   gpu_adamw     ///< GPU-resident dense AdamW on everything every step
 };
@@ -46,7 +50,7 @@ enum class optimizer_mode : std::uint8_t {
 enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 
 /// Per-parameter hyper-parameters for the parameters whose registration name matches `match`
-/// (zenflow extension "param_groups"; docs/config.md). `match` with a `*` or `?` is a glob over
+/// (`zenflow_ext.param_groups`; docs/config.md). `match` with a `*` or `?` is a glob over
 /// the whole name, else a substring of it; the first group that matches a name wins. A field
 /// left unset keeps the default (lr_scale 1, the optimizer's weight_decay).
 struct param_group {
@@ -55,24 +59,38 @@ struct param_group {
   std::optional<float> weight_decay = std::nullopt; ///< their weight decay, >= 0
 };
 
-/// The engine's configuration. Defaults are SPEC.md's; `validate()` checks every field.
+struct config_sources;
+
+/// How the DeepSpeed reader treats what it does not use.
+struct config_read_options {
+  /// false: an unknown top-level or `zero_optimization` key (a misspelt `zenflw` block, a
+  /// `gradient_cliping`), or a zenflow key in its deprecated place, is logged as a warning and
+  /// ignored (or read). true: each of them is an error (zenflow::invalid_argument naming it).
+  bool strict = false;
+};
+
+/// The engine's configuration. Defaults are the C++ defaults (docs/config.md); a DeepSpeed file
+/// read by `from_deepspeed_json` takes DeepSpeed's defaults for DeepSpeed's keys it does not set
+/// (`deepspeed_defaults()`). `validate()` checks every field.
 struct config {
   optimizer_mode mode = optimizer_mode::zenflow;
 
   // --- zero_optimization.zenflow (DeepSpeed names; "auto" -> 0 for the intervals) ---
-  double topk_ratio = 0.1;                                 ///< (0, 1]
-  select_strategy select = select_strategy::automatic;     ///< "select_strategy"
-  std::int64_t select_interval = 0;                        ///< 0 = "auto"
-  std::int64_t update_interval = 0;                        ///< 0 = "auto" (Zen-auto)
-  std::int64_t full_warm_up_rounds = 0;                    ///< >= 0
-  bool overlap_step = true;                                ///< DeepSpeed's default is false; ours true
-  double auto_ratio = 0.99;                                ///< (0, 1]
-  double pt_reserved_cores_perc = 0.5;                     ///< [0, 1)
-  host_lr_scaling host_lr_scale = host_lr_scaling::linear; ///< zenflow extension
-  std::int64_t max_update_interval = 16;                   ///< zenflow extension: Zen-auto's longest window
-  std::int64_t min_update_interval = 1;                    ///< zenflow extension: Zen-auto's shortest window
-  std::int64_t steps_per_epoch = 0;                        ///< 0 = unknown ("epoch" then rejected)
-  channel_norm importance = channel_norm::sq_l2;           ///< zenflow extension: "sq_l2" | "l1"
+  double topk_ratio = 0.1;                             ///< [0, 1]; k >= 1 (topk())
+  select_strategy select = select_strategy::automatic; ///< "select_strategy"
+  std::int64_t select_interval = 0;                    ///< 0 = "auto"
+  std::int64_t update_interval = 0;                    ///< 0 = "auto" (Zen-auto)
+  std::int64_t full_warm_up_rounds = 0;                ///< >= 0
+  bool overlap_step = true;                            ///< DeepSpeed's default is false; ours true
+  double auto_ratio = 0.99;                            ///< [0, 1]; 0: close at min_update_interval
+  double pt_reserved_cores_perc = 0.5;                 ///< [0, 1]; 1: the host pool gets one thread
+  std::int64_t steps_per_epoch = 0;                    ///< 0 = unknown ("epoch" then rejected)
+
+  // --- zenflow_ext (zenflow's own keys, a top-level block DeepSpeed ignores) ---
+  host_lr_scaling host_lr_scale = host_lr_scaling::linear; ///< the host job's lr x n_w, sqrt(n_w) or 1
+  std::int64_t max_update_interval = 16;                   ///< Zen-auto's longest window
+  std::int64_t min_update_interval = 1;                    ///< Zen-auto's shortest window
+  channel_norm importance = channel_norm::sq_l2;           ///< "sq_l2" | "l1"
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
   /// "optimizer.params" (lr is informational: step() passes each step's lr). Defaults: DeepSpeed's
@@ -80,17 +98,17 @@ struct config {
   adamw_hparams adam = deepspeed_adam_defaults();
   float gradient_clipping = 0.0f; ///< max global L2 norm of the unscaled gradients, 0 = off
   float loss_scale = 1.0f;        ///< static loss scale the gradients carry ("fp16.loss_scale")
-  /// zenflow extension "param_groups": per-parameter lr scale and weight decay by name.
+  /// zenflow_ext.param_groups: per-parameter lr scale and weight decay by name.
   std::vector<param_group> param_groups;
 
-  // --- transport (zenflow extensions) ---
+  // --- transport (zenflow_ext too) ---
   upload_policy upload = upload_policy::whole_window;
   std::int64_t ring_slot_bytes = 4 << 20; ///< [4 KiB, 1 GiB], a multiple of 256
   std::int32_t ring_slots = 8;            ///< [2, 1024]
   unsigned host_threads = 0;              ///< 0 = derived from pt_reserved_cores_perc; <= 4096
 
-  /// Selection interval used when `select = automatic` and no epoch length is known: SPEC's
-  /// "once per epoch" needs an epoch; rather than never re-selecting (DeepSpeed's bug) we
+  /// Selection interval used when `select = automatic` and no epoch length is known: "once per
+  /// epoch" (docs/design.md) needs an epoch; rather than never re-selecting (DeepSpeed's bug) we
   /// re-select every this many steps (at least one fixed window).
   static constexpr std::int64_t auto_select_fallback_steps = 100;
   /// Largest value of any step-valued key (keeps every product of two of them in int64).
@@ -98,6 +116,11 @@ struct config {
 
   /// DeepSpeed's CPU Adam defaults, used for keys missing from "optimizer.params".
   static adamw_hparams deepspeed_adam_defaults() noexcept;
+
+  /// The C++ defaults with DeepSpeed's defaults for the keys of DeepSpeed's zenflow block
+  /// (topk_ratio 0.1, "auto" x 3, full_warm_up_rounds 0, overlap_step false, auto_ratio 0.99,
+  /// pt_reserved_cores_perc 0.5, steps_per_epoch unknown): what a DeepSpeed file starts from.
+  static config deepspeed_defaults() noexcept;
 
   /// Throws zenflow::invalid_argument naming the key (DeepSpeed's JSON path) on any invalid value.
   void validate() const;
@@ -113,31 +136,65 @@ struct config {
   /// `select_interval_steps()`.
   [[nodiscard]] bool is_selection_step(std::int64_t t) const noexcept;
 
-  /// Channels selected in a matrix of `channels` channels: max(1, floor(topk_ratio * channels)),
-  /// at most `channels` (the product is nudged up by a few ulps so that e.g. 0.57 * 100 gives 57).
+  /// Channels selected in a matrix of `channels` channels: DeepSpeed's `int(topk_ratio * channels)`
+  /// (the IEEE double product, truncated: 0.29 x 100 = 28.999999999999996 gives 28), then at
+  /// least 1 (topk_ratio 0 included) and at most `channels`. 0 for `channels <= 0`.
   [[nodiscard]] std::int64_t topk(std::int64_t channels) const noexcept;
 
   /// The first of `param_groups` whose `match` matches `name`, or null.
   [[nodiscard]] const param_group* find_param_group(std::string_view name) const noexcept;
 
-  /// Host optimizer threads: `host_threads`, or when 0,
-  /// max(1, floor(hardware_threads * (1 - pt_reserved_cores_perc))).
+  /// Host optimizer threads: `host_threads`, or when 0, DeepSpeed's split of the cores:
+  /// the training thread reserves ceil(pt_reserved_cores_perc * hardware_threads) of them (the
+  /// double product), the pool gets the rest, at least 1 (so 1.0 leaves the pool one thread).
   [[nodiscard]] unsigned resolved_host_threads(unsigned hardware_threads) const noexcept;
 
-  /// Parses a whole DeepSpeed config (zero_optimization.zenflow, optimizer, gradient_clipping,
-  /// fp16/bf16 loss scale where static); unknown keys inside the zenflow block and in
-  /// optimizer.params are rejected by name; wrong types rejected by name. Returns a validated
-  /// config. Without a zenflow block the mode is the DeepSpeed baseline the file describes:
-  /// offload_sync when zero_optimization.offload_optimizer.device is "cpu", else gpu_adamw.
-  static config from_deepspeed_json(const nlohmann::json& ds);
+  /// Parses a whole DeepSpeed config (zero_optimization.zenflow, zenflow_ext, optimizer,
+  /// gradient_clipping, fp16/bf16 loss scale where static), starting from
+  /// `deepspeed_defaults()`. Unknown keys inside the zenflow block, zenflow_ext and
+  /// optimizer.params, wrong types and values out of range are rejected by name (with the
+  /// nearest known key). Unknown top-level and zero_optimization keys are logged as warnings
+  /// (errors with `options.strict`). Returns a validated config; `sources`, when given, receives
+  /// where each value came from (for describe()). Without a zenflow block the mode is the
+  /// DeepSpeed baseline the file describes: offload_sync when
+  /// zero_optimization.offload_optimizer.device is "cpu", else gpu_adamw (zenflow_ext.mode wins).
+  static config from_deepspeed_json(const nlohmann::json& ds,
+                                    const config_read_options& options = {},
+                                    config_sources* sources = nullptr);
   /// Same, from JSON text; a syntax error is an invalid_argument too.
-  static config from_deepspeed_json_string(std::string_view text);
+  static config from_deepspeed_json_string(std::string_view text,
+                                           const config_read_options& options = {},
+                                           config_sources* sources = nullptr);
   /// Same, from a file; an unreadable file is an invalid_argument naming the path.
-  static config from_deepspeed_json_file(const std::string& path);
+  static config from_deepspeed_json_file(const std::string& path,
+                                         const config_read_options& options = {},
+                                         config_sources* sources = nullptr);
 
-  /// The DeepSpeed JSON that `from_deepspeed_json` reads back into this config (zenflow block
-  /// with every extension key, optimizer, gradient_clipping, fp16 when loss_scale != 1).
+  /// The JSON that `from_deepspeed_json` reads back into this config, readable by DeepSpeed:
+  /// DeepSpeed's keys in zero_optimization.zenflow, zenflow's own in the top-level zenflow_ext,
+  /// optimizer, gradient_clipping, fp16 when loss_scale != 1.
   [[nodiscard]] nlohmann::json to_deepspeed_json() const;
+
+  /// A human-readable summary of this configuration, several lines: the resolved mode (what
+  /// runs: ZenFlow with overlapped or synchronous host windows, Zen-auto or fixed windows, the
+  /// selection interval in steps; or a baseline) and every setting with where it came from: the
+  /// JSON path that set it (from `sources`), DeepSpeed's default for a key a DeepSpeed file left
+  /// out, the C++ default, or "set by the caller" for a value that differs from the default with
+  /// no recorded origin; then the reader's warnings.
+  [[nodiscard]] std::string describe(const config_sources* sources = nullptr) const;
+};
+
+/// Where the values of a config read from JSON came from; filled by `from_deepspeed_json`,
+/// read by `config::describe`. Keys are the settings' names as describe() prints them: the JSON
+/// key for the zenflow keys (`topk_ratio`, `host_lr_scale`, ...), the JSON path for the others
+/// (`optimizer.params.lr`, `gradient_clipping`, `fp16.loss_scale`).
+struct config_sources {
+  std::string origin;                         ///< "file ds.json", "JSON text", "JSON value"
+  std::map<std::string, std::string> setting; ///< setting -> where it was set (a JSON path, a flag)
+  std::string mode_reason;                    ///< why the mode is what it is
+  std::vector<std::string> warnings;          ///< every warning the reader logged, in order
+  /// Records that `name` was set by `where` (a caller that overrides a value, e.g. a flag).
+  void set(const std::string& name, const std::string& where) { setting[name] = where; }
 };
 
 /// JSON spellings of the enums.

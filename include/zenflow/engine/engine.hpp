@@ -1,6 +1,6 @@
 /// @file
-/// The ZenFlow engine: SPEC.md's step (exact reading: docs/engine-semantics.md) composed from the
-/// primitives, over a backend: `zenflow::host_backend` (host pointers, this header) or
+/// The ZenFlow engine: ZenFlow's step (docs/design.md; exact reading: docs/engine-semantics.md) composed from
+/// the primitives, over a backend: `zenflow::host_backend` (host pointers, this header) or
 /// `zenflow::cuda_backend` (device pointers, <zenflow/engine/engine.cuh>).
 ///
 /// Threads: the training thread calls everything; host windows run on the window queue's
@@ -117,8 +117,7 @@ public:
             "is smaller than the channel extent of the layout");
     require(weights != nullptr, fn, "weights", "must not be null");
     require(grads != nullptr, fn, "grads", "must not be null");
-    require(static_cast<std::int64_t>(channel_len * sizeof(T)) <= cfg_.ring_slot_bytes, fn, "channel_len",
-            "makes one channel larger than ring_slot_bytes");
+    require_fits_slot(channel_len, sizeof(T), fn, "channel_len", "one channel");
     return add(fn, true, dtype_of<T>(), weights, grads, channels, channel_len, ld, layout, options);
   }
 
@@ -143,10 +142,10 @@ public:
     require(n >= 1, fn, "n", "must be >= 1");
     require(weights != nullptr, fn, "weights", "must not be null");
     require(grads != nullptr, fn, "grads", "must not be null");
-    require(static_cast<std::int64_t>(n * sizeof(T)) <= cfg_.ring_slot_bytes ||
-                cfg_.mode == optimizer_mode::gpu_adamw ||
-                (cfg_.full_warm_up_rounds == 0 && cfg_.mode == optimizer_mode::zenflow),
-            fn, "n", "makes the vector larger than ring_slot_bytes");
+    if (cfg_.mode == optimizer_mode::offload_sync ||
+        (cfg_.full_warm_up_rounds > 0 && cfg_.mode == optimizer_mode::zenflow)) {
+      require_fits_slot(n, sizeof(T), fn, "n", "the vector"); // it travels to the host whole
+    }
     return add(fn, false, dtype_of<T>(), weights, grads, 1, n, n, channel_layout::contiguous, options);
   }
 
@@ -462,6 +461,31 @@ private:
   }
   [[noreturn]] static void fail(const char* fn, const char* arg, const std::string& why) {
     throw invalid_argument(std::string(fn) + ": argument '" + arg + "' " + why);
+  }
+
+  /// A channel (or a host-side vector) travels in one ring slot: the error gives the sizes and
+  /// the smallest ring_slot_bytes that fits.
+  void require_fits_slot(std::int64_t elements,
+                         std::size_t element_bytes,
+                         const char* fn,
+                         const char* arg,
+                         const char* what) const {
+    const auto bytes = static_cast<std::int64_t>(static_cast<std::uint64_t>(elements) * element_bytes);
+    if (bytes <= cfg_.ring_slot_bytes) {
+      return;
+    }
+    const std::int64_t need = std::max<std::int64_t>(4096, (bytes + 255) / 256 * 256);
+    std::string msg =
+        std::string(fn) + ": argument '" + arg + "' makes " + what + " " + std::to_string(bytes) +
+        " bytes (" + std::to_string(elements) + " x " + std::to_string(element_bytes) +
+        "), larger than one ring slot (ring_slot_bytes = " + std::to_string(cfg_.ring_slot_bytes) +
+        "), and it travels to the host in one slot: ";
+    msg +=
+        need <= (std::int64_t{1} << 30)
+            ? "set zenflow_ext.ring_slot_bytes (config::ring_slot_bytes) to at least " + std::to_string(need)
+            : std::string("that is more than the largest slot (2^30 bytes)");
+    msg += ", or register it in smaller pieces";
+    throw invalid_argument(msg);
   }
 
   [[nodiscard]] std::size_t index(param_id param) const {

@@ -4,20 +4,26 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -25,6 +31,204 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 inline constexpr std::string_view zenflow_block_path = "zero_optimization.zenflow";
+/// zenflow's own keys live in this top-level block: DeepSpeed's pydantic models forbid unknown
+/// keys inside zero_optimization (and its zenflow block), but its top-level config is a plain
+/// dict read key by key, so an unknown top-level block is ignored there.
+inline constexpr std::string_view extension_block = "zenflow_ext";
+
+/// The keys of DeepSpeed's ZenFlowConfig (deepspeed/runtime/zenflow/zenflow_config.py).
+inline constexpr std::string_view deepspeed_zenflow_keys[] = {
+    "topk_ratio",   "select_strategy", "select_interval",        "update_interval", "full_warm_up_rounds",
+    "overlap_step", "offload",         "pt_reserved_cores_perc", "auto_ratio",      "steps_per_epoch"};
+
+/// zenflow's own keys (zenflow_ext; formerly inside the zenflow block, still read there).
+inline constexpr std::string_view extension_keys[] = {
+    "host_lr_scale", "max_update_interval", "min_update_interval", "importance",   "mode",
+    "upload",        "ring_slot_bytes",     "ring_slots",          "host_threads", "param_groups"};
+
+/// DeepSpeed's top-level keys (deepspeed/runtime/config.py and the configs it reads), for the
+/// warning on an unknown one. Names only; a key missing here costs a warning, not an error.
+inline constexpr std::string_view deepspeed_top_level_keys[] = {"train_batch_size",
+                                                                "train_micro_batch_size_per_gpu",
+                                                                "gradient_accumulation_steps",
+                                                                "managed_gradient_accumulation",
+                                                                "steps_per_print",
+                                                                "dump_state",
+                                                                "disable_allgather",
+                                                                "communication_data_type",
+                                                                "seq_parallel_communication_data_type",
+                                                                "prescale_gradients",
+                                                                "gradient_predivide_factor",
+                                                                "gradient_allreduce_op",
+                                                                "sparse_gradients",
+                                                                "zero_optimization",
+                                                                "activation_checkpointing",
+                                                                "comms_logger",
+                                                                "tensorboard",
+                                                                "wandb",
+                                                                "csv_monitor",
+                                                                "comet",
+                                                                "gradient_clipping",
+                                                                "fp16",
+                                                                "bf16",
+                                                                "bfloat16",
+                                                                "amp",
+                                                                "torch_autocast",
+                                                                "compression_training",
+                                                                "graph_harvesting",
+                                                                "optimizer",
+                                                                "zero_allow_untested_optimizer",
+                                                                "zero_force_ds_cpu_optimizer",
+                                                                "scheduler",
+                                                                "flops_profiler",
+                                                                "wall_clock_breakdown",
+                                                                "memory_breakdown",
+                                                                "autotuning",
+                                                                "eigenvalue",
+                                                                "quantize_training",
+                                                                "use_data_before_expert_parallelism",
+                                                                "hybrid_engine",
+                                                                "sparse_attention",
+                                                                "pipeline",
+                                                                "progressive_layer_drop",
+                                                                "curriculum_learning",
+                                                                "data_efficiency",
+                                                                "checkpoint",
+                                                                "data_types",
+                                                                "aio",
+                                                                "dataloader_drop_last",
+                                                                "log_level",
+                                                                "nebula",
+                                                                "datastates_ckpt",
+                                                                "weight_quantization",
+                                                                "compile",
+                                                                "timers",
+                                                                "tensor_parallel",
+                                                                "expert_parallel",
+                                                                "elasticity",
+                                                                "vocabulary_size",
+                                                                "sequence_parallel_size"};
+
+/// DeepSpeed's DeepSpeedZeroConfig fields and their aliases (deepspeed/runtime/zero/config.py).
+inline constexpr std::string_view deepspeed_zero_keys[] = {"stage",
+                                                           "contiguous_gradients",
+                                                           "reduce_scatter",
+                                                           "reduce_bucket_size",
+                                                           "use_multi_rank_bucket_allreduce",
+                                                           "allgather_partitions",
+                                                           "allgather_bucket_size",
+                                                           "overlap_comm",
+                                                           "load_from_fp32_weights",
+                                                           "elastic_checkpoint",
+                                                           "offload_param",
+                                                           "offload_optimizer",
+                                                           "zenflow",
+                                                           "sub_group_size",
+                                                           "cpu_offload_param",
+                                                           "cpu_offload_use_pin_memory",
+                                                           "cpu_offload",
+                                                           "prefetch_bucket_size",
+                                                           "stage3_prefetch_bucket_size",
+                                                           "param_persistence_threshold",
+                                                           "stage3_param_persistence_threshold",
+                                                           "model_persistence_threshold",
+                                                           "stage3_model_persistence_threshold",
+                                                           "max_live_parameters",
+                                                           "stage3_max_live_parameters",
+                                                           "max_reuse_distance",
+                                                           "stage3_max_reuse_distance",
+                                                           "gather_16bit_weights_on_model_save",
+                                                           "stage3_gather_16bit_weights_on_model_save",
+                                                           "module_granularity_threshold",
+                                                           "stage3_module_granularity_threshold",
+                                                           "use_all_reduce_for_fetch_params",
+                                                           "stage3_use_all_reduce_for_fetch_params",
+                                                           "allgather_sequential",
+                                                           "stage3_allgather_sequential",
+                                                           "stage3_gather_fp16_weights_on_model_save",
+                                                           "ignore_unused_parameters",
+                                                           "legacy_stage1",
+                                                           "round_robin_gradients",
+                                                           "zero_hpz_partition_size",
+                                                           "zero_quantized_weights",
+                                                           "zero_quantized_nontrainable_weights",
+                                                           "zero_quantized_gradients",
+                                                           "zeropp_loco_param",
+                                                           "mics_shard_size",
+                                                           "mics_hierarchical_params_gather",
+                                                           "memory_efficient_linear",
+                                                           "pipeline_loading_checkpoint",
+                                                           "override_module_apply",
+                                                           "log_trace_cache_warnings",
+                                                           "enable_sanity_checks",
+                                                           "save_muon_momentum_buffer_in_memory",
+                                                           "leaf_module"};
+
+inline constexpr std::string_view adam_param_keys[] = {
+    "lr",      "betas",    "eps",   "weight_decay", "adam_w_mode", "torch_adam", "bias_correction",
+    "amsgrad", "maximize", "fused", "foreach",      "capturable"};
+
+/// Edit distance with adjacent transpositions (optimal string alignment): "tpok" is one edit
+/// from "topk".
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) {
+    d[i][0] = i;
+  }
+  for (std::size_t j = 0; j <= b.size(); ++j) {
+    d[0][j] = j;
+  }
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+/// The known key nearest to `name`, or "" when none is near: the fewest edits, if within
+/// max(2, |name| / 3); else a key that `name` begins (at least 4 characters: "topk" for
+/// "topk_ratio"), the shortest. Ties: the first listed.
+inline std::string_view nearest_key(std::string_view name,
+                                    std::initializer_list<std::span<const std::string_view>> lists) {
+  std::string_view best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  std::string_view prefixed;
+  for (const auto& list : lists) {
+    for (const std::string_view k : list) {
+      const std::size_t d = edit_distance(name, k);
+      if (d < best_d) {
+        best_d = d;
+        best = k;
+      }
+      if (name.size() >= 4 && k.substr(0, name.size()) == name &&
+          (prefixed.empty() || k.size() < prefixed.size())) {
+        prefixed = k;
+      }
+    }
+  }
+  return best_d <= std::max<std::size_t>(2, name.size() / 3) ? best : prefixed;
+}
+
+/// " (did you mean 'near'?)", or "" when `near` is empty.
+inline std::string suggestion(std::string_view near) {
+  return near.empty() ? std::string() : " (did you mean '" + std::string(near) + "'?)";
+}
+
+/// " (did you mean 'x'?)", or "" when nothing is near.
+inline std::string did_you_mean(std::string_view name,
+                                std::initializer_list<std::span<const std::string_view>> lists) {
+  const std::string_view k = nearest_key(name, lists);
+  return k.empty() ? std::string() : " (did you mean '" + std::string(k) + "'?)";
+}
+
+inline bool listed(std::span<const std::string_view> list, std::string_view name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
 
 /// Throws "zenflow::config: key '<key>' <why>".
 [[noreturn]] inline void config_fail(std::string_view key, std::string_view why) {
@@ -212,8 +416,11 @@ inline bool param_name_matches(std::string_view pattern, std::string_view name) 
   return p == pattern.size();
 }
 
-inline std::string param_group_key(std::size_t i, std::string_view field) {
-  std::string k = zenflow_key("param_groups") + "[" + std::to_string(i) + "]";
+/// `base[i].field` (`base[i]` for an empty field); validate() names groups by their place in
+/// zenflow_ext.
+inline std::string
+param_group_key(std::size_t i, std::string_view field, std::string_view base = "zenflow_ext.param_groups") {
+  std::string k = std::string(base) + "[" + std::to_string(i) + "]";
   if (!field.empty()) {
     k += '.';
     k += field;
@@ -221,7 +428,7 @@ inline std::string param_group_key(std::size_t i, std::string_view field) {
   return k;
 }
 
-/// The zenflow extension "param_groups": an array of {"match", "lr_scale"?, "weight_decay"?}
+/// zenflow_ext.param_groups: an array of {"match", "lr_scale"?, "weight_decay"?}
 /// objects; any other key is rejected by name. Values are range-checked by config::validate().
 inline std::vector<param_group> read_param_groups(const nlohmann::json& v, const std::string& key) {
   if (!v.is_array()) {
@@ -232,12 +439,12 @@ inline std::vector<param_group> read_param_groups(const nlohmann::json& v, const
   for (std::size_t i = 0; i < v.size(); ++i) {
     const nlohmann::json& g = v[i];
     if (!g.is_object()) {
-      config_fail(param_group_key(i, ""), "must be an object, got " + json_excerpt(g));
+      config_fail(param_group_key(i, "", key), "must be an object, got " + json_excerpt(g));
     }
     param_group pg;
     bool has_match = false;
     for (const auto& [name, x] : g.items()) {
-      const std::string k = param_group_key(i, name);
+      const std::string k = param_group_key(i, name, key);
       if (name == "match") {
         pg.match = json_string(x, k);
         has_match = true;
@@ -250,14 +457,82 @@ inline std::vector<param_group> read_param_groups(const nlohmann::json& v, const
       }
     }
     if (!has_match) {
-      config_fail(param_group_key(i, "match"), "is required in a parameter group");
+      config_fail(param_group_key(i, "match", key), "is required in a parameter group");
     }
     groups.push_back(std::move(pg));
   }
   return groups;
 }
 
-inline void read_zenflow_block(const nlohmann::json& zf, config& c) {
+/// What one read needs besides the config: the options, where to record sources, the keys
+/// read so far from each zenflow place.
+struct json_reader {
+  const config_read_options& options;
+  config_sources* sources;
+  std::set<std::string> in_zenflow_block; // extension keys found in their deprecated place
+  std::string mode_key;                   // the JSON path that set the mode, if one did
+
+  void record(const std::string& setting, const std::string& key) const {
+    if (sources != nullptr) {
+      sources->set(setting, key);
+    }
+  }
+
+  /// Something the reader ignores or tolerates: an error with `strict`, else a warning logged
+  /// through the log hook (and kept in `sources`).
+  void warn(const std::string& key, const std::string& why) const {
+    if (options.strict) {
+      config_fail(key, why + " [strict: rejected]");
+    }
+    std::string msg = "zenflow::config: key '" + key + "' " + why;
+    log(log_level::warning, msg);
+    if (sources != nullptr) {
+      sources->warnings.push_back(std::move(msg));
+    }
+  }
+};
+
+/// Reads zenflow's own key `name` (a member of extension_keys, and where a future key of
+/// zenflow_ext goes) into `c`; `key` is its JSON path for messages. False if `name` is not one.
+inline bool
+read_extension_key(const std::string& name, const nlohmann::json& v, const std::string& key, config& c) {
+  if (name == "host_lr_scale") {
+    c.host_lr_scale = json_enum<host_lr_scaling>(v, key,
+                                                 {{"linear", host_lr_scaling::linear},
+                                                  {"sqrt", host_lr_scaling::sqrt},
+                                                  {"none", host_lr_scaling::none}});
+  } else if (name == "max_update_interval") {
+    c.max_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
+  } else if (name == "min_update_interval") {
+    c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
+  } else if (name == "importance") {
+    c.importance =
+        json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
+  } else if (name == "mode") {
+    c.mode = json_enum<optimizer_mode>(v, key,
+                                       {{"zenflow", optimizer_mode::zenflow},
+                                        {"offload_sync", optimizer_mode::offload_sync},
+                                        {"gpu_adamw", optimizer_mode::gpu_adamw}});
+  } else if (name == "upload") {
+    c.upload = json_enum<upload_policy>(
+        v, key, {{"whole_window", upload_policy::whole_window}, {"chunk_ring", upload_policy::chunk_ring}});
+  } else if (name == "ring_slot_bytes") {
+    c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
+  } else if (name == "ring_slots") {
+    c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 2, 1024));
+  } else if (name == "host_threads") {
+    c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
+  } else if (name == "param_groups") {
+    c.param_groups = read_param_groups(v, key);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// zero_optimization.zenflow: DeepSpeed's keys with DeepSpeed's ranges; zenflow's own keys are
+/// still read here (their old place) with a deprecation warning.
+inline void read_zenflow_block(const nlohmann::json& zf, config& c, json_reader& r) {
   for (const auto& [name, v] : zf.items()) {
     const std::string key = zenflow_key(name);
     if (name == "topk_ratio") {
@@ -276,60 +551,72 @@ inline void read_zenflow_block(const nlohmann::json& zf, config& c) {
     } else if (name == "overlap_step") {
       c.overlap_step = json_bool(v, key);
     } else if (name == "offload") {
-      // DeepSpeed: keep the selected channels' optimizer state on the host. Ours is k channels'
-      // worth and lives on the device; the key is read (so existing files load) and has no effect.
-      (void)json_bool(v, key);
+      if (json_bool(v, key)) {
+        config_fail(key,
+                    "is true, which zenflow does not support: DeepSpeed's offload keeps the selected "
+                    "channels' optimizer state in pinned host memory, so that every step's device update "
+                    "reads and writes it over PCIe; zenflow keeps the selected channels' fp32 master and "
+                    "moments on the GPU (12 bytes x topk_ratio per matrix parameter, the point of the "
+                    "split: they update in place with no PCIe traffic). Set it to false or remove it");
+      }
     } else if (name == "auto_ratio") {
       c.auto_ratio = json_number(v, key);
     } else if (name == "pt_reserved_cores_perc") {
       c.pt_reserved_cores_perc = json_number(v, key);
     } else if (name == "steps_per_epoch") {
       c.steps_per_epoch = v.is_null() ? 0 : json_integer_in(v, key, 1, config::max_steps_value);
-    } else if (name == "host_lr_scale") {
-      c.host_lr_scale = json_enum<host_lr_scaling>(v, key,
-                                                   {{"linear", host_lr_scaling::linear},
-                                                    {"sqrt", host_lr_scaling::sqrt},
-                                                    {"none", host_lr_scaling::none}});
-    } else if (name == "max_update_interval") {
-      c.max_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
-    } else if (name == "min_update_interval") {
-      c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
-    } else if (name == "importance") {
-      c.importance =
-          json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
-    } else if (name == "mode") {
-      c.mode = json_enum<optimizer_mode>(v, key,
-                                         {{"zenflow", optimizer_mode::zenflow},
-                                          {"offload_sync", optimizer_mode::offload_sync},
-                                          {"gpu_adamw", optimizer_mode::gpu_adamw}});
-    } else if (name == "upload") {
-      c.upload = json_enum<upload_policy>(
-          v, key, {{"whole_window", upload_policy::whole_window}, {"chunk_ring", upload_policy::chunk_ring}});
-    } else if (name == "ring_slot_bytes") {
-      c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
-    } else if (name == "ring_slots") {
-      c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 2, 1024));
-    } else if (name == "host_threads") {
-      c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
-    } else if (name == "param_groups") {
-      c.param_groups = read_param_groups(v, key);
+    } else if (read_extension_key(name, v, key, c)) {
+      r.warn(key, "is deprecated here: DeepSpeed rejects unknown keys in its zenflow block, so the file "
+                  "cannot run under DeepSpeed; move it to '" +
+                      std::string(extension_block) + "." + name + "' (read here for now)");
+      r.in_zenflow_block.insert(name);
+      if (name == "mode") {
+        r.mode_key = key;
+      }
     } else {
       config_fail(key,
-                  "is not a known key of the zenflow block (DeepSpeed keys: topk_ratio, select_strategy, "
-                  "select_interval, update_interval, full_warm_up_rounds, overlap_step, offload, "
-                  "auto_ratio, pt_reserved_cores_perc, steps_per_epoch; zenflow extensions: "
-                  "host_lr_scale, max_update_interval, min_update_interval, importance, mode, upload, "
-                  "ring_slot_bytes, ring_slots, host_threads, param_groups)");
+                  "is not a known key of the zenflow block" +
+                      did_you_mean(name, {deepspeed_zenflow_keys, extension_keys}) +
+                      " (DeepSpeed's keys: topk_ratio, select_strategy, select_interval, update_interval, "
+                      "full_warm_up_rounds, overlap_step, offload, auto_ratio, pt_reserved_cores_perc, "
+                      "steps_per_epoch; zenflow's own go in " +
+                      std::string(extension_block) + ")");
     }
+    r.record(name, key);
   }
 }
 
-inline void read_optimizer_block(const nlohmann::json& opt, config& c) {
+/// zenflow_ext: zenflow's own keys. Unknown keys are errors (the block is ours).
+inline void read_extension_block(const nlohmann::json& ext, config& c, json_reader& r) {
+  for (const auto& [name, v] : ext.items()) {
+    const std::string key = std::string(extension_block) + "." + name;
+    if (listed(deepspeed_zenflow_keys, name)) {
+      config_fail(key, "is one of DeepSpeed's zenflow keys: put it in '" + zenflow_key(name) +
+                           "', where DeepSpeed reads it too");
+    }
+    if (r.in_zenflow_block.count(name) != 0) {
+      config_fail(key, "is also given as '" + zenflow_key(name) + "' (its deprecated place): keep one");
+    }
+    if (!read_extension_key(name, v, key, c)) {
+      config_fail(key, "is not a known key of " + std::string(extension_block) +
+                           did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
+                           " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
+                           "mode, upload, ring_slot_bytes, ring_slots, host_threads, param_groups)");
+    }
+    if (name == "mode") {
+      r.mode_key = key;
+    }
+    r.record(name, key);
+  }
+}
+
+inline void read_optimizer_block(const nlohmann::json& opt, config& c, const json_reader& r) {
   const auto type_it = opt.find("type");
   if (type_it == opt.end()) {
     config_fail("optimizer.type", "is required in an optimizer block");
   }
   const std::string type = ascii_lower(json_string(*type_it, "optimizer.type"));
+  r.record("optimizer.type", "optimizer.type");
   if (type != "adam" && type != "adamw") {
     config_fail("optimizer.type",
                 "must be \"Adam\" or \"AdamW\" (zenflow runs Adam only), got " + json_excerpt(*type_it));
@@ -339,6 +626,11 @@ inline void read_optimizer_block(const nlohmann::json& opt, config& c) {
   if (const nlohmann::json* params = json_object_member(opt, "params", "optimizer.params")) {
     for (const auto& [name, v] : params->items()) {
       const std::string key = "optimizer.params." + name;
+      if (name == "lr" || name == "betas" || name == "eps" || name == "weight_decay") {
+        r.record(key, key);
+      } else if (name == "adam_w_mode") {
+        r.record("optimizer.type", "optimizer.type and optimizer.params.adam_w_mode");
+      }
       if (name == "lr") {
         h.lr = json_float(v, key);
       } else if (name == "betas") {
@@ -364,8 +656,10 @@ inline void read_optimizer_block(const nlohmann::json& opt, config& c) {
           config_fail(key, "is not supported (must be false)");
         }
       } else {
-        config_fail(key, "is not a known Adam parameter (known: lr, betas, eps, weight_decay, adam_w_mode, "
-                         "torch_adam, bias_correction, amsgrad, maximize, fused, foreach, capturable)");
+        config_fail(key,
+                    "is not a known Adam parameter" + did_you_mean(name, {adam_param_keys}) +
+                        " (known: lr, betas, eps, weight_decay, adam_w_mode, torch_adam, bias_correction, "
+                        "amsgrad, maximize, fused, foreach, capturable)");
       }
     }
   }
@@ -373,7 +667,7 @@ inline void read_optimizer_block(const nlohmann::json& opt, config& c) {
   c.adam = h;
 }
 
-inline void read_precision_blocks(const nlohmann::json& ds, config& c) {
+inline void read_precision_blocks(const nlohmann::json& ds, config& c, const json_reader& r) {
   bool fp16 = false;
   bool bf16 = false;
   if (const nlohmann::json* b = json_object_member(ds, "bf16", "bf16")) {
@@ -394,6 +688,7 @@ inline void read_precision_blocks(const nlohmann::json& ds, config& c) {
                     "support: give the static scale the gradients carry (> 0)");
       }
       c.loss_scale = json_float(*ls, "fp16.loss_scale");
+      r.record("fp16.loss_scale", "fp16.loss_scale");
     }
   }
   if (fp16 && bf16) {
@@ -413,6 +708,22 @@ inline adamw_hparams config::deepspeed_adam_defaults() noexcept {
   h.weight_decay = 0.0f;
   h.decoupled = true;
   return h;
+}
+
+inline config config::deepspeed_defaults() noexcept {
+  // DeepSpeed's ZenFlowConfig defaults, whatever the C++ defaults of these fields become.
+  config c;
+  c.topk_ratio = 0.1;
+  c.select = select_strategy::automatic;
+  c.select_interval = 0;
+  c.update_interval = 0;
+  c.full_warm_up_rounds = 0;
+  c.overlap_step = false;
+  c.auto_ratio = 0.99;
+  c.pt_reserved_cores_perc = 0.5;
+  c.steps_per_epoch = 0;
+  c.adam = deepspeed_adam_defaults();
+  return c;
 }
 
 inline std::string_view to_string(select_strategy v) noexcept {
@@ -485,8 +796,9 @@ inline std::int64_t config::topk(std::int64_t channels) const noexcept {
   if (channels <= 0) {
     return 0;
   }
-  const double p = topk_ratio * static_cast<double>(channels) * (1.0 + 8.0 * DBL_EPSILON);
-  const auto k = static_cast<std::int64_t>(std::floor(p));
+  // Python's int(topk_ratio * channels): one IEEE double product, truncated toward zero.
+  const double product = topk_ratio * static_cast<double>(channels);
+  const auto k = static_cast<std::int64_t>(product);
   return std::clamp<std::int64_t>(k, 1, channels);
 }
 
@@ -503,54 +815,58 @@ inline unsigned config::resolved_host_threads(unsigned hardware_threads) const n
   if (host_threads != 0) {
     return host_threads;
   }
-  const double n = std::floor(static_cast<double>(hardware_threads) * (1.0 - pt_reserved_cores_perc));
-  return std::max(1u, static_cast<unsigned>(std::max(0.0, n)));
+  // DeepSpeed reserves math.ceil(pt_reserved_cores_perc * cores) for the training thread.
+  const double reserved = std::ceil(pt_reserved_cores_perc * static_cast<double>(hardware_threads));
+  const double left = static_cast<double>(hardware_threads) -
+                      std::clamp(reserved, 0.0, static_cast<double>(hardware_threads));
+  return std::max(1u, static_cast<unsigned>(left));
 }
 
 inline void config::validate() const {
   using detail::config_fail;
   using detail::value_text;
   using detail::zenflow_key;
+  const auto ext_key = [](const char* name) { return std::string(detail::extension_block) + "." + name; };
   const auto check = [](bool ok, std::string_view key, const std::string& why) {
     if (!ok) {
       config_fail(key, why);
     }
   };
-  const auto in_steps = [&](std::int64_t v, std::int64_t lo, const char* name) {
-    check(v >= lo && v <= max_steps_value, zenflow_key(name),
+  const auto in_steps = [&](std::int64_t v, std::int64_t lo, const std::string& key) {
+    check(v >= lo && v <= max_steps_value, key,
           "must be in [" + std::to_string(lo) + ", " + std::to_string(max_steps_value) + "], got " +
               std::to_string(v));
   };
 
   check(mode == optimizer_mode::zenflow || mode == optimizer_mode::offload_sync ||
             mode == optimizer_mode::gpu_adamw,
-        zenflow_key("mode"), "is not a valid optimizer_mode");
-  check(std::isfinite(topk_ratio) && topk_ratio > 0.0 && topk_ratio <= 1.0, zenflow_key("topk_ratio"),
-        "must be in (0, 1], got " + value_text(topk_ratio));
+        ext_key("mode"), "is not a valid optimizer_mode");
+  check(std::isfinite(topk_ratio) && topk_ratio >= 0.0 && topk_ratio <= 1.0, zenflow_key("topk_ratio"),
+        "must be in [0, 1], got " + value_text(topk_ratio));
   check(select == select_strategy::step || select == select_strategy::epoch ||
             select == select_strategy::automatic,
         zenflow_key("select_strategy"), "is not a valid select_strategy");
-  in_steps(select_interval, 0, "select_interval");
-  in_steps(update_interval, 0, "update_interval");
-  in_steps(full_warm_up_rounds, 0, "full_warm_up_rounds");
-  in_steps(steps_per_epoch, 0, "steps_per_epoch");
-  in_steps(min_update_interval, 1, "min_update_interval");
-  in_steps(max_update_interval, 1, "max_update_interval");
-  check(max_update_interval >= min_update_interval, zenflow_key("max_update_interval"),
+  in_steps(select_interval, 0, zenflow_key("select_interval"));
+  in_steps(update_interval, 0, zenflow_key("update_interval"));
+  in_steps(full_warm_up_rounds, 0, zenflow_key("full_warm_up_rounds"));
+  in_steps(steps_per_epoch, 0, zenflow_key("steps_per_epoch"));
+  in_steps(min_update_interval, 1, ext_key("min_update_interval"));
+  in_steps(max_update_interval, 1, ext_key("max_update_interval"));
+  check(max_update_interval >= min_update_interval, ext_key("max_update_interval"),
         "must be >= min_update_interval (" + std::to_string(min_update_interval) + "), got " +
             std::to_string(max_update_interval));
-  check(std::isfinite(auto_ratio) && auto_ratio > 0.0 && auto_ratio <= 1.0, zenflow_key("auto_ratio"),
-        "must be in (0, 1], got " + value_text(auto_ratio));
+  check(std::isfinite(auto_ratio) && auto_ratio >= 0.0 && auto_ratio <= 1.0, zenflow_key("auto_ratio"),
+        "must be in [0, 1], got " + value_text(auto_ratio));
   check(
-      std::isfinite(pt_reserved_cores_perc) && pt_reserved_cores_perc >= 0.0 && pt_reserved_cores_perc < 1.0,
-      zenflow_key("pt_reserved_cores_perc"), "must be in [0, 1), got " + value_text(pt_reserved_cores_perc));
+      std::isfinite(pt_reserved_cores_perc) && pt_reserved_cores_perc >= 0.0 && pt_reserved_cores_perc <= 1.0,
+      zenflow_key("pt_reserved_cores_perc"), "must be in [0, 1], got " + value_text(pt_reserved_cores_perc));
   check(host_lr_scale == host_lr_scaling::linear || host_lr_scale == host_lr_scaling::sqrt ||
             host_lr_scale == host_lr_scaling::none,
-        zenflow_key("host_lr_scale"), "is not a valid host_lr_scaling");
-  check(importance == channel_norm::sq_l2 || importance == channel_norm::l1, zenflow_key("importance"),
+        ext_key("host_lr_scale"), "is not a valid host_lr_scaling");
+  check(importance == channel_norm::sq_l2 || importance == channel_norm::l1, ext_key("importance"),
         "must be sq_l2 or l1");
 
-  // The selection schedule (SPEC.md "Configuration").
+  // The selection schedule (docs/config.md, "Selection schedule").
   switch (select) {
   case select_strategy::step:
     check(select_interval >= 1, zenflow_key("select_interval"),
@@ -580,8 +896,8 @@ inline void config::validate() const {
               std::to_string(update_interval) + ")");
   } else {
     check(si >= min_update_interval, si_key,
-          "gives " + std::to_string(si) + " steps between selections, shorter than min_update_interval (" +
-              std::to_string(min_update_interval) + ")");
+          "gives " + std::to_string(si) + " steps between selections, shorter than " +
+              ext_key("min_update_interval") + " (" + std::to_string(min_update_interval) + ")");
   }
 
   // Optimizer.
@@ -611,26 +927,35 @@ inline void config::validate() const {
   }
 
   // Transport.
-  check(upload == upload_policy::whole_window || upload == upload_policy::chunk_ring, zenflow_key("upload"),
+  check(upload == upload_policy::whole_window || upload == upload_policy::chunk_ring, ext_key("upload"),
         "is not a valid upload_policy");
   check(ring_slot_bytes >= 4096 && ring_slot_bytes <= (std::int64_t{1} << 30) && ring_slot_bytes % 256 == 0,
-        zenflow_key("ring_slot_bytes"),
+        ext_key("ring_slot_bytes"),
         "must be a multiple of 256 in [4096, 2^30], got " + std::to_string(ring_slot_bytes));
-  check(ring_slots >= 2 && ring_slots <= 1024, zenflow_key("ring_slots"),
+  check(ring_slots >= 2 && ring_slots <= 1024, ext_key("ring_slots"),
         "must be in [2, 1024], got " + std::to_string(ring_slots));
-  check(host_threads <= 4096, zenflow_key("host_threads"),
+  check(host_threads <= 4096, ext_key("host_threads"),
         "must be in [0, 4096] (0 = derived), got " + std::to_string(host_threads));
 }
 
-inline config config::from_deepspeed_json(const nlohmann::json& ds) {
+inline config config::from_deepspeed_json(const nlohmann::json& ds,
+                                          const config_read_options& options,
+                                          config_sources* sources) {
   using detail::config_fail;
   if (!ds.is_object()) {
     config_fail("<root>", "must be a JSON object (a DeepSpeed config), got " + detail::json_excerpt(ds));
   }
-  config c;
+  // Everything is read into locals: on error neither the caller's sources nor anything else changed.
+  config_sources src;
+  src.origin = "JSON value";
+  detail::json_reader r{options, sources != nullptr ? &src : nullptr, {}, {}};
+  config c = deepspeed_defaults();
   bool has_zenflow = false;
+  bool has_zero = false;
   bool offload_cpu = false;
-  if (const nlohmann::json* zero = detail::json_object_member(ds, "zero_optimization", "zero_optimization")) {
+  const nlohmann::json* zero = detail::json_object_member(ds, "zero_optimization", "zero_optimization");
+  if (zero != nullptr) {
+    has_zero = true;
     if (const nlohmann::json* off =
             detail::json_object_member(*zero, "offload_optimizer", "zero_optimization.offload_optimizer")) {
       if (const auto it = off->find("device"); it != off->end() && !it->is_null()) {
@@ -640,25 +965,74 @@ inline config config::from_deepspeed_json(const nlohmann::json& ds) {
     if (const nlohmann::json* zf =
             detail::json_object_member(*zero, "zenflow", std::string(detail::zenflow_block_path))) {
       has_zenflow = true;
-      detail::read_zenflow_block(*zf, c);
+      detail::read_zenflow_block(*zf, c, r);
     }
   }
-  if (!has_zenflow) {
+  if (const nlohmann::json* ext = detail::json_object_member(ds, "zenflow_ext", "zenflow_ext")) {
+    detail::read_extension_block(*ext, c, r);
+  }
+  const bool mode_given = !r.mode_key.empty();
+  std::string mode_reason;
+  if (mode_given) {
+    mode_reason = "set by " + r.mode_key;
+  } else if (has_zenflow) {
+    c.mode = optimizer_mode::zenflow;
+    mode_reason = "the file has a zero_optimization.zenflow block";
+  } else {
     // No zenflow block: the DeepSpeed run this file describes is one of our baselines.
     c.mode = offload_cpu ? optimizer_mode::offload_sync : optimizer_mode::gpu_adamw;
+    mode_reason = offload_cpu ? "no zero_optimization.zenflow block, and zero_optimization.offload_optimizer."
+                                "device is \"cpu\": DeepSpeed's ZeRO-Offload"
+                              : "no zero_optimization.zenflow block and no CPU offload: DeepSpeed's "
+                                "optimizer on the GPU";
+  }
+  if (!mode_given) {
+    r.record("mode", "from the file's zero_optimization blocks");
+  }
+  const std::string baseline_note =
+      has_zenflow || mode_given
+          ? std::string()
+          : "; without it this file runs the " + std::string(to_string(c.mode)) + " baseline";
+  // What DeepSpeed would reject or ignore and we would otherwise read past in silence.
+  for (const auto& [name, v] : ds.items()) {
+    (void)v;
+    if (!detail::listed(detail::deepspeed_top_level_keys, name) && name != detail::extension_block) {
+      const std::string_view near = detail::nearest_key(
+          name, {detail::deepspeed_top_level_keys, std::span(&detail::extension_block, 1)});
+      r.warn(name, "is not a DeepSpeed or zenflow top-level key and is ignored" + detail::suggestion(near) +
+                       (near == "zero_optimization" && !has_zero ? baseline_note : std::string()));
+    }
+  }
+  if (zero != nullptr) {
+    for (const auto& [name, v] : zero->items()) {
+      (void)v;
+      if (!detail::listed(detail::deepspeed_zero_keys, name)) {
+        const std::string_view near = detail::nearest_key(name, {detail::deepspeed_zero_keys});
+        r.warn("zero_optimization." + name,
+               "is not a key of DeepSpeed's zero_optimization (DeepSpeed rejects it) and is ignored" +
+                   detail::suggestion(near) + (near == "zenflow" ? baseline_note : std::string()));
+      }
+    }
   }
   if (const nlohmann::json* opt = detail::json_object_member(ds, "optimizer", "optimizer")) {
-    detail::read_optimizer_block(*opt, c);
+    detail::read_optimizer_block(*opt, c, r);
   }
   if (const auto it = ds.find("gradient_clipping"); it != ds.end() && !it->is_null()) {
     c.gradient_clipping = detail::json_float(*it, "gradient_clipping");
+    r.record("gradient_clipping", "gradient_clipping");
   }
-  detail::read_precision_blocks(ds, c);
+  detail::read_precision_blocks(ds, c, r);
   c.validate();
+  if (sources != nullptr) {
+    src.mode_reason = std::move(mode_reason);
+    *sources = std::move(src);
+  }
   return c;
 }
 
-inline config config::from_deepspeed_json_string(std::string_view text) {
+inline config config::from_deepspeed_json_string(std::string_view text,
+                                                 const config_read_options& options,
+                                                 config_sources* sources) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text.begin(), text.end());
@@ -666,10 +1040,16 @@ inline config config::from_deepspeed_json_string(std::string_view text) {
     // parse_error, and out_of_range for a number that overflows a double (1e400): both bad input.
     detail::config_fail("<root>", std::string("is not valid JSON: ") + e.what());
   }
-  return from_deepspeed_json(j);
+  config c = from_deepspeed_json(j, options, sources);
+  if (sources != nullptr) {
+    sources->origin = "JSON text";
+  }
+  return c;
 }
 
-inline config config::from_deepspeed_json_file(const std::string& path) {
+inline config config::from_deepspeed_json_file(const std::string& path,
+                                               const config_read_options& options,
+                                               config_sources* sources) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw invalid_argument("zenflow::config: cannot open config file '" + path + "'");
@@ -677,13 +1057,19 @@ inline config config::from_deepspeed_json_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   try {
-    return from_deepspeed_json_string(text.str());
+    config c = from_deepspeed_json_string(text.str(), options, sources);
+    if (sources != nullptr) {
+      sources->origin = "file " + path;
+    }
+    return c;
   } catch (const invalid_argument& e) {
     throw invalid_argument(std::string(e.what()) + " (in " + path + ")");
   }
 }
 
 inline nlohmann::json config::to_deepspeed_json() const {
+  // DeepSpeed's keys where DeepSpeed reads them; every one written, so that DeepSpeed's defaults
+  // (overlap_step false) never replace ours when the file is read back.
   nlohmann::json zf;
   zf["topk_ratio"] = topk_ratio;
   zf["select_strategy"] = std::string(to_string(select));
@@ -694,15 +1080,17 @@ inline nlohmann::json config::to_deepspeed_json() const {
   zf["auto_ratio"] = auto_ratio;
   zf["pt_reserved_cores_perc"] = pt_reserved_cores_perc;
   zf["steps_per_epoch"] = steps_per_epoch == 0 ? nlohmann::json(nullptr) : nlohmann::json(steps_per_epoch);
-  zf["host_lr_scale"] = std::string(to_string(host_lr_scale));
-  zf["max_update_interval"] = max_update_interval;
-  zf["min_update_interval"] = min_update_interval;
-  zf["importance"] = importance == channel_norm::l1 ? "l1" : "sq_l2";
-  zf["mode"] = std::string(to_string(mode));
-  zf["upload"] = std::string(to_string(upload));
-  zf["ring_slot_bytes"] = ring_slot_bytes;
-  zf["ring_slots"] = ring_slots;
-  zf["host_threads"] = host_threads;
+
+  nlohmann::json ext;
+  ext["mode"] = std::string(to_string(mode));
+  ext["host_lr_scale"] = std::string(to_string(host_lr_scale));
+  ext["max_update_interval"] = max_update_interval;
+  ext["min_update_interval"] = min_update_interval;
+  ext["importance"] = importance == channel_norm::l1 ? "l1" : "sq_l2";
+  ext["upload"] = std::string(to_string(upload));
+  ext["ring_slot_bytes"] = ring_slot_bytes;
+  ext["ring_slots"] = ring_slots;
+  ext["host_threads"] = host_threads;
   if (!param_groups.empty()) {
     nlohmann::json groups = nlohmann::json::array();
     for (const param_group& g : param_groups) {
@@ -716,11 +1104,12 @@ inline nlohmann::json config::to_deepspeed_json() const {
       }
       groups.push_back(std::move(j));
     }
-    zf["param_groups"] = std::move(groups);
+    ext["param_groups"] = std::move(groups);
   }
 
   nlohmann::json ds;
   ds["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}, {"zenflow", zf}};
+  ds[std::string(detail::extension_block)] = ext;
   ds["optimizer"] = {{"type", adam.decoupled ? "AdamW" : "Adam"},
                      {"params",
                       {{"lr", adam.lr},
@@ -733,6 +1122,169 @@ inline nlohmann::json config::to_deepspeed_json() const {
     ds["fp16"] = {{"enabled", true}, {"loss_scale", loss_scale}};
   }
   return ds;
+}
+
+namespace detail {
+
+/// The shortest decimal that reads back as `v` (0.1 prints as 0.1).
+template <class T>
+std::string shortest(T v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+inline std::string interval_text(std::int64_t v) {
+  return v == 0 ? std::string("\"auto\"") : std::to_string(v);
+}
+
+/// describe()'s rows: setting name, this config's value, the reference default's value.
+inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, const config& d) {
+  const auto adam_type = [](const adamw_hparams& h) {
+    return std::string(h.decoupled ? "AdamW" : "Adam (L2)");
+  };
+  const auto betas = [](const adamw_hparams& h) {
+    return "[" + shortest(h.beta1) + ", " + shortest(h.beta2) + "]";
+  };
+  const auto norm = [](channel_norm n) { return std::string(n == channel_norm::l1 ? "l1" : "sq_l2"); };
+  const auto spe = [](std::int64_t v) { return v == 0 ? std::string("unknown") : std::to_string(v); };
+  const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  return {
+      {"mode", std::string(to_string(c.mode)), std::string(to_string(d.mode))},
+      {"topk_ratio", shortest(c.topk_ratio), shortest(d.topk_ratio)},
+      {"select_strategy", std::string(to_string(c.select)), std::string(to_string(d.select))},
+      {"select_interval", interval_text(c.select_interval), interval_text(d.select_interval)},
+      {"update_interval", interval_text(c.update_interval), interval_text(d.update_interval)},
+      {"full_warm_up_rounds", std::to_string(c.full_warm_up_rounds), std::to_string(d.full_warm_up_rounds)},
+      {"overlap_step", b(c.overlap_step), b(d.overlap_step)},
+      {"auto_ratio", shortest(c.auto_ratio), shortest(d.auto_ratio)},
+      {"pt_reserved_cores_perc", shortest(c.pt_reserved_cores_perc), shortest(d.pt_reserved_cores_perc)},
+      {"steps_per_epoch", spe(c.steps_per_epoch), spe(d.steps_per_epoch)},
+      {"host_lr_scale", std::string(to_string(c.host_lr_scale)), std::string(to_string(d.host_lr_scale))},
+      {"max_update_interval", std::to_string(c.max_update_interval), std::to_string(d.max_update_interval)},
+      {"min_update_interval", std::to_string(c.min_update_interval), std::to_string(d.min_update_interval)},
+      {"importance", norm(c.importance), norm(d.importance)},
+      {"upload", std::string(to_string(c.upload)), std::string(to_string(d.upload))},
+      {"ring_slot_bytes", std::to_string(c.ring_slot_bytes), std::to_string(d.ring_slot_bytes)},
+      {"ring_slots", std::to_string(c.ring_slots), std::to_string(d.ring_slots)},
+      {"host_threads",
+       c.host_threads == 0 ? "0 (from pt_reserved_cores_perc)" : std::to_string(c.host_threads),
+       d.host_threads == 0 ? "0 (from pt_reserved_cores_perc)" : std::to_string(d.host_threads)},
+      {"optimizer.type", adam_type(c.adam), adam_type(d.adam)},
+      {"optimizer.params.lr", shortest(c.adam.lr) + " (step() takes each step's lr)",
+       shortest(d.adam.lr) + " (step() takes each step's lr)"},
+      {"optimizer.params.betas", betas(c.adam), betas(d.adam)},
+      {"optimizer.params.eps", shortest(c.adam.eps), shortest(d.adam.eps)},
+      {"optimizer.params.weight_decay", shortest(c.adam.weight_decay), shortest(d.adam.weight_decay)},
+      {"gradient_clipping", c.gradient_clipping == 0.0f ? "0 (off)" : shortest(c.gradient_clipping),
+       d.gradient_clipping == 0.0f ? "0 (off)" : shortest(d.gradient_clipping)},
+      {"fp16.loss_scale", shortest(c.loss_scale), shortest(d.loss_scale)},
+  };
+}
+
+} // namespace detail
+
+inline std::string config::describe(const config_sources* sources) const {
+  const bool from_json = sources != nullptr;
+  // A DeepSpeed file starts from DeepSpeed's defaults; a C++ config from config{}.
+  const config reference = from_json ? deepspeed_defaults() : config{};
+  const auto origin_of = [&](const std::string& name) -> std::string {
+    if (from_json) {
+      if (const auto it = sources->setting.find(name); it != sources->setting.end()) {
+        return it->second;
+      }
+    }
+    return std::string();
+  };
+  std::ostringstream os;
+  os << "zenflow configuration"
+     << (from_json && !sources->origin.empty() ? ", read from " + sources->origin : "") << "\n";
+
+  // The resolved mode: what runs.
+  os << "mode: " << to_string(mode);
+  if (from_json && !sources->mode_reason.empty()) {
+    os << " (" << sources->mode_reason << ")";
+  }
+  os << "\n";
+  switch (mode) {
+  case optimizer_mode::gpu_adamw:
+    os << "  dense AdamW on the device for every parameter, every step; nothing is offloaded (a baseline)\n";
+    break;
+  case optimizer_mode::offload_sync:
+    os << "  ZeRO-Offload-like baseline: every step all gradients go to the host, host AdamW updates every "
+          "channel, the weights come back before the step returns\n";
+    break;
+  case optimizer_mode::zenflow: {
+    os << "  on the device, every step: k = int(topk_ratio x channels) channels per matrix (at least 1; "
+          "topk_ratio "
+       << detail::shortest(topk_ratio) << "); the other channels: host AdamW windows\n";
+    if (full_warm_up_rounds > 0) {
+      os << "  warm-up: the first " << full_warm_up_rounds
+         << " steps run plain synchronous offloaded AdamW on every channel\n";
+    }
+    os << "  host windows: ";
+    if (overlap_step) {
+      os << "overlapped (overlap_step true): a window's host AdamW runs during the next window and its "
+            "weights land at that window's close (exactly one window stale)";
+    } else {
+      os << "synchronous (overlap_step false): each window's host AdamW runs at its close and the step "
+            "waits for it";
+    }
+    const std::string overlap_origin = origin_of("overlap_step");
+    if (from_json && overlap_origin.empty()) {
+      os << "; overlap_step is not in the file, so DeepSpeed's default (false) applies, as DeepSpeed would "
+            "run it: set \"overlap_step\": true to overlap";
+    }
+    os << "\n  window length: ";
+    if (auto_update()) {
+      os << "Zen-auto (update_interval \"auto\"): " << min_update_interval << " to " << max_update_interval
+         << " steps, closing once a share " << detail::shortest(auto_ratio) << " of the matrices vote"
+         << (auto_ratio == 0.0 ? " (0: every window closes at min_update_interval)" : "");
+    } else {
+      os << update_interval << " steps (update_interval)";
+    }
+    os << "\n  selection: every " << select_interval_steps() << " steps from step " << full_warm_up_rounds
+       << " (select_strategy \"" << to_string(select) << "\"";
+    if (select == select_strategy::automatic && steps_per_epoch == 0) {
+      os << ", no steps_per_epoch: every max(" << auto_select_fallback_steps << ", update_interval) steps";
+    }
+    os << ")\n";
+    os << "  host lr: x "
+       << (host_lr_scale == host_lr_scaling::linear ? "n_w (the window's steps)"
+           : host_lr_scale == host_lr_scaling::sqrt ? "sqrt(n_w)"
+                                                    : "1 (DeepSpeed's behaviour)")
+       << " (host_lr_scale " << to_string(host_lr_scale) << ")\n";
+    break;
+  }
+  }
+
+  // Every setting, with where it came from.
+  os << "settings:\n";
+  for (const auto& [name, value, def] : detail::setting_rows(*this, reference)) {
+    std::string where = origin_of(name);
+    if (where.empty()) {
+      if (value != def) {
+        where = "set by the caller";
+      } else if (from_json && detail::listed(detail::deepspeed_zenflow_keys, name)) {
+        where = "DeepSpeed's default";
+      } else if (from_json && name.rfind("optimizer.", 0) == 0) {
+        where = "DeepSpeed's default";
+      } else {
+        where = "default";
+      }
+    }
+    const auto pad = [](const std::string& text, std::size_t width) {
+      return text + std::string(text.size() < width ? width - text.size() : 1, ' ');
+    };
+    os << "  " << pad(name, 31) << pad(value, 16) << "[" << where << "]\n";
+  }
+  if (from_json && !sources->warnings.empty()) {
+    os << "warnings:\n";
+    for (const auto& w : sources->warnings) {
+      os << "  " << w << "\n";
+    }
+  }
+  return os.str();
 }
 
 ZF_NAMESPACE_END
