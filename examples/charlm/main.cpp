@@ -23,6 +23,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "charlm_train: %s\n", e.what());
     return 2;
   }
+  // The resolved zenflow configuration: the mode that runs, every setting and where it came from
+  // (the DeepSpeed file's key, DeepSpeed's default, a flag), and the reader's warnings.
+  if (o.print_config || !o.quiet) {
+    std::fputs(o.zf.describe(&o.zf_sources).c_str(), stdout);
+    if (o.print_config) {
+      return 0;
+    }
+    std::fputs("\n", stdout);
+  } else {
+    for (const auto& w : o.zf_sources.warnings) {
+      std::fprintf(stderr, "charlm_train: %s\n", w.c_str()); // --quiet still shows what was ignored
+    }
+  }
   try {
     const bool want_cuda = o.backend == "cuda" || (o.backend == "auto" && zenflow::cuda_available());
     charlm::run_result r;

@@ -1,7 +1,8 @@
 /// @file
 /// The trainer's command line: model size, data, schedule, output, and every zenflow knob (as a
 /// flag, or from a DeepSpeed JSON file through zenflow::config::from_deepspeed_json_file; flags
-/// given on the command line override the file).
+/// given on the command line override the file, and `zf_sources` records where each value came
+/// from for the resolved-config printout, zenflow::config::describe).
 #pragma once
 
 #include <algorithm>
@@ -45,7 +46,10 @@ struct options {
   unsigned threads = 0; ///< host backend: threads of the model's GEMMs (0: what zenflow leaves free)
   // zenflow
   std::string deepspeed_config;
+  bool strict_config = false; ///< --strict-config: what the reader would warn about is an error
+  bool print_config = false;  ///< --print-config: print the resolved configuration and exit
   zenflow::config zf{};
+  zenflow::config_sources zf_sources; ///< where each zenflow setting came from (file key or flag)
 };
 
 /// Model sizes. tiny: CI; cpu: the demo on a 2-core machine; gpu: a quick GPU check;
@@ -89,7 +93,13 @@ usage: charlm_train [options]
   --quiet                   no progress lines
 
   zenflow (DeepSpeed zero_optimization.zenflow names; a flag overrides the file):
-  --deepspeed-config FILE   read zero_optimization.zenflow, optimizer, gradient_clipping, fp16
+  --deepspeed-config FILE   read it as DeepSpeed does (zero_optimization.zenflow, optimizer,
+                            gradient_clipping, fp16/bf16; DeepSpeed's defaults for what it leaves
+                            out, overlap_step false included) plus zenflow's own zenflow_ext block
+  --strict-config           reject what the reader would only warn about (an unknown top-level or
+                            zero_optimization key such as a misspelt block name)
+  --print-config            print the resolved configuration (mode, every setting and where it
+                            came from) and exit; without --quiet it is printed before training
   --topk-ratio X  --select-strategy step|epoch|auto  --select-interval N|auto (N alone: "step")
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none
@@ -157,6 +167,46 @@ inline std::int64_t parse_interval(const std::string& flag, const std::string& v
 
 using handler = std::function<void(const std::string& flag, const std::string& value)>;
 
+/// The setting (as zenflow::config::describe names it) that a flag sets, or "" for the
+/// trainer's own flags.
+inline std::string setting_of_flag(const std::string& flag) {
+  static const std::vector<std::pair<std::string_view, std::string_view>> special = {
+      {"--optimizer", "mode"},
+      {"--lr", "optimizer.params.lr"},
+      {"--beta1", "optimizer.params.betas"},
+      {"--beta2", "optimizer.params.betas"},
+      {"--eps", "optimizer.params.eps"},
+      {"--weight-decay", "optimizer.params.weight_decay"},
+      {"--adam-mode", "optimizer.type"},
+      {"--loss-scale", "fp16.loss_scale"}};
+  for (const auto& [f, setting] : special) {
+    if (flag == f) {
+      return std::string(setting);
+    }
+  }
+  static const std::vector<std::string_view> same_name = {"topk_ratio",
+                                                          "select_strategy",
+                                                          "select_interval",
+                                                          "update_interval",
+                                                          "full_warm_up_rounds",
+                                                          "overlap_step",
+                                                          "auto_ratio",
+                                                          "pt_reserved_cores_perc",
+                                                          "host_lr_scale",
+                                                          "max_update_interval",
+                                                          "min_update_interval",
+                                                          "steps_per_epoch",
+                                                          "importance",
+                                                          "gradient_clipping",
+                                                          "upload",
+                                                          "ring_slot_bytes",
+                                                          "ring_slots",
+                                                          "host_threads"};
+  std::string name = flag.substr(2);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return std::find(same_name.begin(), same_name.end(), name) != same_name.end() ? name : std::string();
+}
+
 } // namespace detail
 
 /// Parses the command line into `o` (which holds the defaults). Throws zenflow::invalid_argument
@@ -176,7 +226,8 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
     if (eq != std::string::npos) {
       value = a.substr(eq + 1);
       a = a.substr(0, eq);
-    } else if (a == "--quiet" && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+    } else if ((a == "--quiet" || a == "--strict-config" || a == "--print-config") &&
+               (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
       value = "true";
     } else {
       if (i + 1 >= args.size()) {
@@ -189,10 +240,16 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
   // The file and the size preset first, so that every other flag overrides them.
   bool mode_given = false;
   bool strategy_given = false;
+  bool lr_given = false;
+  for (const auto& [f, v] : flags) {
+    if (f == "--strict-config") {
+      o.strict_config = detail::parse_bool(f, v);
+    }
+  }
   for (const auto& [f, v] : flags) {
     if (f == "--deepspeed-config") {
       o.deepspeed_config = v;
-      o.zf = zenflow::config::from_deepspeed_json_file(v);
+      o.zf = zenflow::config::from_deepspeed_json_file(v, {.strict = o.strict_config}, &o.zf_sources);
       o.lr = o.zf.adam.lr; // the file's lr is the schedule's peak unless --lr says otherwise
     } else if (f == "--size") {
       apply_size_preset(o, v);
@@ -225,6 +282,8 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
        }},
       {"--size", [](S, S) {}},
       {"--deepspeed-config", [](S, S) {}},
+      {"--strict-config", [](S, S) {}},
+      {"--print-config", [&](S f, S v) { o.print_config = detail::parse_bool(f, v); }},
       {"--context", [&](S f, S v) { o.shape.context = i32(f, v); }},
       {"--embed", [&](S f, S v) { o.shape.embed = i32(f, v); }},
       {"--hidden", [&](S f, S v) { o.shape.hidden = i32(f, v); }},
@@ -235,6 +294,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
        [&](S f, S v) {
          o.lr = f32(f, v);
          z.adam.lr = o.lr;
+         lr_given = true;
        }},
       {"--warmup-steps", [&](S f, S v) { o.warmup_steps = parse_int(f, v); }},
       {"--min-lr-ratio", [&](S f, S v) { o.min_lr_ratio = f32(f, v); }},
@@ -308,6 +368,9 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       if (f == name) {
         handle(f, v);
         known = true;
+        if (const std::string setting = detail::setting_of_flag(f); !setting.empty()) {
+          o.zf_sources.set(setting, f);
+        }
         break;
       }
     }
@@ -319,9 +382,13 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
     z.mode = zenflow::optimizer_mode::zenflow;
   }
   z.adam.lr = o.lr;
+  if (!lr_given && o.deepspeed_config.empty()) {
+    o.zf_sources.set("optimizer.params.lr", "charlm_train's default --lr (the schedule's peak)");
+  }
   // A fixed --select-interval alone means "every N steps" (DeepSpeed needs select_strategy "step").
   if (!strategy_given && z.select_interval > 0 && z.select == zenflow::select_strategy::automatic) {
     z.select = zenflow::select_strategy::step;
+    o.zf_sources.set("select_strategy", "--select-interval (a number alone means \"step\")");
   }
   auto need = [](bool ok, const char* msg) {
     if (!ok) {

@@ -812,7 +812,7 @@ TEST(reference, rejects_mismatched_inputs) {
   EXPECT_THROW(ref.step({}, 0.1), std::invalid_argument);
   EXPECT_EQ(ref.stats().steps, 0);
   config bad;
-  bad.topk_ratio = 0.0;
+  bad.topk_ratio = -0.1; // [0, 1] is valid (DeepSpeed's range)
   EXPECT_THROW(zenflow_reference{bad}, zenflow::invalid_argument);
 }
 

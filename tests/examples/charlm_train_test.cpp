@@ -4,6 +4,8 @@
 // deferred updates of the unimportant channels cost little loss; PCIe accounting matches what
 // each mode moves.
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -160,6 +162,41 @@ TEST(CharlmOptions, DeepSpeedConfigFileThenFlags) {
   ASSERT_TRUE(charlm::parse_args({"--lr", "5e-4", "--deepspeed-config", CHARLM_DS_CONFIG}, p));
   EXPECT_FLOAT_EQ(p.lr, 5e-4f);
   EXPECT_FLOAT_EQ(p.zf.adam.lr, 5e-4f);
+}
+
+// The resolved-config printout names where each value came from: the file's key, DeepSpeed's
+// default, or the flag that overrode it; --strict-config turns the reader's warnings into errors.
+TEST(CharlmOptions, ResolvedConfigNamesFileKeysAndFlags) {
+  charlm::options o;
+  ASSERT_TRUE(charlm::parse_args(
+      {"--deepspeed-config", CHARLM_DS_CONFIG, "--update-interval", "8", "--host-lr-scale", "none"}, o));
+  const std::string text = o.zf.describe(&o.zf_sources);
+  EXPECT_NE(text.find(std::string("read from file ") + CHARLM_DS_CONFIG), std::string::npos) << text;
+  EXPECT_NE(text.find("[zero_optimization.zenflow.topk_ratio]"), std::string::npos) << text;
+  EXPECT_NE(text.find("[--update-interval]"), std::string::npos) << text;
+  EXPECT_NE(text.find("[--host-lr-scale]"), std::string::npos) << text;
+  EXPECT_NE(text.find("auto_ratio                     0.99            [DeepSpeed's default]"),
+            std::string::npos)
+      << text;
+
+  const std::string path = ::testing::TempDir() + "charlm_misspelt_ds.json";
+  {
+    std::ofstream out(path);
+    out << R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflw": {"topk_ratio": 0.2}}})";
+  }
+  charlm::options lax;
+  ASSERT_TRUE(charlm::parse_args({"--deepspeed-config", path}, lax));
+  EXPECT_EQ(lax.zf.mode, zenflow::optimizer_mode::offload_sync); // what DeepSpeed-less reading gives
+  ASSERT_EQ(lax.zf_sources.warnings.size(), 1u);
+  EXPECT_NE(lax.zf_sources.warnings[0].find("did you mean 'zenflow'?"), std::string::npos);
+  charlm::options strict;
+  try {
+    (void)charlm::parse_args({"--strict-config", "true", "--deepspeed-config", path}, strict);
+    ADD_FAILURE() << "--strict-config accepted a misspelt block";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'zero_optimization.zenflw'"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
 }
 
 TEST(CharlmOptions, LearningRateSchedule) {

@@ -177,10 +177,11 @@ struct config {
 
   /// A human-readable summary of this configuration, several lines: the resolved mode (what
   /// runs: ZenFlow with overlapped or synchronous host windows, Zen-auto or fixed windows, the
-  /// selection interval in steps; or a baseline) and every setting with where it came from: the
-  /// JSON path that set it (from `sources`), DeepSpeed's default for a key a DeepSpeed file left
-  /// out, the C++ default, or "set by the caller" for a value that differs from the default with
-  /// no recorded origin; then the reader's warnings.
+  /// selection interval in steps; or a baseline) and every setting with where it came from: what
+  /// `sources` recorded (the JSON path, or a caller's note such as a command-line flag),
+  /// DeepSpeed's default for a key a DeepSpeed file left out, the C++ default, or "set by the
+  /// caller" for a value that differs from the default with no recorded origin; then the
+  /// reader's warnings.
   [[nodiscard]] std::string describe(const config_sources* sources = nullptr) const;
 };
 
@@ -190,6 +191,7 @@ struct config {
 /// (`optimizer.params.lr`, `gradient_clipping`, `fp16.loss_scale`).
 struct config_sources {
   std::string origin;                         ///< "file ds.json", "JSON text", "JSON value"
+  bool deepspeed_defaults = false;            ///< read as a DeepSpeed file: its defaults apply
   std::map<std::string, std::string> setting; ///< setting -> where it was set (a JSON path, a flag)
   std::string mode_reason;                    ///< why the mode is what it is
   std::vector<std::string> warnings;          ///< every warning the reader logged, in order

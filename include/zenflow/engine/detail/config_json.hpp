@@ -948,6 +948,7 @@ inline config config::from_deepspeed_json(const nlohmann::json& ds,
   // Everything is read into locals: on error neither the caller's sources nor anything else changed.
   config_sources src;
   src.origin = "JSON value";
+  src.deepspeed_defaults = true;
   detail::json_reader r{options, sources != nullptr ? &src : nullptr, {}, {}};
   config c = deepspeed_defaults();
   bool has_zenflow = false;
@@ -1185,11 +1186,11 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
 } // namespace detail
 
 inline std::string config::describe(const config_sources* sources) const {
-  const bool from_json = sources != nullptr;
+  const bool from_json = sources != nullptr && sources->deepspeed_defaults;
   // A DeepSpeed file starts from DeepSpeed's defaults; a C++ config from config{}.
   const config reference = from_json ? deepspeed_defaults() : config{};
   const auto origin_of = [&](const std::string& name) -> std::string {
-    if (from_json) {
+    if (sources != nullptr) {
       if (const auto it = sources->setting.find(name); it != sources->setting.end()) {
         return it->second;
       }
@@ -1198,11 +1199,11 @@ inline std::string config::describe(const config_sources* sources) const {
   };
   std::ostringstream os;
   os << "zenflow configuration"
-     << (from_json && !sources->origin.empty() ? ", read from " + sources->origin : "") << "\n";
+     << (sources != nullptr && !sources->origin.empty() ? ", read from " + sources->origin : "") << "\n";
 
   // The resolved mode: what runs.
   os << "mode: " << to_string(mode);
-  if (from_json && !sources->mode_reason.empty()) {
+  if (sources != nullptr && !sources->mode_reason.empty()) {
     os << " (" << sources->mode_reason << ")";
   }
   os << "\n";
@@ -1278,7 +1279,7 @@ inline std::string config::describe(const config_sources* sources) const {
     };
     os << "  " << pad(name, 31) << pad(value, 16) << "[" << where << "]\n";
   }
-  if (from_json && !sources->warnings.empty()) {
+  if (sources != nullptr && !sources->warnings.empty()) {
     os << "warnings:\n";
     for (const auto& w : sources->warnings) {
       os << "  " << w << "\n";
