@@ -162,7 +162,7 @@ TEST(engine_convergence, zenflow_loss_within_two_percent_of_dense_adamw) {
   EXPECT_LT(l_dense, 1.05 * floor); // dense AdamW learns the problem down to the noise floor
   EXPECT_LT(l_zen, 1.02 * l_dense); // the goal: ZenFlow (r = 0.1, S = 4, overlap) within 2%
   // The check can fail: without host_lr_scale (DeepSpeed's behaviour) the weak channels move S
-  // times slower and, at S = 8, end far from dense AdamW (SPEC: "none" lags, "linear" keeps pace).
+  // times slower and, at S = 8, end far from dense AdamW (docs/design.md: "none" lags, "linear" keeps pace).
   EXPECT_GT(l_zen_none, 1.2 * l_dense);
 }
 

@@ -1,14 +1,14 @@
 /// @file
-/// An independent float64 reference of SPEC.md's ZenFlow step, for the engine's tests.
+/// An independent float64 reference of ZenFlow's step (docs/design.md), for the engine's tests.
 ///
-/// Written from SPEC.md ("One step", "Adam details", "host_lr_scale", "Zen-auto", and every item
-/// of "What DeepSpeed's implementation gets wrong", done right), not from the engine's code: it
+/// Written from the design (docs/design.md: "One step", "Zen-auto", "host_lr_scale", and every row
+/// of "What zenflow does differently from DeepSpeed"), not from the engine's code: it
 /// uses no zenflow internals except the config struct (and its schedule helpers) and the dtype
 /// rounding. Every quantity is a double: masters, moments, the accumulator, the gradient
 /// coefficient, the Zen-auto statistics. Working weights are the masters rounded
 /// double -> float -> dtype, written exactly when the engine writes them.
 ///
-/// The semantics where SPEC leaves a choice open (all of them in docs/engine-semantics.md, which
+/// The semantics where the design leaves a choice open (all of them in docs/engine-semantics.md, which
 /// the engine follows too):
 ///  - t counts every step() call, skipped ones included. A bad step (a NaN/Inf anywhere) changes
 ///    no weight, moment, count, accumulator or Zen-auto statistic, but counts toward warm-up, the

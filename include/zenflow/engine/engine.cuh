@@ -527,7 +527,7 @@ public:
     }
   }
 
-  // ---- the upload of a host window's new weights (SPEC "Streaming"; docs/engine.md) --------
+  // ---- the upload of a host window's new weights (docs/design.md "Streaming"; docs/engine.md) --------
   //
   // Called on the thread that ran the host job (the window queue's executor with overlap), right
   // after the job wrote the pinned upload buffers: begin_uploads, upload per parameter,

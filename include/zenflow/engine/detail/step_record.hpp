@@ -51,7 +51,7 @@ ZF_HOST_DEVICE ZF_FORCEINLINE double sqrt(double a) {
 }
 } // namespace step_scalars_ops
 
-/// coef_t and bad_t from the squared global norm and the NaN/Inf flags (SPEC's first two lines).
+/// coef_t and bad_t from the squared global norm and the NaN/Inf flags (docs/design.md, "One step", 1).
 /// A step is bad when an element is NaN or Inf, never because of its norm: `sum_sq` is fp64 (the
 /// fp64 sum of the per-tensor totals, see `sq_total_lane`), so a finite gradient's norm does not
 /// overflow, and the clipping coefficient is computed in fp64 too. The gradients carry

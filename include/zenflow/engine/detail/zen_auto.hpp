@@ -1,5 +1,5 @@
 /// @file
-/// Zen-auto: the run-time choice of each host window's length (SPEC.md, "Zen-auto").
+/// Zen-auto: the run-time choice of each host window's length (docs/design.md, "Zen-auto").
 ///
 /// Per matrix and per step the device reports `crit` (L1 mass of the selected channels) and
 /// `rest` (L1 mass of the others). The voter keeps the mean of `crit / k` over the steps since
