@@ -679,6 +679,42 @@ TEST(config, host_threads_follow_deepspeeds_core_split) {
   EXPECT_EQ(c.resolved_host_threads(12), 3u);
 }
 
+// The example docs/config.md shows: a DeepSpeed file with zenflow's own keys in zenflow_ext,
+// read, checked, and printed as the resolved configuration.
+TEST(config_example, read_a_deepspeed_file_and_print_the_resolved_configuration) {
+  const std::string path = ::testing::TempDir() + "zf_config_example_ds.json";
+  {
+    std::ofstream out(path);
+    out << R"({
+      "train_micro_batch_size_per_gpu": 8,
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                            "zenflow": {"topk_ratio": 0.05, "update_interval": 4, "overlap_step": true,
+                                        "select_strategy": "step", "select_interval": 100}},
+      "zenflow_ext": {"host_lr_scale": "sqrt", "max_update_interval": 8},
+      "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.01}},
+      "gradient_clipping": 1.0
+    })";
+  }
+  // example-begin read-deepspeed-config
+  zenflow::set_log_handler(zenflow::stderr_log_handler); // show the reader's warnings, if any
+  zenflow::config_sources sources;                       // where each value came from
+  const zenflow::config cfg = zenflow::config::from_deepspeed_json_file(path, {.strict = true}, &sources);
+  std::fputs(cfg.describe(&sources).c_str(), stdout); // the resolved mode, every setting, its origin
+  // example-end read-deepspeed-config
+  zenflow::set_log_handler({});
+  EXPECT_EQ(cfg.mode, zenflow::optimizer_mode::zenflow);
+  EXPECT_EQ(cfg.topk_ratio, 0.05);
+  EXPECT_EQ(cfg.update_interval, 4);
+  EXPECT_TRUE(cfg.overlap_step);
+  EXPECT_EQ(cfg.host_lr_scale, zenflow::host_lr_scaling::sqrt);
+  EXPECT_EQ(cfg.max_update_interval, 8);
+  EXPECT_EQ(cfg.adam.weight_decay, 0.01f);
+  EXPECT_EQ(sources.setting.at("host_lr_scale"), "zenflow_ext.host_lr_scale");
+  EXPECT_EQ(sources.origin, "file " + path);
+  EXPECT_TRUE(sources.warnings.empty());
+  std::remove(path.c_str());
+}
+
 // ---- what the reader used to ignore in silence: warnings, strict mode, suggestions ------------
 
 /// The message of the invalid_argument that `f` throws ("" and a failure if none).
