@@ -205,6 +205,20 @@ TEST(config, integral_floats_and_null_are_read_like_deepspeed) {
   EXPECT_EQ(c.steps_per_epoch, 0);
 }
 
+TEST(config, auto_placeholders_take_deepspeeds_defaults) {
+  // DeepSpeed's config models drop "auto" values: each key then takes DeepSpeed's default.
+  zenflow::config_sources src;
+  const config c = config::from_deepspeed_json_string(
+      with_zenflow(R"({"topk_ratio": "auto", "overlap_step": "auto", "auto_ratio": "auto", "offload": "auto",
+                       "pt_reserved_cores_perc": "auto", "full_warm_up_rounds": "auto", "steps_per_epoch": "auto"})"),
+      {}, &src);
+  EXPECT_EQ(c.to_deepspeed_json(), config::deepspeed_defaults().to_deepspeed_json());
+  EXPECT_EQ(src.setting.at("topk_ratio"),
+            "zero_optimization.zenflow.topk_ratio \"auto\" (DeepSpeed's default)");
+  expect_rejected(with_zenflow(R"({"topk_ratio": "automatic"})"), "zero_optimization.zenflow.topk_ratio");
+  expect_rejected(R"({"zenflow_ext": {"ring_slots": "auto"}})", "zenflow_ext.ring_slots");
+}
+
 TEST(config, empty_zenflow_block_gives_deepspeeds_defaults) {
   const config c = config::from_deepspeed_json_string(with_zenflow("{}"));
   EXPECT_EQ(c.to_deepspeed_json(), config::deepspeed_defaults().to_deepspeed_json());

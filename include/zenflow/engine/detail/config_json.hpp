@@ -535,6 +535,12 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
 inline void read_zenflow_block(const nlohmann::json& zf, config& c, json_reader& r) {
   for (const auto& [name, v] : zf.items()) {
     const std::string key = zenflow_key(name);
+    if (v.is_string() && v.get<std::string>() == "auto" && listed(deepspeed_zenflow_keys, name) &&
+        name != "select_strategy" && name != "select_interval" && name != "update_interval") {
+      // DeepSpeed's config models drop "auto" values (Hugging Face's placeholders): the default.
+      r.record(name, key + " \"auto\" (DeepSpeed's default)");
+      continue;
+    }
     if (name == "topk_ratio") {
       c.topk_ratio = json_number(v, key);
     } else if (name == "select_strategy") {
