@@ -848,7 +848,7 @@ TEST(config_warnings, offload_true_is_rejected_with_the_reason) {
   EXPECT_NO_THROW((void)config::from_deepspeed_json_string(with_zenflow(R"({"offload": false})")));
 }
 
-TEST(config_warnings, a_rejected_file_changes_neither_the_sources_nor_logs_past_the_error) {
+TEST(config_warnings, a_rejected_file_leaves_the_callers_sources_as_they_were) {
   zenflow::config_sources src;
   src.origin = "kept";
   src.warnings = {"kept"};
