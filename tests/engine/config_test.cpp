@@ -839,6 +839,18 @@ TEST(config_warnings, our_keys_in_the_zenflow_block_are_read_with_a_deprecation_
   EXPECT_TRUE(contains(both, "'zenflow_ext.mode' is also given as 'zero_optimization.zenflow.mode'")) << both;
 }
 
+TEST(config_warnings, a_zenflow_block_without_cpu_offload_warns_as_deepspeed_rejects_it) {
+  const std::string json = R"({"zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.2}}})";
+  const log_capture log;
+  const config c = config::from_deepspeed_json_string(json);
+  EXPECT_EQ(c.mode, zenflow::optimizer_mode::zenflow);
+  ASSERT_EQ(log.messages.size(), 1u);
+  EXPECT_TRUE(
+      log.any_contains("'zero_optimization.zenflow' is given without zero_optimization.offload_optimizer"));
+  const std::string err = error_of([&] { (void)config::from_deepspeed_json_string(json, {.strict = true}); });
+  EXPECT_TRUE(contains(err, "which DeepSpeed rejects")) << err;
+}
+
 TEST(config_warnings, offload_true_is_rejected_with_the_reason) {
   const std::string err =
       error_of([] { (void)config::from_deepspeed_json_string(with_zenflow(R"({"offload": true})")); });

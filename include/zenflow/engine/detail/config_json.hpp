@@ -1021,6 +1021,12 @@ inline config config::from_deepspeed_json(const nlohmann::json& ds,
       }
     }
   }
+  if (has_zenflow && !offload_cpu) {
+    // DeepSpeed raises "Zenflow must be used with cpu offload"; zenflow runs the file anyway.
+    r.warn(std::string(detail::zenflow_block_path),
+           "is given without zero_optimization.offload_optimizer.device \"cpu\", which DeepSpeed rejects "
+           "(ZenFlow needs CPU offload there); zenflow runs it as ZenFlow");
+  }
   if (const nlohmann::json* opt = detail::json_object_member(ds, "optimizer", "optimizer")) {
     detail::read_optimizer_block(*opt, c, r);
   }
