@@ -994,7 +994,7 @@ inline config config::from_deepspeed_json(const nlohmann::json& ds,
                                 "optimizer on the GPU";
   }
   if (!mode_given) {
-    r.record("mode", "from the file's zero_optimization blocks");
+    r.record("mode", "inferred from the file (see mode above)");
   }
   const std::string baseline_note =
       has_zenflow || mode_given
