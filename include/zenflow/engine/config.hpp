@@ -64,8 +64,9 @@ struct config_sources;
 /// How the DeepSpeed reader treats what it does not use.
 struct config_read_options {
   /// false: an unknown top-level or `zero_optimization` key (a misspelt `zenflw` block, a
-  /// `gradient_cliping`), or a zenflow key in its deprecated place, is logged as a warning and
-  /// ignored (or read). true: each of them is an error (zenflow::invalid_argument naming it).
+  /// `gradient_cliping`), a zenflow key in its deprecated place, or a zenflow block without CPU
+  /// offload (DeepSpeed rejects it) is logged as a warning through the log hook and ignored (or
+  /// read). true: each of them is an error (zenflow::invalid_argument naming the key).
   bool strict = false;
 };
 
@@ -81,7 +82,7 @@ struct config {
   std::int64_t select_interval = 0;                    ///< 0 = "auto"
   std::int64_t update_interval = 0;                    ///< 0 = "auto" (Zen-auto)
   std::int64_t full_warm_up_rounds = 0;                ///< >= 0
-  bool overlap_step = true;                            ///< DeepSpeed's default is false; ours true
+  bool overlap_step = true;                            ///< DeepSpeed's (and a DeepSpeed file's): false
   double auto_ratio = 0.99;                            ///< [0, 1]; 0: close at min_update_interval
   double pt_reserved_cores_perc = 0.5;                 ///< [0, 1]; 1: the host pool gets one thread
   std::int64_t steps_per_epoch = 0;                    ///< 0 = unknown ("epoch" then rejected)
