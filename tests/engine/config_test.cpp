@@ -851,6 +851,43 @@ TEST(config_warnings, a_zenflow_block_without_cpu_offload_warns_as_deepspeed_rej
   EXPECT_TRUE(contains(err, "which DeepSpeed rejects")) << err;
 }
 
+TEST(config_warnings, param_groups_live_in_zenflow_ext_and_are_still_read_from_the_zenflow_block) {
+  const std::string groups =
+      R"([{"match": "*.bias", "weight_decay": 0.0}, {"match": "embed", "lr_scale": 0.5}])";
+  const log_capture log;
+  zenflow::config_sources src;
+  const config old_place =
+      config::from_deepspeed_json_string(with_zenflow(R"({"param_groups": )" + groups + "}"), {}, &src);
+  ASSERT_EQ(old_place.param_groups.size(), 2u);
+  EXPECT_EQ(old_place.param_groups[1].lr_scale, 0.5f);
+  EXPECT_TRUE(log.any_contains("move it to 'zenflow_ext.param_groups'"));
+  const config new_place = config::from_deepspeed_json_string(
+      R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {}}, "zenflow_ext": {"param_groups": )" +
+      groups + "}}");
+  EXPECT_EQ(old_place.to_deepspeed_json(), new_place.to_deepspeed_json());
+  EXPECT_TRUE(new_place.to_deepspeed_json()["zenflow_ext"].contains("param_groups"));
+  EXPECT_TRUE(contains(old_place.describe(&src),
+                       R"([{"match":"*.bias","weight_decay":0.0},{"lr_scale":0.5,"match":"embed"}])"))
+      << old_place.describe(&src);
+  // Errors name the place they were read from; validate() names the canonical one.
+  EXPECT_TRUE(contains(error_of([] {
+                         (void)config::from_deepspeed_json_string(
+                             R"({"zenflow_ext": {"param_groups": [{"lr": 1}]}})");
+                       }),
+                       "'zenflow_ext.param_groups[0].lr'"));
+  EXPECT_TRUE(contains(error_of([] {
+                         (void)config::from_deepspeed_json_string(
+                             with_zenflow(R"({"param_groups": [{"match": "a", "lr": 1}]})"));
+                       }),
+                       "'zero_optimization.zenflow.param_groups[0].lr'"));
+  EXPECT_TRUE(contains(
+      error_of([&] {
+        (void)config::from_deepspeed_json_string(R"({"zero_optimization": {"zenflow": {"param_groups": )" +
+                                                 groups + R"(}}, "zenflow_ext": {"param_groups": []}})");
+      }),
+      "'zenflow_ext.param_groups' is also given as 'zero_optimization.zenflow.param_groups'"));
+}
+
 TEST(config_warnings, offload_true_is_rejected_with_the_reason) {
   const std::string err =
       error_of([] { (void)config::from_deepspeed_json_string(with_zenflow(R"({"offload": true})")); });
@@ -1004,7 +1041,7 @@ TEST(config_engine, ring_slot_error_gives_the_numbers_and_the_remedy) {
   config cfg;
   cfg.ring_slot_bytes = 4096;
   zenflow::engine<zenflow::host_backend> zf(cfg);
-  std::vector<zenflow::bfloat16> w(3000 * 2), g(w.size());
+  std::vector<zenflow::bfloat16> w(3 * 2048), g(w.size());
   const std::string err = error_of([&] { (void)zf.add_matrix(w.data(), g.data(), 2, 3000); });
   EXPECT_TRUE(contains(err, "argument 'channel_len' makes one channel 6000 bytes (3000 x 2)")) << err;
   EXPECT_TRUE(contains(err, "ring_slot_bytes = 4096")) << err;

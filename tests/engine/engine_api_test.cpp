@@ -90,14 +90,14 @@ TEST(engine_param_groups, zero_lr_scale_freezes_a_parameter_and_its_neighbours_s
 TEST(engine_param_groups, json_groups_apply_by_name_first_match_wins_options_win) {
   const auto cfg = zenflow::config::from_deepspeed_json_string(R"({
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
-    "zero_optimization": {"zenflow": {
-      "topk_ratio": 0.25, "select_strategy": "step", "select_interval": 8, "update_interval": 2,
-      "param_groups": [
+    "zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {
+      "topk_ratio": 0.25, "select_strategy": "step", "select_interval": 8, "update_interval": 2}},
+    "zenflow_ext": {"param_groups": [
         {"match": "*.bias", "weight_decay": 0.0},
         {"match": "norm", "weight_decay": 0.0, "lr_scale": 0.5},
         {"match": "layer?.weight", "lr_scale": 2.0},
         {"match": "*", "lr_scale": 0.75}
-      ]}}})");
+      ]}})");
   ASSERT_EQ(cfg.param_groups.size(), 4u);
   // Round trip through the writer.
   const auto again = zenflow::config::from_deepspeed_json(cfg.to_deepspeed_json());
@@ -188,9 +188,9 @@ TEST(engine_param_groups, name_matching_agrees_with_std_regex_on_random_patterns
 
 TEST(engine_param_groups, bad_values_are_rejected_by_name_and_register_nothing) {
   const auto json = [](const std::string& groups) {
-    return R"({"zero_optimization": {"zenflow": {"param_groups": )" + groups + "}}}";
+    return R"({"zenflow_ext": {"param_groups": )" + groups + "}}";
   };
-  const std::string key = "zero_optimization.zenflow.param_groups";
+  const std::string key = "zenflow_ext.param_groups";
   expect_invalid([&] { (void)zenflow::config::from_deepspeed_json_string(json(R"({"match": "x"})")); }, key);
   expect_invalid([&] { (void)zenflow::config::from_deepspeed_json_string(json(R"([3])")); }, key + "[0]");
   expect_invalid(

@@ -1151,6 +1151,14 @@ inline std::string interval_text(std::int64_t v) {
   return v == 0 ? std::string("\"auto\"") : std::to_string(v);
 }
 
+/// The parameter groups as one line of JSON ("none" when there is none).
+inline std::string groups_text(const config& c) {
+  if (c.param_groups.empty()) {
+    return "none";
+  }
+  return c.to_deepspeed_json()[std::string(extension_block)]["param_groups"].dump();
+}
+
 /// describe()'s rows: setting name, this config's value, the reference default's value.
 inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, const config& d) {
   const auto adam_type = [](const adamw_hparams& h) {
@@ -1180,6 +1188,7 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
       {"upload", std::string(to_string(c.upload)), std::string(to_string(d.upload))},
       {"ring_slot_bytes", std::to_string(c.ring_slot_bytes), std::to_string(d.ring_slot_bytes)},
       {"ring_slots", std::to_string(c.ring_slots), std::to_string(d.ring_slots)},
+      {"param_groups", groups_text(c), groups_text(d)},
       {"host_threads",
        c.host_threads == 0 ? "0 (from pt_reserved_cores_perc)" : std::to_string(c.host_threads),
        d.host_threads == 0 ? "0 (from pt_reserved_cores_perc)" : std::to_string(d.host_threads)},
