@@ -18,24 +18,15 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/engine.hpp>
 
+#include "support/log_capture.hpp"
+
 namespace {
 
 using zenflow::config;
 
-/// Captures every message of the log hook while alive (and restores the quiet default).
-struct log_capture {
-  std::vector<std::string> messages;
-  log_capture() {
-    zenflow::set_log_handler([this](zenflow::log_level, std::string_view m) { messages.emplace_back(m); },
-                             zenflow::log_level::debug);
-  }
-  ~log_capture() { zenflow::set_log_handler({}); }
-  log_capture(const log_capture&) = delete;
-  log_capture& operator=(const log_capture&) = delete;
-  [[nodiscard]] bool any_contains(const std::string& text) const {
-    return std::any_of(messages.begin(), messages.end(),
-                       [&](const std::string& m) { return m.find(text) != std::string::npos; });
-  }
+/// The config reader's log messages ("zenflow::config: ...").
+struct log_capture : zf_test::log_capture {
+  log_capture() : zf_test::log_capture("zenflow::config") {}
 };
 
 // DeepSpeed's ZenFlow tutorial block, as users have it in their files.

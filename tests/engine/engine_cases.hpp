@@ -29,6 +29,7 @@
 #include <zenflow/engine/engine.hpp>
 
 #include "engine_harness.hpp"
+#include "support/log_capture.hpp"
 #include "support/zenflow_reference.hpp"
 
 namespace zf_engine_test {
@@ -298,20 +299,9 @@ overflow_against_reference(zenflow::config cfg, overflow_kind kind, int steps, i
 }
 
 /// Captures the log while alive; restores the quiet default after.
-struct log_capture {
-  std::mutex mutex;
-  std::vector<std::pair<zenflow::log_level, std::string>> lines;
-  log_capture() {
-    zenflow::set_log_handler(
-        [this](zenflow::log_level level, std::string_view msg) {
-          std::lock_guard lock(mutex);
-          lines.emplace_back(level, std::string(msg));
-        },
-        zenflow::log_level::debug);
-  }
-  log_capture(const log_capture&) = delete;
-  log_capture& operator=(const log_capture&) = delete;
-  ~log_capture() { zenflow::set_log_handler({}); }
+/// Captures the engine's own log messages (the shared helper, filtered to "zenflow::engine").
+struct log_capture : zf_test::log_capture {
+  log_capture() : zf_test::log_capture("zenflow::engine") {}
 };
 
 /// Destroying an engine whose last window (overlap_step, fixed windows of 2) was computed but

@@ -428,9 +428,12 @@ stress_result run_h2d_stress(Backend backend,
     const auto bytes = payload(seed, i, slot_bytes);
     // Fill the slot in two halves with a pause: a slot still being read by the previous upload
     // would hand the pause's half-written state to it.
-    std::memcpy(w.data, bytes.data(), bytes.size() / 2);
-    maybe_sleep(rng, delay_us);
-    std::memcpy(w.data + bytes.size() / 2, bytes.data() + bytes.size() / 2, bytes.size() - bytes.size() / 2);
+    if (!bytes.empty()) { // an empty payload's data() may be null, which memcpy must not get
+      std::memcpy(w.data, bytes.data(), bytes.size() / 2);
+      maybe_sleep(rng, delay_us);
+      std::memcpy(w.data + bytes.size() / 2, bytes.data() + bytes.size() / 2,
+                  bytes.size() - bytes.size() / 2);
+    }
     ring.upload(w, dst[i].data(), bytes.size());
     uploaded.store(i + 1, std::memory_order_release);
   }
