@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -18,8 +19,8 @@
 
 namespace {
 
-using zf_engine_test::model;
 using zf_engine_test::kShapes;
+using zf_engine_test::model;
 using zf_engine_test::shape;
 using zf_engine_test::small_config;
 using host_engine = zenflow::engine<zenflow::host_backend>;
@@ -142,6 +143,56 @@ TEST(engine_reference, sqrt_lr_scale_l1_importance_adam_l2_bf16) {
   cfg.update_interval = 4;
   cfg.select_interval = 8;
   EXPECT_LE(run_against_reference<zenflow::bfloat16>(cfg, 40, zf_test::base_seed() + 3), 1.01);
+}
+
+// The two rules of docs/defaults.md beyond linear/sqrt/none: "capped" at windows longer than its
+// cap, "snr" (a per-matrix factor from the window's own gradients) with Zen-auto's varied windows.
+TEST(engine_reference, capped_lr_scale_windows_longer_than_the_cap_float) {
+  auto cfg = small_config();
+  cfg.host_lr_scale = zenflow::host_lr_scaling::capped;
+  cfg.update_interval = 6;
+  cfg.select_interval = 12;
+  EXPECT_LT(run_against_reference<float>(cfg, 40, zf_test::base_seed() + 8), 64.0);
+}
+
+TEST(engine_reference, snr_lr_scale_zen_auto_warm_up_bf16) {
+  auto cfg = small_config();
+  cfg.host_lr_scale = zenflow::host_lr_scaling::snr;
+  cfg.update_interval = 0;
+  cfg.max_update_interval = 6;
+  cfg.auto_ratio = 0.5;
+  cfg.full_warm_up_rounds = 2;
+  cfg.select_interval = 12;
+  EXPECT_LE(run_against_reference<zenflow::bfloat16>(cfg, 45, zf_test::base_seed() + 9), 1.01);
+}
+
+TEST(engine_reference, snr_lr_scale_no_overlap_clipping_float) {
+  auto cfg = small_config();
+  cfg.host_lr_scale = zenflow::host_lr_scaling::snr;
+  cfg.overlap_step = false;
+  cfg.update_interval = 5;
+  cfg.select_interval = 10;
+  cfg.gradient_clipping = 0.5f;
+  EXPECT_LT(run_against_reference<float>(cfg, 40, zf_test::base_seed() + 10), 64.0);
+}
+
+TEST(engine_host_lr_factor, every_rule_at_its_limits) {
+  using zenflow::host_lr_factor;
+  using zenflow::host_lr_scaling;
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::none, 9), 1.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::linear, 9), 9.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::sqrt, 9), 3.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::capped, 3), 3.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::capped, 9), static_cast<double>(zenflow::host_lr_cap));
+  // snr: n where the window's gradients agree (coherence 1), sqrt(n) for noise (1 / sqrt(n)),
+  // never below 1 (anti-correlated, empty or undefined) nor above n.
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 9, 1.0), 9.0);
+  EXPECT_DOUBLE_EQ(host_lr_factor(host_lr_scaling::snr, 9, 1.0 / 3.0), 3.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 9, 0.01), 1.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 9, 1.5), 9.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 9, std::nan("")), 1.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 9, std::numeric_limits<double>::infinity()), 1.0);
+  EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 1, 0.7), 1.0);
 }
 
 TEST(engine_reference, zen_auto_overlap_float_many_selections) {

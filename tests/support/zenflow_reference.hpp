@@ -231,6 +231,7 @@ public:
         }
         p.step_crit = crit;
         p.step_rest = rest;
+        p.window_rest += rest;
       }
     }
 
@@ -304,6 +305,7 @@ private:
     double rest_sum = 0.0; ///< Zen-auto: rest over the window's good steps (to t-1)
     double step_crit = 0.0;
     double step_rest = 0.0;
+    double window_rest = 0.0; ///< host_lr_scale "snr": rest over all of the window's good steps
   };
 
   struct job_result {
@@ -467,14 +469,28 @@ private:
       case zenflow::host_lr_scaling::none:
         scale = 1.0;
         break;
+      case zenflow::host_lr_scaling::capped:
+        scale = std::min(n, 4.0);
+        break;
+      case zenflow::host_lr_scaling::snr:
+        scale = -1.0; // per matrix, below
+        break;
       }
-      const double host_lr = lr * scale;
       job.w.resize(params_.size());
       job.touched.resize(params_.size());
       for (std::size_t i = 0; i < params_.size(); ++i) {
         param& p = params_[i];
         if (!p.matrix) {
           continue;
+        }
+        double host_lr = lr * scale;
+        if (scale < 0.0) { // "snr": n x |sum of the window's gradients|_1 / sum of their |g|_1, in [1, n]
+          double acc_l1 = 0.0;
+          for (const double x : p.acc) {
+            acc_l1 += std::fabs(x);
+          }
+          const double rho = acc_l1 / p.window_rest;
+          host_lr = lr * (std::isfinite(rho) ? std::min(std::max(n * rho, 1.0), n) : 1.0);
         }
         job.w[i].assign(p.w.size(), 0.0);
         job.touched[i].assign(static_cast<std::size_t>(p.channels), 0);
@@ -499,6 +515,7 @@ private:
     for (param& p : params_) {
       std::fill(p.acc.begin(), p.acc.end(), 0.0);
       p.rest_sum = 0.0;
+      p.window_rest = 0.0;
     }
     if (cfg_.overlap_step) {
       write(pending_); // job w-1 first

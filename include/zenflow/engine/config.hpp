@@ -11,6 +11,8 @@
 /// (<zenflow/core/log.hpp>) with the nearest known key, or rejected with `strict`.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -35,8 +37,37 @@ enum class select_strategy : std::uint8_t {
 };
 
 /// How the host job's learning rate is scaled by its window's step count n_w.
-/// JSON: "linear" (lr * n_w, default) | "sqrt" (lr * sqrt(n_w)) | "none" (DeepSpeed's behaviour).
-enum class host_lr_scaling : std::uint8_t { linear, sqrt, none };
+/// JSON: "linear" (lr * n_w) | "sqrt" (lr * sqrt(n_w)) | "none" (DeepSpeed's behaviour) |
+/// "capped" (lr * min(n_w, host_lr_cap)) | "snr" (per matrix and window, lr * clamp(n_w * rho, 1,
+/// n_w) with rho = |sum of the window's gradients|_1 / sum of their |g|_1 over the host channels:
+/// n_w where the gradients agree, ~sqrt(n_w) where they are noise). Chosen in docs/defaults.md.
+enum class host_lr_scaling : std::uint8_t { linear, sqrt, none, capped, snr };
+
+/// The factor the host job's learning rate is multiplied by for a window of `n_w` steps. For "snr",
+/// `coherence` is the window's rho (|sum g|_1 / sum |g|_1, in [0, 1]); the other rules ignore it.
+[[nodiscard]] double host_lr_factor(host_lr_scaling rule, std::int64_t n_w, double coherence = 1.0) noexcept;
+
+/// The cap of host_lr_scaling::capped: the host step grows with the window like "linear" up to
+/// this many steps, then stays (a long Zen-auto window of noisy channels must not move n_w x).
+inline constexpr std::int64_t host_lr_cap = 4;
+
+inline double host_lr_factor(host_lr_scaling rule, std::int64_t n_w, double coherence) noexcept {
+  const auto n = static_cast<double>(n_w);
+  switch (rule) {
+  case host_lr_scaling::linear:
+    return n;
+  case host_lr_scaling::sqrt:
+    return std::sqrt(n);
+  case host_lr_scaling::capped:
+    return std::min(n, static_cast<double>(host_lr_cap));
+  case host_lr_scaling::snr:
+    // NaN-safe clamp: a window without mass (coherence 0 or NaN) moves like "none".
+    return std::isfinite(coherence) ? std::clamp(n * coherence, 1.0, std::max(n, 1.0)) : 1.0;
+  case host_lr_scaling::none:
+    break;
+  }
+  return 1.0;
+}
 
 /// What the engine runs: ZenFlow, or one of the two baselines every benchmark compares against.
 /// JSON (`zenflow_ext.mode`): "zenflow" | "offload_sync" | "gpu_adamw".

@@ -179,9 +179,13 @@ public:
     const bool overlap = zen && cfg_.overlap_step;
     host_.resize(params_.size());
     announced_.assign(params_.size(), announce_none);
+    std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
       auto& h = host_[p];
+      if (pi.matrix) {
+        h.matrix_index = matrices++;
+      }
       if (gpu) {
         backend_.init_device_state(p, stream);
         continue;
@@ -409,6 +413,10 @@ private:
     std::vector<float> master, m, v;
     std::vector<std::int32_t> counts;
     std::vector<float> acc[2];
+    // Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
+    // rest mass), per accumulator; host_lr_scale "snr" compares it with |acc|_1.
+    double rest_l1[2] = {0.0, 0.0};
+    std::int64_t matrix_index = -1;     // index of the matrix in the step record
     std::vector<std::int32_t> sel;      // device set, ascending
     std::vector<std::int32_t> host_set; // host set, ascending
     typename Backend::template host_buffer<std::byte> upload;
@@ -704,6 +712,13 @@ private:
         mass.crit[static_cast<std::size_t>(i)] = rec.crit(i) * rec.coef();
         mass.rest[static_cast<std::size_t>(i)] = rec.rest(i) * rec.coef();
       }
+      if (mass.valid && cfg_.host_lr_scale == host_lr_scaling::snr) {
+        for (auto& h : host_) {
+          if (h.matrix_index >= 0) {
+            h.rest_l1[a] += static_cast<double>(mass.rest[static_cast<std::size_t>(h.matrix_index)]);
+          }
+        }
+      }
       return;
     }
     if (cons_skip_) {
@@ -738,18 +753,18 @@ private:
   /// on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double scale = cfg_.host_lr_scale == host_lr_scaling::linear ? static_cast<double>(n_w)
-                         : cfg_.host_lr_scale == host_lr_scaling::sqrt ? std::sqrt(static_cast<double>(n_w))
-                                                                       : 1.0;
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
       auto& h = host_[p];
+      const double rest_l1 = std::exchange(h.rest_l1[a], 0.0);
       if (!pi.host_side || h.host_set.empty()) {
         continue;
       }
       // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
       adamw_hparams hp = pi.hparams(cfg_.adam, lr);
-      hp.lr = static_cast<float>(static_cast<double>(hp.lr) * scale);
+      const double coherence = cfg_.host_lr_scale == host_lr_scaling::snr ? l1_norm(h.acc[a]) / rest_l1 : 1.0;
+      hp.lr =
+          static_cast<float>(static_cast<double>(hp.lr) * host_lr_factor(cfg_.host_lr_scale, n_w, coherence));
       const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
                              h.counts.data(), pi.channels, pi.channel_len};
       detail::dispatch_dtype(pi.type, [&](auto tag) {
@@ -763,6 +778,32 @@ private:
     }
     job_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     upload_job();
+  }
+
+  /// |x|_1 in double, summed in fixed chunks in a fixed order: the same bits for any thread count.
+  double l1_norm(const std::vector<float>& x) {
+    constexpr std::int64_t chunk = 1 << 16;
+    const auto n = static_cast<std::int64_t>(x.size());
+    std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
+    auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+      double s = 0.0;
+      for (std::int64_t i = lo; i < hi; ++i) {
+        s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
+      }
+      part[static_cast<std::size_t>(c)] = s;
+    };
+    if (pool_ != nullptr) {
+      pool_->parallel_for(n, chunk, sum);
+    } else {
+      for (std::int64_t c = 0; c * chunk < n; ++c) {
+        sum(c, c * chunk, std::min(n, (c + 1) * chunk));
+      }
+    }
+    double total = 0.0;
+    for (const double s : part) {
+      total += s;
+    }
+    return total;
   }
 
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the

@@ -500,7 +500,9 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
     c.host_lr_scale = json_enum<host_lr_scaling>(v, key,
                                                  {{"linear", host_lr_scaling::linear},
                                                   {"sqrt", host_lr_scaling::sqrt},
-                                                  {"none", host_lr_scaling::none}});
+                                                  {"none", host_lr_scaling::none},
+                                                  {"capped", host_lr_scaling::capped},
+                                                  {"snr", host_lr_scaling::snr}});
   } else if (name == "max_update_interval") {
     c.max_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
   } else if (name == "min_update_interval") {
@@ -752,6 +754,10 @@ inline std::string_view to_string(host_lr_scaling v) noexcept {
     return "sqrt";
   case host_lr_scaling::none:
     return "none";
+  case host_lr_scaling::capped:
+    return "capped";
+  case host_lr_scaling::snr:
+    return "snr";
   }
   return "?";
 }
@@ -867,7 +873,8 @@ inline void config::validate() const {
       std::isfinite(pt_reserved_cores_perc) && pt_reserved_cores_perc >= 0.0 && pt_reserved_cores_perc <= 1.0,
       zenflow_key("pt_reserved_cores_perc"), "must be in [0, 1], got " + value_text(pt_reserved_cores_perc));
   check(host_lr_scale == host_lr_scaling::linear || host_lr_scale == host_lr_scaling::sqrt ||
-            host_lr_scale == host_lr_scaling::none,
+            host_lr_scale == host_lr_scaling::none || host_lr_scale == host_lr_scaling::capped ||
+            host_lr_scale == host_lr_scaling::snr,
         ext_key("host_lr_scale"), "is not a valid host_lr_scaling");
   check(importance == channel_norm::sq_l2 || importance == channel_norm::l1, ext_key("importance"),
         "must be sq_l2 or l1");
