@@ -71,10 +71,18 @@ inline std::size_t zipf_pick(rng& g, std::size_t n) {
   return i;
 }
 
+/// The generator's style. `shifted` (the fine-tuning corpus) reverses every word list's Zipf
+/// ranks (the rare words, with their q, x, z, become the frequent ones) and asks more questions:
+/// the same characters, different statistics.
+struct style {
+  bool shifted = false;
+};
+
 template <std::size_t N>
-const char* pick(rng& g, const std::array<const char*, N>& words) {
+const char* pick(rng& g, const std::array<const char*, N>& words, style st) {
   static_assert(N <= 32);
-  return words[zipf_pick(g, N)];
+  const std::size_t rank = zipf_pick(g, N);
+  return words[st.shifted ? N - 1 - rank : rank];
 }
 
 // Word lists, most frequent first (Zipf ranks).
@@ -102,50 +110,50 @@ inline constexpr std::array<const char*, 9> prepositions = {"near",  "under", "b
 inline constexpr std::array<const char*, 4> determiners = {"the", "a", "every", "one"};
 inline constexpr std::array<const char*, 5> conjunctions = {"and", "but", "while", "because", "so"};
 
-inline void noun_phrase(rng& g, std::string& out) {
+inline void noun_phrase(rng& g, std::string& out, style st) {
   if (g.uniform() < 0.25) {
-    out += pick(g, names);
+    out += pick(g, names, st);
     return;
   }
-  out += pick(g, determiners);
+  out += pick(g, determiners, st);
   out += ' ';
   if (g.uniform() < 0.45) {
-    out += pick(g, adjectives);
+    out += pick(g, adjectives, st);
     out += ' ';
   }
-  out += pick(g, nouns);
+  out += pick(g, nouns, st);
   if (g.uniform() < 0.15) {
     out += ' ';
-    out += pick(g, prepositions);
+    out += pick(g, prepositions, st);
     out += " the ";
-    out += pick(g, nouns);
+    out += pick(g, nouns, st);
   }
 }
 
-inline void clause(rng& g, std::string& out) {
-  noun_phrase(g, out);
+inline void clause(rng& g, std::string& out, style st) {
+  noun_phrase(g, out, st);
   out += ' ';
   if (g.uniform() < 0.7) {
-    out += pick(g, verbs);
+    out += pick(g, verbs, st);
     out += ' ';
-    noun_phrase(g, out);
+    noun_phrase(g, out, st);
   } else {
-    out += pick(g, intransitive);
+    out += pick(g, intransitive, st);
   }
   if (g.uniform() < 0.3) {
     out += ' ';
-    out += pick(g, adverbs);
+    out += pick(g, adverbs, st);
   }
 }
 
-inline void sentence(rng& g, std::string& out) {
+inline void sentence(rng& g, std::string& out, style st) {
   const std::size_t start = out.size();
-  clause(g, out);
+  clause(g, out, st);
   if (g.uniform() < 0.3) {
     out += g.uniform() < 0.5 ? ", " : " ";
-    out += pick(g, conjunctions);
+    out += pick(g, conjunctions, st);
     out += ' ';
-    clause(g, out);
+    clause(g, out, st);
   }
   if (g.uniform() < 0.04) {
     out += " in ";
@@ -153,7 +161,8 @@ inline void sentence(rng& g, std::string& out) {
   }
   out[start] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[start])));
   const double p = g.uniform();
-  out += p < 0.85 ? ". " : (p < 0.95 ? "! " : "? ");
+  const double question = st.shifted ? 0.5 : 0.95;
+  out += p < (st.shifted ? 0.35 : 0.85) ? ". " : (p < question ? "! " : "? ");
   if (g.uniform() < 0.08) {
     out.back() = '\n';
   }
@@ -161,13 +170,16 @@ inline void sentence(rng& g, std::string& out) {
 
 } // namespace detail
 
-/// `bytes` characters of English-like text from the grammar, the same for the same seed.
-[[nodiscard]] inline std::string generate_corpus(std::size_t bytes, std::uint64_t seed) {
-  rng g(seed ^ 0x5a17c0de5eedull);
+/// `bytes` characters of English-like text from the grammar, the same for the same seed;
+/// `shifted`: the fine-tuning style (detail::style), from an independent stream of the seed.
+[[nodiscard]] inline std::string
+generate_corpus(std::size_t bytes, std::uint64_t seed, bool shifted = false) {
+  rng g(seed ^ (shifted ? 0x5b1f7ed5eedull : 0x5a17c0de5eedull));
+  const detail::style st{shifted};
   std::string out;
   out.reserve(bytes + 256);
   while (out.size() < bytes) {
-    detail::sentence(g, out);
+    detail::sentence(g, out, st);
   }
   out.resize(bytes);
   return out;
@@ -204,6 +216,8 @@ public:
   /// Token of a byte, -1 when the byte is not in the vocabulary.
   [[nodiscard]] std::int32_t encode(char c) const { return index_[static_cast<unsigned char>(c)]; }
   [[nodiscard]] char decode(std::int32_t t) const { return chars_.at(static_cast<std::size_t>(t)); }
+  /// The vocabulary's bytes in token order (vocabulary(chars()) is the same vocabulary).
+  [[nodiscard]] std::string chars() const { return {chars_.begin(), chars_.end()}; }
   [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text) const {
     std::vector<std::int32_t> out(text.size());
     for (std::size_t i = 0; i < text.size(); ++i) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <zenflow/core/dtype.hpp>
@@ -37,6 +39,14 @@ public:
   [[nodiscard]] weight_t* weights(std::int32_t p) { return weights_.data() + table()[p].offset; }
   [[nodiscard]] weight_t* grads(std::int32_t p) { return grads_.data() + table()[p].offset; }
   [[nodiscard]] const std::vector<weight_t>& all_weights() const { return weights_; }
+  /// Replaces every weight (a weights file's, of this model's shape) before training starts.
+  void set_weights(const std::vector<weight_t>& w) {
+    if (w.size() != weights_.size()) {
+      throw std::invalid_argument("host_charlm::set_weights: " + std::to_string(w.size()) +
+                                  " weights, the model has " + std::to_string(weights_.size()));
+    }
+    weights_ = w;
+  }
 
   /// Forward and backward of one batch: the bf16 gradients are written; returns the loss.
   float train_step(const batch& b) {

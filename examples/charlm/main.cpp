@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
   try {
     const bool want_cuda = o.backend == "cuda" || (o.backend == "auto" && zenflow::cuda_available());
     charlm::run_result r;
+    if (want_cuda && (!o.init_weights.empty() || !o.save_weights.empty())) {
+      std::fprintf(stderr, "charlm_train: --init-weights / --save-weights run on the host backend only "
+                           "(add --backend host)\n");
+      return 2;
+    }
 #if defined(CHARLM_HAS_CUDA)
     r = want_cuda ? charlm::run_cuda(o) : charlm::run_host(o);
 #else

@@ -31,6 +31,10 @@ struct options {
   std::string data_path;                 ///< a text file; empty = the generated corpus
   std::int64_t corpus_bytes = 4'000'000; ///< size of the generated corpus
   std::uint64_t seed = 1;                ///< model init, batch order and corpus
+  std::string corpus_style = "prose";    ///< generated corpus: prose | shifted (the fine-tuning text)
+  std::string init_weights; ///< start from this weights file (fine-tuning) instead of a fresh init
+  std::string save_weights; ///< write the trained weights here (weights.hpp)
+  std::string vocab_chars;  ///< set by make_dataset: the vocabulary in use
   // model and schedule
   model_shape shape{};
   std::int32_t batch = 64;
@@ -85,6 +89,11 @@ usage: charlm_train [options]
   --batch N --steps N --lr X --warmup-steps N --min-lr-ratio X --seed N
   --data FILE               train on any text file (default: a generated English-like corpus)
   --corpus-bytes N          size of the generated corpus (default 4000000)
+  --corpus-style S          generated corpus: prose (default) | shifted (another style of the same
+                            characters: rare words frequent, more questions; for fine-tuning)
+  --save-weights FILE       after training, write the model's weights (and vocabulary) to FILE
+  --init-weights FILE       start from FILE's weights instead of a fresh init (fine-tuning): the
+                            model shape and vocabulary are the file's; host backend
   --log-every N             progress line every N steps (default 50)
   --eval-batches N          held-out batches for the eval loss (default 8)
   --json-out FILE           write the progress and the summary as JSON
@@ -102,7 +111,7 @@ usage: charlm_train [options]
                             came from) and exit; without --quiet it is printed before training
   --topk-ratio X  --select-strategy step|epoch|auto  --select-interval N|auto (N alone: "step")
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
-  --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none
+  --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none|capped|snr
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
   --beta1 X --beta2 X --eps X --weight-decay X --adam-mode adamw|adam
   --gradient-clipping X  --loss-scale X
@@ -301,6 +310,15 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--seed", [&](S f, S v) { o.seed = static_cast<std::uint64_t>(parse_int(f, v)); }},
       {"--data", [&](S, S v) { o.data_path = v; }},
       {"--corpus-bytes", [&](S f, S v) { o.corpus_bytes = parse_int(f, v); }},
+      {"--corpus-style",
+       [&](S f, S v) {
+         if (v != "prose" && v != "shifted") {
+           throw zenflow::invalid_argument(f + ": expected prose | shifted, got '" + v + "'");
+         }
+         o.corpus_style = v;
+       }},
+      {"--save-weights", [&](S, S v) { o.save_weights = v; }},
+      {"--init-weights", [&](S, S v) { o.init_weights = v; }},
       {"--log-every", [&](S f, S v) { o.log_every = parse_int(f, v); }},
       {"--eval-batches", [&](S f, S v) { o.eval_batches = i32(f, v); }},
       {"--json-out", [&](S, S v) { o.json_out = v; }},
@@ -329,7 +347,9 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
              detail::parse_enum<zenflow::host_lr_scaling>(f, v,
                                                           {{"linear", zenflow::host_lr_scaling::linear},
                                                            {"sqrt", zenflow::host_lr_scaling::sqrt},
-                                                           {"none", zenflow::host_lr_scaling::none}});
+                                                           {"none", zenflow::host_lr_scaling::none},
+                                                           {"capped", zenflow::host_lr_scaling::capped},
+                                                           {"snr", zenflow::host_lr_scaling::snr}});
        }},
       {"--max-update-interval", [&](S f, S v) { z.max_update_interval = parse_int(f, v); }},
       {"--min-update-interval", [&](S f, S v) { z.min_update_interval = parse_int(f, v); }},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -14,15 +15,38 @@
 #include "host_charlm.hpp"
 #include "options.hpp"
 #include "trainer.hpp"
+#include "weights.hpp"
 
 namespace charlm {
 
-/// Reads or generates the text, fixes the vocabulary in `o.shape`, and builds the dataset.
-[[nodiscard]] inline dataset make_dataset(options& o) {
+/// Reads or generates the text, fixes the vocabulary in `o.shape`, and builds the dataset. With
+/// `init` (a weights file) the model shape and the vocabulary are the file's, and the text must
+/// use no other character.
+[[nodiscard]] inline dataset make_dataset(options& o, const weights_file* init = nullptr) {
   const std::string text = load_text(o);
-  const vocabulary vocab(text);
+  const vocabulary vocab(init != nullptr ? std::string_view(init->vocab_chars) : std::string_view(text));
+  if (init != nullptr) {
+    o.shape = init->shape;
+  }
   o.shape.vocab = vocab.size();
-  return dataset(vocab.encode(text), o.shape.context, o.seed);
+  o.vocab_chars = vocab.chars();
+  std::vector<std::int32_t> tokens = vocab.encode(text);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0) {
+      throw zenflow::invalid_argument("--init-weights: the training text has a character (byte " +
+                                      std::to_string(static_cast<unsigned char>(text[i])) +
+                                      ") outside the weights file's vocabulary");
+    }
+  }
+  return dataset(std::move(tokens), o.shape.context, o.seed);
+}
+
+/// The weights file `o.init_weights` (nullopt when not given).
+[[nodiscard]] inline std::optional<weights_file> load_init_weights(const options& o) {
+  if (o.init_weights.empty()) {
+    return std::nullopt;
+  }
+  return load_weights_file(o.init_weights);
 }
 
 /// Threads the model may use: --threads, or the cores the engine leaves to the training thread.
@@ -37,14 +61,23 @@ namespace charlm {
 
 /// The host backend: the "device" is host memory and the model runs on `model_threads` threads;
 /// the engine's host windows run on its own threads.
+/// --init-weights starts from a weights file, --save-weights writes the trained weights.
 [[nodiscard]] inline run_result run_host(options o) {
-  dataset data = make_dataset(o);
+  const std::optional<weights_file> init = load_init_weights(o);
+  dataset data = make_dataset(o, init ? &*init : nullptr);
   zenflow::worker_pool pool(model_threads(o));
   host_charlm model(o.shape, o.seed, &pool);
+  if (init) {
+    model.set_weights(init->weights);
+  }
   zenflow::engine<zenflow::host_backend> opt(o.zf);
   register_params(model, opt);
   opt.initialize(nullptr);
-  return train(model, opt, data, o, nullptr);
+  run_result r = train(model, opt, data, o, nullptr);
+  if (!o.save_weights.empty()) {
+    save_weights_file(o.save_weights, weights_file{o.shape, o.vocab_chars, model.all_weights()});
+  }
+  return r;
 }
 
 #if defined(CHARLM_HAS_CUDA)

@@ -68,8 +68,9 @@ struct run_result {
 
 /// Corpus for the options: the text file, or the generated one.
 [[nodiscard]] inline std::string load_text(const options& o) {
-  return o.data_path.empty() ? generate_corpus(static_cast<std::size_t>(o.corpus_bytes), o.seed)
-                             : read_text_file(o.data_path);
+  return o.data_path.empty()
+             ? generate_corpus(static_cast<std::size_t>(o.corpus_bytes), o.seed, o.corpus_style == "shifted")
+             : read_text_file(o.data_path);
 }
 
 template <class Model>
@@ -189,9 +190,14 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
                 {"vocab", r.vocab},           {"context", o.shape.context},
                 {"embed", o.shape.embed},     {"hidden", o.shape.hidden},
                 {"layers", o.shape.layers},   {"size", o.size}};
-  j["run"] = {{"steps", o.steps}, {"batch", o.batch},
-              {"lr", o.lr},       {"warmup_steps", o.warmup_steps},
-              {"seed", o.seed},   {"data", o.data_path.empty() ? "generated" : o.data_path}};
+  j["run"] = {{"steps", o.steps},
+              {"batch", o.batch},
+              {"lr", o.lr},
+              {"warmup_steps", o.warmup_steps},
+              {"seed", o.seed},
+              {"data", o.data_path.empty() ? "generated" : o.data_path},
+              {"corpus_style", o.corpus_style},
+              {"init_weights", o.init_weights}};
   j["deepspeed_config"] = o.zf.to_deepspeed_json();
   j["summary"] = {{"eval_loss_initial", r.eval_loss_initial},
                   {"eval_loss_final", r.eval_loss_final},
