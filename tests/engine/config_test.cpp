@@ -88,7 +88,7 @@ TEST(config, default_config_is_valid_and_matches_spec_defaults) {
   EXPECT_TRUE(c.overlap_step);
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
-  EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::linear);
+  EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::snr);
   EXPECT_EQ(c.importance, zenflow::channel_norm::sq_l2);
   EXPECT_EQ(c.adam.lr, 1e-3f);
   EXPECT_EQ(c.adam.beta1, 0.9f);
@@ -119,7 +119,7 @@ TEST(config, deepspeed_example_block_parses) {
   EXPECT_EQ(c.select_interval_steps(), 4);
   // Keys it does not set keep their defaults.
   EXPECT_EQ(c.auto_ratio, 0.99);
-  EXPECT_EQ(c.max_update_interval, 16);
+  EXPECT_EQ(c.max_update_interval, 4);
 }
 
 TEST(config, auto_values_and_every_extension_key_parse) {

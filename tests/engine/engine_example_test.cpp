@@ -166,4 +166,36 @@ TEST(engine_convergence, zenflow_loss_within_two_percent_of_dense_adamw) {
   EXPECT_GT(l_zen_none, 1.2 * l_dense);
 }
 
+// The library's defaults as a new user gets them (docs/defaults.md: host_lr_scale "snr", Zen-auto
+// with windows of at most 4 steps, no warm-up, overlap on, selection "auto"), nothing set but the
+// learning rate: within the measured margin of dense AdamW, never above the starting loss, and
+// not worse than DeepSpeed's "none" with the same windows. Over several seeds.
+TEST(engine_convergence, library_defaults_stay_close_to_dense_adamw) {
+  zenflow::config defaults;
+  defaults.adam.lr = 3e-2f;
+  defaults.host_threads = 1;
+  zenflow::config dense = defaults;
+  dense.mode = zenflow::optimizer_mode::gpu_adamw;
+  zenflow::config none = defaults;
+  none.host_lr_scale = zenflow::host_lr_scaling::none;
+  const int steps = 800;
+  for (std::uint64_t s = 0; s < 3; ++s) {
+    const std::uint64_t seed = zf_test::base_seed() + 60 + s;
+    SCOPED_TRACE(zf_test::seed_note(seed));
+    const double l_start = [&] {
+      regression data(seed);
+      return data.eval(std::vector<float>(regression::in * regression::out, 0.0f),
+                       std::vector<float>(regression::out, 0.0f));
+    }();
+    const double l_dense = train(dense, steps, seed);
+    const double l_default = train(defaults, steps, seed);
+    const double l_none = train(none, steps, seed);
+    std::printf("held-out loss: start %g, dense %g, defaults %g (%+.2f%%), none %g\n", l_start, l_dense,
+                l_default, 100.0 * (l_default / l_dense - 1.0), l_none);
+    EXPECT_LT(l_default, 1.01 * l_dense); // measured: within 0.1% over these seeds
+    EXPECT_LT(l_default, 1.01 * l_none);
+    EXPECT_LT(l_default, l_start);
+  }
+}
+
 } // namespace
