@@ -2,13 +2,18 @@
 """The three-mode benchmark: the same model, seed and data trained with GPU-resident AdamW,
 synchronous offload (ZeRO-Offload-like) and ZenFlow, printed as one table.
 
-Runs the example trainer (examples/charlm, binary charlm_train) once per mode, plus ZenFlow
-with host_lr_scale "none" (DeepSpeed's behaviour) next to our default "linear"; reads each
+Runs the example trainer (examples/charlm, binary charlm_train) once per mode, ZenFlow with the
+library's defaults (docs/defaults.md) plus ZenFlow with host_lr_scale "none" (DeepSpeed's
+behaviour); reads each
 run's --json-out; prints ms/step, the ratio to GPU-resident AdamW, the stall fraction, PCIe
 bytes per step over the model size and the final losses. Arguments it does not know are passed
 to every run (e.g. --size, --steps, --backend, --topk-ratio, --update-interval).
 
   bench/engine/offload_modes.py --binary build/ci/examples/charlm_train --steps 300
+
+--phase finetune (what ZenFlow is for): first pretrain with dense AdamW on the prose corpus for
+--pretrain-steps and save the weights (--save-weights), then run every mode from those weights on
+the shifted corpus (--init-weights, --corpus-style shifted). Host backend only.
 """
 import argparse
 import datetime
@@ -23,7 +28,7 @@ import tempfile
 RUNS = [
     ("gpu-adamw", ["--optimizer", "gpu-adamw"]),
     ("offload-sync", ["--optimizer", "offload-sync"]),
-    ("zenflow", ["--optimizer", "zenflow", "--host-lr-scale", "linear"]),
+    ("zenflow", ["--optimizer", "zenflow"]),  # the library's defaults
     ("zenflow, host_lr_scale none", ["--optimizer", "zenflow", "--host-lr-scale", "none"]),
 ]
 
@@ -87,11 +92,24 @@ def main():
     ap.add_argument("--json-out", help="write every run's JSON and the table here")
     ap.add_argument("--skip-none", action="store_true", help="skip the host_lr_scale=none run")
     ap.add_argument("--verbose", action="store_true", help="show each run's progress lines")
+    ap.add_argument("--phase", choices=["scratch", "finetune"], default="scratch",
+                    help="scratch: every mode from a fresh init; finetune: from dense-pretrained weights "
+                         "on the shifted corpus")
+    ap.add_argument("--pretrain-steps", type=int, default=300, help="--phase finetune: dense pretraining steps")
     args, extra = ap.parse_known_args()
     binary = find_binary(args.binary)
     runs = [r for r in RUNS if not (args.skip_none and "none" in r[0])]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.phase == "finetune":
+            weights = os.path.join(tmp, "pretrained.bin")
+            pre = run(binary, "pretrain (gpu-adamw, prose corpus)",
+                      ["--optimizer", "gpu-adamw", "--save-weights", weights], extra + [
+                          "--steps", str(args.pretrain_steps)], tmp, args.verbose)
+            print(f"pretrained: eval loss {pre['summary']['eval_loss_initial']:.4f} -> "
+                  f"{pre['summary']['eval_loss_final']:.4f} on the prose corpus; fine-tuning on the shifted "
+                  f"corpus", file=sys.stderr, flush=True)
+            extra = extra + ["--init-weights", weights, "--corpus-style", "shifted"]
         for label, flags in runs:
             results.append((label, run(binary, label, flags, extra, tmp, args.verbose)))
     first = results[0][1]
@@ -99,9 +117,11 @@ def main():
     m = first["model"]
     print(f"\ncharlm on the {first['backend']} backend: {m['parameters']:,} parameters "
           f"({m['bytes_bf16'] / 1e6:.1f} MB bf16; hidden {m['hidden']} x {m['layers']} layers), "
-          f"{first['run']['steps']} steps of batch {first['run']['batch']}, seed {first['run']['seed']}; "
+          f"{first['run']['steps']} steps of batch {first['run']['batch']}, seed {first['run']['seed']}"
+          f"{', fine-tuning on the shifted corpus from dense-pretrained weights' if args.phase == 'finetune' else ''}; "
           f"zenflow topk_ratio {zenflow_knob(zen, 'topk_ratio')}, "
-          f"update_interval {zenflow_knob(zen, 'update_interval')}\n")
+          f"update_interval {zenflow_knob(zen, 'update_interval')}, "
+          f"host_lr_scale {zenflow_knob(zen, 'host_lr_scale')}\n")
     text = table(results)
     print(text)
     if args.json_out:
@@ -110,6 +130,7 @@ def main():
                 "date": datetime.date.today().isoformat(),
                 "machine": platform.node(),
                 "args": extra,
+                "phase": args.phase,
                 "table": text,
                 "runs": {label: r for label, r in results},
             }, f, indent=2)
