@@ -3,7 +3,7 @@
 
 Matrix: problem {charlm, regression, drift} x regime {scratch, finetune} x seed x
 host_lr_scale {none, sqrt, linear, capped, snr} x window {2, 4, 8 fixed; Zen-auto with a maximum
-window of 4, 8, 16} (+ Zen-auto max 8 with 20 warm-up rounds, + S = 4 without overlap_step), each
+window of 2, 4, 8, 16} (+ Zen-auto max 8 with 20 warm-up rounds, + S = 4 without overlap_step), each
 against dense AdamW on the same data, seed and starting weights. ZenFlow runs with topk_ratio 0.1
 and the library's other defaults (overlap on, selection "auto").
 
@@ -33,6 +33,7 @@ WINDOWS = {
     "S2": ("2", 16, 0, True),
     "S4": ("4", 16, 0, True),
     "S8": ("8", 16, 0, True),
+    "auto2": ("auto", 2, 0, True),
     "auto4": ("auto", 4, 0, True),
     "auto8": ("auto", 8, 0, True),
     "auto16": ("auto", 16, 0, True),
@@ -161,7 +162,7 @@ def plot(results, plots_dir, seed):
         print("host_lr_sweep.py: matplotlib not importable, no PNGs (pip install matplotlib)", file=sys.stderr)
         return []
     written = []
-    for window in ("S4", "auto16", "auto8"):
+    for window in ("auto2", "auto4", "auto16", "S4/sync"):
         fig, axes = plt.subplots(len(REGIMES), len(PROBLEMS), figsize=(15, 8))
         for i, g in enumerate(REGIMES):
             for j, p in enumerate(PROBLEMS):
@@ -179,11 +180,13 @@ def plot(results, plots_dir, seed):
                     ax.plot(xs, ys, label=label, **style)
                 ax.set_yscale("log")
                 ax.set_title(f"{p}, {g}, window {window}, seed {seed}", fontsize=9)
+                if p == "charlm":
+                    ax.set_ylim(top=ax.get_ylim()[1], bottom=0.8)
                 ax.set_xlabel("step")
                 ax.grid(alpha=0.3)
                 ax.legend(fontsize=7)
         fig.tight_layout()
-        path = os.path.join(plots_dir, f"defaults-curves-{window}.png")
+        path = os.path.join(plots_dir, f"defaults-curves-{window.replace('/', '-')}.png")
         fig.savefig(path, dpi=80)
         plt.close(fig)
         written.append(path)

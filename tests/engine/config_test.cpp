@@ -119,7 +119,7 @@ TEST(config, deepspeed_example_block_parses) {
   EXPECT_EQ(c.select_interval_steps(), 4);
   // Keys it does not set keep their defaults.
   EXPECT_EQ(c.auto_ratio, 0.99);
-  EXPECT_EQ(c.max_update_interval, 4);
+  EXPECT_EQ(c.max_update_interval, 2);
 }
 
 TEST(config, auto_values_and_every_extension_key_parse) {

@@ -119,10 +119,10 @@ struct config {
   std::int64_t steps_per_epoch = 0;                    ///< 0 = unknown ("epoch" then rejected)
 
   // --- zenflow_ext (zenflow's own keys, a top-level block DeepSpeed ignores) ---
-  host_lr_scaling host_lr_scale = host_lr_scaling::linear; ///< the host job's lr x n_w, sqrt(n_w) or 1
-  std::int64_t max_update_interval = 16;                   ///< Zen-auto's longest window
-  std::int64_t min_update_interval = 1;                    ///< Zen-auto's shortest window
-  channel_norm importance = channel_norm::sq_l2;           ///< "sq_l2" | "l1"
+  host_lr_scaling host_lr_scale = host_lr_scaling::snr; ///< the host job's lr x f(n_w) (docs/defaults.md)
+  std::int64_t max_update_interval = 2;                 ///< Zen-auto's longest window (docs/defaults.md)
+  std::int64_t min_update_interval = 1;                 ///< Zen-auto's shortest window
+  channel_norm importance = channel_norm::sq_l2;        ///< "sq_l2" | "l1"
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
   /// "optimizer.params" (lr is informational: step() passes each step's lr). Defaults: DeepSpeed's
