@@ -29,6 +29,8 @@ struct weights_file {
   std::vector<zenflow::bfloat16> weights{}; ///< param_table(shape).total values
 };
 
+static_assert(sizeof(zenflow::bfloat16) == 2, "weights files hold bf16 bit patterns");
+
 namespace detail {
 inline constexpr std::array<char, 8> weights_magic = {'C', 'H', 'A', 'R', 'L', 'M', 'W', '1'};
 } // namespace detail
