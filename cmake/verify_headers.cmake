@@ -18,7 +18,8 @@ function(zenflow_verify_headers target headers)
     list(APPEND sources "${src}")
   endforeach()
   add_library(${target} OBJECT ${sources})
-  target_link_libraries(${target} PRIVATE zenflow::zenflow)
+  # zenflow::json: the JSON reader's header is checked too.
+  target_link_libraries(${target} PRIVATE zenflow::json)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic>)
   if(ZENFLOW_ENABLE_CUDA)
     # Declarations only: one architecture is enough to check that a header stands alone.

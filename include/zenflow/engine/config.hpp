@@ -9,7 +9,20 @@
 /// `zero_optimization.zenflow.topk_ratio`; nothing is constructed on error. What the reader
 /// ignores (an unknown top-level key, a misspelt block name) is reported through the log hook
 /// (<zenflow/core/log.hpp>) with the nearest known key, or rejected with `strict`.
+///
+/// The JSON reader and writer need nlohmann-json: link `zenflow::json` (or have
+/// <nlohmann/json.hpp> on the include path). Without it `ZENFLOW_WITH_JSON` is 0, the JSON
+/// members below are not declared, and the rest of zenflow does not depend on nlohmann-json.
+/// Define ZENFLOW_WITH_JSON the same way in every translation unit of a program.
 #pragma once
+
+#if !defined(ZENFLOW_WITH_JSON)
+#  if __has_include(<nlohmann/json.hpp>)
+#    define ZENFLOW_WITH_JSON 1
+#  else
+#    define ZENFLOW_WITH_JSON 0
+#  endif
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +33,9 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#if ZENFLOW_WITH_JSON
+#  include <nlohmann/json.hpp>
+#endif
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
@@ -181,6 +196,7 @@ struct config {
   /// double product), the pool gets the rest, at least 1 (so 1.0 leaves the pool one thread).
   [[nodiscard]] unsigned resolved_host_threads(unsigned hardware_threads) const noexcept;
 
+#if ZENFLOW_WITH_JSON
   /// Parses a whole DeepSpeed config (zero_optimization.zenflow, zenflow_ext, optimizer,
   /// gradient_clipping, fp16/bf16 loss scale where static), starting from
   /// `deepspeed_defaults()`. Unknown keys inside the zenflow block, zenflow_ext and
@@ -206,6 +222,7 @@ struct config {
   /// DeepSpeed's keys in zero_optimization.zenflow, zenflow's own in the top-level zenflow_ext,
   /// optimizer, gradient_clipping, fp16 when loss_scale != 1.
   [[nodiscard]] nlohmann::json to_deepspeed_json() const;
+#endif
 
   /// A human-readable summary of this configuration, several lines: the resolved mode (what
   /// runs: ZenFlow with overlapped or synchronous host windows, Zen-auto or fixed windows, the
@@ -239,4 +256,5 @@ struct config_sources {
 
 ZF_NAMESPACE_END
 
-#include <zenflow/engine/detail/config_json.hpp>
+// The definitions; config_impl.hpp then adds the JSON reader's when ZENFLOW_WITH_JSON is 1.
+#include <zenflow/engine/detail/config_impl.hpp>
