@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <zenflow/core/device.hpp>
+#include <zenflow/core/log.hpp>
 
 #include "options.hpp"
 #include "run.hpp"
@@ -23,6 +24,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "charlm_train: %s\n", e.what());
     return 2;
   }
+  // zenflow says nothing unless asked. From here on its messages go to stderr from --log-level up:
+  // warnings by default; info adds expected notes such as the pageable-memory fallback on a
+  // machine without a driver. (The config reader's warnings, logged while the flags were read,
+  // are printed below from its record, so no handler listens before this point.)
+  zenflow::set_log_handler(zenflow::stderr_log_handler, o.log_level);
   // The resolved zenflow configuration: the mode that runs, every setting and where it came from
   // (the DeepSpeed file's key, DeepSpeed's default, a flag), and the reader's warnings.
   if (o.print_config || !o.quiet) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
 
 #include "model.hpp"
@@ -47,6 +48,9 @@ struct options {
   std::int32_t eval_batches = 8;
   std::string json_out;
   bool quiet = false;
+  std::int64_t progress_every = 0; ///< a progress line with elapsed time and ETA on stderr every N steps
+  zenflow::log_level log_level =
+      zenflow::log_level::warning; ///< zenflow's messages shown on stderr from here up
   unsigned threads = 0; ///< host backend: threads of the model's GEMMs (0: what zenflow leaves free)
   // zenflow
   std::string deepspeed_config;
@@ -100,6 +104,11 @@ usage: charlm_train [options]
   --threads N               host backend: threads of the model (default: the cores zenflow
                             leaves to the training thread)
   --quiet                   no progress lines
+  --progress-every N        also with --quiet: "progress" lines on stderr every N steps with the
+                            elapsed time and an estimate of the time left (default 0: none)
+  --log-level L             zenflow's messages shown on stderr: debug | info | warning (default;
+                            hides expected notes such as the pageable-memory fallback without a
+                            driver) | error | off
 
   zenflow (DeepSpeed zero_optimization.zenflow names; a flag overrides the file):
   --deepspeed-config FILE   read it as DeepSpeed does (zero_optimization.zenflow, optimizer,
@@ -120,6 +129,17 @@ usage: charlm_train [options]
 }
 
 namespace detail {
+
+inline zenflow::log_level parse_log_level(const std::string& flag, const std::string& v) {
+  for (const zenflow::log_level l :
+       {zenflow::log_level::debug, zenflow::log_level::info, zenflow::log_level::warning,
+        zenflow::log_level::error, zenflow::log_level::off}) {
+    if (v == zenflow::to_string(l)) {
+      return l;
+    }
+  }
+  throw zenflow::invalid_argument(flag + ": expected debug, info, warning, error or off, got '" + v + "'");
+}
 
 inline std::int64_t parse_int(const std::string& flag, const std::string& v) {
   try {
@@ -324,6 +344,8 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--json-out", [&](S, S v) { o.json_out = v; }},
       {"--threads", [&](S f, S v) { o.threads = static_cast<unsigned>(parse_int(f, v)); }},
       {"--quiet", [&](S f, S v) { o.quiet = detail::parse_bool(f, v); }},
+      {"--progress-every", [&](S f, S v) { o.progress_every = parse_int(f, v); }},
+      {"--log-level", [&](S f, S v) { o.log_level = detail::parse_log_level(f, v); }},
       // zero_optimization.zenflow
       {"--topk-ratio", [&](S f, S v) { z.topk_ratio = parse_real(f, v); }},
       {"--select-strategy",
@@ -421,6 +443,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
   need(o.warmup_steps >= 0, "--warmup-steps: must be >= 0");
   need(o.min_lr_ratio >= 0.0f && o.min_lr_ratio <= 1.0f, "--min-lr-ratio: must be in [0, 1]");
   need(o.log_every >= 1, "--log-every: must be >= 1");
+  need(o.progress_every >= 0, "--progress-every: must be >= 0");
   need(o.eval_batches >= 1, "--eval-batches: must be >= 1");
   need(o.corpus_bytes >= 1000, "--corpus-bytes: must be >= 1000");
   need(o.shape.context >= 1, "--context: must be >= 1");

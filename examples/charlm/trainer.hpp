@@ -97,6 +97,17 @@ void register_params(Model& model, Optimizer& opt) {
   }
 }
 
+/// One "progress" line on stderr: steps done, elapsed wall time and the time left at the mean
+/// pace so far (the final evaluation comes after it). stderr, so that it passes --quiet runs.
+inline void print_progress(std::int64_t done, std::int64_t steps, double elapsed_s, float loss) {
+  const double eta_s = elapsed_s / static_cast<double>(done) * static_cast<double>(steps - done);
+  std::fprintf(stderr, "progress %lld/%lld steps (%3.0f%%), %.1f s elapsed, ETA %.1f s, loss %.4f\n",
+               static_cast<long long>(done), static_cast<long long>(steps),
+               100.0 * static_cast<double>(done) / static_cast<double>(steps), elapsed_s, eta_s,
+               static_cast<double>(loss));
+  std::fflush(stderr);
+}
+
 /// Trains `model` with `opt` (already holding the parameters and initialised) on `data`; the
 /// engine's work is enqueued on `stream` (the model's; nullptr on the host backend). A step's
 /// time runs from the batch to the end of the stream's work for it (model.sync()); the engine's
@@ -147,6 +158,9 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
     iv_stall += rep.stall_s;
     iv_bytes += bytes;
     ++iv_n;
+    if (o.progress_every > 0 && ((t + 1) % o.progress_every == 0 || t + 1 == o.steps)) {
+      print_progress(t + 1, o.steps, std::chrono::duration<double>(clock::now() - start).count(), loss);
+    }
     if ((t + 1) % o.log_every == 0 || t + 1 == o.steps) {
       const auto n = static_cast<double>(iv_n);
       progress_row row{
