@@ -99,10 +99,15 @@ def settings_lines(results, extra, phase_note=None):
         f"run       {r['steps']} steps of batch {r['batch']}, lr {r['lr']:g} ({r['warmup_steps']} warm-up steps, "
         f"then cosine decay), seed {r['seed']}, data {r['data']}",
     ]
+
+    def wrap(text):  # lines of at most 100 columns, never splitting a "name value" pair
+        items = text.split(", ")
+        glued = ", ".join(i if n == 0 else i.replace(" ", "\u00a0") for n, i in enumerate(items))
+        lines = textwrap.wrap(glued, width=100, subsequent_indent=" " * 10, break_on_hyphens=False)
+        return [line.replace("\u00a0", " ") for line in lines]
+
     if phase_note:
-        lines.append(f"phase     {phase_note}")
-    def wrap(text):
-        return textwrap.wrap(text, width=100, subsequent_indent=" " * 10, break_on_hyphens=False)
+        lines += wrap(f"phase     {phase_note}")
 
     lines += wrap(f"flags     {' '.join(extra) if extra else '(none)'} (passed to every run)")
     configs = {label: flatten(res.get("deepspeed_config", {})) for label, res in results}
