@@ -1048,4 +1048,28 @@ TEST(config_engine, ring_slot_error_gives_the_numbers_and_the_remedy) {
   EXPECT_TRUE(contains(verr, "at least 4608")) << verr;
 }
 
+// describe() renders the parameter groups without a JSON library (detail/config_impl.hpp): on
+// seeded random groups its text equals what the JSON writer dumps.
+TEST(config_describe, param_groups_text_equals_the_json_writers) {
+  std::mt19937 rng(20261124);
+  std::uniform_real_distribution<float> value(0.0f, 2.0f);
+  for (int trial = 0; trial < 50; ++trial) {
+    config c;
+    const int n = 1 + trial % 4;
+    for (int g = 0; g < n; ++g) {
+      zenflow::param_group group;
+      group.match = (g % 2 == 0 ? "layer" : "*.b\\ias\"") + std::to_string(trial);
+      if ((trial + g) % 3 != 0) {
+        group.lr_scale = (trial + g) % 5 == 0 ? 1.0f : value(rng);
+      }
+      if ((trial + g) % 2 == 0) {
+        group.weight_decay = (trial + g) % 4 == 0 ? 0.0f : value(rng);
+      }
+      c.param_groups.push_back(group);
+    }
+    const std::string dumped = c.to_deepspeed_json()["zenflow_ext"]["param_groups"].dump();
+    EXPECT_TRUE(contains(c.describe(), dumped)) << dumped << "\n" << c.describe();
+  }
+}
+
 } // namespace
