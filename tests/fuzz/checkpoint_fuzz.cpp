@@ -7,21 +7,20 @@
 //  2. a file it accepts reads back: every section it lists is read without error (the whole-file
 //     check promised that), and `expect` with the file's own identity passes.
 //
-// Built with libFuzzer by scripts/fuzz (-DZF_FUZZ_LIBFUZZER), and as a replay program run over
-// tests/fuzz/corpus/checkpoint by the cpu suite (seeds: valid files from the writer, then damaged).
+// Entry points: fuzz_main.hpp (libFuzzer, or a replay of tests/fuzz/corpus/checkpoint/: valid
+// files from the writer, one truncated).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <zenflow/engine/checkpoint_file.hpp>
+
+#include "fuzz_main.hpp"
 
 namespace {
 
@@ -50,34 +49,4 @@ void check_one(std::span<const std::byte> input) {
 
 } // namespace
 
-#if defined(ZF_FUZZ_LIBFUZZER)
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  check_one(std::span(reinterpret_cast<const std::byte*>(data), size));
-  return 0;
-}
-#else
-// Replays every file given, and every file of every directory given.
-int main(int argc, char** argv) {
-  int replayed = 0;
-  auto replay = [&](const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    check_one(std::span(reinterpret_cast<const std::byte*>(chars.data()), chars.size()));
-    ++replayed;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::filesystem::path p(argv[i]);
-    if (std::filesystem::is_directory(p)) {
-      for (const auto& entry : std::filesystem::directory_iterator(p)) {
-        if (entry.is_regular_file()) {
-          replay(entry.path());
-        }
-      }
-    } else {
-      replay(p);
-    }
-  }
-  std::printf("checkpoint_fuzz: %d input(s) replayed, no bug\n", replayed);
-  return replayed > 0 ? 0 : 1; // an empty corpus proves nothing
-}
-#endif
+ZF_FUZZ_MAIN("checkpoint_fuzz", check_one)

@@ -6,21 +6,19 @@
 //  2. a config it returns survives the writer: to_deepspeed_json() reads back without error into
 //     a config that writes the same JSON (the reader and the writer agree on every key).
 //
-// Built two ways: with clang's libFuzzer (scripts/fuzz; -DZF_FUZZ_LIBFUZZER), and as a plain
-// program that replays files and directories (the cpu suite replays the committed corpus, so a
-// crash once found stays a regression test: save the input under tests/fuzz/corpus/<target>/).
+// Entry points: fuzz_main.hpp (libFuzzer, or a replay of tests/fuzz/corpus/config_json/).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
+
+#include "fuzz_main.hpp"
 
 namespace {
 
@@ -30,7 +28,7 @@ namespace {
   std::abort();
 }
 
-void check_one(std::string_view input) {
+void check_text(std::string_view input) {
   zenflow::config parsed;
   try {
     parsed = zenflow::config::from_deepspeed_json_string(input);
@@ -51,37 +49,10 @@ void check_one(std::string_view input) {
   }
 }
 
+void check_one(std::span<const std::byte> bytes) {
+  check_text(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
 } // namespace
 
-#if defined(ZF_FUZZ_LIBFUZZER)
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  check_one(std::string_view(reinterpret_cast<const char*>(data), size));
-  return 0;
-}
-#else
-// Replays every file given, and every file of every directory given.
-int main(int argc, char** argv) {
-  int replayed = 0;
-  auto replay = [&](const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    check_one(text.str());
-    ++replayed;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::filesystem::path p(argv[i]);
-    if (std::filesystem::is_directory(p)) {
-      for (const auto& entry : std::filesystem::directory_iterator(p)) {
-        if (entry.is_regular_file()) {
-          replay(entry.path());
-        }
-      }
-    } else {
-      replay(p);
-    }
-  }
-  std::printf("config_json_fuzz: %d input(s) replayed, no bug\n", replayed);
-  return replayed > 0 ? 0 : 1; // an empty corpus proves nothing
-}
-#endif
+ZF_FUZZ_MAIN("config_json_fuzz", check_one)
