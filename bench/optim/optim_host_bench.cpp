@@ -14,7 +14,7 @@
 
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 #include "support/harness.hpp"
 

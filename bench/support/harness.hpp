@@ -18,7 +18,7 @@
 
 #include <zenflow/core/device.hpp>
 #include <zenflow/core/memory.hpp>
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 namespace zf_bench {
 

@@ -11,7 +11,7 @@
 
 #include <zenflow/transport/pinned_ring.hpp>
 #include <zenflow/transport/window_queue.hpp>
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 #include "support/harness.hpp"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <zenflow/core/dtype.hpp>
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 #include "corpus.hpp"
 #include "model.hpp"

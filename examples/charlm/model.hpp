@@ -24,7 +24,7 @@
 
 #include <Eigen/Core>
 
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 #include "corpus.hpp"
 #include "math.hpp"

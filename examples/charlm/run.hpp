@@ -9,7 +9,7 @@
 #include <thread>
 
 #include <zenflow/engine/engine.hpp>
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 #include "corpus.hpp"
 #include "host_charlm.hpp"

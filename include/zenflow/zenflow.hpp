@@ -13,6 +13,7 @@
 #include <zenflow/core/log.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/stats.hpp>
@@ -26,4 +27,3 @@
 #include <zenflow/transport/emulated_copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 #include <zenflow/transport/window_queue.hpp>
-#include <zenflow/transport/worker_pool.hpp>

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include <zenflow/transport/worker_pool.hpp>
+#include <zenflow/core/worker_pool.hpp>
 
 #include "charlm/corpus.hpp"
 #include "charlm/model.hpp"

@@ -32,6 +32,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
@@ -43,7 +44,6 @@
 #include <zenflow/transport/copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 #include <zenflow/transport/window_queue.hpp>
-#include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
 

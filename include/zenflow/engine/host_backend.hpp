@@ -20,6 +20,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
@@ -30,7 +31,6 @@
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
 #include <zenflow/transport/copy_backend.hpp>
-#include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
 

@@ -19,11 +19,11 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
 #include <zenflow/optim/detail/checks.hpp>
 #include <zenflow/optim/types.hpp>
-#include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -66,7 +66,7 @@ template <class T>
       pieces.push_back({t, b, std::min(tensors[t].size, b + detail::cpu_grain)});
     }
   }
-  detail::run_chunks(
+  parallel_for(
       pool, static_cast<std::int64_t>(pieces.size()), 1, [&](std::int64_t p, std::int64_t, std::int64_t) {
         const piece& pc = pieces[static_cast<std::size_t>(p)];
         const adamw_tensor<T>& d = tensors[pc.tensor];
@@ -126,7 +126,7 @@ template <class T>
   const bool fast =
       weights.layout == channel_layout::contiguous && grads.layout == channel_layout::contiguous;
   std::vector<float> row_l1(d_l1_mass != nullptr ? static_cast<std::size_t>(k) : 0u);
-  detail::run_chunks(pool, k, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+  parallel_for(pool, k, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const std::int64_t c = d_idx[r];
       const adam_constants kc = make_adam_constants(hp, d_counts[r] + 1);
@@ -186,26 +186,25 @@ template <class Tin, class Tout>
   }
   const std::int64_t L = src.channel_len;
   std::vector<float> row_l1(d_l1_mass != nullptr ? static_cast<std::size_t>(count) : 0u);
-  detail::run_chunks(pool, count, detail::rows_per_chunk(L),
-                     [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-                       for (std::int64_t r = lo; r < hi; ++r) {
-                         const std::int64_t c = d_idx[r];
-                         float l1 = 0.0f;
-                         if (src.layout == channel_layout::contiguous) {
-                           l1 = detail::cpu::convert_span<Tin, Tout>(src.data + c * src.ld, d_dst + r * L, L,
-                                                                     d_l1_mass != nullptr);
-                         } else {
-                           for (std::int64_t i = 0; i < L; ++i) {
-                             const float x = to_float(src(c, i));
-                             l1 += x < 0.0f ? -x : x;
-                             d_dst[r * L + i] = from_float<Tout>(x);
-                           }
-                         }
-                         if (d_l1_mass != nullptr) {
-                           row_l1[static_cast<std::size_t>(r)] = l1;
-                         }
-                       }
-                     });
+  parallel_for(pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const std::int64_t c = d_idx[r];
+      float l1 = 0.0f;
+      if (src.layout == channel_layout::contiguous) {
+        l1 = detail::cpu::convert_span<Tin, Tout>(src.data + c * src.ld, d_dst + r * L, L,
+                                                  d_l1_mass != nullptr);
+      } else {
+        for (std::int64_t i = 0; i < L; ++i) {
+          const float x = to_float(src(c, i));
+          l1 += x < 0.0f ? -x : x;
+          d_dst[r * L + i] = from_float<Tout>(x);
+        }
+      }
+      if (d_l1_mass != nullptr) {
+        row_l1[static_cast<std::size_t>(r)] = l1;
+      }
+    }
+  });
   if (d_l1_mass != nullptr) {
     float sum = 0.0f;
     for (const float x : row_l1) {
@@ -235,19 +234,18 @@ template <class Tin, class Tout>
     return e;
   }
   const std::int64_t L = dst.channel_len;
-  detail::run_chunks(
-      pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t r = lo; r < hi; ++r) {
-          const std::int64_t c = d_idx[r];
-          if (dst.layout == channel_layout::contiguous) {
-            (void)detail::cpu::convert_span<Tin, Tout>(d_src + r * L, dst.data + c * dst.ld, L, false);
-          } else {
-            for (std::int64_t i = 0; i < L; ++i) {
-              dst(c, i) = from_float<Tout>(to_float(d_src[r * L + i]));
-            }
-          }
+  parallel_for(pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const std::int64_t c = d_idx[r];
+      if (dst.layout == channel_layout::contiguous) {
+        (void)detail::cpu::convert_span<Tin, Tout>(d_src + r * L, dst.data + c * dst.ld, L, false);
+      } else {
+        for (std::int64_t i = 0; i < L; ++i) {
+          dst(c, i) = from_float<Tout>(to_float(d_src[r * L + i]));
         }
-      });
+      }
+    }
+  });
   return cudaSuccess;
 }
 

@@ -20,11 +20,11 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/detail/checks.hpp>
 #include <zenflow/optim/detail/cpu_simd.hpp>
 #include <zenflow/optim/types.hpp>
-#include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -37,17 +37,6 @@ inline constexpr std::int64_t cpu_grain = std::int64_t{1} << 16;
   return std::max<std::int64_t>(1, cpu_grain / std::max<std::int64_t>(row_len, 1));
 }
 
-template <class F>
-void run_chunks(worker_pool* pool, std::int64_t n, std::int64_t grain, F&& fn) {
-  if (pool != nullptr) {
-    pool->parallel_for(n, grain, fn);
-  } else {
-    const std::int64_t chunks = worker_pool::chunk_count(n, grain);
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      fn(c, c * grain, std::min(n, (c + 1) * grain));
-    }
-  }
-}
 } // namespace detail
 
 namespace host {
@@ -83,7 +72,7 @@ template <class G, class T = float>
     return e;
   }
   const adam_constants c = make_adam_constants(hp, count);
-  detail::run_chunks(pool, n, detail::cpu_grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+  parallel_for(pool, n, detail::cpu_grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
     detail::cpu::adam_span<G, T>(master + lo, m + lo, v + lo, grad + lo, out == nullptr ? nullptr : out + lo,
                                  hi - lo, c, grad_scale);
   });
@@ -119,12 +108,11 @@ template <class S>
     return e;
   }
   const std::int64_t L = channel_len;
-  detail::run_chunks(
-      pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t r = lo; r < hi; ++r) {
-          detail::cpu::accumulate_span<S>(acc + static_cast<std::int64_t>(idx[r]) * L, slot + r * L, coef, L);
-        }
-      });
+  parallel_for(pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      detail::cpu::accumulate_span<S>(acc + static_cast<std::int64_t>(idx[r]) * L, slot + r * L, coef, L);
+    }
+  });
   return cudaSuccess;
 }
 
@@ -180,23 +168,22 @@ template <class S, class T>
     return e;
   }
   const float scale = steps > 0 ? 1.0f / static_cast<float>(steps) : 0.0f;
-  detail::run_chunks(
-      pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t r = lo; r < hi; ++r) {
-          const std::int64_t c = idx[r];
-          const std::int64_t off = c * L;
-          if (steps == 0) {
-            (void)detail::cpu::convert_span<float, T>(state.master + off, upload + r * L, L, false);
-            std::memset(acc + off, 0, static_cast<std::size_t>(L) * sizeof(float));
-            continue;
-          }
-          const adam_constants k = make_adam_constants(hp, state.counts[c] + 1);
-          detail::cpu::window_span<S, T>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
-                                         last_coef, state.master + off, state.m + off, state.v + off,
-                                         upload + r * L, L, k, scale);
-          state.counts[c] += 1;
-        }
-      });
+  parallel_for(pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const std::int64_t c = idx[r];
+      const std::int64_t off = c * L;
+      if (steps == 0) {
+        (void)detail::cpu::convert_span<float, T>(state.master + off, upload + r * L, L, false);
+        std::memset(acc + off, 0, static_cast<std::size_t>(L) * sizeof(float));
+        continue;
+      }
+      const adam_constants k = make_adam_constants(hp, state.counts[c] + 1);
+      detail::cpu::window_span<S, T>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L, last_coef,
+                                     state.master + off, state.m + off, state.v + off, upload + r * L, L, k,
+                                     scale);
+      state.counts[c] += 1;
+    }
+  });
   return cudaSuccess;
 }
 

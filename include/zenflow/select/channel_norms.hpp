@@ -22,9 +22,9 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/norms.hpp>
 #include <zenflow/select/detail/norm_simd.hpp>
-#include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -111,19 +111,6 @@ template <class T>
   return cudaSuccess;
 }
 
-/// Runs `fn(chunk, begin, end)` over `[0, n)` on `pool`, or on the calling thread without one.
-template <class F>
-void host_parallel_for(worker_pool* pool, std::int64_t n, std::int64_t grain, F&& fn) {
-  if (pool != nullptr) {
-    pool->parallel_for(n, grain, fn);
-    return;
-  }
-  grain = std::max<std::int64_t>(grain, 1);
-  for (std::int64_t c = 0, b = 0; b < n; ++c, b += grain) {
-    fn(c, b, std::min(n, b + grain));
-  }
-}
-
 /// True when any element of the `rows x w` block at `p` (leading dimension `ld`) is NaN or
 /// infinite: the exact test on raw bits, run only on channels whose score is not finite.
 template <class T>
@@ -160,7 +147,7 @@ void host_norm_item(const channel_norm_item<T>& it,
   if (it.layout == channel_layout::contiguous) {
     const std::int64_t grain = std::max<std::int64_t>(1, work_per_chunk / std::max<std::int64_t>(len, 1));
     bad.assign(static_cast<std::size_t>(worker_pool::chunk_count(channels, grain)), 0);
-    host_parallel_for(pool, channels, grain, [&](std::int64_t chunk, std::int64_t lo, std::int64_t hi) {
+    parallel_for(pool, channels, grain, [&](std::int64_t chunk, std::int64_t lo, std::int64_t hi) {
       bool b = false;
       for (std::int64_t c = lo; c < hi; ++c) {
         const T* p = it.grad + c * it.ld;
@@ -183,7 +170,7 @@ void host_norm_item(const channel_norm_item<T>& it,
         std::clamp<std::int64_t>(((channels + threads - 1) / threads + 15) / 16 * 16, 256, max_cols);
     const std::int64_t blocks = (channels + cols - 1) / cols;
     bad.assign(static_cast<std::size_t>(blocks), 0);
-    host_parallel_for(pool, blocks, 1, [&](std::int64_t chunk, std::int64_t lo, std::int64_t) {
+    parallel_for(pool, blocks, 1, [&](std::int64_t chunk, std::int64_t lo, std::int64_t) {
       const std::int64_t c0 = lo * cols;
       const std::int64_t w = std::min(cols, channels - c0);
       float acc[max_cols] = {};

@@ -20,9 +20,9 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/detail/radix_math.hpp>
-#include <zenflow/transport/worker_pool.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -106,7 +106,7 @@ inline void host_topk_item(const topk_item& it, std::byte* temp, worker_pool* po
     const std::int64_t nch = worker_pool::chunk_count(m, host_topk_grain);
     const std::uint64_t mask = topk_known_mask(p);
     const std::uint64_t prefix = s.prefix;
-    host_parallel_for(pool, m, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+    parallel_for(pool, m, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
       std::uint32_t* h = hist + c * topk_bins;
       std::fill(h, h + topk_bins, 0u);
       for (std::int64_t i = lo; i < hi; ++i) {
@@ -130,7 +130,7 @@ inline void host_topk_item(const topk_item& it, std::byte* temp, worker_pool* po
     // Gather the keys of the chosen top-level bucket once; later passes read only those.
     const std::uint64_t mask = topk_known_mask(1);
     const std::uint64_t prefix = s.prefix;
-    host_parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+    parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
       std::int64_t m = 0;
       for (std::int64_t i = lo; i < hi; ++i) {
         m += (key_at(i) & mask) == prefix ? 1 : 0;
@@ -143,7 +143,7 @@ inline void host_topk_item(const topk_item& it, std::byte* temp, worker_pool* po
       counts[c] = total;
       total += m;
     }
-    host_parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+    parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
       std::int64_t o = counts[c];
       for (std::int64_t i = lo; i < hi; ++i) {
         const std::uint64_t key = key_at(i);
@@ -160,7 +160,7 @@ inline void host_topk_item(const topk_item& it, std::byte* temp, worker_pool* po
   // Every key >= the threshold is selected: exactly k of them. Chunk counts, then a prefix sum,
   // then writes in index order.
   const std::uint64_t threshold = s.prefix;
-  host_parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+  parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
     std::int64_t m = 0;
     for (std::int64_t i = lo; i < hi; ++i) {
       m += key_at(i) >= threshold ? 1 : 0;
@@ -173,7 +173,7 @@ inline void host_topk_item(const topk_item& it, std::byte* temp, worker_pool* po
     counts[c] = total;
     total += m;
   }
-  host_parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+  parallel_for(pool, n, host_topk_grain, [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
     std::int64_t o = counts[c];
     for (std::int64_t i = lo; i < hi; ++i) {
       if (key_at(i) >= threshold) {
