@@ -30,7 +30,9 @@ ZF_NAMESPACE_BEGIN
 
 namespace detail {
 /// Elements per chunk of the flat CPU loops (fixed: chunking never depends on the thread count).
-inline constexpr std::int64_t cpu_grain = std::int64_t{1} << 16;
+/// 32K elements is ~0.9 MB of AdamW traffic: a few microseconds from cache, tens from DRAM, so
+/// a chunk outweighs the pool's fork/join; smaller calls stay on the calling thread.
+inline constexpr std::int64_t cpu_grain = std::int64_t{1} << 15;
 
 /// Rows per chunk for row-wise loops: about cpu_grain elements.
 [[nodiscard]] inline std::int64_t rows_per_chunk(std::int64_t row_len) {

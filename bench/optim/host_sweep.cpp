@@ -1,0 +1,298 @@
+// Size sweep of zenflow's host optimizer primitives against DeepSpeed's CPU Adam, in one run.
+//
+// For each size n (elements, 4K .. 64M by default) it times, in interleaved rounds (the order of
+// the cases rotates every round, with a pause between samples so that no case inherits another's
+// spinning threads), and reports the median per call:
+//   zf_adamw       host::cpu_adamw, fp32 master/m/v/grad (28 B per parameter)
+//   ds_adamw       DeepSpeed's CPU Adam (Step_AVX<8>, OpenMP), fp32, 28 B per parameter
+//   zf_window      host::adamw_window: the fused ZenFlow host window (bf16 slot and upload),
+//                  1024-element channels, every channel unselected (36 B per parameter)
+//   zf_accumulate  host::accumulate_channels, bf16 slot into fp32 (10 B per parameter)
+// and zf/ds = median(zf case) / median(ds_adamw) per size. DeepSpeed is optional: a shared library
+// built by deepspeed_baseline/build_deepspeed_baseline.sh, given with --ds PATH or the environment
+// variable ZF_DEEPSPEED_ADAM; without it the ds columns are absent (never made up).
+//
+//   zf_host_sweep [--ds LIB] [--threads 2] [--min 4096] [--max 67108864] [--factor 4]
+//                 [--rounds 11] [--json FILE]
+//
+// Output: a table on stdout (one line per size and case) and the JSON file (default
+// host_sweep.json). Every call of a small size runs on warm caches (the same arrays back to back)
+// for both libraries alike.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+
+namespace {
+
+using zenflow::bfloat16;
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  std::string ds_path;
+  unsigned threads = 2;
+  std::int64_t min_n = 4096;
+  std::int64_t max_n = std::int64_t{64} << 20;
+  std::int64_t factor = 4;
+  int rounds = 11;
+  std::string json = "host_sweep.json";
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "zf_host_sweep: %s\nusage: zf_host_sweep [--ds LIB] [--threads N] [--min N] [--max N] "
+               "[--factor F] [--rounds R] [--json FILE]\n",
+               why);
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  if (const char* env = std::getenv("ZF_DEEPSPEED_ADAM")) {
+    o.ds_path = env;
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      usage(("missing value after " + a).c_str());
+    }
+    const std::string v = argv[++i];
+    if (a == "--ds") {
+      o.ds_path = v;
+    } else if (a == "--threads") {
+      o.threads = static_cast<unsigned>(std::stoul(v));
+    } else if (a == "--min") {
+      o.min_n = std::stoll(v);
+    } else if (a == "--max") {
+      o.max_n = std::stoll(v);
+    } else if (a == "--factor") {
+      o.factor = std::stoll(v);
+    } else if (a == "--rounds") {
+      o.rounds = std::stoi(v);
+    } else if (a == "--json") {
+      o.json = v;
+    } else {
+      usage(("unknown argument " + a).c_str());
+    }
+  }
+  if (o.threads < 1 || o.min_n < 1024 || o.max_n < o.min_n || o.factor < 2 || o.rounds < 1) {
+    usage("bad values: need threads >= 1, min >= 1024, max >= min, factor >= 2, rounds >= 1");
+  }
+  return o;
+}
+
+/// DeepSpeed's CPU Adam through the driver library (bench/optim/deepspeed_baseline/driver.cpp).
+struct deepspeed_adam {
+  using step_fn =
+      int (*)(float*, float*, float*, float*, std::size_t, std::size_t, float, float, float, float, float);
+  void* lib = nullptr;
+  step_fn step = nullptr;
+  int simd_width = 0;
+
+  bool load(const std::string& path, unsigned threads) {
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      std::fprintf(stderr, "zf_host_sweep: cannot load %s: %s\n", path.c_str(), dlerror());
+      return false;
+    }
+    step = reinterpret_cast<step_fn>(dlsym(lib, "zf_ds_adam_step_f32"));
+    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "zf_ds_set_threads"));
+    auto width = reinterpret_cast<int (*)()>(dlsym(lib, "zf_ds_simd_width"));
+    if (step == nullptr || set_threads == nullptr || width == nullptr) {
+      std::fprintf(stderr, "zf_host_sweep: %s is not the zenflow DeepSpeed driver\n", path.c_str());
+      return false;
+    }
+    set_threads(static_cast<int>(threads));
+    simd_width = width();
+    return true;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
+}
+
+struct bench_case {
+  std::string name;
+  double bytes_per_param;
+  std::function<void()> call;
+  std::int64_t reps = 1;
+  std::vector<double> samples_us;
+};
+
+/// Seconds for `reps` calls.
+double time_calls(const std::function<void()>& call, std::int64_t reps) {
+  const auto t0 = clock_type::now();
+  for (std::int64_t r = 0; r < reps; ++r) {
+    call();
+  }
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "zf_host_sweep: %s failed (%d)\n", what, static_cast<int>(e));
+    std::exit(1);
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  deepspeed_adam ds;
+  const bool with_ds = !o.ds_path.empty() && ds.load(o.ds_path, o.threads);
+  if (!o.ds_path.empty() && !with_ds) {
+    return 1;
+  }
+  zenflow::worker_pool pool(o.threads);
+  std::printf("zf_host_sweep: %u threads, zenflow SIMD path %s, DeepSpeed %s\n", o.threads,
+              zenflow::host::simd_path_name(zenflow::host::active_simd_path()),
+              with_ds ? (o.ds_path + " (SIMD width " + std::to_string(ds.simd_width) + ")").c_str()
+                      : "not given (--ds or ZF_DEEPSPEED_ADAM): no ds columns");
+  std::printf("median of %d interleaved rounds per size, us per call; zf/ds < 1 means zenflow is faster\n",
+              o.rounds);
+  std::printf("%10s  %-16s %10s %10s %9s %7s\n", "n", "case", "median_us", "p25-p75", "GB/s", "zf/ds");
+
+  nlohmann::json out;
+  out["threads"] = o.threads;
+  out["rounds"] = o.rounds;
+  out["zenflow_simd"] = zenflow::host::simd_path_name(zenflow::host::active_simd_path());
+  out["deepspeed_library"] = with_ds ? o.ds_path : "";
+  out["hardware_concurrency"] = std::thread::hardware_concurrency();
+  out["sizes"] = nlohmann::json::array();
+
+  zenflow::adamw_hparams hp;
+  hp.lr = 1e-3f;
+  hp.weight_decay = 0.01f;
+  const auto pause = std::chrono::milliseconds(20); // longer than OpenMP's spin-wait
+  for (std::int64_t n = o.min_n; n <= o.max_n; n *= o.factor) {
+    std::mt19937 gen(static_cast<unsigned>(n));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const auto N = static_cast<std::size_t>(n);
+    std::vector<float> p(N), m(N, 0.0f), v(N, 0.0f), g(N), dp(N), dm(N, 0.0f), dv(N, 0.0f), dg(N);
+    for (std::size_t i = 0; i < N; ++i) {
+      p[i] = dp[i] = dist(gen);
+      g[i] = dg[i] = 1e-2f * dist(gen);
+    }
+    const std::int64_t L = 1024;
+    const std::int64_t channels = n / L;
+    std::vector<float> acc(N, 0.0f);
+    std::vector<bfloat16> slot(N), upload(N);
+    for (std::size_t i = 0; i < N; ++i) {
+      slot[i] = zenflow::from_float<bfloat16>(1e-2f * dist(gen));
+    }
+    std::vector<std::int32_t> idx(static_cast<std::size_t>(channels)), counts(idx.size(), 0);
+    for (std::size_t c = 0; c < idx.size(); ++c) {
+      idx[c] = static_cast<std::int32_t>(c);
+    }
+    std::vector<float> wp(p), wm(N, 0.0f), wv(N, 0.0f);
+    std::int32_t count = 0;
+    std::size_t ds_step = 0;
+
+    std::vector<bench_case> cases;
+    cases.push_back({"zf_adamw", 28.0, [&] {
+                       check(zenflow::host::cpu_adamw<float, float>(p.data(), m.data(), v.data(), g.data(),
+                                                                    nullptr, n, ++count, hp, 1.0f, &pool),
+                             "cpu_adamw");
+                     }});
+    if (with_ds) {
+      cases.push_back({"ds_adamw", 28.0, [&] {
+                         if (ds.step(dp.data(), dg.data(), dm.data(), dv.data(), N, ++ds_step, hp.lr,
+                                     hp.beta1, hp.beta2, hp.eps, hp.weight_decay) != 0) {
+                           std::fprintf(stderr, "zf_host_sweep: DeepSpeed driver refused n=%lld\n",
+                                        static_cast<long long>(n));
+                           std::exit(1);
+                         }
+                       }});
+    }
+    const zenflow::channel_state wstate{wp.data(), wm.data(), wv.data(), counts.data(), channels, L};
+    cases.push_back({"zf_window", 36.0, [&] {
+                       check(zenflow::host::adamw_window<bfloat16, bfloat16>(wstate, acc.data(), idx.data(),
+                                                                             channels, slot.data(), 0.5f, 4,
+                                                                             hp, upload.data(), &pool),
+                             "adamw_window");
+                     }});
+    cases.push_back({"zf_accumulate", 10.0, [&] {
+                       check(zenflow::host::accumulate_channels<bfloat16>(
+                                 acc.data(), channels, L, slot.data(), idx.data(), channels, 0.5f, &pool),
+                             "accumulate_channels");
+                     }});
+
+    // Warm-up (first touch, page faults, thread wake-ups) and the repetitions per sample: enough
+    // calls for about 2 ms, so that the clock's resolution does not matter.
+    for (auto& c : cases) {
+      c.call();
+      const double one = std::max(time_calls(c.call, 3) / 3.0, 1e-7);
+      c.reps = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(2e-3 / one)));
+    }
+    for (int r = 0; r < o.rounds; ++r) {
+      for (std::size_t k = 0; k < cases.size(); ++k) {
+        auto& c = cases[(k + static_cast<std::size_t>(r)) % cases.size()];
+        std::this_thread::sleep_for(pause);
+        c.samples_us.push_back(1e6 * time_calls(c.call, c.reps) / static_cast<double>(c.reps));
+      }
+    }
+
+    nlohmann::json row;
+    row["n"] = n;
+    double ds_median = 0.0;
+    for (const auto& c : cases) {
+      if (c.name == "ds_adamw") {
+        ds_median = median(c.samples_us);
+      }
+    }
+    for (const auto& c : cases) {
+      const double med = median(c.samples_us);
+      const double gbs = c.bytes_per_param * static_cast<double>(n) / (med * 1e-6) / 1e9;
+      nlohmann::json e;
+      e["median_us"] = med;
+      e["min_us"] = *std::min_element(c.samples_us.begin(), c.samples_us.end());
+      e["p25_us"] = quantile(c.samples_us, 0.25);
+      e["p75_us"] = quantile(c.samples_us, 0.75);
+      e["reps_per_sample"] = c.reps;
+      e["bytes_per_param"] = c.bytes_per_param;
+      e["GB_per_s"] = gbs;
+      e["samples_us"] = c.samples_us;
+      char ratio[16] = "";
+      if (ds_median > 0.0 && c.name != "ds_adamw") {
+        e["zf_over_ds"] = med / ds_median;
+        std::snprintf(ratio, sizeof(ratio), "%.2f", med / ds_median);
+      }
+      row[c.name] = e;
+      char spread[32];
+      std::snprintf(spread, sizeof(spread), "%.1f-%.1f", quantile(c.samples_us, 0.25),
+                    quantile(c.samples_us, 0.75));
+      std::printf("%10lld  %-16s %10.1f %10s %9.2f %7s\n", static_cast<long long>(n), c.name.c_str(), med,
+                  spread, gbs, ratio);
+    }
+    std::fflush(stdout);
+    out["sizes"].push_back(row);
+  }
+  std::ofstream(o.json) << out.dump(2) << "\n";
+  std::printf("wrote %s\n", o.json.c_str());
+  return 0;
+}
