@@ -4,12 +4,15 @@
     python3 bench/optim/torch_adamw.py --device cpu  [--params 64M] [--threads N]
     python3 bench/optim/torch_adamw.py --device cuda [--params 256M]
 
-Measures the foreach and fused implementations (fused on CPU needs torch >= 2.4) and prints
-one JSON line per variant: ms per step and GB/s counted like zenflow's benchmark (28 bytes per
-parameter: read g p m v, write p m v). torch is not a dependency of the build.
+Measures the foreach and fused implementations (fused on CPU needs torch >= 2.4): one warm-up
+step each, then --rounds interleaved rounds (foreach, fused, foreach, ...), and prints one JSON
+line per variant: the median ms per step (and min, max), threads, and GB/s counted like zenflow's
+benchmark (28 bytes per parameter: read g p m v, write p m v). torch is not a dependency of the
+build.
 """
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -26,35 +29,39 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--params", default="64M")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=11)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     n = parse_count(a.params)
     dev = torch.device(a.device)
+    variants = {}
     for variant in ("foreach", "fused"):
         p = torch.nn.Parameter(torch.zeros(n, dtype=torch.float32, device=dev))
         p.grad = torch.full((n,), 0.01, dtype=torch.float32, device=dev)
         kw = {"foreach": True} if variant == "foreach" else {"fused": True}
         try:
             opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, **kw)
-            opt.step()  # creates the state
+            opt.step()  # warm-up: creates the state
         except (RuntimeError, TypeError) as e:
             print(json.dumps({"variant": variant, "error": str(e)[:200]}))
             continue
-        best = float("inf")
-        for _ in range(a.steps):
+        variants[variant] = (opt, p, [])
+    for _ in range(a.rounds):  # interleaved, so that a noisy moment hits every variant alike
+        for variant, (opt, _p, times) in variants.items():
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             opt.step()
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0)
+    for variant, (_opt, _p, times) in variants.items():
+        med = statistics.median(times)
         print(json.dumps({"torch": torch.__version__, "device": a.device, "threads": torch.get_num_threads(),
-                          "variant": variant, "params": n, "ms": round(best * 1e3, 3),
-                          "GBps": round(28.0 * n / best / 1e9, 2)}))
-        del opt, p
+                          "variant": variant, "params": n, "rounds": a.rounds, "ms": round(med * 1e3, 3),
+                          "ms_min": round(min(times) * 1e3, 3), "ms_max": round(max(times) * 1e3, 3),
+                          "GBps": round(28.0 * n / med / 1e9, 2)}))
 
 
 if __name__ == "__main__":

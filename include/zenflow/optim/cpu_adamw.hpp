@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 
@@ -43,17 +44,33 @@ inline constexpr std::int64_t cpu_grain = std::int64_t{1} << 15;
 
 namespace host {
 
+/// What the fused window leaves in the accumulator rows it consumed.
+enum class window_acc : std::uint8_t {
+  zero, ///< zeroed, ready for the next window's adds
+  keep, ///< left as they are (4 fewer bytes per element): the next window's first step must
+        ///< write them with accumulate_mode::assign
+};
+/// How accumulate_channels combines a slot with the accumulator.
+enum class accumulate_mode : std::uint8_t {
+  add,    ///< acc += coef * slot
+  assign, ///< acc = coef * slot, without reading acc: the first step of a window (6 instead of
+          ///< 10 bytes per element for a bf16 slot); the same bits as `add` into a zeroed acc
+};
+
 /// AdamW over `n` contiguous elements on the CPU.
 ///
-/// @param master,m,v fp32 state, updated in place (must not overlap each other or `grad`).
+/// @param master fp32 master weights, updated in place.
+/// @param m,v    moments, float or bfloat16 (bf16: stored with stochastic rounding, hashed from
+///               the element index in [0, n) and `count`, see optim/detail/moment_rounding.hpp;
+///               arithmetic in fp32), updated in place (none may overlap another or `grad`).
 /// @param grad gradients (float, half or bfloat16), multiplied by `grad_scale` inside the update.
 /// @param out  nullable: receives the new weights rounded to T (RNE); may alias `master` for float.
 /// @param count the update count of this update (>= 1), for the bias corrections.
 /// @return cudaErrorInvalidValue (nothing written) on a bad argument, else cudaSuccess.
-template <class G, class T = float>
+template <class G, class T = float, class M = float>
 [[nodiscard]] cudaError_t cpu_adamw(float* master,
-                                    float* m,
-                                    float* v,
+                                    M* m,
+                                    M* v,
                                     const G* grad,
                                     T* out,
                                     std::int64_t n,
@@ -62,6 +79,8 @@ template <class G, class T = float>
                                     float grad_scale,
                                     worker_pool* pool) {
   static_assert(is_working_type_v<G> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
+  static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16>,
+                "zenflow: moments are float or bfloat16");
   constexpr std::string_view fn = "zenflow::host::cpu_adamw";
   ZF_EXPECT_ARG(n >= 0, fn, "n", "must be >= 0");
   ZF_EXPECT_ARG(master != nullptr || n == 0, fn, "master", "must not be null");
@@ -75,8 +94,9 @@ template <class G, class T = float>
   }
   const adam_constants c = make_adam_constants(hp, count);
   parallel_for(pool, n, detail::cpu_grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-    detail::cpu::adam_span<G, T>(master + lo, m + lo, v + lo, grad + lo, out == nullptr ? nullptr : out + lo,
-                                 hi - lo, c, grad_scale);
+    detail::cpu::adam_span<G, T, M>(master + lo, m + lo, v + lo, grad + lo,
+                                    out == nullptr ? nullptr : out + lo, hi - lo, c, grad_scale, lo,
+                                    static_cast<std::uint32_t>(count));
   });
   return cudaSuccess;
 }
@@ -87,6 +107,7 @@ template <class G, class T = float>
 /// @param slot  packed rows, `count x channel_len`, working precision (row r = channel idx[r]).
 /// @param idx   channel indices (distinct, in [0, channels); sorted is the fast order).
 /// @param coef  the step's gradient coefficient (loss-scale unscaling x clipping).
+/// @param mode  `assign` writes acc[idx[r]] = coef * slot[r] instead (the first step of a window).
 /// Rows are independent, so the result does not depend on threads or chunking.
 template <class S>
 [[nodiscard]] cudaError_t accumulate_channels(float* acc,
@@ -96,7 +117,8 @@ template <class S>
                                               const std::int32_t* idx,
                                               std::int64_t count,
                                               float coef,
-                                              worker_pool* pool) {
+                                              worker_pool* pool,
+                                              accumulate_mode mode = accumulate_mode::add) {
   static_assert(is_working_type_v<S>, "zenflow: float, half or bfloat16");
   constexpr std::string_view fn = "zenflow::host::accumulate_channels";
   ZF_EXPECT_ARG(channels >= 0, fn, "channels", "must be >= 0");
@@ -112,7 +134,12 @@ template <class S>
   const std::int64_t L = channel_len;
   parallel_for(pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      detail::cpu::accumulate_span<S>(acc + static_cast<std::int64_t>(idx[r]) * L, slot + r * L, coef, L);
+      float* row = acc + static_cast<std::int64_t>(idx[r]) * L;
+      if (mode == accumulate_mode::assign) {
+        detail::cpu::assign_span<S>(row, slot + r * L, coef, L);
+      } else {
+        detail::cpu::accumulate_span<S>(row, slot + r * L, coef, L);
+      }
     }
   });
   return cudaSuccess;
@@ -123,20 +150,22 @@ template <class S>
 ///   acc[c] += last_coef * last_slot[r]           (when last_slot is not null)
 ///   AdamW on master/m/v[c] with gradient acc[c] and gradient scale 1/steps (the window's mean),
 ///   bias correction from counts[c] + 1, then counts[c] += 1
-///   upload[r] = new master rounded to T (RNE);   acc[c] = 0
+///   upload[r] = new master rounded to T (RNE);   acc[c] = 0 (unless `after == window_acc::keep`)
 /// Channels not listed (the selected ones) are not touched.
 ///
-/// @param state  full-size host state (master, m, v, counts) of the matrix.
+/// @param state  full-size host state (master, m, v, counts) of the matrix; fp32 or bf16 moments
+///               (bf16: stochastic rounding hashed from (c * channel_len + j, counts[c] + 1)).
 /// @param acc    fp32 accumulator, `channels x channel_len`.
 /// @param steps  n_w, the non-skipped steps summed into acc (>= 0). With 0 there is nothing to
 ///               apply: no update, no count change; upload gets the current master and acc is
 ///               zeroed (last_slot must then be null).
 /// @param hp     hyper-parameters (lr already multiplied by host_lr_scale by the caller).
 /// @param upload packed new working weights, `count x channel_len`.
+/// @param after  `keep` leaves acc as it is (the next window's first step assigns it).
 /// Bit-identical to accumulate_channels + cpu AdamW on the rows + packing (the unfused sequence),
 /// and whatever the thread count or SIMD path.
-template <class S, class T>
-[[nodiscard]] cudaError_t adamw_window(const channel_state& state,
+template <class S, class T, class M = float>
+[[nodiscard]] cudaError_t adamw_window(const basic_channel_state<M>& state,
                                        float* acc,
                                        const std::int32_t* idx,
                                        std::int64_t count,
@@ -145,8 +174,11 @@ template <class S, class T>
                                        std::int32_t steps,
                                        const adamw_hparams& hp,
                                        T* upload,
-                                       worker_pool* pool) {
+                                       worker_pool* pool,
+                                       window_acc after = window_acc::zero) {
   static_assert(is_working_type_v<S> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
+  static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16>,
+                "zenflow: moments are float or bfloat16");
   constexpr std::string_view fn = "zenflow::host::adamw_window";
   const std::int64_t L = state.channel_len;
   ZF_EXPECT_ARG(state.channels >= 0, fn, "state.channels", "must be >= 0");
@@ -176,13 +208,16 @@ template <class S, class T>
       const std::int64_t off = c * L;
       if (steps == 0) {
         (void)detail::cpu::convert_span<float, T>(state.master + off, upload + r * L, L, false);
-        std::memset(acc + off, 0, static_cast<std::size_t>(L) * sizeof(float));
+        if (after == window_acc::zero) {
+          std::memset(acc + off, 0, static_cast<std::size_t>(L) * sizeof(float));
+        }
         continue;
       }
       const adam_constants k = make_adam_constants(hp, state.counts[c] + 1);
-      detail::cpu::window_span<S, T>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L, last_coef,
-                                     state.master + off, state.m + off, state.v + off, upload + r * L, L, k,
-                                     scale);
+      detail::cpu::window_span<S, T, M>(
+          acc + off, last_slot == nullptr ? nullptr : last_slot + r * L, last_coef, state.master + off,
+          state.m + off, state.v + off, upload + r * L, L, k, scale, off,
+          static_cast<std::uint32_t>(state.counts[c] + 1), after == window_acc::keep);
       state.counts[c] += 1;
     }
   });

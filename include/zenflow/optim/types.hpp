@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -30,13 +31,18 @@ inline constexpr std::int64_t max_dense_tensor_size = std::int64_t{1} << 40;
 
 /// The full-size host optimizer state of one matrix parameter: `channels x channel_len` fp32
 /// master, m and v (row c = channel c, contiguous) and one Adam update count per channel.
-struct channel_state {
+/// Moments M are float, or bfloat16 on the host (`host_moments = bf16`: 8 instead of 12 bytes of
+/// host state per parameter; arithmetic stays fp32, see optim/detail/moment_rounding.hpp).
+template <class M>
+struct basic_channel_state {
   float* master = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
+  M* m = nullptr;
+  M* v = nullptr;
   std::int32_t* counts = nullptr;
   std::int64_t channels = 0;
   std::int64_t channel_len = 0;
 };
+using channel_state = basic_channel_state<float>;
+using channel_state_bf16m = basic_channel_state<bfloat16>;
 
 ZF_NAMESPACE_END

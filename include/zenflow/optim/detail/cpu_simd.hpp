@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/detail/simd_ops.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/math/adam.hpp>
+#include <zenflow/optim/detail/moment_rounding.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -71,16 +73,18 @@ namespace detail::cpu {
 #  define ZF_CPU_DISPATCH(...) return ::zenflow::detail::cpu_scalar::__VA_ARGS__;
 #endif
 
-template <class G, class T>
+template <class G, class T, class M = float>
 void adam_span(float* master,
-               float* m,
-               float* v,
+               M* m,
+               M* v,
                const G* grad,
                T* out,
                std::int64_t n,
                const adam_constants& c,
-               float scale) {
-  ZF_CPU_DISPATCH(adam_span<G, T>(master, m, v, grad, out, n, c, scale))
+               float scale,
+               std::int64_t index0 = 0,
+               std::uint32_t count = 0) {
+  ZF_CPU_DISPATCH(adam_span<G, T, M>(master, m, v, grad, out, n, c, scale, index0, count))
 }
 
 template <class S>
@@ -88,18 +92,27 @@ void accumulate_span(float* acc, const S* slot, float coef, std::int64_t n) {
   ZF_CPU_DISPATCH(accumulate_span<S>(acc, slot, coef, n))
 }
 
-template <class S, class T>
+template <class S, class T, class M = float>
 void window_span(float* acc,
                  const S* slot,
                  float coef,
                  float* master,
-                 float* m,
-                 float* v,
+                 M* m,
+                 M* v,
                  T* out,
                  std::int64_t n,
                  const adam_constants& c,
-                 float scale) {
-  ZF_CPU_DISPATCH(window_span<S, T>(acc, slot, coef, master, m, v, out, n, c, scale))
+                 float scale,
+                 std::int64_t index0 = 0,
+                 std::uint32_t count = 0,
+                 bool keep_acc = false) {
+  ZF_CPU_DISPATCH(
+      window_span<S, T, M>(acc, slot, coef, master, m, v, out, n, c, scale, index0, count, keep_acc))
+}
+
+template <class S>
+void assign_span(float* acc, const S* slot, float coef, std::int64_t n) {
+  ZF_CPU_DISPATCH(assign_span<S>(acc, slot, coef, n))
 }
 
 template <class Tin, class Tout>

@@ -34,16 +34,59 @@ ZF_FORCEINLINE ops::reg update(ops::reg& p, ops::reg& m, ops::reg& v, ops::reg g
   return p;
 }
 
+/// Stores a moment register: fp32 as it is, bf16 with the stochastic rounding of
+/// detail/moment_rounding.hpp (`index` = the first lane's element index, `count` = this update).
+template <class M>
+ZF_FORCEINLINE void
+store_moment(M* p, ops::reg x, std::int64_t index, std::uint32_t count, std::uint32_t which) {
+  if constexpr (std::is_same_v<M, float>) {
+    ops::store(p, x);
+  } else {
+    float lanes[ops::width];
+    std::uint16_t bits[ops::width];
+    ops::store(lanes, x);
+    for (int j = 0; j < ops::width; ++j) {
+      bits[j] = round_moment_bf16(lanes[j], static_cast<std::uint64_t>(index + j), count, which);
+    }
+    std::memcpy(static_cast<void*>(p), bits, sizeof(bits));
+  }
+}
+
+/// One element of the tails: zenflow::adam_update on a widened moment pair, stored back.
+template <class M, class G>
+ZF_FORCEINLINE float adam_element(float& master,
+                                  M& m,
+                                  M& v,
+                                  G g,
+                                  float scale,
+                                  const adam_constants& c,
+                                  std::int64_t index,
+                                  std::uint32_t count) {
+  if constexpr (std::is_same_v<M, float>) {
+    return adam_update(master, m, v, g, scale, c);
+  } else {
+    float mf = to_float(m), vf = to_float(v);
+    const float p = adam_update(master, mf, vf, g, scale, c);
+    m = from_raw_bits<bfloat16>(round_moment_bf16(mf, static_cast<std::uint64_t>(index), count, moment_m));
+    v = from_raw_bits<bfloat16>(round_moment_bf16(vf, static_cast<std::uint64_t>(index), count, moment_v));
+    return p;
+  }
+}
+
 /// AdamW over n elements: master/m/v updated in place, `out` (nullable) gets the new weights.
-template <class G, class T>
+/// Moments M are float or bfloat16 (then `index0` is the first element's index and `count` this
+/// update's count, the inputs of the rounding's hash).
+template <class G, class T, class M>
 void adam_span(float* master,
-               float* m,
-               float* v,
+               M* m,
+               M* v,
                const G* grad,
                T* out,
                std::int64_t n,
                const adam_constants& c,
-               float scale) {
+               float scale,
+               std::int64_t index0,
+               std::uint32_t count) {
   const vconsts k = broadcast(c, scale);
   std::int64_t i = 0;
   for (; i + ops::width <= n; i += ops::width) {
@@ -52,14 +95,14 @@ void adam_span(float* master,
     ops::reg vv = ops::load(v + i);
     update(p, mm, vv, ops::load(grad + i), k);
     ops::store(master + i, p);
-    ops::store(m + i, mm);
-    ops::store(v + i, vv);
+    store_moment(m + i, mm, index0 + i, count, moment_m);
+    store_moment(v + i, vv, index0 + i, count, moment_v);
     if (out != nullptr) {
       ops::store(out + i, p);
     }
   }
   for (; i < n; ++i) {
-    const float p = adam_update(master[i], m[i], v[i], grad[i], scale, c);
+    const float p = adam_element(master[i], m[i], v[i], grad[i], scale, c, index0 + i, count);
     if (out != nullptr) {
       out[i] = from_float<T>(p);
     }
@@ -80,18 +123,22 @@ void accumulate_span(float* acc, const S* slot, float coef, std::int64_t n) {
 }
 
 /// The fused host window on one channel: acc += coef * slot (slot nullable), AdamW with acc as
-/// the gradient and `scale` (1 / steps) as its scale, new weights to `out`, acc zeroed.
-template <class S, class T>
+/// the gradient and `scale` (1 / steps) as its scale, new weights to `out`, acc zeroed unless
+/// `keep_acc` (the next window's first step overwrites it). Moments as in adam_span.
+template <class S, class T, class M>
 void window_span(float* acc,
                  const S* slot,
                  float coef,
                  float* master,
-                 float* m,
-                 float* v,
+                 M* m,
+                 M* v,
                  T* out,
                  std::int64_t n,
                  const adam_constants& c,
-                 float scale) {
+                 float scale,
+                 std::int64_t index0,
+                 std::uint32_t count,
+                 bool keep_acc) {
   const vconsts k = broadcast(c, scale);
   const ops::reg kc = ops::set1(coef);
   const ops::reg zero = ops::set1(0.0f);
@@ -106,18 +153,37 @@ void window_span(float* acc,
     ops::reg vv = ops::load(v + i);
     update(p, mm, vv, g, k);
     ops::store(master + i, p);
-    ops::store(m + i, mm);
-    ops::store(v + i, vv);
+    store_moment(m + i, mm, index0 + i, count, moment_m);
+    store_moment(v + i, vv, index0 + i, count, moment_v);
     ops::store(out + i, p);
-    ops::store(acc + i, zero);
+    if (!keep_acc) {
+      ops::store(acc + i, zero);
+    }
   }
   for (; i < n; ++i) {
     float g = acc[i];
     if (slot != nullptr) {
       g = accumulate_value(g, coef, to_float(slot[i]));
     }
-    out[i] = from_float<T>(adam_update(master[i], m[i], v[i], g, scale, c));
-    acc[i] = 0.0f;
+    out[i] = from_float<T>(adam_element(master[i], m[i], v[i], g, scale, c, index0 + i, count));
+    if (!keep_acc) {
+      acc[i] = 0.0f;
+    }
+  }
+}
+
+/// acc = coef * slot over n elements, as accumulate_span would compute it into a zeroed acc
+/// (the same fma with +0, so the same bits), without reading acc.
+template <class S>
+void assign_span(float* acc, const S* slot, float coef, std::int64_t n) {
+  const ops::reg k = ops::set1(coef);
+  const ops::reg zero = ops::set1(0.0f);
+  std::int64_t i = 0;
+  for (; i + ops::width <= n; i += ops::width) {
+    ops::store(acc + i, ops::fma(k, ops::load(slot + i), zero));
+  }
+  for (; i < n; ++i) {
+    acc[i] = accumulate_value(0.0f, coef, to_float(slot[i]));
   }
 }
 
