@@ -4,10 +4,14 @@
 // the cases rotates every round, with a pause between samples so that no case inherits another's
 // spinning threads), and reports the median per call:
 //   zf_adamw       host::cpu_adamw, fp32 master/m/v/grad (28 B per parameter)
+//   zf_adamw_bf16m the same with bf16 moments (20 B per parameter)
 //   ds_adamw       DeepSpeed's CPU Adam (Step_AVX<8>, OpenMP), fp32, 28 B per parameter
 //   zf_window      host::adamw_window: the fused ZenFlow host window (bf16 slot and upload),
 //                  1024-element channels, every channel unselected (36 B per parameter)
+//   zf_window_keep  the same leaving the accumulator as it is (32 B; the next window assigns it)
+//   zf_window_bf16m the same as zf_window_keep with bf16 moments (24 B per parameter)
 //   zf_accumulate  host::accumulate_channels, bf16 slot into fp32 (10 B per parameter)
+//   zf_assign      the same on a window's first step: acc written, not read (6 B per parameter)
 // and zf/ds = median(zf case) / median(ds_adamw) per size. DeepSpeed is optional: a shared library
 // built by deepspeed_baseline/build_deepspeed_baseline.sh, given with --ds PATH or the environment
 // variable ZF_DEEPSPEED_ADAM; without it the ds columns are absent (never made up).
@@ -209,7 +213,10 @@ int main(int argc, char** argv) {
     for (std::size_t c = 0; c < idx.size(); ++c) {
       idx[c] = static_cast<std::int32_t>(c);
     }
-    std::vector<float> wp(p), wm(N, 0.0f), wv(N, 0.0f);
+    std::vector<float> wp(p), wm(N, 0.0f), wv(N, 0.0f), wpk(p), wmk(N, 0.0f), wvk(N, 0.0f), wpb(p), pb(p);
+    std::vector<bfloat16> mb(N, zenflow::from_float<bfloat16>(0.0f)), vb(mb), wmb(mb), wvb(mb);
+    std::vector<std::int32_t> counts_k(counts), counts_b(counts);
+    std::int32_t count_b = 0;
     std::int32_t count = 0;
     std::size_t ds_step = 0;
 
@@ -218,6 +225,12 @@ int main(int argc, char** argv) {
                        check(zenflow::host::cpu_adamw<float, float>(p.data(), m.data(), v.data(), g.data(),
                                                                     nullptr, n, ++count, hp, 1.0f, &pool),
                              "cpu_adamw");
+                     }});
+    cases.push_back({"zf_adamw_bf16m", 20.0, [&] {
+                       check(zenflow::host::cpu_adamw<float, float, bfloat16>(pb.data(), mb.data(), vb.data(),
+                                                                              g.data(), nullptr, n, ++count_b,
+                                                                              hp, 1.0f, &pool),
+                             "cpu_adamw bf16 moments");
                      }});
     if (with_ds) {
       cases.push_back({"ds_adamw", 28.0, [&] {
@@ -235,6 +248,27 @@ int main(int argc, char** argv) {
                                                                              channels, slot.data(), 0.5f, 4,
                                                                              hp, upload.data(), &pool),
                              "adamw_window");
+                     }});
+    const zenflow::channel_state kstate{wpk.data(), wmk.data(), wvk.data(), counts_k.data(), channels, L};
+    cases.push_back({"zf_window_keep", 32.0, [&] {
+                       check(zenflow::host::adamw_window<bfloat16, bfloat16>(
+                                 kstate, acc.data(), idx.data(), channels, slot.data(), 0.5f, 4, hp,
+                                 upload.data(), &pool, zenflow::host::window_acc::keep),
+                             "adamw_window keep");
+                     }});
+    const zenflow::channel_state_bf16m bstate{wpb.data(),      wmb.data(), wvb.data(),
+                                              counts_b.data(), channels,   L};
+    cases.push_back({"zf_window_bf16m", 24.0, [&] {
+                       check(zenflow::host::adamw_window<bfloat16, bfloat16, bfloat16>(
+                                 bstate, acc.data(), idx.data(), channels, slot.data(), 0.5f, 4, hp,
+                                 upload.data(), &pool, zenflow::host::window_acc::keep),
+                             "adamw_window bf16 moments");
+                     }});
+    cases.push_back({"zf_assign", 6.0, [&] {
+                       check(zenflow::host::accumulate_channels<bfloat16>(
+                                 acc.data(), channels, L, slot.data(), idx.data(), channels, 0.5f, &pool,
+                                 zenflow::host::accumulate_mode::assign),
+                             "accumulate_channels assign");
                      }});
     cases.push_back({"zf_accumulate", 10.0, [&] {
                        check(zenflow::host::accumulate_channels<bfloat16>(
