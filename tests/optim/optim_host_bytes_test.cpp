@@ -13,10 +13,10 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
-#include <zenflow/optim/detail/moment_rounding.hpp>
 
 #include "optim_reference.hpp"
 #include "support/random.hpp"

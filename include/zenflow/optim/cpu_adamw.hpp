@@ -61,7 +61,7 @@ enum class accumulate_mode : std::uint8_t {
 ///
 /// @param master fp32 master weights, updated in place.
 /// @param m,v    moments, float or bfloat16 (bf16: stored with stochastic rounding, hashed from
-///               the element index in [0, n) and `count`, see optim/detail/moment_rounding.hpp;
+///               the element index in [0, n) and `count`, see core/detail/moment_rounding.hpp;
 ///               arithmetic in fp32), updated in place (none may overlap another or `grad`).
 /// @param grad gradients (float, half or bfloat16), multiplied by `grad_scale` inside the update.
 /// @param out  nullable: receives the new weights rounded to T (RNE); may alias `master` for float.

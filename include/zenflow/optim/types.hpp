@@ -32,7 +32,7 @@ inline constexpr std::int64_t max_dense_tensor_size = std::int64_t{1} << 40;
 /// The full-size host optimizer state of one matrix parameter: `channels x channel_len` fp32
 /// master, m and v (row c = channel c, contiguous) and one Adam update count per channel.
 /// Moments M are float, or bfloat16 on the host (`host_moments = bf16`: 8 instead of 12 bytes of
-/// host state per parameter; arithmetic stays fp32, see optim/detail/moment_rounding.hpp).
+/// host state per parameter; arithmetic stays fp32, see core/detail/moment_rounding.hpp).
 template <class M>
 struct basic_channel_state {
   float* master = nullptr;

@@ -16,6 +16,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/cpu_simd.hpp>
+#include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/dtype.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -43,6 +44,11 @@ struct ops {
   static ZF_FORCEINLINE void store(float* p, reg x) { *p = x; }
   static ZF_FORCEINLINE void store(half* p, reg x) { *p = from_float<half>(x); }
   static ZF_FORCEINLINE void store(bfloat16* p, reg x) { *p = from_float<bfloat16>(x); }
+  /// bf16 with the stochastic rounding of core/detail/moment_rounding.hpp, lane j hashed from
+  /// (lo + j) ^ key.
+  static ZF_FORCEINLINE void store_stochastic(bfloat16* p, reg x, std::uint32_t lo, std::uint32_t key) {
+    *p = from_raw_bits<bfloat16>(float_to_bf16_bits_stochastic(float_bits(x), moment_hash_mix(lo ^ key)));
+  }
   static ZF_FORCEINLINE reg add(reg a, reg b) { return a + b; }
   static ZF_FORCEINLINE reg mul(reg a, reg b) { return keep_rounded(a * b); }
   static ZF_FORCEINLINE reg div(reg a, reg b) { return a / b; }
@@ -84,6 +90,24 @@ struct ops {
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i rounded =
         _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+  static ZF_FORCEINLINE void store_stochastic(bfloat16* p, reg x, std::uint32_t lo, std::uint32_t key) {
+    __m256i h = _mm256_xor_si256(
+        _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(lo)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+        _mm256_set1_epi32(static_cast<int>(key)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(moment_hash_mul1)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 15));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32(static_cast<int>(moment_hash_mul2)));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_and_si256(h, _mm256_set1_epi32(0xffff))), 16);
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
@@ -139,6 +163,24 @@ struct ops {
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded =
         _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+  }
+  static ZF_FORCEINLINE void store_stochastic(bfloat16* p, reg x, std::uint32_t lo, std::uint32_t key) {
+    __m512i h = _mm512_xor_si512(
+        _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(lo)),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+        _mm512_set1_epi32(static_cast<int>(key)));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(moment_hash_mul1)));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 15));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(moment_hash_mul2)));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_and_si512(h, _mm512_set1_epi32(0xffff))), 16);
     const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);

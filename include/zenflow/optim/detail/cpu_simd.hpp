@@ -15,10 +15,10 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/cpu_simd.hpp>
+#include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/detail/simd_ops.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/math/adam.hpp>
-#include <zenflow/optim/detail/moment_rounding.hpp>
 
 ZF_NAMESPACE_BEGIN
 

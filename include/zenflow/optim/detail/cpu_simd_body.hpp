@@ -42,13 +42,20 @@ store_moment(M* p, ops::reg x, std::int64_t index, std::uint32_t count, std::uin
   if constexpr (std::is_same_v<M, float>) {
     ops::store(p, x);
   } else {
-    float lanes[ops::width];
-    std::uint16_t bits[ops::width];
-    ops::store(lanes, x);
-    for (int j = 0; j < ops::width; ++j) {
-      bits[j] = round_moment_bf16(lanes[j], static_cast<std::uint64_t>(index + j), count, which);
+    const auto lo = static_cast<std::uint32_t>(index);
+    if (lo <= 0xffffffffu - ops::width) { // the lanes share the index's high bits
+      ops::store_stochastic(
+          p, x, lo,
+          moment_hash_key(static_cast<std::uint32_t>(static_cast<std::uint64_t>(index) >> 32), count, which));
+    } else {
+      float lanes[ops::width];
+      std::uint16_t bits[ops::width];
+      ops::store(lanes, x);
+      for (int j = 0; j < ops::width; ++j) {
+        bits[j] = round_moment_bf16(lanes[j], static_cast<std::uint64_t>(index + j), count, which);
+      }
+      std::memcpy(static_cast<void*>(p), bits, sizeof(bits));
     }
-    std::memcpy(static_cast<void*>(p), bits, sizeof(bits));
   }
 }
 

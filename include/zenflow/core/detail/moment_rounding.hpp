@@ -24,29 +24,40 @@ namespace detail {
 inline constexpr std::uint32_t moment_m = 0;
 inline constexpr std::uint32_t moment_v = 1;
 
-/// 32 well-mixed bits from (element index, update count, moment): the inputs are combined with
-/// odd constants, then mixed by a 32-bit integer finaliser (two multiply-xorshift rounds).
-ZF_FORCEINLINE constexpr std::uint32_t
-moment_hash(std::uint64_t index, std::uint32_t count, std::uint32_t which) {
-  std::uint32_t x = static_cast<std::uint32_t>(index) ^
-                    (static_cast<std::uint32_t>(index >> 32) * 0x9e3779b9u) ^ (count * 0x85ebca6bu) ^
-                    (which * 0xc2b2ae35u);
+inline constexpr std::uint32_t moment_hash_mul1 = 0x7feb352du;
+inline constexpr std::uint32_t moment_hash_mul2 = 0x846ca68bu;
+
+/// The hash's mixing step: a 32-bit integer finaliser (two multiply-xorshift rounds; the SIMD
+/// paths in simd_ops.hpp repeat it lane by lane).
+ZF_FORCEINLINE constexpr std::uint32_t moment_hash_mix(std::uint32_t x) {
   x ^= x >> 16;
-  x *= 0x7feb352du;
+  x *= moment_hash_mul1;
   x ^= x >> 15;
-  x *= 0x846ca68bu;
+  x *= moment_hash_mul2;
   x ^= x >> 16;
   return x;
+}
+
+/// What the hash of one element adds to its low index bits: the high index bits, the count and
+/// the moment, combined with odd constants.
+ZF_FORCEINLINE constexpr std::uint32_t
+moment_hash_key(std::uint32_t index_high, std::uint32_t count, std::uint32_t which) {
+  return (index_high * 0x9e3779b9u) ^ (count * 0x85ebca6bu) ^ (which * 0xc2b2ae35u);
+}
+
+/// 32 well-mixed bits from (element index, update count, moment).
+ZF_FORCEINLINE constexpr std::uint32_t
+moment_hash(std::uint64_t index, std::uint32_t count, std::uint32_t which) {
+  return moment_hash_mix(static_cast<std::uint32_t>(index) ^
+                         moment_hash_key(static_cast<std::uint32_t>(index >> 32), count, which));
 }
 
 /// fp32 bits -> bf16 bits, stochastically: adds the low 16 bits of `hash` to the magnitude and
 /// truncates, so the magnitude rounds up with probability (dropped bits) / 2^16. NaN stays a
 /// quiet NaN; values within a bf16 ulp of FLT_MAX may round to infinity (as round-to-nearest does).
 ZF_FORCEINLINE constexpr std::uint16_t float_to_bf16_bits_stochastic(std::uint32_t bits, std::uint32_t hash) {
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
-  }
-  return static_cast<std::uint16_t>((bits + (hash & 0xffffu)) >> 16);
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u; // branch-free, so that loops vectorise
+  return static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x0040u) : ((bits + (hash & 0xffffu)) >> 16));
 }
 
 /// A moment value `x` of element `index` after update `count`, stored as bf16.
