@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 #include <zenflow/transport/window_queue.hpp>
-#include <zenflow/core/worker_pool.hpp>
 
 #include "support/harness.hpp"
 
@@ -113,5 +113,23 @@ void worker_pool_dispatch(benchmark::State& state) {
   benchmark::DoNotOptimize(sink.load());
 }
 BENCHMARK(worker_pool_dispatch)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The same after the workers fell asleep (1 ms idle before each call, past their spin): the
+// caller may run every chunk itself and must not wait for sleeping workers to check in.
+void worker_pool_dispatch_after_idle(benchmark::State& state) {
+  zenflow::worker_pool pool(static_cast<unsigned>(state.range(0)));
+  const std::int64_t chunks = pool.size();
+  std::atomic<std::int64_t> sink{0};
+  for (auto _ : state) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(chunks, 1, [&](std::int64_t c, std::int64_t, std::int64_t) {
+      sink.fetch_add(c, std::memory_order_relaxed);
+    });
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  benchmark::DoNotOptimize(sink.load());
+}
+BENCHMARK(worker_pool_dispatch_after_idle)->Arg(2)->Arg(4)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
 } // namespace
