@@ -100,34 +100,6 @@ inline double measure_device_copy_bandwidth(std::size_t bytes = std::size_t{1} <
   return 2.0 * static_cast<double>(bytes) * reps / (static_cast<double>(ms) * 1e-3);
 }
 
-/// STREAM-like triad a = b + s * c on the host with `pool`: the ceiling for memory-bound host
-/// kernels such as the CPU AdamW. Counts 16 bytes per element: b and c read, a written, and a
-/// read for ownership before it is written (write-allocate caches), which in-place kernels like
-/// AdamW (every written line was just read) do not pay; STREAM's 12 would understate the ceiling.
-inline double
-measure_host_triad_bandwidth(zenflow::worker_pool& pool, std::int64_t n = 1 << 25, int reps = 5) {
-  std::vector<float> a(static_cast<std::size_t>(n)), b(a.size(), 1.0f), c(a.size(), 2.0f);
-  const std::int64_t grain = 1 << 16;
-  auto triad = [&] {
-    pool.parallel_for(n, grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-      for (std::int64_t i = lo; i < hi; ++i) {
-        a[static_cast<std::size_t>(i)] =
-            b[static_cast<std::size_t>(i)] + 3.0f * c[static_cast<std::size_t>(i)];
-      }
-    });
-  };
-  triad(); // first touch
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    triad();
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 16.0 * static_cast<double>(n) / sec);
-  }
-  benchmark::DoNotOptimize(a.data());
-  return best;
-}
-
 /// Median of `reps` timings (seconds) of `fn`, after one untimed call.
 template <class F>
 double median_seconds(F&& fn, int reps) {
@@ -263,12 +235,6 @@ inline double measure_host_read_bandwidth(zenflow::worker_pool& pool,
 inline zenflow::worker_pool& host_pool() {
   static zenflow::worker_pool pool(0);
   return pool;
-}
-
-/// The host triad ceiling, measured once per binary (see measure_host_triad_bandwidth).
-inline double host_triad_bandwidth() {
-  static const double bw = measure_host_triad_bandwidth(host_pool());
-  return bw;
 }
 
 } // namespace zf_bench

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Plots a zf_host_sweep JSON file (bench/optim/host_sweep.cpp): GB/s per case (bytes each case
+moves per parameter, over the median time) and zf/ds per zenflow case against DeepSpeed's CPU
+Adam measured in the same run, both against the size. Needs matplotlib (not a build dependency).
+
+    python3 bench/optim/plot_host_sweep.py host_sweep.json host_sweep.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    data = json.load(open(sys.argv[1]))
+    sizes = [row["n"] for row in data["sizes"]]
+    cases = [k for k in data["sizes"][0] if k != "n"]
+    has_ds = "ds_adamw" in cases
+    fig, axes = plt.subplots(1, 2 if has_ds else 1, figsize=(13 if has_ds else 7, 4.8), squeeze=False)
+    ax = axes[0][0]
+    for case in cases:
+        ax.plot(sizes, [row[case]["GB_per_s"] for row in data["sizes"]], marker="o", label=case,
+                linestyle="--" if case == "ds_adamw" else "-")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("parameters per call")
+    ax.set_ylabel("GB/s (bytes the case moves / median time)")
+    ax.set_title(f"{data['threads']} threads, median of {data['rounds']} interleaved rounds")
+    ax.legend(fontsize=8)
+    if has_ds:
+        ax = axes[0][1]
+        for case in cases:
+            if case == "ds_adamw":
+                continue
+            ax.plot(sizes, [row[case]["zf_over_ds"] for row in data["sizes"]], marker="o", label=case)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("parameters per call")
+        ax.set_ylabel("zenflow time / DeepSpeed CPU Adam time (< 1: faster)")
+        ax.set_title("against DeepSpeed's CPU Adam, same run")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=110)
+
+
+if __name__ == "__main__":
+    main()
