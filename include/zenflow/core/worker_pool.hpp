@@ -6,11 +6,13 @@
 /// whatever the thread count.
 ///
 /// Fork/join costs microseconds whatever the workers were doing: the caller publishes the job
-/// and drains the chunk counter itself; a worker joins only if it wakes while chunks are left,
+/// and drains the chunks itself; a worker joins only if it wakes while chunks are left,
 /// and the join waits only for the workers that took part, never for sleeping ones to check in.
-/// Work of one chunk (n <= grain) never leaves the calling thread. Idle workers spin for a few
-/// microseconds (`worker_pool_options::spin_microseconds`), then sleep on a condition variable;
-/// the caller pays for a wake-up call only when some worker sleeps.
+/// Work of one chunk (n <= grain) never leaves the calling thread. Each thread starts on its own
+/// contiguous run of chunks (the same run call after call, so its caches stay warm, as with a
+/// static schedule) and then helps with the others' (so a sleeping worker delays nothing). Idle workers spin
+/// for a few microseconds (`worker_pool_options::spin_microseconds`), then sleep on a condition variable; the
+/// caller pays for a wake-up call only when some worker sleeps.
 ///
 /// Optional CPU affinity: like DeepSpeed's `pt_reserved_cores_perc`, a share of the cores the
 /// process may use is left to the training thread (which launches the kernels and must not
@@ -179,6 +181,13 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+/// The chunks [next, end) first meant for one participant; others take from it once their own
+/// run is empty (on its own cache line: every participant hammers its own counter).
+struct alignas(64) chunk_range {
+  std::atomic<std::int64_t> next{0};
+  std::int64_t end = 0;
+};
+
 /// One parallel_for in flight: lives on the caller's stack, reached by workers only between
 /// their entry into the pool's gate and their exit from it.
 struct pool_job {
@@ -186,26 +195,31 @@ struct pool_job {
   void* fn;
   std::int64_t n;
   std::int64_t grain;
-  std::int64_t chunks;
-  std::atomic<std::int64_t> next_chunk{0};
+  chunk_range* ranges; // one per participant (the caller is participant 0)
+  unsigned participants;
   std::atomic<bool> failed{false};
   std::exception_ptr error; // written once, by the thread whose exchange on `failed` won
 
-  /// Takes chunks until none is left (or one has failed).
-  void drain() noexcept {
-    for (;;) {
-      if (failed.load(std::memory_order_relaxed)) {
-        return;
-      }
-      const std::int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed);
-      if (c >= chunks) {
-        return;
-      }
-      try {
-        invoke(fn, c, c * grain, std::min(n, (c + 1) * grain));
-      } catch (...) {
-        if (!failed.exchange(true, std::memory_order_relaxed)) {
-          error = std::current_exception();
+  /// Participant `self` takes chunks from its own run first (so that the same thread touches
+  /// the same memory call after call, as a static schedule would), then from the others' runs,
+  /// until none is left (or one has failed). Which thread runs a chunk never changes its result.
+  void drain(unsigned self) noexcept {
+    for (unsigned j = 0; j < participants; ++j) {
+      chunk_range& r = ranges[(self + j) % participants];
+      for (;;) {
+        if (failed.load(std::memory_order_relaxed)) {
+          return;
+        }
+        const std::int64_t c = r.next.fetch_add(1, std::memory_order_relaxed);
+        if (c >= r.end) {
+          break;
+        }
+        try {
+          invoke(fn, c, c * grain, std::min(n, (c + 1) * grain));
+        } catch (...) {
+          if (!failed.exchange(true, std::memory_order_relaxed)) {
+            error = std::current_exception();
+          }
         }
       }
     }
@@ -318,7 +332,12 @@ public:
     job.fn = const_cast<void*>(static_cast<const void*>(std::addressof(fn)));
     job.n = n;
     job.grain = grain;
-    job.chunks = chunks;
+    job.ranges = ranges_.get();
+    job.participants = size();
+    for (unsigned k = 0; k < job.participants; ++k) { // contiguous runs, the caller's first
+      ranges_[k].next.store(chunks * k / job.participants, std::memory_order_relaxed);
+      ranges_[k].end = chunks * (k + 1) / job.participants;
+    }
     run(job);
     busy_.store(false, std::memory_order_release);
     if (job.error) {
@@ -340,7 +359,7 @@ private:
       { std::lock_guard lock(sleep_mutex_); }
       wake_.notify_all();
     }
-    job.drain();
+    job.drain(0);
     // Every chunk is taken: close the gate, then wait only for the workers inside it.
     if ((gate_.fetch_and(~gate_open, std::memory_order_acq_rel) & ~gate_open) != 0) {
       wait_for_workers_to_leave();
@@ -350,9 +369,10 @@ private:
 
   void start(unsigned threads) {
     try {
+      ranges_ = std::make_unique<detail::chunk_range[]>(threads);
       workers_.reserve(threads - 1);
       for (unsigned i = 0; i + 1 < threads; ++i) {
-        workers_.emplace_back([this] { worker_loop(); });
+        workers_.emplace_back([this, i] { worker_loop(i + 1); });
       }
     } catch (...) { // no thread may outlive a failed constructor
       stop_workers();
@@ -404,7 +424,7 @@ private:
     spin_then_sleep([&] { return gate_.load(std::memory_order_seq_cst) == 0; }, left_, caller_sleeping_);
   }
 
-  void worker_loop() {
+  void worker_loop(unsigned self) {
     // Not epoch_'s current value: a thread that starts late must still see the stop request.
     std::uint32_t seen = 0;
     for (;;) {
@@ -425,7 +445,7 @@ private:
       if (!entered) {
         continue;
       }
-      job_->drain();
+      job_->drain(self);
       // The last one out of a closed gate wakes the caller (only it waits on gate_).
       if (gate_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
           caller_sleeping_.load(std::memory_order_seq_cst) > 0) {
@@ -440,6 +460,7 @@ private:
   bool pinned_ = false;
   unsigned spin_us_ = worker_pool_options{}.spin_microseconds;
   detail::pool_job* job_ = nullptr;
+  std::unique_ptr<detail::chunk_range[]> ranges_; // one per participant, reused by every job
   std::atomic<std::uint32_t> gate_{0};
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<bool> stopping_{false};
