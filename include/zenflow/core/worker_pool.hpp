@@ -6,13 +6,13 @@
 /// whatever the thread count.
 ///
 /// Fork/join costs microseconds whatever the workers were doing: the caller publishes the job
-/// and drains the chunks itself; a worker joins only if it wakes while chunks are left,
-/// and the join waits only for the workers that took part, never for sleeping ones to check in.
-/// Work of one chunk (n <= grain) never leaves the calling thread. Each thread starts on its own
-/// contiguous run of chunks (the same run call after call, so its caches stay warm, as with a
-/// static schedule) and then helps with the others' (so a sleeping worker delays nothing). Idle workers spin
-/// for a few microseconds (`worker_pool_options::spin_microseconds`), then sleep on a condition variable; the
-/// caller pays for a wake-up call only when some worker sleeps.
+/// and drains the chunks itself; a worker joins only if it wakes while chunks are left, and the
+/// join waits only for the workers that took part, never for sleeping ones to check in. Work of
+/// one chunk (n <= grain) never leaves the calling thread. Each thread starts on its own
+/// contiguous run of chunks (the same run call after call, as with a static schedule) and then
+/// helps with the others' runs (so a sleeping worker delays nothing). Idle workers spin for a few
+/// microseconds (`worker_pool_options::spin_microseconds`), then sleep on a condition variable;
+/// the caller pays for a wake-up call only when some worker sleeps.
 ///
 /// Optional CPU affinity: like DeepSpeed's `pt_reserved_cores_perc`, a share of the cores the
 /// process may use is left to the training thread (which launches the kernels and must not
