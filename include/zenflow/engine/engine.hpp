@@ -684,10 +684,6 @@ private:
       cons_coef_ = rec.coef();
       cons_skip_ = rec.skip();
       last_skip_ = cons_skip_;
-      {
-        std::lock_guard lock(progress_mutex_);
-        cons_first_ = n_w_[a] == 0; // the window's first accumulated step assigns acc
-      }
       // The gradients announced early for this step (all landed before this record) join the
       // accumulator now, row by row exactly as if their slots came after the record.
       for (const std::size_t p : landed_) {
@@ -731,9 +727,7 @@ private:
     accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
   }
 
-  /// acc[a] += cons_coef_ * rows [begin, end) of `p`'s packed host-set gradients at `rows`; on
-  /// the window's first non-skipped step acc[a] = ... instead (windows leave acc as it is), which
-  /// reads 4 fewer bytes per element and gives the same bits as adding into zeros.
+  /// acc[a] += cons_coef_ * rows [begin, end) of `p`'s packed host-set gradients at `rows`.
   void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
     const auto& pi = params_[p];
     auto& h = host_[p];
@@ -741,8 +735,7 @@ private:
       using T = decltype(tag);
       detail::check_status(host::accumulate_channels<T>(
                                h.acc[a].data(), pi.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
-                               h.host_set.data() + begin, end - begin, cons_coef_, nullptr,
-                               cons_first_ ? host::accumulate_mode::assign : host::accumulate_mode::add),
+                               h.host_set.data() + begin, end - begin, cons_coef_, nullptr),
                            "zenflow::engine: accumulate_channels");
     });
   }
@@ -756,8 +749,7 @@ private:
   // ---- host windows -------------------------------------------------------------------------
 
   /// The host window of accumulator `a`: AdamW on acc / n_w for every host-set channel, new
-  /// working weights into the upload buffers (acc left as it is: the next window using it
-  /// assigns on its first step), then their copy up is enqueued. Runs
+  /// working weights into the upload buffers, acc zeroed, then their copy up is enqueued. Runs
   /// on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -780,7 +772,7 @@ private:
         detail::check_status(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
                                                       static_cast<std::int64_t>(h.host_set.size()), nullptr,
                                                       1.0f, n_w, hp, reinterpret_cast<T*>(h.upload.data()),
-                                                      pool_.get(), host::window_acc::keep),
+                                                      pool_.get()),
                              "zenflow::engine: adamw_window");
       });
     }
@@ -1106,7 +1098,6 @@ private:
   bool job_produced_ = false; // written by the job, read after wait_applied
   float cons_coef_ = 1.0f;
   bool cons_skip_ = false;
-  bool cons_first_ = false; // consumer: this step is the first accumulated one of its window
   bool last_skip_ = false;
   step_masses masses_[2];
   std::vector<std::size_t> landed_; // parameters landed early for the coming record (consumer)
