@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include <zenflow/engine/engine.hpp>
 #include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/engine.hpp>
 
 #include "corpus.hpp"
 #include "host_charlm.hpp"

@@ -11,10 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
-#include <zenflow/core/worker_pool.hpp>
 
 #include "optim_reference.hpp"
 #include "support/random.hpp"
