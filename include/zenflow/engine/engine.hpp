@@ -343,6 +343,8 @@ public:
   [[nodiscard]] const zenflow::stats& stats() const noexcept { return stats_; }
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t param_count() const noexcept { return params_.size(); }
+  /// True once initialize() has run (state(), export_masters() need it).
+  [[nodiscard]] bool initialized() const noexcept { return initialized_; }
   /// Steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return t_; }
 
