@@ -29,15 +29,7 @@ using zf_engine_test::shape;
 using zf_engine_test::small_config;
 using host_engine = zenflow::engine<zenflow::host_backend>;
 
-template <class F>
-void expect_invalid(F&& f, const std::string& names) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one naming " << names;
-  } catch (const zenflow::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
-  }
-}
+using zf_engine_test::expect_invalid;
 
 // ---- parameter groups ----------------------------------------------------------------------------
 

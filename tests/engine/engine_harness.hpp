@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
 
 #include "support/random.hpp"
@@ -147,5 +148,16 @@ inline zenflow::config small_config(unsigned host_threads = 1) {
 
 /// Two matrices and two vectors, odd sizes.
 inline const std::vector<shape> kShapes = {{true, 24, 8}, {false, 1, 5}, {true, 13, 16}, {false, 1, 3}};
+
+/// Expects `f` to throw zenflow::invalid_argument whose message contains `names`.
+template <class F>
+void expect_invalid(F&& f, const std::string& names) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one naming " << names;
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+  }
+}
 
 } // namespace zf_engine_test

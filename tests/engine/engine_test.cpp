@@ -505,15 +505,7 @@ TEST(engine_nan, skipped_step_leaves_all_state_bit_identical) {
   expect_nan_step_changes_nothing<zenflow::bfloat16>(gpu, 3, NAN);
 }
 
-template <class F>
-void expect_invalid(F&& f, const std::string& names) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one naming " << names;
-  } catch (const zenflow::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
-  }
-}
+using zf_engine_test::expect_invalid;
 
 // ---- grad_ready: early pack and copy ------------------------------------------------------------
 

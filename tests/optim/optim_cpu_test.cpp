@@ -17,6 +17,7 @@
 #include <zenflow/optim/cpu_adamw.hpp>
 
 #include "optim_reference.hpp"
+#include "simd_paths.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -26,22 +27,6 @@ using zenflow::adamw_hparams;
 using zenflow::bfloat16;
 using zenflow::half;
 namespace host = zenflow::host;
-
-std::vector<host::simd_path> supported_paths() {
-  std::vector<host::simd_path> out;
-  for (auto p : {host::simd_path::scalar, host::simd_path::avx2, host::simd_path::avx512}) {
-    if (host::simd_path_supported(p)) {
-      out.push_back(p);
-    }
-  }
-  return out;
-}
-
-/// Forces a SIMD path for the scope of a test section.
-struct path_guard {
-  explicit path_guard(host::simd_path p) { EXPECT_TRUE(host::force_simd_path(p)); }
-  ~path_guard() { host::reset_simd_path(); }
-};
 
 std::vector<adamw_hparams> hparam_grid() {
   std::vector<adamw_hparams> out;

@@ -19,6 +19,7 @@
 #include <zenflow/optim/cpu_adamw.hpp>
 
 #include "optim_reference.hpp"
+#include "simd_paths.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -27,21 +28,6 @@ using namespace zf_optim_test;
 using zenflow::adamw_hparams;
 using zenflow::bfloat16;
 namespace host = zenflow::host;
-
-std::vector<host::simd_path> supported_paths() {
-  std::vector<host::simd_path> out;
-  for (auto p : {host::simd_path::scalar, host::simd_path::avx2, host::simd_path::avx512}) {
-    if (host::simd_path_supported(p)) {
-      out.push_back(p);
-    }
-  }
-  return out;
-}
-
-struct path_guard {
-  explicit path_guard(host::simd_path p) { EXPECT_TRUE(host::force_simd_path(p)); }
-  ~path_guard() { host::reset_simd_path(); }
-};
 
 /// The bf16 value whose bits are `b`, as a double.
 double bf16_value(std::uint16_t b) {
