@@ -149,8 +149,8 @@ def legend_lines(backend):
     ]
     if backend == "host":
         lines += [
-            "host backend       the \"device\" is the CPU too: gpu-adamw means device-resident AdamW on",
-            "                   the emulated (host) device, and ms/step is CPU time shared by the model",
+            "host backend       the \"device\" is the CPU too: gpu-adamw means AdamW on the host",
+            "                   backend's \"device\" (host memory), and ms/step is CPU time shared by the model",
             "                   and the host optimizer, so it says little about speed on a GPU; the losses",
             "                   and the PCIe bytes are the real ones",
         ]
