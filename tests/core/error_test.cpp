@@ -35,6 +35,34 @@ TEST(error, success_does_not_throw_and_clears_stale_messages) {
   EXPECT_TRUE(zenflow::last_error_message().empty());
 }
 
+TEST(error, check_attaches_a_recorded_message_once_and_never_to_another_code) {
+  (void)launcher_with_checks(nullptr, 1); // records "argument 'd_in' ..."
+  try {
+    zenflow::detail::check(cudaErrorMemoryAllocation, "zenflow::test: alloc");
+    FAIL() << "check did not throw";
+  } catch (const zenflow::cuda_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
+    EXPECT_NE(what.find("zenflow::test: alloc"), std::string::npos) << what;
+    EXPECT_EQ(what.find("d_in"), std::string::npos) << "stale launcher message attached: " << what;
+  }
+  EXPECT_TRUE(zenflow::last_error_message().empty()) << "check consumes the message";
+  (void)launcher_with_checks(nullptr, 1);
+  try {
+    zenflow::detail::check(cudaErrorInvalidValue, "zenflow::test: launch");
+    FAIL() << "check did not throw";
+  } catch (const zenflow::cuda_error& e) {
+    EXPECT_NE(std::string(e.what()).find("argument 'd_in' must not be null"), std::string::npos) << e.what();
+  }
+  try {
+    zenflow::detail::check(cudaErrorInvalidValue, "zenflow::test: again");
+    FAIL() << "check did not throw";
+  } catch (const zenflow::cuda_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("d_in"), std::string::npos) << "attached twice: " << e.what();
+  }
+  EXPECT_NO_THROW(zenflow::detail::check(cudaSuccess, "unused"));
+}
+
 TEST(error, runtime_failures_throw_with_the_cuda_name) {
   // Without a driver every runtime call fails; with one, an invalid pointer copy does.
   try {

@@ -62,6 +62,29 @@ reject(std::string_view function, std::string_view argument, std::string_view wh
   return cudaErrorInvalidValue;
 }
 
+/// The one rule for turning a status into an exception: throws `cuda_error` when `status` is not
+/// cudaSuccess, with "<what>: <error name> (<error string>)"; for cudaErrorInvalidValue the
+/// message a launcher recorded (`reject`) is attached and consumed, so a later, unrelated failure
+/// never carries it. Clears CUDA's sticky last error for the non-sticky codes.
+inline void check(cudaError_t status, std::string_view what) {
+  if (status == cudaSuccess) {
+    return;
+  }
+  (void)cudaGetLastError();
+  std::string msg(what);
+  msg += ": ";
+  msg += cudaGetErrorName(status);
+  msg += " (";
+  msg += cudaGetErrorString(status);
+  msg += ")";
+  std::string& slot = last_error_slot();
+  if (status == cudaErrorInvalidValue && !slot.empty()) {
+    msg += ": " + slot;
+  }
+  slot.clear();
+  throw cuda_error(status, msg);
+}
+
 [[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
   std::string msg = std::string(cudaGetErrorName(code)) + " (" + cudaGetErrorString(code) + ")";
   if (code == cudaErrorInvalidValue && !last_error_slot().empty()) {

@@ -35,15 +35,9 @@
 ZF_NAMESPACE_BEGIN
 
 namespace detail {
-/// Throws `cuda_error` with the primitive's message when a call failed.
+/// Kept for the engine's call sites: `detail::check` (core/error.hpp), the one rule.
 inline void check_status(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::string msg = std::string(what) + ": " + cudaGetErrorName(e);
-    if (!last_error_message().empty()) {
-      msg += ": " + last_error_message();
-    }
-    throw cuda_error(e, msg);
-  }
+  check(e, what);
 }
 } // namespace detail
 
