@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 namespace {
 

@@ -10,6 +10,7 @@
 
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #include "corpus.hpp"
 #include "host_charlm.hpp"

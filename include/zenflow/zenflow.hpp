@@ -15,7 +15,9 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/adamw.hpp>

@@ -17,6 +17,7 @@
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #include "support/log_capture.hpp"
 

@@ -15,12 +15,14 @@
 
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"
 
 namespace {
 
+using zf_engine_test::emulated_driver;
 using zf_engine_test::host_driver;
 using zf_engine_test::kShapes;
 using zf_engine_test::model;
@@ -33,30 +35,49 @@ using zf_engine_test::expect_invalid;
 
 // ---- parameter groups ----------------------------------------------------------------------------
 
-TEST(engine_param_groups, per_parameter_options_match_the_reference_in_every_mode) {
+template <template <class> class Driver>
+void per_parameter_options_case() {
   int i = 0;
   for (const auto& [name, cfg] : zf_engine_test::all_modes()) {
     SCOPED_TRACE(name);
-    EXPECT_LE((zf_engine_test::param_groups_against_reference<host_driver, zenflow::bfloat16>(
+    EXPECT_LE((zf_engine_test::param_groups_against_reference<Driver, zenflow::bfloat16>(
                   cfg, 40, zf_test::base_seed() + 100 + static_cast<std::uint64_t>(i))),
               1.01);
-    EXPECT_LT((zf_engine_test::param_groups_against_reference<host_driver, float>(
+    EXPECT_LT((zf_engine_test::param_groups_against_reference<Driver, float>(
                   cfg, 40, zf_test::base_seed() + 200 + static_cast<std::uint64_t>(i))),
               64.0);
     ++i;
   }
 }
 
-TEST(engine_param_groups, options_are_bit_identical_to_the_same_values_as_global_config) {
+TEST(engine_param_groups, per_parameter_options_match_the_reference_in_every_mode) {
+  per_parameter_options_case<host_driver>();
+}
+
+TEST(engine_param_groups, per_parameter_options_match_the_reference_in_every_mode_on_the_emulated_backend) {
+  per_parameter_options_case<emulated_driver>();
+}
+
+template <template <class> class Driver>
+void options_equal_global_case() {
   for (const auto& [name, cfg] : zf_engine_test::all_modes()) {
     SCOPED_TRACE(name);
-    zf_engine_test::expect_options_equal_global_config<host_driver, zenflow::bfloat16>(
+    zf_engine_test::expect_options_equal_global_config<Driver, zenflow::bfloat16>(
         cfg, {true, 24, 8}, 0.5f, 0.2f, 30, zf_test::base_seed() + 300);
-    zf_engine_test::expect_options_equal_global_config<host_driver, float>(cfg, {true, 13, 16}, 3.0f, 0.0f,
-                                                                           30, zf_test::base_seed() + 301);
-    zf_engine_test::expect_options_equal_global_config<host_driver, zenflow::half>(
+    zf_engine_test::expect_options_equal_global_config<Driver, float>(cfg, {true, 13, 16}, 3.0f, 0.0f, 30,
+                                                                      zf_test::base_seed() + 301);
+    zf_engine_test::expect_options_equal_global_config<Driver, zenflow::half>(
         cfg, {false, 1, 7}, 0.25f, 0.05f, 30, zf_test::base_seed() + 302);
   }
+}
+
+TEST(engine_param_groups, options_are_bit_identical_to_the_same_values_as_global_config) {
+  options_equal_global_case<host_driver>();
+}
+
+TEST(engine_param_groups,
+     options_are_bit_identical_to_the_same_values_as_global_config_on_the_emulated_backend) {
+  options_equal_global_case<emulated_driver>();
 }
 
 TEST(engine_param_groups, zero_lr_scale_freezes_a_parameter_and_its_neighbours_still_train) {
@@ -276,20 +297,29 @@ TEST(engine_overflow, issue_reproduction_bf16_64x32_one_element_3e19_is_clipped_
   EXPECT_LE(zf_engine_test::max_weight_ulps(m, ref), 1.01);
 }
 
-TEST(engine_overflow, finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the_true_norm) {
+template <template <class> class Driver>
+void overflow_case() {
   for (const auto kind :
        {overflow_kind::one_element, overflow_kind::near_flt_max, overflow_kind::channel_aggregate,
         overflow_kind::tensor_aggregate, overflow_kind::across_tensors}) {
     int i = 0;
     for (const auto& cfg : overflow_modes()) {
       const auto seed = zf_test::base_seed() + 500 + static_cast<std::uint64_t>(i++);
-      EXPECT_LE((zf_engine_test::overflow_against_reference<host_driver, zenflow::bfloat16>(cfg, kind, 16, 6,
-                                                                                            seed)),
-                1.01);
-      EXPECT_LT((zf_engine_test::overflow_against_reference<host_driver, float>(cfg, kind, 16, 6, seed)),
-                64.0);
+      EXPECT_LE(
+          (zf_engine_test::overflow_against_reference<Driver, zenflow::bfloat16>(cfg, kind, 16, 6, seed)),
+          1.01);
+      EXPECT_LT((zf_engine_test::overflow_against_reference<Driver, float>(cfg, kind, 16, 6, seed)), 64.0);
     }
   }
+}
+
+TEST(engine_overflow, finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the_true_norm) {
+  overflow_case<host_driver>();
+}
+
+TEST(engine_overflow,
+     finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the_true_norm_on_the_emulated_backend) {
+  overflow_case<emulated_driver>();
 }
 
 TEST(engine_overflow, nan_and_inf_elements_still_skip_the_step) {
@@ -384,8 +414,18 @@ TEST(engine_registration, repeated_or_overlapping_buffers_are_rejected_by_name_a
 
 using zf_engine_test::log_capture;
 
+template <template <class> class Driver>
+void destruction_case() {
+  zf_engine_test::expect_destruction_drops_and_logs<Driver>(small_config());
+}
+
 TEST(engine_destruction, a_window_never_applied_is_dropped_with_a_warning_flush_applies_it) {
-  zf_engine_test::expect_destruction_drops_and_logs<host_driver>(small_config());
+  destruction_case<host_driver>();
+}
+
+TEST(engine_destruction,
+     a_window_never_applied_is_dropped_with_a_warning_flush_applies_it_on_the_emulated_backend) {
+  destruction_case<emulated_driver>();
 }
 
 TEST(engine_destruction, nothing_pending_logs_nothing) {

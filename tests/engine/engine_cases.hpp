@@ -2,12 +2,14 @@
 // each case is written once over a `Driver`, which owns where the parameters live.
 //
 //   host_driver<T> (here): the engine works on the model's own host arrays.
+//   emulated_driver<T> (here): the same arrays, the engine on an emulated device (its threads).
 //   device_driver<T> (engine_gpu_test.cu): device copies, gradients up before each step and the
 //   weights back after it.
 //
 // A Driver<T> has: `engine_type`; `Driver(model<T>&)`; `add(eng, p, options)` registers the
 // model's parameter p; `initialize(eng)`; `step(eng, lr)` (the model's weights are current after
-// it); `flush(eng)`; `state(eng, id)`; `pull()` (the model's weights from where they live).
+// it); `make_engine(cfg)`; `flush(eng)`; `state(eng, id)`; `pull()` (the model's weights from where they
+// live).
 #pragma once
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,9 +27,12 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/emulated_device.hpp>
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #include "engine_harness.hpp"
 #include "support/log_capture.hpp"
@@ -45,6 +51,9 @@ struct host_driver {
   using engine_type = zenflow::engine<zenflow::host_backend>;
   model<T>& m;
   explicit host_driver(model<T>& mod) : m(mod) {}
+  std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<engine_type>(cfg);
+  }
   zenflow::param_id add(engine_type& eng, std::size_t p, const zenflow::param_options& options = {}) {
     const auto& sh = m.shapes[p];
     return sh.matrix ? eng.add_matrix(m.w[p].data(), m.g[p].data(), sh.channels, sh.len, options)
@@ -55,6 +64,39 @@ struct host_driver {
   void flush(engine_type& eng) { eng.flush(); }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id); }
   void pull() {}
+};
+
+/// The engine on an emulated device (its consumer thread, the uploads on a stream of their own,
+/// the ring's copies landing later) over the model's own arrays: step() synchronizes the training
+/// stream before returning, so the model's weights are current and the test may write the next
+/// gradients; the host job and the consumer still run concurrently with the training thread.
+template <class T>
+struct emulated_driver {
+  using engine_type = zenflow::engine<zenflow::emulated_backend>;
+  model<T>& m;
+  zenflow::emulated_device device; // outlives the engines this driver makes (drivers are declared first)
+  cudaStream_t s = device.create_stream();
+  explicit emulated_driver(model<T>& mod) : m(mod) {}
+  std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device});
+  }
+  zenflow::param_id add(engine_type& eng, std::size_t p, const zenflow::param_options& options = {}) {
+    const auto& sh = m.shapes[p];
+    return sh.matrix ? eng.add_matrix(m.w[p].data(), m.g[p].data(), sh.channels, sh.len, options)
+                     : eng.add_vector(m.w[p].data(), m.g[p].data(), sh.len, options);
+  }
+  void initialize(engine_type& eng) { eng.initialize(s); }
+  zenflow::step_report step(engine_type& eng, float lr) {
+    const auto rep = eng.step(lr, s);
+    device.synchronize_stream(s);
+    return rep;
+  }
+  void flush(engine_type& eng) {
+    eng.flush(s);
+    device.synchronize_stream(s);
+  }
+  zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, s); }
+  void pull() { device.synchronize_stream(s); }
 };
 
 /// Every mode the engine runs a parameter's updates in: ZenFlow with fixed windows (overlap on
@@ -110,7 +152,8 @@ double param_groups_against_reference(const zenflow::config& cfg,
                                       const group_case& groups = kshapes_groups()) {
   model<T> m(kShapes, seed);
   Driver<T> d(m);
-  typename Driver<T>::engine_type eng(cfg);
+  const auto owned = d.make_engine(cfg);
+  auto& eng = *owned;
   zf_test::zenflow_reference ref(cfg);
   for (std::size_t p = 0; p < m.shapes.size(); ++p) {
     const auto& sh = m.shapes[p];
@@ -160,7 +203,10 @@ void expect_options_equal_global_config(
   global.adam.weight_decay = weight_decay;
   model<T> ma({sh}, seed), mb({sh}, seed);
   Driver<T> da(ma), db(mb);
-  typename Driver<T>::engine_type ea(cfg), eb(global);
+  const auto owned_a = da.make_engine(cfg);
+  const auto owned_b = db.make_engine(global);
+  auto& ea = *owned_a;
+  auto& eb = *owned_b;
   const auto ia = da.add(ea, 0, {.lr_scale = lr_scale, .weight_decay = weight_decay});
   const auto ib = db.add(eb, 0);
   da.initialize(ea);
@@ -261,7 +307,8 @@ overflow_against_reference(zenflow::config cfg, overflow_kind kind, int steps, i
   cfg.gradient_clipping = 1.0f;
   model<T> m(kOverflowShapes, seed);
   Driver<T> d(m);
-  typename Driver<T>::engine_type eng(cfg);
+  const auto owned = d.make_engine(cfg);
+  auto& eng = *owned;
   zf_test::zenflow_reference ref(cfg);
   m.add_to_reference(ref);
   for (std::size_t p = 0; p < m.shapes.size(); ++p) {
@@ -322,7 +369,10 @@ void expect_destruction_drops_and_logs(zenflow::config cfg) {
     log_capture log;
     std::vector<std::vector<float>> at_destruction;
     {
-      typename Driver<float>::engine_type eng(cfg), eng2(cfg);
+      const auto owned = dm.make_engine(cfg);
+      const auto owned2 = dt.make_engine(cfg);
+      auto& eng = *owned;
+      auto& eng2 = *owned2;
       for (std::size_t p = 0; p < kShapes.size(); ++p) {
         (void)dm.add(eng, p);
         (void)dt.add(eng2, p);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #include "support/random.hpp"
 

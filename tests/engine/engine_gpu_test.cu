@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -69,6 +70,9 @@ struct device_driver {
   device_mirror<T> d;
   zenflow::stream s;
   explicit device_driver(model<T>& mod) : m(mod), d(mod) {}
+  std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<engine_type>(cfg);
+  }
   zenflow::param_id add(engine_type& eng, std::size_t p, const zenflow::param_options& options = {}) {
     const auto& sh = m.shapes[p];
     return sh.matrix ? eng.add_matrix(d.w[p].data(), d.g[p].data(), sh.channels, sh.len, options)
@@ -270,7 +274,7 @@ TEST_F(engine_gpu, repeated_or_overlapping_device_buffers_are_rejected_by_name) 
 
 TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host_arithmetic) {
   using zenflow::bfloat16;
-  using zenflow::detail::engine_kernels::sq_total_item;
+  using zenflow::detail::sq_total_item;
   // Two bf16 matrices (contiguous and strided) with seeded scores, some of them overflowed (+Inf)
   // over gradients that hold huge finite values, so the rescan runs too.
   std::mt19937_64 gen(zf_test::base_seed() + 800);

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #include "engine_harness.hpp"
 
@@ -335,9 +336,9 @@ TEST(engine_baselines, topk_ratio_one_equals_dense_adamw) {
     m.next_grads();
     const auto rep = eng.step(1e-2f);
     ref.step(m.grads_as_float(), 1e-2);
-    if (t > 0) { // after the first selection only the two step records (and selected indices) travel
+    if (t > 0) { // after the first selection only the step's header, its record (and selected indices) travel
       EXPECT_EQ(rep.h2d_bytes, 0u);
-      EXPECT_EQ(rep.d2h_bytes, 2u * (4u + 2u * 2u) * 4u + (rep.selection ? 4u * (24u + 13u) : 0u));
+      EXPECT_EQ(rep.d2h_bytes, 4u * 4u + (4u + 2u * 2u) * 4u + (rep.selection ? 4u * (24u + 13u) : 0u));
     }
   }
   EXPECT_LT(zf_engine_test::max_weight_ulps(m, ref), 64.0);
@@ -364,6 +365,7 @@ TEST(engine_bytes, counters_equal_the_sizes_copied_and_meet_the_pcie_budget) {
   const std::uint64_t model_bytes = (200 + 160 + 1) * 64 * 2;
   EXPECT_EQ(eng.stats().model_bytes, model_bytes);
   const std::uint64_t record = (4 + 2 * 2) * 4;
+  const std::uint64_t header = 4 * 4; // the step's first record: coef, skip and the norm only
   const std::uint64_t unselected = (200 - 20 + 160 - 16) * 64 * 2;
   const int steps = 200;
   std::uint64_t closes = 0;
@@ -371,13 +373,15 @@ TEST(engine_bytes, counters_equal_the_sizes_copied_and_meet_the_pcie_budget) {
     m.next_grads();
     const auto rep = eng.step(1e-3f);
     if (t == 0) {
-      // First selection: indices down; entering rows (fp32 master/m/v + count) and the vector up.
-      const std::uint64_t rows_up = (20 + 16) * (64 * 12 + 4) + (20 + 16) * 4 + (unselected / 128) * 4;
-      EXPECT_EQ(rep.d2h_bytes, 2 * record + unselected + (20 + 16) * 4);
+      // First selection: indices down; entering rows (fp32 master/m/v + count), the migration's
+      // index lists (entering positions and the new set: 2 x 4 bytes per selected channel) and
+      // the host sets up.
+      const std::uint64_t rows_up = (20 + 16) * (64 * 12 + 4) + 2 * (20 + 16) * 4 + (unselected / 128) * 4;
+      EXPECT_EQ(rep.d2h_bytes, header + record + unselected + (20 + 16) * 4);
       EXPECT_EQ(rep.h2d_bytes, rows_up);
       continue;
     }
-    EXPECT_EQ(rep.d2h_bytes, 2 * record + unselected) << "step " << t;
+    EXPECT_EQ(rep.d2h_bytes, header + record + unselected) << "step " << t;
     // Job w is applied at the close of window w + 1: the first close uploads nothing.
     const std::uint64_t up = rep.window_closed && closes++ > 0 ? unselected : 0;
     EXPECT_EQ(rep.h2d_bytes, up) << "step " << t;
@@ -399,7 +403,7 @@ TEST(engine_bytes, counters_equal_the_sizes_copied_and_meet_the_pcie_budget) {
   for (int t = 0; t < 20; ++t) {
     m.next_grads();
     const auto rep = es.step(1e-3f);
-    EXPECT_EQ(rep.d2h_bytes, model_bytes + record);
+    EXPECT_EQ(rep.d2h_bytes, model_bytes + header);
     EXPECT_EQ(rep.h2d_bytes, model_bytes);
   }
   EXPECT_NEAR(es.stats().pcie_model_ratio(), 2.0, 0.01);
@@ -704,6 +708,7 @@ TEST(engine_grad_ready, early_bytes_count_in_the_step_they_belong_to) {
   m.next_grads();
   (void)eng.step(1e-3f); // selection step: grad_ready is a hint there
   const std::uint64_t record = (4 + 2 * 2) * 4;
+  const std::uint64_t header = 4 * 4; // the step's first record: coef, skip and the norm only
   const std::uint64_t unselected = ((24 - 6) * 8 + (13 - 3) * 16) * 4;
   for (int t = 1; t < 6; ++t) {
     m.next_grads();
@@ -712,8 +717,8 @@ TEST(engine_grad_ready, early_bytes_count_in_the_step_they_belong_to) {
     eng.grad_ready(ids[0]);
     EXPECT_EQ(eng.d2h_ring_stats().bytes - ring_before, unselected) << "step " << t; // already down
     const auto rep = eng.step(1e-3f);
-    EXPECT_EQ(rep.d2h_bytes, 2 * record + unselected) << "step " << t;
-    EXPECT_EQ(eng.d2h_ring_stats().bytes - ring_before, 2 * record + unselected) << "step " << t;
+    EXPECT_EQ(rep.d2h_bytes, header + record + unselected) << "step " << t;
+    EXPECT_EQ(eng.d2h_ring_stats().bytes - ring_before, header + record + unselected) << "step " << t;
   }
   EXPECT_EQ(eng.stats().memory.host_landing, unselected);
 }

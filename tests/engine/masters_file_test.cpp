@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 #include <zenflow/engine/masters_file.hpp>
 
 #include "engine_cases.hpp"

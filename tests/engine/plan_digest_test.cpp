@@ -5,6 +5,7 @@
 // the device plan was written once (issue 10); the test holds the rewrite to the same bits. To
 // write them again after a change that is meant to change results (say why in the commit):
 //   ZF_WRITE_GOLDEN=tests/engine/golden/plan_digests.txt build/cpu/tests/engine/zf_engine_plan_tests
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -55,6 +56,39 @@ TEST(engine_plan, three_hundred_steps_match_the_digests_of_the_engine_before_the
     std::ofstream(write) << written.str();
     GTEST_SKIP() << "wrote " << write;
   }
+}
+
+/// The emulated backend runs the same plan with the engine's real concurrency (consumer thread,
+/// uploads on their own stream, gradients written in stream order, step() returning with its work
+/// in flight): the same bits as the host backend, and the same counters.
+TEST(engine_plan, emulated_backend_gives_the_host_backend_bits_and_counters) {
+  zf_engine_test::emulated_driver_timing() = {};
+  for (const auto& sc : plan_scenarios()) {
+    const auto host = digest_run<zf_engine_test::host_plan_driver>(sc);
+    const auto emulated = digest_run<zf_engine_test::emulated_plan_driver>(sc);
+    EXPECT_EQ(emulated.state_digest, host.state_digest) << sc.name;
+    EXPECT_EQ(emulated.counters_digest, host.counters_digest) << sc.name;
+  }
+}
+
+/// Random delays: one device operation in four (copies, kernels) starts up to 300 us late, on
+/// every stream, with a different seed per round; results never depend on timing.
+TEST(engine_plan, emulated_backend_with_random_delays_gives_the_same_bits) {
+  for (std::uint64_t seed : {1u, 2u}) {
+    zf_engine_test::emulated_driver_timing() = {};
+    zf_engine_test::emulated_driver_timing().max_jitter = std::chrono::microseconds(300);
+    zf_engine_test::emulated_driver_timing().jitter_seed = seed;
+    for (auto sc : plan_scenarios()) {
+      sc.steps = 60;
+      zf_engine_test::emulated_driver_timing().max_jitter = std::chrono::microseconds(0);
+      const auto host = digest_run<zf_engine_test::host_plan_driver>(sc);
+      zf_engine_test::emulated_driver_timing().max_jitter = std::chrono::microseconds(300);
+      const auto emulated = digest_run<zf_engine_test::emulated_plan_driver>(sc);
+      EXPECT_EQ(emulated.state_digest, host.state_digest) << sc.name << " seed " << seed;
+      EXPECT_EQ(emulated.counters_digest, host.counters_digest) << sc.name << " seed " << seed;
+    }
+  }
+  zf_engine_test::emulated_driver_timing() = {};
 }
 
 } // namespace

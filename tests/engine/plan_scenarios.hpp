@@ -3,19 +3,25 @@
 // digests: one of the optimizer state (compared with golden/plan_digests.txt and across backends)
 // and one of the counters (compared across backends).
 //
-// A Driver<T> has `engine_type`, `Driver(model<T>&)`, `add(eng, p, layout)`, `initialize(eng)`,
-// `step(eng, lr)` (the model's weights current after it), `flush(eng)`, `state(eng, id)`.
+// A Driver<T> has `engine_type`, `Driver(model<T>&)`, `make_engine(cfg)`, `add(eng, p, layout)`,
+// `initialize(eng)`, `publish_grads()` (the model's new gradients to where the engine reads them, in stream
+// order), `grad_ready(eng, id)`, `step(eng, lr)`, `finish(eng)` (flush, then the model's weights current),
+// `state(eng, id)`.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/emulated_device.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
 
 #ifndef XXH_INLINE_ALL
 #  define XXH_INLINE_ALL
@@ -40,7 +46,8 @@ inline std::vector<plan_scenario> plan_scenarios() {
   std::vector<plan_scenario> out;
   {
     auto c = small_config();
-    out.push_back({"fixed windows, overlap, f32, NaN steps", c, zenflow::dtype::f32, false, false, {37, 150}});
+    out.push_back(
+        {"fixed windows, overlap, f32, NaN steps", c, zenflow::dtype::f32, false, false, {37, 150}});
   }
   {
     auto c = small_config();
@@ -49,8 +56,12 @@ inline std::vector<plan_scenario> plan_scenarios() {
     c.select_interval = 6;
     c.gradient_clipping = 0.5f;
     c.loss_scale = 64.0f;
-    out.push_back({"fixed windows, no overlap, clipping, loss scale, bf16", c, zenflow::dtype::bf16, false,
-                   false, {11}});
+    out.push_back({"fixed windows, no overlap, clipping, loss scale, bf16",
+                   c,
+                   zenflow::dtype::bf16,
+                   false,
+                   false,
+                   {11}});
   }
   {
     auto c = small_config();
@@ -60,7 +71,8 @@ inline std::vector<plan_scenario> plan_scenarios() {
     c.full_warm_up_rounds = 4;
     c.select_interval = 9;
     c.host_lr_scale = zenflow::host_lr_scaling::snr;
-    out.push_back({"Zen-auto, warm-up, snr, grad_ready, bf16", c, zenflow::dtype::bf16, false, true, {2, 100}});
+    out.push_back(
+        {"Zen-auto, warm-up, snr, grad_ready, bf16", c, zenflow::dtype::bf16, false, true, {2, 100}});
   }
   {
     auto c = small_config();
@@ -75,8 +87,12 @@ inline std::vector<plan_scenario> plan_scenarios() {
     auto c = small_config();
     c.gradient_clipping = 1.0f;
     c.host_lr_scale = zenflow::host_lr_scaling::linear;
-    out.push_back({"fixed windows, overlap, clipping, grad_ready, strided, f32", c, zenflow::dtype::f32, true,
-                   true, {60}});
+    out.push_back({"fixed windows, overlap, clipping, grad_ready, strided, f32",
+                   c,
+                   zenflow::dtype::f32,
+                   true,
+                   true,
+                   {60}});
   }
   {
     auto c = small_config();
@@ -128,10 +144,12 @@ template <template <class> class Driver, class T>
 run_digest digest_run_typed(const plan_scenario& sc) {
   model<T> m(kPlanShapes, 0x5eed0000u + static_cast<std::uint64_t>(sc.name.size()));
   Driver<T> d(m);
-  typename Driver<T>::engine_type eng(sc.cfg);
+  const auto owned = d.make_engine(sc.cfg);
+  auto& eng = *owned;
   std::vector<zenflow::param_id> ids;
   for (std::size_t p = 0; p < m.shapes.size(); ++p) {
-    ids.push_back(d.add(eng, p, sc.strided ? zenflow::channel_layout::strided : zenflow::channel_layout::contiguous));
+    ids.push_back(
+        d.add(eng, p, sc.strided ? zenflow::channel_layout::strided : zenflow::channel_layout::contiguous));
   }
   d.initialize(eng);
   digest_builder counters;
@@ -143,6 +161,7 @@ run_digest digest_run_typed(const plan_scenario& sc) {
         g[g.size() / 2] = zenflow::from_float<T>(t % 2 == 0 ? NAN : INFINITY);
       }
     }
+    d.publish_grads();
     if (sc.announce) {
       for (std::size_t p = ids.size(); p-- > 0;) {
         d.grad_ready(eng, ids[p]);
@@ -152,11 +171,12 @@ run_digest digest_run_typed(const plan_scenario& sc) {
     const auto rep = d.step(eng, lr);
     counters.add_u64(rep.d2h_bytes);
     counters.add_u64(rep.h2d_bytes);
-    counters.add_u64(static_cast<std::uint64_t>(rep.window_closed) | static_cast<std::uint64_t>(rep.selection) << 1 |
+    counters.add_u64(static_cast<std::uint64_t>(rep.window_closed) |
+                     static_cast<std::uint64_t>(rep.selection) << 1 |
                      static_cast<std::uint64_t>(rep.warm_up) << 2);
     counters.add_u64(static_cast<std::uint64_t>(rep.window_length));
   }
-  d.flush(eng);
+  d.finish(eng);
   digest_builder state;
   for (std::size_t p = 0; p < ids.size(); ++p) {
     state.add(m.w[p]);
@@ -168,9 +188,10 @@ run_digest digest_run_typed(const plan_scenario& sc) {
     state.add(eng.selected(ids[p]));
   }
   const auto& s = eng.stats();
-  for (const std::uint64_t x : {s.d2h_bytes, s.h2d_bytes, static_cast<std::uint64_t>(s.windows_closed),
-                                static_cast<std::uint64_t>(s.host_jobs), static_cast<std::uint64_t>(s.selections),
-                                static_cast<std::uint64_t>(s.skipped_steps)}) {
+  for (const std::uint64_t x :
+       {s.d2h_bytes, s.h2d_bytes, static_cast<std::uint64_t>(s.windows_closed),
+        static_cast<std::uint64_t>(s.host_jobs), static_cast<std::uint64_t>(s.selections),
+        static_cast<std::uint64_t>(s.skipped_steps)}) {
     counters.add_u64(x);
   }
   return {state.hex(), counters.hex()};
@@ -188,22 +209,73 @@ run_digest digest_run(const plan_scenario& sc) {
   }
 }
 
+/// The timing of the emulated device the emulated driver runs on (tests set jitter).
+inline zenflow::emulated_timing& emulated_driver_timing() {
+  static zenflow::emulated_timing timing{};
+  return timing;
+}
+
 /// The engine on the host backend, on the model's own arrays.
 template <class T>
 struct host_plan_driver {
   using engine_type = zenflow::engine<zenflow::host_backend>;
   model<T>& m;
   explicit host_plan_driver(model<T>& mod) : m(mod) {}
+  std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<engine_type>(cfg);
+  }
   zenflow::param_id add(engine_type& eng, std::size_t p, zenflow::channel_layout layout) {
     const auto& sh = m.shapes[p];
     return sh.matrix ? eng.add_matrix(m.w[p].data(), m.g[p].data(), sh.channels, sh.len, 0, layout)
                      : eng.add_vector(m.w[p].data(), m.g[p].data(), sh.len);
   }
   void initialize(engine_type& eng) { eng.initialize(); }
+  void publish_grads() {}
   void grad_ready(engine_type& eng, zenflow::param_id id) { eng.grad_ready(id); }
   zenflow::step_report step(engine_type& eng, float lr) { return eng.step(lr); }
-  void flush(engine_type& eng) { eng.flush(); }
+  void finish(engine_type& eng) { eng.flush(); }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id); }
+};
+
+/// The engine on an emulated device, as a GPU trainer drives it: the parameters live in "device"
+/// buffers of their own; each step's gradients are written on the training stream (an executor
+/// thread of the device), step() returns with its work in flight, the consumer thread drains the
+/// ring and the host job uploads on the plan's stream; the weights come back only at the end.
+template <class T>
+struct emulated_plan_driver {
+  using engine_type = zenflow::engine<zenflow::emulated_backend>;
+  model<T>& m;
+  zenflow::emulated_device device{emulated_driver_timing()}; // outlives the engine (declared first)
+  cudaStream_t stream = device.create_stream();
+  std::vector<std::vector<T>> w, g; // the "device" copies
+
+  explicit emulated_plan_driver(model<T>& mod) : m(mod), w(mod.w), g(mod.g) {}
+  std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device});
+  }
+  zenflow::param_id add(engine_type& eng, std::size_t p, zenflow::channel_layout layout) {
+    const auto& sh = m.shapes[p];
+    return sh.matrix ? eng.add_matrix(w[p].data(), g[p].data(), sh.channels, sh.len, 0, layout)
+                     : eng.add_vector(w[p].data(), g[p].data(), sh.len);
+  }
+  void initialize(engine_type& eng) { eng.initialize(stream); }
+  void publish_grads() {
+    // The backward pass of this step: writes the gradients in stream order, from a snapshot (the
+    // model's host arrays change again before this runs).
+    device.launch(stream, [this, snapshot = m.g] {
+      for (std::size_t p = 0; p < snapshot.size(); ++p) {
+        std::copy(snapshot[p].begin(), snapshot[p].end(), g[p].begin());
+      }
+    });
+  }
+  void grad_ready(engine_type& eng, zenflow::param_id id) { eng.grad_ready(id, stream); }
+  zenflow::step_report step(engine_type& eng, float lr) { return eng.step(lr, stream); }
+  void finish(engine_type& eng) {
+    eng.flush(stream);
+    device.synchronize_stream(stream);
+    m.w = w;
+  }
+  zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, stream); }
 };
 
 } // namespace zf_engine_test

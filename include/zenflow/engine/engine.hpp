@@ -33,11 +33,12 @@
 #include <zenflow/core/log.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
-#include <zenflow/engine/host_backend.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
 #include <zenflow/optim/types.hpp>
@@ -53,14 +54,17 @@ struct param_state {
   std::vector<std::int32_t> counts; ///< one per channel (one for a vector)
 };
 
-template <class Backend>
+template <engine_backend Backend>
 class engine {
 public:
   using backend_type = Backend;
 
   /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy. Throws
   /// zenflow::invalid_argument naming 'upload' for `upload = chunk_ring` (not implemented yet).
-  explicit engine(const config& cfg) : cfg_(checked(cfg)), backend_(cfg_) {}
+  /// `backend`: where the "device" is (`host_backend{}`, `cuda_backend{}`,
+  /// `emulated_backend{device}`).
+  explicit engine(const config& cfg, Backend backend = Backend{})
+      : cfg_(checked(cfg)), plan_(std::move(backend), static_cast<std::size_t>(cfg_.ring_slots)) {}
   /// Waits for the host job in flight and stops the engine's threads. Updates not yet applied
   /// are dropped, never written here: a closed window whose host job finished but whose new
   /// weights were not applied (overlap_step: the last window before destruction, unless flush()
@@ -172,9 +176,9 @@ public:
     }
     voter_.emplace(ks, cs);
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
-    backend_.setup(params_, slot_bytes, stats_.memory);
+    plan_.setup(params_, slot_bytes, stats_.memory);
     ring_ = std::make_unique<d2h_ring<ring_meta, typename Backend::copy_backend_type>>(
-        static_cast<std::size_t>(cfg_.ring_slots), slot_bytes);
+        static_cast<std::size_t>(cfg_.ring_slots), slot_bytes, plan_.backend().copier());
     stats_.memory.host_ring += ring_->footprint_bytes();
     const bool overlap = zen && cfg_.overlap_step;
     host_.resize(params_.size());
@@ -187,13 +191,13 @@ public:
         h.matrix_index = matrices++;
       }
       if (gpu) {
-        backend_.init_device_state(p, stream);
+        plan_.init_device_state(p, stream);
         continue;
       }
       if (pi.host_side) {
         const auto n = static_cast<std::size_t>(pi.elements());
         h.master.resize(n);
-        (void)backend_.download_weights(p, h.master.data(), stream);
+        (void)plan_.download_weights(p, h.master.data(), stream);
         h.m.assign(n, 0.0f);
         h.v.assign(n, 0.0f);
         h.counts.assign(static_cast<std::size_t>(pi.channels), 0);
@@ -201,20 +205,20 @@ public:
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
-        h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
+        h.upload = plan_.backend().template host_alloc<std::byte>(pi.bytes());
         h.host_set = detail::complement({}, pi.channels);
         stats_.model_bytes += 0;
         stats_.memory.host_state += n * 12 + h.counts.size() * 4;
         stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
         stats_.memory.host_upload += h.upload.size();
-        (void)backend_.set_host_set(p, h.host_set, stream);
+        (void)plan_.set_host_set(p, h.host_set, stream);
       } else if (pi.device_dense) {
         // A vector without warm-up starts on the device: its master comes from its weights.
-        backend_.init_device_state(p, stream);
+        plan_.init_device_state(p, stream);
         h.sel = {0};
       }
     }
-    copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>();
+    copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>(plan_.backend().copier());
     if constexpr (Backend::is_device) {
       consumer_ = std::thread([this] { consumer_loop(); });
     }
@@ -290,13 +294,13 @@ public:
     stall_ = std::exchange(early_stall_, 0.0); // what grad_ready() spent for this step
     d2h_ = std::exchange(early_d2h_, 0);
     h2d_ = 0;
-    backend_.begin_step(t, stream);
-    backend_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
+    plan_.begin_step(t, stream);
+    plan_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (early_any_) {
-      backend_.adopt_early(stream); // the announced matrices' rest masses into the record
+      plan_.adopt_early(stream); // the announced matrices' rest masses into the record
     }
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
-      backend_.update(lr, cfg_.adam, stream);
+      plan_.update(lr, cfg_.adam, stream);
       push_record(t, record_tag_first, stream);
       consume_all();
     } else if (cfg_.mode == optimizer_mode::offload_sync || t < cfg_.full_warm_up_rounds) {
@@ -382,7 +386,7 @@ public:
     }
     std::vector<float> dm, d1, d2;
     std::vector<std::int32_t> dc, ds;
-    backend_.read_device_state(p, dm, d1, d2, dc, ds, stream);
+    plan_.read_device_state(p, dm, d1, d2, dc, ds, stream);
     const auto L = static_cast<std::size_t>(pi.channel_len);
     for (std::size_t r = 0; r < ds.size(); ++r) {
       const auto c = static_cast<std::size_t>(ds[r]);
@@ -595,10 +599,13 @@ private:
     meta.step = t;
     meta.tag = tag;
     meta.user = static_cast<std::uint64_t>(cur_acc_);
-    const std::size_t bytes = backend_.record_layout().bytes();
+    // The first copy carries the header only: the step's packs are still adding their rest masses
+    // into the record on the user's stream, and a copy reading those words would race with them.
+    const std::size_t bytes =
+        tag == record_tag_first ? detail::step_record_layout::header_bytes() : plan_.record_layout().bytes();
     copies_->wait_for(stream);
-    timed_ring([&] { ring_->push(backend_.record(), bytes, meta, copies_->get()); });
-    backend_.record_pushed(copies_->get());
+    timed_ring([&] { ring_->push(plan_.record(), bytes, meta, copies_->get()); });
+    plan_.record_pushed(copies_->get());
     d2h_ += bytes;
     note_pushed();
     consume_inline();
@@ -629,12 +636,12 @@ private:
       const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
       for (std::int64_t b = 0; b < n; b += per_slot) {
         const std::int64_t e = std::min(n, b + per_slot);
-        const std::size_t slot = staging_next_++ % backend_.staging_slots();
-        std::byte* staging = backend_.staging(slot, stream);
+        const std::size_t slot = staging_next_++ % plan_.staging_slots();
+        std::byte* staging = plan_.staging(slot, stream);
         if (tag == grad_early_tag) {
-          backend_.pack_early(p, b, e, staging, stream);
+          plan_.pack(p, b, e, staging, true, stream);
         } else {
-          backend_.pack(p, b, e, staging, stream);
+          plan_.pack(p, b, e, staging, false, stream);
         }
         ring_meta meta{};
         meta.step = t;
@@ -646,7 +653,7 @@ private:
         const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
         copies_->wait_for(stream);
         timed_ring([&] { ring_->push(staging, bytes, meta, copies_->get()); });
-        backend_.staging_pushed(slot, copies_->get());
+        plan_.staging_pushed(slot, copies_->get());
         d2h_ += bytes;
         note_pushed();
         consume_inline();
@@ -682,7 +689,7 @@ private:
       return;
     }
     if (s.meta.tag == record_tag_first) {
-      const detail::step_record_view rec{s.data, backend_.record_layout().matrices};
+      const detail::step_record_view rec{s.data, plan_.record_layout().matrices};
       cons_coef_ = rec.coef();
       cons_skip_ = rec.skip();
       last_skip_ = cons_skip_;
@@ -703,7 +710,7 @@ private:
       return;
     }
     if (s.meta.tag == record_tag_last) {
-      const detail::step_record_view rec{s.data, backend_.record_layout().matrices};
+      const detail::step_record_view rec{s.data, plan_.record_layout().matrices};
       auto& mass = masses_[static_cast<std::size_t>(s.meta.step & 1)];
       mass.step = s.meta.step;
       mass.valid = !rec.skip();
@@ -735,10 +742,10 @@ private:
     auto& h = host_[p];
     detail::dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
-      detail::check_status(host::accumulate_channels<T>(
-                               h.acc[a].data(), pi.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
-                               h.host_set.data() + begin, end - begin, cons_coef_, nullptr),
-                           "zenflow::engine: accumulate_channels");
+      detail::check(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
+                                                 reinterpret_cast<const T*>(rows), h.host_set.data() + begin,
+                                                 end - begin, cons_coef_, nullptr),
+                    "zenflow::engine: accumulate_channels");
     });
   }
 
@@ -771,11 +778,10 @@ private:
                              h.counts.data(), pi.channels, pi.channel_len};
       detail::dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
-        detail::check_status(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
-                                                      static_cast<std::int64_t>(h.host_set.size()), nullptr,
-                                                      1.0f, n_w, hp, reinterpret_cast<T*>(h.upload.data()),
-                                                      pool_.get()),
-                             "zenflow::engine: adamw_window");
+        detail::check(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
+                                               static_cast<std::int64_t>(h.host_set.size()), nullptr, 1.0f,
+                                               n_w, hp, reinterpret_cast<T*>(h.upload.data()), pool_.get()),
+                      "zenflow::engine: adamw_window");
       });
     }
     job_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -811,31 +817,31 @@ private:
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
   /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window).
   void upload_job() {
-    backend_.begin_uploads();
+    plan_.begin_uploads();
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
       const auto& h = host_[p];
       if (!pi.host_side || h.host_set.empty()) {
         continue;
       }
-      (void)backend_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
+      (void)plan_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
     }
-    backend_.end_uploads();
+    plan_.end_uploads();
   }
 
   /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
   /// working weights (device to device, on `stream`, after the copies: no host wait).
   void apply_uploads(cudaStream_t stream) {
-    backend_.begin_apply(stream);
+    plan_.begin_apply(stream);
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
       const auto& h = host_[p];
       if (!pi.host_side || h.host_set.empty()) {
         continue;
       }
-      h2d_ += backend_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+      h2d_ += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
     }
-    backend_.end_apply(stream);
+    plan_.end_apply(stream);
   }
 
   void account_job() {
@@ -874,7 +880,7 @@ private:
       timed_stall([&] { n_w = take_n_w(a, pushed_); });
       if (n_w > 0) {
         timed_stall([&] {
-          backend_.wait_upload_done();
+          plan_.wait_upload_done();
           run_job(a, n_w, lr);
         });
         account_job();
@@ -888,7 +894,7 @@ private:
         const std::int32_t n_w = take_n_w(a, seq);
         job_produced_ = n_w > 0;
         if (n_w > 0) {
-          backend_.wait_upload_done();
+          plan_.wait_upload_done();
           run_job(a, n_w, lr);
         }
       });
@@ -906,7 +912,7 @@ private:
   /// weights up, all before returning.
   void synchronous_step(std::int64_t t, float lr, cudaStream_t stream) {
     if (cfg_.mode == optimizer_mode::zenflow) {
-      backend_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
+      plan_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
     }
     push_record(t, record_tag_first, stream);
     stream_gradients(t, stream);
@@ -915,7 +921,7 @@ private:
     timed_stall([&] { n_w = take_n_w(a, pushed_); });
     if (n_w > 0) {
       timed_stall([&] {
-        backend_.wait_upload_done();
+        plan_.wait_upload_done();
         run_job(a, n_w, lr);
       });
       account_job();
@@ -936,7 +942,7 @@ private:
     }
     if (selection_pending_) {
       bool bad = false;
-      timed_stall([&] { bad = backend_.read_skip(stream); });
+      timed_stall([&] { bad = plan_.read_skip(stream); });
       if (!bad) {
         drain(stream);
         perform_selection(stream);
@@ -947,7 +953,7 @@ private:
         voter_->on_selection();
       }
     }
-    backend_.update(lr, cfg_.adam, stream);
+    plan_.update(lr, cfg_.adam, stream);
     push_record(t, record_tag_first, stream);
     stream_gradients(t, stream);
     push_record(t, record_tag_last, stream);
@@ -984,7 +990,7 @@ private:
         auto& h = host_[p];
         std::vector<std::int32_t> new_sel;
         if (pi.matrix) {
-          d2h_ += backend_.select(p, cfg_.importance, new_sel, stream);
+          d2h_ += plan_.select(p, cfg_.importance, new_sel, stream);
         } else if (pi.device_dense) {
           new_sel = {0};
         } else {
@@ -994,12 +1000,13 @@ private:
           continue;
         }
         if (pi.host_side) {
-          const auto [down, up] = backend_.migrate(p, h.sel, new_sel, h.master.data(), h.m.data(), h.v.data(),
-                                                   h.counts.data(), stream);
+          const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
+                                   h.counts.data(), pi.channels, pi.channel_len};
+          const auto [down, up] = plan_.migrate(p, h.sel, new_sel, rows, stream);
           d2h_ += down;
           h2d_ += up;
           h.host_set = detail::complement(new_sel, pi.channels);
-          h2d_ += backend_.set_host_set(p, h.host_set, stream);
+          h2d_ += plan_.set_host_set(p, h.host_set, stream);
         }
         h.sel = std::move(new_sel);
       }
@@ -1064,7 +1071,7 @@ private:
   };
 
   config cfg_;
-  Backend backend_;
+  detail::device_plan<Backend> plan_; // destroyed last: the ring and the copies use its buffers
   std::vector<detail::param_info> params_;
   std::vector<host_param> host_;
   std::unique_ptr<d2h_ring<ring_meta, typename Backend::copy_backend_type>> ring_;

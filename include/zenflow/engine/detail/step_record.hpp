@@ -18,11 +18,44 @@ namespace detail {
 /// Layout of the record, in 32-bit words: [0] coef (float), [1] skip (uint32), [2, 3] squared
 /// global norm of the raw gradients (double, unaligned), then `matrices` crit masses and
 /// `matrices` rest masses (floats).
+/// The one place the layout is written down: every writer (the device plan, its kernels) and
+/// every reader (`step_record_view`) goes through these accessors.
 struct step_record_layout {
   std::int64_t matrices = 0;
   static constexpr std::int64_t header_words = 4;
-  [[nodiscard]] std::int64_t words() const noexcept { return header_words + 2 * matrices; }
-  [[nodiscard]] std::size_t bytes() const noexcept { return static_cast<std::size_t>(words()) * 4; }
+  static constexpr std::int64_t coef_word = 0;
+  static constexpr std::int64_t skip_word = 1;
+  static constexpr std::int64_t sum_sq_word = 2;
+  [[nodiscard]] ZF_HOST_DEVICE std::int64_t words() const noexcept { return header_words + 2 * matrices; }
+  [[nodiscard]] ZF_HOST_DEVICE std::size_t bytes() const noexcept {
+    return static_cast<std::size_t>(words()) * 4;
+  }
+  /// The header alone: what the step's first copy carries (the masses are still being added
+  /// into by the step's packs, so that copy must not read them).
+  [[nodiscard]] ZF_HOST_DEVICE static constexpr std::size_t header_bytes() noexcept {
+    return static_cast<std::size_t>(header_words) * 4;
+  }
+  /// Words of the Zen-auto masses (crit, then rest), zeroed by the prologue.
+  [[nodiscard]] ZF_HOST_DEVICE std::int64_t mass_words() const noexcept { return 2 * matrices; }
+  [[nodiscard]] ZF_HOST_DEVICE std::int64_t crit_word(std::int64_t matrix) const noexcept {
+    return header_words + matrix;
+  }
+  [[nodiscard]] ZF_HOST_DEVICE std::int64_t rest_word(std::int64_t matrix) const noexcept {
+    return header_words + matrices + matrix;
+  }
+  /// Typed addresses in a record at `record` (device memory on a device backend).
+  [[nodiscard]] ZF_HOST_DEVICE static float* coef(float* record) noexcept { return record + coef_word; }
+  [[nodiscard]] ZF_HOST_DEVICE static const std::uint32_t* skip(const float* record) noexcept {
+    return reinterpret_cast<const std::uint32_t*>(record + skip_word);
+  }
+  /// The crit (device channels) and rest (host channels) mass of `matrix`; nullptr for a
+  /// parameter that is not a matrix (`matrix` < 0).
+  [[nodiscard]] ZF_HOST_DEVICE float* crit(float* record, std::int64_t matrix) const noexcept {
+    return matrix < 0 ? nullptr : record + crit_word(matrix);
+  }
+  [[nodiscard]] ZF_HOST_DEVICE float* rest(float* record, std::int64_t matrix) const noexcept {
+    return matrix < 0 ? nullptr : record + rest_word(matrix);
+  }
 };
 
 namespace step_scalars_ops {
@@ -89,32 +122,31 @@ ZF_HOST_DEVICE inline void write_step_header(void* record, float coef, std::uint
   std::memcpy(&c, &coef, 4);
   std::memcpy(&s, &sum_sq, 8);
 #endif
-  w[0] = c;
-  w[1] = skip;
-  w[2] = static_cast<std::uint32_t>(s);
-  w[3] = static_cast<std::uint32_t>(s >> 32);
+  w[step_record_layout::coef_word] = c;
+  w[step_record_layout::skip_word] = skip;
+  w[step_record_layout::sum_sq_word] = static_cast<std::uint32_t>(s);
+  w[step_record_layout::sum_sq_word + 1] = static_cast<std::uint32_t>(s >> 32);
 }
 
 /// Host-side view of a record that has landed.
 struct step_record_view {
   const std::byte* data = nullptr;
   std::int64_t matrices = 0;
-  [[nodiscard]] float coef() const { return load_f(0); }
+  [[nodiscard]] float coef() const { return load_f(step_record_layout::coef_word); }
   [[nodiscard]] bool skip() const {
     std::uint32_t u;
-    std::memcpy(&u, data + 4, 4);
+    std::memcpy(&u, data + 4 * step_record_layout::skip_word, 4);
     return u != 0;
   }
   /// The squared global norm of the raw gradients (fp64).
   [[nodiscard]] double sum_sq() const {
     double d;
-    std::memcpy(&d, data + 8, 8);
+    std::memcpy(&d, data + 4 * step_record_layout::sum_sq_word, 8);
     return d;
   }
-  [[nodiscard]] float crit(std::int64_t i) const { return load_f(step_record_layout::header_words + i); }
-  [[nodiscard]] float rest(std::int64_t i) const {
-    return load_f(step_record_layout::header_words + matrices + i);
-  }
+  [[nodiscard]] float crit(std::int64_t i) const { return load_f(layout().crit_word(i)); }
+  [[nodiscard]] float rest(std::int64_t i) const { return load_f(layout().rest_word(i)); }
+  [[nodiscard]] step_record_layout layout() const noexcept { return step_record_layout{matrices}; }
 
 private:
   [[nodiscard]] float load_f(std::int64_t w) const {

@@ -1,0 +1,247 @@
+/// @file
+/// The engine's device-side plan, written once over an engine backend (engine/backend.hpp): the
+/// per-parameter device state, and per step the prologue scalars, the selection and migration of
+/// state between host and device, the fused updates, the pack of host-set gradients into staging
+/// slots, the step record, and the upload and scatter of a host window's new weights. The host,
+/// emulated and CUDA backends run this same code; they differ only in where memory lives and
+/// when enqueued work runs.
+///
+/// Blocking points (the engine counts them as stall): setup, download_weights, read_skip,
+/// select/migrate/set_host_set (a selection step's round trips), wait_upload_done, and
+/// read_device_state. Everything else is stream-ordered on the stream given.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/engine/backend.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/step_kernels.hpp>
+#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/stats.hpp>
+#include <zenflow/optim/types.hpp>
+#include <zenflow/select/channel_norms.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Backend>
+class device_plan {
+  template <class T>
+  using dbuf = typename Backend::template device_buffer<T>;
+  template <class T>
+  using hbuf = typename Backend::template host_buffer<T>;
+  using copier_type = typename Backend::copy_backend_type;
+  using event_type = typename copier_type::event_type;
+
+public:
+  /// `staging_slots` staging buffers for packed gradients (one per D2H ring slot).
+  device_plan(Backend backend, std::size_t staging_slots) : b_(std::move(backend)), slots_(staging_slots) {}
+  device_plan(const device_plan&) = delete;
+  device_plan& operator=(const device_plan&) = delete;
+  ~device_plan() {
+    try {
+      b_.synchronize_all(); // nothing may still use what is freed next
+    } catch (...) {         // NOLINT(bugprone-empty-catch): a destructor reports nothing
+    }
+    const copier_type c = b_.copier();
+    for (auto& e : events_) {
+      c.destroy_event(e);
+    }
+    c.destroy_event(copied_);
+    c.destroy_event(scattered_);
+    if (upload_stream_created_) {
+      c.destroy_stream(upload_stream_);
+    }
+  }
+
+  [[nodiscard]] const Backend& backend() const noexcept { return b_; }
+
+  /// Allocates the per-parameter device state (compact rows for `device_capacity` channels),
+  /// scores, index lists, upload buffers, records, staging and scratch. Blocking.
+  void setup(const std::vector<param_info>& params, std::size_t staging_bytes, memory_usage& mem);
+
+  [[nodiscard]] const step_record_layout& record_layout() const noexcept { return layout_; }
+  [[nodiscard]] const void* record() const noexcept { return record_[cur_record_].data(); }
+  [[nodiscard]] std::size_t staging_slots() const noexcept { return slots_; }
+
+  /// Staging slot `i`, after the copy that last read it (the pack on `stream` waits for it).
+  [[nodiscard]] std::byte* staging(std::size_t i, cudaStream_t stream) {
+    wait_event(i, stream);
+    return staging_.data() + i * staging_bytes_;
+  }
+  /// The D2H copy from staging slot `i` was enqueued on `copy_stream`.
+  void staging_pushed(std::size_t i, cudaStream_t copy_stream) { record_event(i, copy_stream); }
+  /// Step `t` starts: its record is the buffer of its parity, free once step t-2's copies are done.
+  void begin_step(std::int64_t t, cudaStream_t stream) {
+    cur_record_ = static_cast<std::size_t>(t & 1);
+    wait_event(slots_ + cur_record_, stream);
+  }
+  /// The current record's last copy was enqueued on `copy_stream`.
+  void record_pushed(cudaStream_t copy_stream) { record_event(slots_ + cur_record_, copy_stream); }
+
+  /// Every channel of `p` on the device, state from its working weights (gpu_adamw; a vector).
+  void init_device_state(std::size_t p, cudaStream_t stream);
+  /// The working weights of `p` widened to fp32, channel-major, into `dst` (blocking). Returns
+  /// the bytes copied down.
+  std::size_t download_weights(std::size_t p, float* dst, cudaStream_t stream);
+
+  /// The scores and NaN/Inf flags of every gradient (one batched call per dtype), the fp64
+  /// per-tensor squared totals (overflow-safe for finite gradients), then coef_t and bad_t into
+  /// the record, its masses zeroed.
+  void prologue(float loss_scale, float max_norm, cudaStream_t stream);
+  /// The step's skip flag, read on the host (blocking; only while a selection is pending).
+  [[nodiscard]] bool read_skip(cudaStream_t stream);
+  /// Top-k (ascending indices) of matrix `p`'s importance into `out` (blocking). Returns the
+  /// bytes copied down.
+  std::size_t select(std::size_t p, channel_norm kind, std::vector<std::int32_t>& out, cudaStream_t stream);
+  /// Moves optimizer state between the host's full-size rows `host_rows` and the device's compact
+  /// rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending; `old_sel` empty
+  /// the first time): leaving rows go home, entering rows come up, kept rows move on the device.
+  /// Blocking. Returns {device->host, host->device} bytes.
+  std::pair<std::size_t, std::size_t> migrate(std::size_t p,
+                                              const std::vector<std::int32_t>& old_sel,
+                                              const std::vector<std::int32_t>& new_sel,
+                                              const channel_state& host_rows,
+                                              cudaStream_t stream);
+  /// Installs `p`'s ascending host-set channels (blocking). Returns the bytes copied up.
+  std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);
+
+  /// Fused selective AdamW on the device channels of every matrix (crit masses into the record)
+  /// and dense AdamW on the device-resident vectors, with the record's coef_t and skip flag.
+  void update(float lr, const adamw_hparams& base, cudaStream_t stream);
+  /// Packs the gradients of host-set positions [begin, end) of `p` into `dst`; their rest mass
+  /// goes into the record, or (`early`: grad_ready(), before the step's prologue zeroes the
+  /// record) into the early masses that adopt_early() moves into it.
+  void
+  pack(std::size_t p, std::int64_t begin, std::int64_t end, std::byte* dst, bool early, cudaStream_t stream);
+  /// After prologue(): the early rest masses join the record and are zeroed for the next step.
+  void adopt_early(cudaStream_t stream) {
+    b_.adopt_early_mass(early_rest_.data(), record_[cur_record_].data() + layout_.rest_word(0),
+                        static_cast<int>(layout_.matrices), stream);
+  }
+
+  // ---- the upload of a host window's new weights ----------------------------------------------
+  //
+  // On the thread that ran the host job, right after it wrote its host upload buffers:
+  // begin_uploads, upload per parameter, end_uploads (H2D copies on the plan's upload stream, so
+  // that they overlap the next window's compute and the D2H ring). At the boundary, on the
+  // training thread: begin_apply (the user's stream waits on the copies: no host wait),
+  // apply_upload per parameter (a scatter on the device) and end_apply. Events guard the host
+  // buffers (wait_upload_done) and the device upload buffers (the next copies wait on the last
+  // scatter). The engine never runs two phases at once: the window queue orders the threads.
+
+  void begin_uploads();
+  /// Copies host-set positions [begin, end) of `p`'s new weights from its host upload buffer
+  /// `src` (position 0 at `src`) into the device upload buffer. Returns the bytes.
+  std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end);
+  void end_uploads();
+  void begin_apply(cudaStream_t stream);
+  /// Scatters the uploaded weights of host-set positions [begin, end) into `p`'s working
+  /// weights. Returns the bytes that were copied up.
+  std::size_t apply_upload(std::size_t p, std::int64_t begin, std::int64_t end, cudaStream_t stream);
+  void end_apply(cudaStream_t stream);
+  /// Blocks until the last upload copies have read the host upload buffers.
+  void wait_upload_done();
+
+  /// The device-resident state of `p` (compact rows in device-set order). Blocking.
+  void read_device_state(std::size_t p,
+                         std::vector<float>& master,
+                         std::vector<float>& m,
+                         std::vector<float>& v,
+                         std::vector<std::int32_t>& counts,
+                         std::vector<std::int32_t>& sel,
+                         cudaStream_t stream);
+
+private:
+  struct dev_param {
+    std::int64_t matrix_index = -1;
+    std::int64_t k = 0; // rows in use
+    dbuf<float> master, m, v, master2, m2, v2;
+    dbuf<std::int32_t> counts, counts2, sel, host_set;
+    dbuf<float> scores;
+    dbuf<std::byte> upload;
+  };
+
+  [[nodiscard]] const param_info& info(std::size_t p) const { return (*params_)[p]; }
+  [[nodiscard]] float* record_words() { return record_[cur_record_].data(); }
+  /// The update count of device-dense parameter `p` in the dense count array.
+  std::int32_t* counts_of(std::size_t p) { return dense_counts_.data() + dense_slot_[p]; }
+  template <class T>
+  static channel_matrix<const T> compact(const T* base, std::int64_t rows, std::int64_t len) {
+    return {base, rows, len, len, channel_layout::contiguous};
+  }
+  template <class T>
+  static channel_matrix<T> compact(T* base, std::int64_t rows, std::int64_t len) {
+    return {base, rows, len, len, channel_layout::contiguous};
+  }
+  template <class T>
+  static channel_matrix<const T> read_only(channel_matrix<T> m) {
+    return {m.data, m.channels, m.channel_len, m.ld, m.layout};
+  }
+  template <class F>
+  void for_each_group(F&& f);
+  template <class T>
+  std::vector<channel_norm_item<T>> norm_items(const std::vector<std::size_t>& members);
+  void record_event(std::size_t i, cudaStream_t s) {
+    b_.copier().record(events_[i], s);
+    event_used_[i] = true;
+  }
+  void wait_event(std::size_t i, cudaStream_t s) {
+    if (event_used_[i]) {
+      b_.copier().stream_wait(s, events_[i]);
+    }
+  }
+
+  Backend b_;
+  std::size_t slots_;
+  const std::vector<param_info>* params_ = nullptr;
+  std::vector<dev_param> dev_;
+  std::vector<std::size_t> dense_order_; // device-dense parameters in count-slot order
+  std::vector<std::int64_t> dense_slot_; // per parameter: its slot in dense_counts_, or -1
+  dbuf<std::int32_t> dense_counts_;      // the vectors' update counts, contiguous
+  step_record_layout layout_{};
+  dbuf<float> record_[2];
+  std::size_t cur_record_ = 0;
+  dbuf<float> early_rest_; // per matrix: rest mass of the packs done by grad_ready
+  dbuf<double> totals_;    // per parameter (registration order): fp64 squared norm
+  dbuf<sq_total_item> sq_items_;
+  dbuf<std::uint32_t> flags_; // per parameter, in dtype-group order
+  dbuf<std::int32_t> idx_;
+  hbuf<std::int32_t> h_idx_;
+  dbuf<float> stage_;
+  dbuf<std::int32_t> stage_counts_;
+  hbuf<float> h_stage_;
+  hbuf<std::int32_t> h_stage_counts_;
+  hbuf<std::uint32_t> h_word_;
+  dbuf<std::byte> staging_;
+  std::size_t staging_bytes_ = 0;
+  dbuf<std::byte> temp_;
+  std::vector<event_type> events_; // [0, slots): staging slots; slots + 0/1: records
+  std::vector<bool> event_used_;   // training thread only
+  // The upload (see begin_uploads): its stream and events; each flag is written by the thread of
+  // its phase and read by the other only across the window queue's hand-over.
+  int device_ = 0; // the device of setup(), made current on the job's thread
+  cudaStream_t upload_stream_ = nullptr;
+  bool upload_stream_created_ = false;
+  event_type copied_{};    // recorded on upload_stream_ after a window's H2D copies
+  event_type scattered_{}; // recorded on the user's stream after the boundary's scatter
+  bool copy_recorded_ = false;
+  bool scatter_recorded_ = false;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
+
+#include <zenflow/engine/detail/device_plan_impl.hpp>

@@ -1,0 +1,524 @@
+/// @file
+/// Member definitions of `detail::device_plan` (device_plan.hpp): setup, the step's operations,
+/// the selection's migration and the upload. Written once over the backend.
+#pragma once
+
+#include <zenflow/engine/detail/device_plan.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Backend>
+void device_plan<Backend>::setup(const std::vector<param_info>& params,
+                                 std::size_t staging_bytes,
+                                 memory_usage& mem) {
+  params_ = &params;
+  dev_.resize(params.size());
+  std::int64_t matrices = 0;
+  std::int64_t max_rows = 1;
+  std::int64_t max_cap_elems = 1;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& pi = params[p];
+    auto& d = dev_[p];
+    const auto cap = static_cast<std::size_t>(pi.device_capacity);
+    const auto rows = cap * static_cast<std::size_t>(pi.channel_len);
+    if (pi.matrix) {
+      d.matrix_index = matrices++;
+    }
+    d.master = b_.template device_alloc<float>(rows);
+    d.m = b_.template device_alloc<float>(rows);
+    d.v = b_.template device_alloc<float>(rows);
+    d.master2 = b_.template device_alloc<float>(rows);
+    d.m2 = b_.template device_alloc<float>(rows);
+    d.v2 = b_.template device_alloc<float>(rows);
+    d.counts = b_.template device_alloc<std::int32_t>(cap);
+    d.counts2 = b_.template device_alloc<std::int32_t>(cap);
+    d.sel = b_.template device_alloc<std::int32_t>(cap);
+    d.scores = b_.template device_alloc<float>(static_cast<std::size_t>(pi.matrix ? pi.channels : 1));
+    (pi.matrix ? mem.device_selected_state : mem.device_vector_state) += 2 * (rows * 12 + cap * 4) + cap * 4;
+    mem.device_scratch += d.scores.size() * 4;
+    if (pi.host_side) {
+      d.host_set = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(pi.channels));
+      d.upload =
+          b_.template device_alloc<std::byte>(static_cast<std::size_t>(pi.channels) * pi.channel_bytes());
+      mem.device_upload += d.upload.size();
+      mem.device_scratch += d.host_set.size() * 4;
+    }
+    max_rows = std::max(max_rows, pi.channels);
+    max_cap_elems = std::max<std::int64_t>(max_cap_elems, pi.device_capacity * pi.channel_len);
+  }
+  layout_.matrices = matrices;
+  // The vectors' update counts, one contiguous array (slots grouped by dtype): one dense AdamW
+  // call per run. d.counts stays their staging for migrate().
+  dense_order_ = dense_order(params);
+  dense_slot_.assign(params.size(), -1);
+  for (std::size_t i = 0; i < dense_order_.size(); ++i) {
+    dense_slot_[dense_order_[i]] = static_cast<std::int64_t>(i);
+  }
+  dense_counts_ = b_.template device_alloc<std::int32_t>(std::max<std::size_t>(dense_order_.size(), 1));
+  mem.device_vector_state += dense_counts_.size() * 4;
+  for (auto& r : record_) {
+    r = b_.template device_alloc<float>(static_cast<std::size_t>(layout_.words()));
+  }
+  early_rest_ =
+      b_.template device_alloc<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
+  b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
+  totals_ = b_.template device_alloc<double>(params.size());
+  flags_ = b_.template device_alloc<std::uint32_t>(params.size());
+  {
+    // The squared-norm totals' descriptors: fixed from registration on, uploaded once.
+    std::vector<sq_total_item> items(params.size());
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      items[p] = {pi.grads, dev_[p].scores.data(), pi.channels, pi.channel_len, pi.ld, pi.layout, pi.type};
+    }
+    sq_items_ = b_.template device_alloc<sq_total_item>(items.size());
+    b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
+    b_.synchronize(nullptr); // `items` is freed next
+  }
+  idx_ = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
+  h_idx_ = b_.template host_alloc<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
+  stage_ = b_.template device_alloc<float>(static_cast<std::size_t>(3 * max_cap_elems));
+  stage_counts_ = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(max_rows));
+  h_stage_ = b_.template host_alloc<float>(static_cast<std::size_t>(3 * max_cap_elems));
+  h_stage_counts_ = b_.template host_alloc<std::int32_t>(static_cast<std::size_t>(max_rows));
+  h_word_ = b_.template host_alloc<std::uint32_t>(1);
+  staging_ = b_.template device_alloc<std::byte>(staging_bytes * slots_);
+  staging_bytes_ = staging_bytes;
+  const copier_type c = b_.copier();
+  events_.resize(slots_ + 2);
+  for (auto& e : events_) {
+    c.create_event(e);
+  }
+  event_used_.assign(events_.size(), false);
+  device_ = b_.current_device();
+  upload_stream_ = c.create_stream(0);
+  upload_stream_created_ = true;
+  c.create_event(copied_);
+  c.create_event(scattered_);
+  // Temporary storage: the largest of the norms (per dtype group) and top-k queries.
+  std::size_t need = 0;
+  for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
+    using T = decltype(tag);
+    std::vector<channel_norm_item<T>> items = norm_items<T>(members);
+    std::size_t bytes = 0;
+    check(b_.template channel_norms_batched<channel_norm::sq_l2, T>(
+              nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()), {}, nullptr),
+          "zenflow::engine: channel_norms_batched");
+    need = std::max(need, bytes);
+  });
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& pi = params[p];
+    if (!pi.matrix) {
+      continue;
+    }
+    std::size_t bytes = 0;
+    check(
+        b_.topk(nullptr, bytes, dev_[p].scores.data(), pi.channels, pi.device_capacity, idx_.data(), nullptr),
+        "zenflow::engine: topk");
+    need = std::max(need, bytes);
+    dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      std::size_t nb = 0;
+      check(b_.template channel_norms<channel_norm::l1, T>(nullptr, nb, pi.grad_matrix<T>(),
+                                                           dev_[p].scores.data(), nullptr),
+            "zenflow::engine: channel_norms");
+      need = std::max(need, nb);
+    });
+  }
+  temp_ = b_.template device_alloc<std::byte>(std::max<std::size_t>(need, 256));
+  mem.device_staging += staging_.size();
+  mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
+                        totals_.size() * 8 + sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 +
+                        idx_.size() * 4 + stage_.size() * 4 + stage_counts_.size() * 4;
+  b_.synchronize_all(); // allocations and their first writes done
+}
+
+template <class Backend>
+void device_plan<Backend>::init_device_state(std::size_t p, cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  const std::int64_t cap = pi.device_capacity;
+  b_.iota(d.sel.data(), cap, stream);
+  dispatch_dtype(pi.type, [&](auto tag) {
+    using T = decltype(tag);
+    check(b_.template gather_channels<T, float>(read_only(pi.weight_matrix<T>()), d.sel.data(), cap,
+                                                d.master.data(), nullptr, stream),
+          "zenflow::engine: gather_channels");
+  });
+  b_.zero(d.m.data(), d.m.size() * 4, stream);
+  b_.zero(d.v.data(), d.v.size() * 4, stream);
+  b_.zero(d.counts.data(), d.counts.size() * 4, stream);
+  if (dense_slot_[p] >= 0) {
+    b_.zero(counts_of(p), 4, stream);
+  }
+  d.k = cap;
+}
+
+template <class Backend>
+std::size_t device_plan<Backend>::download_weights(std::size_t p, float* dst, cudaStream_t stream) {
+  const param_info& pi = info(p);
+  const auto n = static_cast<std::size_t>(pi.elements());
+  auto tmp = b_.template device_alloc<float>(n);
+  auto all = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(pi.channels));
+  auto host = b_.template host_alloc<float>(n);
+  b_.iota(all.data(), pi.channels, stream);
+  dispatch_dtype(pi.type, [&](auto tag) {
+    using T = decltype(tag);
+    check(b_.template gather_channels<T, float>(read_only(pi.weight_matrix<T>()), all.data(), pi.channels,
+                                                tmp.data(), nullptr, stream),
+          "zenflow::engine: gather_channels");
+  });
+  b_.copy_d2h(host.data(), tmp.data(), n * 4, stream);
+  b_.synchronize(stream);
+  std::memcpy(dst, host.data(), n * 4);
+  return pi.bytes();
+}
+
+template <class Backend>
+void device_plan<Backend>::prologue(float loss_scale, float max_norm, cudaStream_t stream) {
+  std::size_t offset = 0;
+  for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
+    using T = decltype(tag);
+    std::vector<channel_norm_item<T>> items = norm_items<T>(members);
+    std::size_t bytes = temp_.size();
+    check(b_.template channel_norms_batched<channel_norm::sq_l2, T>(
+              temp_.data(), bytes, items.data(), static_cast<std::int64_t>(items.size()),
+              {nullptr, flags_.data() + offset}, stream),
+          "zenflow::engine: channel_norms_batched");
+    offset += members.size();
+  });
+  const auto n = static_cast<int>(params_->size());
+  b_.sq_totals(sq_items_.data(), n, totals_.data(), stream);
+  b_.finish_scalars(totals_.data(), n, flags_.data(), static_cast<int>(offset), loss_scale, max_norm,
+                    record_words(), static_cast<int>(layout_.mass_words()), stream);
+}
+
+template <class Backend>
+bool device_plan<Backend>::read_skip(cudaStream_t stream) {
+  b_.copy_d2h(h_word_.data(), step_record_layout::skip(record_words()), 4, stream);
+  b_.synchronize(stream);
+  return h_word_[0] != 0;
+}
+
+template <class Backend>
+std::size_t device_plan<Backend>::select(std::size_t p,
+                                         channel_norm kind,
+                                         std::vector<std::int32_t>& out,
+                                         cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  if (kind == channel_norm::l1) {
+    dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      std::size_t bytes = temp_.size();
+      check(b_.template channel_norms<channel_norm::l1, T>(temp_.data(), bytes, pi.grad_matrix<T>(),
+                                                           d.scores.data(), stream),
+            "zenflow::engine: channel_norms");
+    });
+  }
+  std::size_t bytes = temp_.size();
+  check(b_.topk(temp_.data(), bytes, d.scores.data(), pi.channels, pi.device_capacity, idx_.data(), stream),
+        "zenflow::engine: topk");
+  const auto k = static_cast<std::size_t>(pi.device_capacity);
+  b_.copy_d2h(h_idx_.data(), idx_.data(), k * 4, stream);
+  b_.synchronize(stream);
+  out.assign(h_idx_.data(), h_idx_.data() + k);
+  return k * 4;
+}
+
+template <class Backend>
+std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
+                                                                  const std::vector<std::int32_t>& old_sel,
+                                                                  const std::vector<std::int32_t>& new_sel,
+                                                                  const channel_state& host_rows,
+                                                                  cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  const std::int64_t L = pi.channel_len;
+  const std::int64_t cap = pi.device_capacity;
+  std::vector<std::int32_t> leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch;
+  diff_selection(old_sel, new_sel, leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch);
+  const auto nl = static_cast<std::int64_t>(leave_pos.size());
+  const auto nk = static_cast<std::int64_t>(keep_old.size());
+  const auto ne = static_cast<std::int64_t>(enter_pos.size());
+  // Index lists up in one copy: [leave_pos | keep_old | keep_new | enter_pos | new_sel].
+  std::int32_t* hi = h_idx_.data();
+  std::int64_t o = 0;
+  const auto put = [&](const std::vector<std::int32_t>& v) {
+    std::copy(v.begin(), v.end(), hi + o);
+    const std::int64_t at = o;
+    o += static_cast<std::int64_t>(v.size());
+    return at;
+  };
+  const std::int64_t o_leave = put(leave_pos), o_keep_old = put(keep_old), o_keep_new = put(keep_new),
+                     o_enter = put(enter_pos), o_sel = put(new_sel);
+  if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
+    b_.copy_d2d(d.counts.data(), counts_of(p), 4, stream);
+  }
+  b_.copy_h2d(idx_.data(), hi, static_cast<std::size_t>(o) * 4, stream);
+  const std::int32_t* di = idx_.data();
+  const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
+  const char* gather = "zenflow::engine: gather_channels";
+  const char* scatter = "zenflow::engine: scatter_channels";
+  // 1. Leaving rows go home.
+  if (nl > 0) {
+    float* st[3] = {stage_.data(), stage_.data() + nl * L, stage_.data() + 2 * nl * L};
+    const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
+    for (int a = 0; a < 3; ++a) {
+      check(b_.template gather_channels<float, float>(compact(src[a], cap, L), di + o_leave, nl, st[a],
+                                                      nullptr, stream),
+            gather);
+    }
+    b_.move_counts(d.counts.data(), di + o_leave, stage_counts_.data(), nullptr, nl, stream);
+    b_.copy_d2h(h_stage_.data(), stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
+    b_.copy_d2h(h_stage_counts_.data(), stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
+    b_.synchronize(stream);
+    for (std::int64_t r = 0; r < nl; ++r) {
+      const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
+      std::memcpy(host_rows.master + c * L, h_stage_.data() + r * L, row_bytes);
+      std::memcpy(host_rows.m + c * L, h_stage_.data() + (nl + r) * L, row_bytes);
+      std::memcpy(host_rows.v + c * L, h_stage_.data() + (2 * nl + r) * L, row_bytes);
+      host_rows.counts[c] = h_stage_counts_[static_cast<std::size_t>(r)];
+    }
+  }
+  // 2. Kept rows move to their new positions in the second buffer set.
+  float* dst[3] = {d.master2.data(), d.m2.data(), d.v2.data()};
+  if (nk > 0) {
+    const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
+    for (int a = 0; a < 3; ++a) {
+      check(b_.template gather_channels<float, float>(compact(src[a], cap, L), di + o_keep_old, nk,
+                                                      stage_.data(), nullptr, stream),
+            gather);
+      check(b_.template scatter_channels<float, float>(stage_.data(), di + o_keep_new, nk,
+                                                       compact(dst[a], cap, L), stream),
+            scatter);
+    }
+    b_.move_counts(d.counts.data(), di + o_keep_old, d.counts2.data(), di + o_keep_new, nk, stream);
+  }
+  // 3. Entering rows come up from the host rows.
+  if (ne > 0) {
+    for (std::int64_t r = 0; r < ne; ++r) {
+      const std::int64_t c = enter_ch[static_cast<std::size_t>(r)];
+      std::memcpy(h_stage_.data() + r * L, host_rows.master + c * L, row_bytes);
+      std::memcpy(h_stage_.data() + (ne + r) * L, host_rows.m + c * L, row_bytes);
+      std::memcpy(h_stage_.data() + (2 * ne + r) * L, host_rows.v + c * L, row_bytes);
+      h_stage_counts_[static_cast<std::size_t>(r)] = host_rows.counts[c];
+    }
+    b_.copy_h2d(stage_.data(), h_stage_.data(), static_cast<std::size_t>(3 * ne) * row_bytes, stream);
+    b_.copy_h2d(stage_counts_.data(), h_stage_counts_.data(), static_cast<std::size_t>(ne) * 4, stream);
+    for (int a = 0; a < 3; ++a) {
+      check(b_.template scatter_channels<float, float>(stage_.data() + a * ne * L, di + o_enter, ne,
+                                                       compact(dst[a], cap, L), stream),
+            scatter);
+    }
+    b_.move_counts(stage_counts_.data(), nullptr, d.counts2.data(), di + o_enter, ne, stream);
+  }
+  std::swap(d.master, d.master2);
+  std::swap(d.m, d.m2);
+  std::swap(d.v, d.v2);
+  std::swap(d.counts, d.counts2);
+  if (dense_slot_[p] >= 0) {
+    b_.copy_d2d(counts_of(p), d.counts.data(), 4, stream);
+  }
+  b_.copy_d2d(d.sel.data(), di + o_sel, new_sel.size() * 4, stream);
+  d.k = static_cast<std::int64_t>(new_sel.size());
+  b_.synchronize(stream); // the host staging is reused next
+  const std::size_t row = static_cast<std::size_t>(L) * 12 + 4;
+  return {static_cast<std::size_t>(nl) * row,
+          static_cast<std::size_t>(ne) * row + static_cast<std::size_t>(o) * 4};
+}
+
+template <class Backend>
+std::size_t device_plan<Backend>::set_host_set(std::size_t p,
+                                               const std::vector<std::int32_t>& host_set,
+                                               cudaStream_t stream) {
+  auto& d = dev_[p];
+  std::copy(host_set.begin(), host_set.end(), h_idx_.data());
+  b_.copy_h2d(d.host_set.data(), h_idx_.data(), host_set.size() * 4, stream);
+  b_.synchronize(stream); // the host staging is reused next
+  return host_set.size() * 4;
+}
+
+template <class Backend>
+void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStream_t stream) {
+  float* rec = record_words();
+  const float* coef = step_record_layout::coef(rec);
+  const std::uint32_t* skip = step_record_layout::skip(rec);
+  // The vectors: one adamw_dense call per run of device-resident vectors of one dtype and one set
+  // of hyper-parameters (a run is contiguous in the count array; in practice one per group).
+  std::size_t i = 0;
+  while (i < dense_order_.size()) {
+    const std::size_t first = i;
+    const param_info& lead = info(dense_order_[i]);
+    const dtype type = lead.type;
+    while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 && info(dense_order_[i]).type == type &&
+           info(dense_order_[i]).same_hparams(lead)) {
+      ++i;
+    }
+    if (i == first) { // a vector not on the device (yet)
+      ++i;
+      continue;
+    }
+    dispatch_dtype(type, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<adamw_tensor<T>> tensors;
+      tensors.reserve(i - first);
+      for (std::size_t j = first; j < i; ++j) {
+        const param_info& pi = info(dense_order_[j]);
+        auto& d = dev_[dense_order_[j]];
+        tensors.push_back({static_cast<T*>(pi.weights), static_cast<const T*>(pi.grads), d.master.data(),
+                           d.m.data(), d.v.data(), pi.channel_len});
+      }
+      check(b_.template adamw_dense<T>(tensors.data(), static_cast<int>(tensors.size()),
+                                       dense_counts_.data() + first, lead.hparams(base, lr), coef, skip,
+                                       stream),
+            "zenflow::engine: adamw_dense");
+    });
+  }
+  for (std::size_t p = 0; p < dev_.size(); ++p) {
+    const param_info& pi = info(p);
+    auto& d = dev_[p];
+    if (d.k == 0 || pi.device_dense) {
+      continue;
+    }
+    dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      const channel_state rows{d.master.data(), d.m.data(), d.v.data(), d.counts.data(), d.k, pi.channel_len};
+      check(b_.template adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(), d.sel.data(), d.k,
+                                           rows, pi.hparams(base, lr), coef, skip,
+                                           layout_.crit(rec, d.matrix_index), stream),
+            "zenflow::engine: adamw_selective");
+    });
+  }
+}
+
+template <class Backend>
+void device_plan<Backend>::pack(
+    std::size_t p, std::int64_t begin, std::int64_t end, std::byte* dst, bool early, cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  float* mass = early ? early_rest_.data() + d.matrix_index : layout_.rest(record_words(), d.matrix_index);
+  dispatch_dtype(pi.type, [&](auto tag) {
+    using T = decltype(tag);
+    check(b_.template gather_channels<T, T>(pi.grad_matrix<T>(), d.host_set.data() + begin, end - begin,
+                                            reinterpret_cast<T*>(dst), mass, stream),
+          "zenflow::engine: gather_channels");
+  });
+}
+
+template <class Backend>
+void device_plan<Backend>::begin_uploads() {
+  b_.bind_device(device_);
+  if (scatter_recorded_) {
+    b_.copier().stream_wait(upload_stream_, scattered_);
+  }
+}
+
+template <class Backend>
+std::size_t
+device_plan<Backend>::upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  const std::size_t at = static_cast<std::size_t>(begin) * pi.channel_bytes();
+  const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
+  b_.copy_h2d(d.upload.data() + at, src + at, bytes, upload_stream_);
+  return bytes;
+}
+
+template <class Backend>
+void device_plan<Backend>::end_uploads() {
+  b_.copier().record(copied_, upload_stream_);
+  copy_recorded_ = true;
+}
+
+template <class Backend>
+void device_plan<Backend>::begin_apply(cudaStream_t stream) {
+  if (copy_recorded_) {
+    b_.copier().stream_wait(stream, copied_);
+  }
+}
+
+template <class Backend>
+std::size_t
+device_plan<Backend>::apply_upload(std::size_t p, std::int64_t begin, std::int64_t end, cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  dispatch_dtype(pi.type, [&](auto tag) {
+    using T = decltype(tag);
+    check(b_.template scatter_channels<T, T>(
+              reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len, d.host_set.data() + begin,
+              end - begin, pi.weight_matrix<T>(), stream),
+          "zenflow::engine: scatter_channels");
+  });
+  return static_cast<std::size_t>(end - begin) * pi.channel_bytes();
+}
+
+template <class Backend>
+void device_plan<Backend>::end_apply(cudaStream_t stream) {
+  b_.copier().record(scattered_, stream);
+  scatter_recorded_ = true;
+}
+
+template <class Backend>
+void device_plan<Backend>::wait_upload_done() {
+  if (copy_recorded_) {
+    b_.copier().synchronize(copied_);
+  }
+}
+
+template <class Backend>
+void device_plan<Backend>::read_device_state(std::size_t p,
+                                             std::vector<float>& master,
+                                             std::vector<float>& m,
+                                             std::vector<float>& v,
+                                             std::vector<std::int32_t>& counts,
+                                             std::vector<std::int32_t>& sel,
+                                             cudaStream_t stream) {
+  const auto& d = dev_[p];
+  const auto n = static_cast<std::size_t>(d.k * info(p).channel_len);
+  const auto k = static_cast<std::size_t>(d.k);
+  master.resize(n);
+  m.resize(n);
+  v.resize(n);
+  counts.resize(k);
+  sel.resize(k);
+  // Pageable destinations: the copies complete before the synchronize returns on every backend.
+  b_.copy_d2h(master.data(), d.master.data(), n * 4, stream);
+  b_.copy_d2h(m.data(), d.m.data(), n * 4, stream);
+  b_.copy_d2h(v.data(), d.v.data(), n * 4, stream);
+  b_.copy_d2h(counts.data(), dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), k * 4, stream);
+  b_.copy_d2h(sel.data(), d.sel.data(), k * 4, stream);
+  b_.synchronize(stream);
+}
+
+template <class Backend>
+template <class F>
+void device_plan<Backend>::for_each_group(F&& f) {
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    std::vector<std::size_t> members;
+    for (std::size_t p = 0; p < params_->size(); ++p) {
+      if (info(p).type == t) {
+        members.push_back(p);
+      }
+    }
+    if (!members.empty()) {
+      dispatch_dtype(t, [&](auto tag) { f(tag, members); });
+    }
+  }
+}
+
+template <class Backend>
+template <class T>
+std::vector<channel_norm_item<T>> device_plan<Backend>::norm_items(const std::vector<std::size_t>& members) {
+  std::vector<channel_norm_item<T>> items;
+  for (const std::size_t p : members) {
+    const param_info& pi = info(p);
+    items.push_back({static_cast<const T*>(pi.grads), pi.channels, pi.channel_len, pi.ld, pi.layout,
+                     dev_[p].scores.data()});
+  }
+  return items;
+}
+
+} // namespace detail
+ZF_NAMESPACE_END

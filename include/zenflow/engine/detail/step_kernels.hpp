@@ -1,0 +1,136 @@
+/// @file
+/// The device plan's own small operations, written once as host+device bodies: the per-tensor
+/// fp64 squared-norm totals, the step scalars (coef_t, bad_t) from them and the NaN/Inf flags,
+/// the adoption of grad_ready()'s early masses, an iota and moves of int32 update counts. The
+/// host and emulated backends run the `host_*` loops below; the CUDA backend launches the
+/// kernels of kernels.cuh, which call the same bodies (so the three compute the same bits).
+/// Everything heavy is a primitive (select/, optim/).
+#pragma once
+
+#include <cstdint>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/math/norms.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// One tensor of the squared-norm totals: its gradient (working type `type`) and its fp32 scores.
+struct sq_total_item {
+  const void* grad = nullptr;
+  const float* scores = nullptr;
+  std::int64_t channels = 0;
+  std::int64_t channel_len = 0;
+  std::int64_t ld = 0;
+  channel_layout layout = channel_layout::contiguous;
+  dtype type = dtype::f32;
+};
+
+/// Lane `lane`'s share of item `it`'s fp64 squared norm (`sq_total_lane` of its working type).
+ZF_HOST_DEVICE inline double sq_total_item_lane(const sq_total_item& it, int lane) {
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const channel_matrix<const T> g{static_cast<const T*>(it.grad), it.channels, it.channel_len, it.ld,
+                                    it.layout};
+    return sq_total_lane<T>(g, it.scores, lane);
+  };
+  if (it.type == dtype::f16) {
+    return run(half{});
+  }
+  if (it.type == dtype::bf16) {
+    return run(bfloat16{});
+  }
+  return run(float{});
+}
+
+/// The header of the step record from the `n` per-tensor totals (summed in index order) and the
+/// `flag_count` NaN/Inf flags: coef_t, bad_t and the squared global norm.
+ZF_HOST_DEVICE inline void finish_step_header(const double* totals,
+                                              int n,
+                                              const std::uint32_t* flags,
+                                              int flag_count,
+                                              float loss_scale,
+                                              float max_norm,
+                                              float* record) {
+  double sum = 0.0;
+  std::uint32_t bad = 0;
+  for (int i = 0; i < n; ++i) {
+    sum += totals[i];
+  }
+  for (int i = 0; i < flag_count; ++i) {
+    bad |= flags[i];
+  }
+  float coef = 1.0f;
+  std::uint32_t skip = 0;
+  finish_step_scalars(sum, bad, loss_scale, max_norm, &coef, &skip);
+  write_step_header(record, coef, skip, sum);
+}
+
+/// rest[i] += early[i] (0 + early: the bits of packs adding into the record), early[i] = 0.
+ZF_HOST_DEVICE ZF_FORCEINLINE void adopt_early_mass_at(float* early, float* rest, int i) {
+  rest[i] += early[i];
+  early[i] = 0.0f;
+}
+
+/// dst[dst_idx[i]] = src[src_idx[i]] (either index list nullable: identity).
+ZF_HOST_DEVICE ZF_FORCEINLINE void move_count_at(const std::int32_t* src,
+                                                 const std::int32_t* src_idx,
+                                                 std::int32_t* dst,
+                                                 const std::int32_t* dst_idx,
+                                                 std::int64_t i) {
+  dst[dst_idx != nullptr ? dst_idx[i] : i] = src[src_idx != nullptr ? src_idx[i] : i];
+}
+
+// ---- host loops over the bodies (host and emulated backends) ------------------------------------
+
+inline void host_sq_totals(const sq_total_item* items, std::int64_t n, double* totals) {
+  double lanes[sq_total_lanes];
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < sq_total_lanes; ++j) {
+      lanes[j] = sq_total_item_lane(items[i], j);
+    }
+    totals[i] = sum_lanes(lanes);
+  }
+}
+
+inline void host_finish_scalars(const double* totals,
+                                int n,
+                                const std::uint32_t* flags,
+                                int flag_count,
+                                float loss_scale,
+                                float max_norm,
+                                float* record,
+                                int mass_words) {
+  finish_step_header(totals, n, flags, flag_count, loss_scale, max_norm, record);
+  for (int i = 0; i < mass_words; ++i) {
+    record[step_record_layout::header_words + i] = 0.0f;
+  }
+}
+
+inline void host_adopt_early_mass(float* early, float* rest, int n) {
+  for (int i = 0; i < n; ++i) {
+    adopt_early_mass_at(early, rest, i);
+  }
+}
+
+inline void host_iota(std::int32_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = static_cast<std::int32_t>(i);
+  }
+}
+
+inline void host_move_counts(const std::int32_t* src,
+                             const std::int32_t* src_idx,
+                             std::int32_t* dst,
+                             const std::int32_t* dst_idx,
+                             std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    move_count_at(src, src_idx, dst, dst_idx, i);
+  }
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
