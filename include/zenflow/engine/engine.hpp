@@ -36,6 +36,7 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
@@ -82,9 +83,7 @@ public:
     if (ring_) {
       ring_->close(); // the consumer drains what was published, then stops
     }
-    if (consumer_.joinable()) {
-      consumer_.join();
-    }
+    host_.stop_consumer();
     report_dropped_updates();
   }
   engine(const engine&) = delete;
@@ -181,7 +180,8 @@ public:
         static_cast<std::size_t>(cfg_.ring_slots), slot_bytes, plan_.backend().copier());
     stats_.memory.host_ring += ring_->footprint_bytes();
     const bool overlap = zen && cfg_.overlap_step;
-    host_.resize(params_.size());
+    host_.resize(params_.size(), std::count_if(params_.begin(), params_.end(),
+                                               [](const detail::param_info& pi) { return pi.matrix; }));
     announced_.assign(params_.size(), announce_none);
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
@@ -220,7 +220,7 @@ public:
     }
     copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>(plan_.backend().copier());
     if constexpr (Backend::is_device) {
-      consumer_ = std::thread([this] { consumer_loop(); });
+      host_.start_consumer(*ring_);
     }
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     pool_ = std::make_unique<worker_pool>(cfg_.resolved_host_threads(hw));
@@ -310,8 +310,8 @@ public:
       zenflow_step(t, lr, stream, rep);
     }
     rep.skip_known = !Backend::is_device;
-    rep.skipped = !Backend::is_device && last_skip_;
-    stats_.skipped_steps = skipped_.load(std::memory_order_relaxed);
+    rep.skipped = !Backend::is_device && host_.last_skip();
+    stats_.skipped_steps = host_.skipped();
     rep.d2h_bytes = d2h_;
     rep.h2d_bytes = h2d_;
     rep.stall_s = stall_;
@@ -359,9 +359,7 @@ public:
   }
 
   /// The current device set of `param` (ascending channel indices; {0} for a vector on the device).
-  [[nodiscard]] std::vector<std::int32_t> selected(param_id param) const {
-    return host_.at(index(param)).sel;
-  }
+  [[nodiscard]] std::vector<std::int32_t> selected(param_id param) const { return host_[index(param)].sel; }
 
   /// The full optimizer state of `param`, from the host rows and the device rows. Waits for a
   /// running host job first (its rows are being written). Blocking; for tests and checkpoints.
@@ -405,31 +403,15 @@ public:
   [[nodiscard]] ring_stats d2h_ring_stats() const { return ring_ ? ring_->stats() : ring_stats{}; }
 
 private:
-  static constexpr std::int32_t record_tag_first = 1; // the step record before the step's gradients
-  static constexpr std::int32_t record_tag_last = 2;  // again after them, with the Zen-auto masses
-  static constexpr std::int32_t grad_tag = 0;
-  static constexpr std::int32_t grad_early_tag = 3; // before the step's coef is known: landed, added later
+  static constexpr std::int32_t record_tag_first = detail::record_first_slot;
+  static constexpr std::int32_t record_tag_last = detail::record_last_slot;
+  static constexpr std::int32_t grad_tag = detail::grad_slot;
+  static constexpr std::int32_t grad_early_tag = detail::grad_early_slot;
 
   // grad_ready() state of a parameter for the coming step
   static constexpr std::uint8_t announce_none = 0;
   static constexpr std::uint8_t announce_hint = 1;     // announced, nothing started (step() does it)
   static constexpr std::uint8_t announce_streamed = 2; // packed and pushed by grad_ready()
-
-  struct host_param {
-    std::vector<float> master, m, v;
-    std::vector<std::int32_t> counts;
-    std::vector<float> acc[2];
-    // Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
-    // rest mass), per accumulator; host_lr_scale "snr" compares it with |acc|_1.
-    double rest_l1[2] = {0.0, 0.0};
-    std::int64_t matrix_index = -1;     // index of the matrix in the step record
-    std::vector<std::int32_t> sel;      // device set, ascending
-    std::vector<std::int32_t> host_set; // host set, ascending
-    typename Backend::template host_buffer<std::byte> upload;
-    // Gradients announced early, packed (host-set order, working type), until the step's coef
-    // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
-    std::vector<std::byte> land;
-  };
 
   struct pending_job {
     std::int64_t queue_window = -1; // index in the window queue
@@ -449,7 +431,7 @@ private:
                           "destroying the engine to apply them";
         log(log_level::warning, msg);
       }
-      const std::int32_t open_steps = n_w_[cur_acc_];
+      const std::int32_t open_steps = host_.n_w(cur_acc_);
       if (window_open_ && open_steps > 0) {
         log(log_level::info, "zenflow::engine destroyed with " + std::to_string(open_steps) +
                                  " step(s) of gradients accumulated in the open window (from step " +
@@ -664,90 +646,11 @@ private:
   /// Host backend: the consumer runs on the training thread right after each push.
   void consume_inline() {
     if constexpr (!Backend::is_device) {
-      while (auto slot = ring_->try_next()) {
-        consume(*slot);
-        ring_->release(*slot);
-        note_consumed(slot->meta);
-      }
+      host_.consume_landed(*ring_);
     }
   }
 
   void consume_all() { consume_inline(); }
-
-  /// What the host does with one landed slot.
-  void consume(const typename d2h_ring<ring_meta, typename Backend::copy_backend_type>::read_slot& s) {
-    const auto a = static_cast<std::size_t>(s.meta.user);
-    if (s.meta.tag == grad_early_tag) {
-      // The step's coef is not known yet (it follows in the step's first record): land the slot.
-      const auto p = static_cast<std::size_t>(s.meta.matrix);
-      const std::size_t cb = params_[p].channel_bytes();
-      std::memcpy(host_[p].land.data() + static_cast<std::size_t>(s.meta.begin) * cb, s.data,
-                  static_cast<std::size_t>(s.meta.end - s.meta.begin) * cb);
-      if (s.meta.begin == 0) {
-        landed_.push_back(p);
-      }
-      return;
-    }
-    if (s.meta.tag == record_tag_first) {
-      const detail::step_record_view rec{s.data, plan_.record_layout().matrices};
-      cons_coef_ = rec.coef();
-      cons_skip_ = rec.skip();
-      last_skip_ = cons_skip_;
-      // The gradients announced early for this step (all landed before this record) join the
-      // accumulator now, row by row exactly as if their slots came after the record.
-      for (const std::size_t p : landed_) {
-        if (!cons_skip_) {
-          accumulate(a, p, host_[p].land.data(), 0, static_cast<std::int64_t>(host_[p].host_set.size()));
-        }
-      }
-      landed_.clear();
-      if (cons_skip_) {
-        skipped_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        std::lock_guard lock(progress_mutex_);
-        ++n_w_[a];
-      }
-      return;
-    }
-    if (s.meta.tag == record_tag_last) {
-      const detail::step_record_view rec{s.data, plan_.record_layout().matrices};
-      auto& mass = masses_[static_cast<std::size_t>(s.meta.step & 1)];
-      mass.step = s.meta.step;
-      mass.valid = !rec.skip();
-      mass.crit.resize(static_cast<std::size_t>(rec.matrices));
-      mass.rest.resize(static_cast<std::size_t>(rec.matrices));
-      for (std::int64_t i = 0; i < rec.matrices; ++i) {
-        // |coef * g| = coef * |g|: coef > 0.
-        mass.crit[static_cast<std::size_t>(i)] = rec.crit(i) * rec.coef();
-        mass.rest[static_cast<std::size_t>(i)] = rec.rest(i) * rec.coef();
-      }
-      if (mass.valid && cfg_.host_lr_scale == host_lr_scaling::snr) {
-        for (auto& h : host_) {
-          if (h.matrix_index >= 0) {
-            h.rest_l1[a] += static_cast<double>(mass.rest[static_cast<std::size_t>(h.matrix_index)]);
-          }
-        }
-      }
-      return;
-    }
-    if (cons_skip_) {
-      return;
-    }
-    accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
-  }
-
-  /// acc[a] += cons_coef_ * rows [begin, end) of `p`'s packed host-set gradients at `rows`.
-  void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
-    const auto& pi = params_[p];
-    auto& h = host_[p];
-    detail::dispatch_dtype(pi.type, [&](auto tag) {
-      using T = decltype(tag);
-      detail::check(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
-                                                 reinterpret_cast<const T*>(rows), h.host_set.data() + begin,
-                                                 end - begin, cons_coef_, nullptr),
-                    "zenflow::engine: accumulate_channels");
-    });
-  }
 
   /// grad_ready() starts work on this step: the selection of step t_ is known and fixed.
   [[nodiscard]] bool early_stream_step() const {
@@ -757,61 +660,11 @@ private:
 
   // ---- host windows -------------------------------------------------------------------------
 
-  /// The host window of accumulator `a`: AdamW on acc / n_w for every host-set channel, new
-  /// working weights into the upload buffers, acc zeroed, then their copy up is enqueued. Runs
-  /// on the queue's executor or inline.
+  /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
+  /// weights is enqueued. Runs on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t p = 0; p < params_.size(); ++p) {
-      const auto& pi = params_[p];
-      auto& h = host_[p];
-      const double rest_l1 = std::exchange(h.rest_l1[a], 0.0);
-      if (!pi.host_side || h.host_set.empty()) {
-        continue;
-      }
-      // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
-      adamw_hparams hp = pi.hparams(cfg_.adam, lr);
-      const double coherence = cfg_.host_lr_scale == host_lr_scaling::snr ? l1_norm(h.acc[a]) / rest_l1 : 1.0;
-      hp.lr =
-          static_cast<float>(static_cast<double>(hp.lr) * host_lr_factor(cfg_.host_lr_scale, n_w, coherence));
-      const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
-                             h.counts.data(), pi.channels, pi.channel_len};
-      detail::dispatch_dtype(pi.type, [&](auto tag) {
-        using T = decltype(tag);
-        detail::check(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
-                                               static_cast<std::int64_t>(h.host_set.size()), nullptr, 1.0f,
-                                               n_w, hp, reinterpret_cast<T*>(h.upload.data()), pool_.get()),
-                      "zenflow::engine: adamw_window");
-      });
-    }
-    job_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    job_seconds_ = host_.run_window(a, n_w, lr, pool_.get());
     upload_job();
-  }
-
-  /// |x|_1 in double, summed in fixed chunks in a fixed order: the same bits for any thread count.
-  double l1_norm(const std::vector<float>& x) {
-    constexpr std::int64_t chunk = 1 << 16;
-    const auto n = static_cast<std::int64_t>(x.size());
-    std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
-    auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
-      double s = 0.0;
-      for (std::int64_t i = lo; i < hi; ++i) {
-        s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
-      }
-      part[static_cast<std::size_t>(c)] = s;
-    };
-    if (pool_ != nullptr) {
-      pool_->parallel_for(n, chunk, sum);
-    } else {
-      for (std::int64_t c = 0; c * chunk < n; ++c) {
-        sum(c, c * chunk, std::min(n, (c + 1) * chunk));
-      }
-    }
-    double total = 0.0;
-    for (const double s : part) {
-      total += s;
-    }
-    return total;
   }
 
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
@@ -864,12 +717,7 @@ private:
     pending_.reset();
   }
 
-  /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset.
-  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
-    wait_consumed(seq);
-    std::lock_guard lock(progress_mutex_);
-    return std::exchange(n_w_[a], 0);
-  }
+  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) { return host_.take_n_w(a, seq); }
 
   /// Closes the current window at the end of step t (docs/engine-semantics.md, 6).
   void close_window(float lr, cudaStream_t stream) {
@@ -965,7 +813,7 @@ private:
       // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
       if (t - 1 >= cfg_.full_warm_up_rounds) {
         timed_stall([&] { wait_consumed(pushed_before_last_step_); });
-        const auto& mass = masses_[static_cast<std::size_t>((t - 1) & 1)];
+        const auto& mass = host_.masses(t - 1);
         if (mass.step == t - 1 && mass.valid && sel_step_ >= 0 && t - 1 >= sel_step_) {
           voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= window_start_);
         }
@@ -1026,54 +874,12 @@ private:
 
   void note_pushed() { ++pushed_; }
 
-  void note_consumed(const ring_meta&) {
-    {
-      std::lock_guard lock(progress_mutex_);
-      ++consumed_;
-    }
-    progress_cv_.notify_all();
-  }
-
-  /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
-  void wait_consumed(std::uint64_t seq) {
-    std::unique_lock lock(progress_mutex_);
-    progress_cv_.wait(lock, [&] { return consumed_ >= seq || consumer_error_; });
-    if (consumer_error_) {
-      std::rethrow_exception(consumer_error_);
-    }
-  }
-
-  void consumer_loop() {
-    try {
-      for (;;) {
-        auto slot = ring_->next();
-        if (!slot) {
-          return;
-        }
-        consume(*slot);
-        ring_->release(*slot);
-        note_consumed(slot->meta);
-      }
-    } catch (...) {
-      {
-        std::lock_guard lock(progress_mutex_);
-        consumer_error_ = std::current_exception();
-      }
-      progress_cv_.notify_all();
-      ring_->close();
-    }
-  }
-
-  struct step_masses {
-    std::int64_t step = -1;
-    bool valid = false;
-    std::vector<float> crit, rest;
-  };
+  void wait_consumed(std::uint64_t seq) { host_.wait_consumed(seq); }
 
   config cfg_;
   detail::device_plan<Backend> plan_; // destroyed last: the ring and the copies use its buffers
   std::vector<detail::param_info> params_;
-  std::vector<host_param> host_;
+  detail::host_side<typename Backend::template host_buffer<std::byte>> host_{cfg_, params_};
   std::unique_ptr<d2h_ring<ring_meta, typename Backend::copy_backend_type>> ring_;
   std::unique_ptr<copy_stream<typename Backend::copy_backend_type>> copies_;
   std::unique_ptr<worker_pool> pool_;
@@ -1090,26 +896,14 @@ private:
   std::int64_t window_len_ = 0;
   std::int64_t windows_ = 0;
   std::size_t cur_acc_ = 0;
-  std::int32_t n_w_[2] = {0, 0}; // guarded by progress_mutex_
   std::optional<pending_job> pending_;
   double job_seconds_ = 0.0;
   std::size_t staging_next_ = 0;
 
-  // consumer state (consumer thread on the CUDA backend) and the progress it publishes
-  std::thread consumer_;
-  std::mutex progress_mutex_;
-  std::condition_variable progress_cv_;
-  std::uint64_t pushed_ = 0;                  // training thread only
+  // slots pushed into the D2H ring (training thread only; the consumer's progress is host_'s)
+  std::uint64_t pushed_ = 0;
   std::uint64_t pushed_before_last_step_ = 0; // slots pushed up to the end of the previous step
-  std::uint64_t consumed_ = 0;                // guarded by progress_mutex_
-  std::exception_ptr consumer_error_;         // guarded by progress_mutex_
-  std::atomic<std::int64_t> skipped_{0};
-  bool job_produced_ = false; // written by the job, read after wait_applied
-  float cons_coef_ = 1.0f;
-  bool cons_skip_ = false;
-  bool last_skip_ = false;
-  step_masses masses_[2];
-  std::vector<std::size_t> landed_; // parameters landed early for the coming record (consumer)
+  bool job_produced_ = false;                 // written by the job, read after wait_applied
 
   // grad_ready() (training thread): per parameter, and what it spent before the step
   std::vector<std::uint8_t> announced_;

@@ -1,0 +1,329 @@
+/// @file
+/// The engine's host side as an object of its own: the full-size host optimizer state of every
+/// host-side parameter, the window accumulators, the consumer of the D2H ring (what the host does
+/// with each landed slot, on a thread of its own on device backends) with the progress it
+/// publishes, and the host window itself as a value: (accumulator, n_w, lr) -> new working
+/// weights in the upload buffers.
+///
+/// Threads: `consume` runs on the consumer (the consumer thread, or the training thread on the
+/// host backend); `run_window` on the window queue's executor or the training thread; the rest
+/// on the training thread. The progress counters are the hand-over between them (a mutex and a
+/// condition variable); a window's accumulator is never consumed into and read at once (the
+/// training thread waits for the slots pushed before a close before the window runs).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/optim/adamw.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+#include <zenflow/optim/types.hpp>
+#include <zenflow/transport/pinned_ring.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// What a D2H ring slot carries (`ring_meta::tag`).
+enum slot_tag : std::int32_t {
+  grad_slot = 0,         ///< packed host-set gradients of the step (rest mass into the record)
+  record_first_slot = 1, ///< the step record's header, before the step's gradients
+  record_last_slot = 2,  ///< the whole record after them, with the Zen-auto masses
+  grad_early_slot = 3,   ///< gradients packed by grad_ready(): landed, added once coef is known
+};
+
+/// The Zen-auto masses of one step (crit: device channels, rest: host channels, scaled by coef).
+struct step_masses {
+  std::int64_t step = -1;
+  bool valid = false;
+  std::vector<float> crit, rest;
+};
+
+template <class HostBuffer>
+class host_side {
+public:
+  /// One parameter's host state (empty for a parameter that lives on the device only).
+  struct param {
+    std::vector<float> master, m, v;
+    std::vector<std::int32_t> counts;
+    std::vector<float> acc[2];
+    // Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
+    // rest mass), per accumulator; host_lr_scale "snr" compares it with |acc|_1.
+    double rest_l1[2] = {0.0, 0.0};
+    std::int64_t matrix_index = -1;     // index of the matrix in the step record
+    std::vector<std::int32_t> sel;      // device set, ascending
+    std::vector<std::int32_t> host_set; // host set, ascending
+    HostBuffer upload;                  // the window's new working weights, host-set order
+    // Gradients announced early, packed (host-set order, working type), until the step's coef
+    // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
+    std::vector<std::byte> land;
+  };
+
+  host_side(const config& cfg, const std::vector<param_info>& params) : cfg_(&cfg), params_(&params) {}
+  host_side(const host_side&) = delete;
+  host_side& operator=(const host_side&) = delete;
+  ~host_side() { stop_consumer(); }
+
+  void resize(std::size_t n, std::int64_t matrices) {
+    host_.resize(n);
+    matrices_ = matrices;
+  }
+  [[nodiscard]] param& operator[](std::size_t p) { return host_[p]; }
+  [[nodiscard]] const param& operator[](std::size_t p) const { return host_[p]; }
+  [[nodiscard]] std::size_t size() const noexcept { return host_.size(); }
+
+  // ---- the consumer -----------------------------------------------------------------------------
+
+  /// What the host does with one landed slot (its data valid until the slot is released).
+  template <class Slot>
+  void consume(const Slot& s) {
+    const auto a = static_cast<std::size_t>(s.meta.user);
+    switch (s.meta.tag) {
+    case grad_early_slot: {
+      // The step's coef is not known yet (it follows in the step's first record): land the slot.
+      const auto p = static_cast<std::size_t>(s.meta.matrix);
+      const std::size_t cb = (*params_)[p].channel_bytes();
+      std::memcpy(host_[p].land.data() + static_cast<std::size_t>(s.meta.begin) * cb, s.data,
+                  static_cast<std::size_t>(s.meta.end - s.meta.begin) * cb);
+      if (s.meta.begin == 0) {
+        landed_.push_back(p);
+      }
+      return;
+    }
+    case record_first_slot: {
+      const step_record_view rec{s.data, matrices_};
+      coef_ = rec.coef();
+      skip_ = rec.skip();
+      last_skip_ = skip_;
+      // The gradients announced early for this step (all landed before this record) join the
+      // accumulator now, row by row exactly as if their slots came after the record.
+      for (const std::size_t p : landed_) {
+        if (!skip_) {
+          accumulate(a, p, host_[p].land.data(), 0, static_cast<std::int64_t>(host_[p].host_set.size()));
+        }
+      }
+      landed_.clear();
+      if (skip_) {
+        skipped_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        std::lock_guard lock(progress_mutex_);
+        ++n_w_[a];
+      }
+      return;
+    }
+    case record_last_slot: {
+      const step_record_view rec{s.data, matrices_};
+      auto& mass = masses_[static_cast<std::size_t>(s.meta.step & 1)];
+      mass.step = s.meta.step;
+      mass.valid = !rec.skip();
+      mass.crit.resize(static_cast<std::size_t>(rec.matrices));
+      mass.rest.resize(static_cast<std::size_t>(rec.matrices));
+      for (std::int64_t i = 0; i < rec.matrices; ++i) {
+        // |coef * g| = coef * |g|: coef > 0.
+        mass.crit[static_cast<std::size_t>(i)] = rec.crit(i) * rec.coef();
+        mass.rest[static_cast<std::size_t>(i)] = rec.rest(i) * rec.coef();
+      }
+      if (mass.valid && cfg_->host_lr_scale == host_lr_scaling::snr) {
+        for (auto& h : host_) {
+          if (h.matrix_index >= 0) {
+            h.rest_l1[a] += static_cast<double>(mass.rest[static_cast<std::size_t>(h.matrix_index)]);
+          }
+        }
+      }
+      return;
+    }
+    default:
+      if (!skip_) {
+        accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
+      }
+    }
+  }
+
+  /// Consumes, on the calling thread, every slot of `ring` that has landed (host backend).
+  template <class Ring>
+  void consume_landed(Ring& ring) {
+    while (auto slot = ring.try_next()) {
+      consume(*slot);
+      ring.release(*slot);
+      note_consumed();
+    }
+  }
+
+  /// Starts the consumer thread on `ring` (device backends). It stops when the ring is closed
+  /// and drained; an error it meets is rethrown by the next wait_consumed().
+  template <class Ring>
+  void start_consumer(Ring& ring) {
+    consumer_ = std::thread([this, &ring] {
+      try {
+        while (auto slot = ring.next()) {
+          consume(*slot);
+          ring.release(*slot);
+          note_consumed();
+        }
+      } catch (...) {
+        {
+          std::lock_guard lock(progress_mutex_);
+          consumer_error_ = std::current_exception();
+        }
+        progress_cv_.notify_all();
+        ring.close();
+      }
+    });
+  }
+  /// Joins the consumer thread (close its ring first).
+  void stop_consumer() noexcept {
+    if (consumer_.joinable()) {
+      consumer_.join();
+    }
+  }
+
+  /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
+  void wait_consumed(std::uint64_t seq) {
+    std::unique_lock lock(progress_mutex_);
+    progress_cv_.wait(lock, [&] { return consumed_ >= seq || consumer_error_; });
+    if (consumer_error_) {
+      std::rethrow_exception(consumer_error_);
+    }
+  }
+  /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset.
+  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
+    wait_consumed(seq);
+    std::lock_guard lock(progress_mutex_);
+    return std::exchange(n_w_[a], 0);
+  }
+  /// Steps accumulated so far into accumulator `a` (for the destructor's report).
+  [[nodiscard]] std::int32_t n_w(std::size_t a) {
+    std::lock_guard lock(progress_mutex_);
+    return n_w_[a];
+  }
+  /// The masses of step `t` (valid once its last record was consumed: wait_consumed first).
+  [[nodiscard]] const step_masses& masses(std::int64_t t) const {
+    return masses_[static_cast<std::size_t>(t & 1)];
+  }
+  /// The skip flag of the last step record consumed (host backend: the step just taken).
+  [[nodiscard]] bool last_skip() const noexcept { return last_skip_; }
+  /// Skipped steps whose flag the consumer has read.
+  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
+
+  // ---- the host window --------------------------------------------------------------------------
+
+  /// One host window: AdamW on acc[accumulator] / n_w for every host-set channel, the new working
+  /// weights into the upload buffers, the accumulator zeroed. Returns the seconds it took.
+  double run_window(std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::size_t a = accumulator;
+    for (std::size_t p = 0; p < host_.size(); ++p) {
+      const auto& pi = (*params_)[p];
+      auto& h = host_[p];
+      const double rest_l1 = std::exchange(h.rest_l1[a], 0.0);
+      if (!pi.host_side || h.host_set.empty()) {
+        continue;
+      }
+      // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
+      adamw_hparams hp = pi.hparams(cfg_->adam, lr);
+      const double coherence =
+          cfg_->host_lr_scale == host_lr_scaling::snr ? l1_norm(h.acc[a], pool) / rest_l1 : 1.0;
+      hp.lr = static_cast<float>(static_cast<double>(hp.lr) *
+                                 host_lr_factor(cfg_->host_lr_scale, n_w, coherence));
+      const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
+                             h.counts.data(), pi.channels, pi.channel_len};
+      dispatch_dtype(pi.type, [&](auto tag) {
+        using T = decltype(tag);
+        check(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
+                                       static_cast<std::int64_t>(h.host_set.size()), nullptr, 1.0f, n_w, hp,
+                                       reinterpret_cast<T*>(h.upload.data()), pool),
+              "zenflow::engine: adamw_window");
+      });
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+private:
+  /// acc[a] += coef_ * rows [begin, end) of `p`'s packed host-set gradients at `rows`.
+  void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
+    const auto& pi = (*params_)[p];
+    auto& h = host_[p];
+    dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      check(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
+                                         reinterpret_cast<const T*>(rows), h.host_set.data() + begin,
+                                         end - begin, coef_, nullptr),
+            "zenflow::engine: accumulate_channels");
+    });
+  }
+
+  /// |x|_1 in double, summed in fixed chunks in a fixed order: the same bits for any thread count.
+  static double l1_norm(const std::vector<float>& x, worker_pool* pool) {
+    constexpr std::int64_t chunk = 1 << 16;
+    const auto n = static_cast<std::int64_t>(x.size());
+    std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
+    auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+      double s = 0.0;
+      for (std::int64_t i = lo; i < hi; ++i) {
+        s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
+      }
+      part[static_cast<std::size_t>(c)] = s;
+    };
+    if (pool != nullptr) {
+      pool->parallel_for(n, chunk, sum);
+    } else {
+      for (std::int64_t c = 0; c * chunk < n; ++c) {
+        sum(c, c * chunk, std::min(n, (c + 1) * chunk));
+      }
+    }
+    double total = 0.0;
+    for (const double s : part) {
+      total += s;
+    }
+    return total;
+  }
+
+  void note_consumed() {
+    {
+      std::lock_guard lock(progress_mutex_);
+      ++consumed_;
+    }
+    progress_cv_.notify_all();
+  }
+
+  const config* cfg_;
+  const std::vector<param_info>* params_;
+  std::int64_t matrices_ = 0;
+  std::vector<param> host_;
+
+  // consumer state (the consumer's thread only)
+  float coef_ = 1.0f;
+  bool skip_ = false;
+  bool last_skip_ = false;
+  step_masses masses_[2];
+  std::vector<std::size_t> landed_; // parameters landed early for the coming record
+  std::atomic<std::int64_t> skipped_{0};
+
+  // progress, the hand-over to the training thread
+  std::thread consumer_;
+  std::mutex progress_mutex_;
+  std::condition_variable progress_cv_;
+  std::uint64_t consumed_ = 0;        // guarded by progress_mutex_
+  std::int32_t n_w_[2] = {0, 0};      // guarded by progress_mutex_
+  std::exception_ptr consumer_error_; // guarded by progress_mutex_
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
