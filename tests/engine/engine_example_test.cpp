@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/core/emulated_device.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
@@ -128,6 +130,49 @@ double train(zenflow::config cfg, int steps, std::uint64_t seed) {
   EXPECT_EQ(st.steps, steps);
   EXPECT_TRUE(std::isfinite(loss)); // the last training minibatch's loss
   return data.eval(w, b);
+}
+
+/// train() on the emulated backend, the user's work stream-ordered as on a GPU (docs/engine.md,
+/// "Backends"): the backward runs on the training stream, step() returns with its work in flight.
+double train_emulated(zenflow::config cfg, int steps, std::uint64_t seed) {
+  regression data(seed);
+  const std::int64_t in = data.in;
+  const std::int64_t out = data.out;
+  std::vector<float> w(static_cast<std::size_t>(in * out), 0.0f), b(static_cast<std::size_t>(out), 0.0f);
+  std::vector<float> w_grad(w.size()), b_grad(b.size());
+  // example-begin emulated-backend
+  zenflow::emulated_device device; // must outlive the engine
+  cudaStream_t stream = device.create_stream();
+  zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device});
+  zf.add_matrix(w.data(), w_grad.data(), /*channels=*/in, /*channel_len=*/out);
+  zf.add_vector(b.data(), b_grad.data(), out);
+  zf.initialize(stream);
+  for (int step = 0; step < steps; ++step) {
+    // The forward + backward, stream-ordered: it reads the weights the last step wrote.
+    device.launch(stream, [&] { (void)data.loss_and_grads(w, b, w_grad, b_grad); });
+    zf.step(cfg.adam.lr * (1.0f - static_cast<float>(step) / static_cast<float>(steps)), stream);
+  }
+  zf.flush(stream);
+  device.synchronize_stream(stream); // before the host reads the weights
+  // example-end emulated-backend
+  return data.eval(w, b);
+}
+
+TEST(engine_backends, the_emulated_backend_trains_to_the_host_backends_bits) {
+  zenflow::config zen;
+  zen.adam.lr = 3e-2f;
+  zen.host_threads = 1;
+  zen.topk_ratio = 0.1;
+  zen.select_interval = 50;
+  zen.select = zenflow::select_strategy::step;
+  for (const std::int64_t window : {0, 4}) { // Zen-auto, then fixed windows of 4
+    zen.update_interval = window;
+    const std::uint64_t seed = zf_test::base_seed() + 70 + static_cast<std::uint64_t>(window);
+    SCOPED_TRACE(zf_test::seed_note(seed));
+    const double host = train(zen, 300, seed);
+    const double emulated = train_emulated(zen, 300, seed);
+    EXPECT_EQ(emulated, host) << "update_interval " << window;
+  }
 }
 
 TEST(engine_convergence, zenflow_loss_within_two_percent_of_dense_adamw) {
