@@ -270,15 +270,9 @@ public:
       stats_.memory.host_landing += need - h.land.size();
       h.land.resize(need);
     }
-    const double stall_before = std::exchange(stall_, 0.0);
-    const std::uint64_t d2h_before = std::exchange(d2h_, 0);
     announced_[p] = announce_streamed;
     early_any_ = true;
-    stream_param(t_, p, grad_early_tag, stream);
-    early_stall_ += stall_;
-    early_d2h_ += d2h_;
-    stall_ = stall_before;
-    d2h_ = d2h_before;
+    stream_param(t_, p, grad_early_tag, stream, early_cost_); // counted in the step it belongs to
   }
 
   /// One optimizer step after the user's backward, with learning rate `lr`. Stream-ordered on
@@ -291,9 +285,7 @@ public:
     step_report rep{};
     const std::int64_t t = t_;
     rep.step = t;
-    stall_ = std::exchange(early_stall_, 0.0); // what grad_ready() spent for this step
-    d2h_ = std::exchange(early_d2h_, 0);
-    h2d_ = 0;
+    call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     plan_.begin_step(t, stream);
     plan_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (early_any_) {
@@ -301,27 +293,25 @@ public:
     }
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       plan_.update(lr, cfg_.adam, stream);
-      push_record(t, record_tag_first, stream);
+      push_record(t, record_tag_first, stream, cost);
       consume_all();
     } else if (cfg_.mode == optimizer_mode::offload_sync || t < cfg_.full_warm_up_rounds) {
       rep.warm_up = cfg_.mode == optimizer_mode::zenflow;
-      synchronous_step(t, lr, stream);
+      synchronous_step(t, lr, stream, cost);
     } else {
-      zenflow_step(t, lr, stream, rep);
+      zenflow_step(t, lr, stream, rep, cost);
     }
     rep.skip_known = !Backend::is_device;
     rep.skipped = !Backend::is_device && host_.last_skip();
     stats_.skipped_steps = host_.skipped();
-    rep.d2h_bytes = d2h_;
-    rep.h2d_bytes = h2d_;
-    rep.stall_s = stall_;
+    rep.d2h_bytes = cost.d2h;
+    rep.h2d_bytes = cost.h2d;
+    rep.stall_s = cost.stall_s;
     rep.window_length = window_open_ || rep.window_closed ? window_len_ : 0;
     rep.selection_age = sel_step_ >= 0 ? t - sel_step_ : 0;
     stats_.last = rep;
     ++stats_.steps;
-    stats_.d2h_bytes += d2h_;
-    stats_.h2d_bytes += h2d_;
-    stats_.stall_s += stall_;
+    account(cost);
     pushed_before_last_step_ = pushed_;
     std::fill(announced_.begin(), announced_.end(), announce_none);
     early_any_ = false;
@@ -333,13 +323,9 @@ public:
   /// the open window stays open). Blocking.
   void flush(cudaStream_t stream = nullptr) {
     require(initialized_, "zenflow::engine::flush", "this", "is not initialized");
-    d2h_ = 0;
-    h2d_ = 0;
-    stall_ = 0.0;
-    drain(stream);
-    stats_.d2h_bytes += d2h_;
-    stats_.h2d_bytes += h2d_;
-    stats_.stall_s += stall_;
+    call_cost cost;
+    drain(stream, cost);
+    account(cost);
   }
 
   /// Cumulative counters and the last step. On the CUDA backend `skipped_steps` counts the steps
@@ -412,6 +398,21 @@ private:
   static constexpr std::uint8_t announce_none = 0;
   static constexpr std::uint8_t announce_hint = 1;     // announced, nothing started (step() does it)
   static constexpr std::uint8_t announce_streamed = 2; // packed and pushed by grad_ready()
+
+  /// What one call spent: host time blocked (stall) and bytes copied each way. A value per call
+  /// (step, flush), threaded through the functions it calls; grad_ready()'s is carried into the
+  /// step it belongs to.
+  struct call_cost {
+    double stall_s = 0.0;
+    std::uint64_t d2h = 0;
+    std::uint64_t h2d = 0;
+  };
+
+  void account(const call_cost& cost) {
+    stats_.d2h_bytes += cost.d2h;
+    stats_.h2d_bytes += cost.h2d;
+    stats_.stall_s += cost.stall_s;
+  }
 
   struct pending_job {
     std::int64_t queue_window = -1; // index in the window queue
@@ -568,15 +569,15 @@ private:
   }
 
   template <class F>
-  void timed_stall(F&& f) {
+  static void timed_stall(call_cost& cost, F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    stall_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cost.stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
   // ---- the D2H stream: step records and packed host-set gradients --------------------------
 
-  void push_record(std::int64_t t, std::int32_t tag, cudaStream_t stream) {
+  void push_record(std::int64_t t, std::int32_t tag, cudaStream_t stream, call_cost& cost) {
     ring_meta meta{};
     meta.step = t;
     meta.tag = tag;
@@ -586,19 +587,19 @@ private:
     const std::size_t bytes =
         tag == record_tag_first ? detail::step_record_layout::header_bytes() : plan_.record_layout().bytes();
     copies_->wait_for(stream);
-    timed_ring([&] { ring_->push(plan_.record(), bytes, meta, copies_->get()); });
+    timed_ring(cost, [&] { ring_->push(plan_.record(), bytes, meta, copies_->get()); });
     plan_.record_pushed(copies_->get());
-    d2h_ += bytes;
+    cost.d2h += bytes;
     note_pushed();
     consume_inline();
   }
 
   /// Packs and pushes the host-set gradients of every host-side parameter, slot by slot (those
   /// that grad_ready() already pushed excepted).
-  void stream_gradients(std::int64_t t, cudaStream_t stream) {
+  void stream_gradients(std::int64_t t, cudaStream_t stream, call_cost& cost) {
     for (std::size_t p = 0; p < params_.size(); ++p) {
       if (announced_[p] != announce_streamed) {
-        stream_param(t, p, grad_tag, stream);
+        stream_param(t, p, grad_tag, stream, cost);
       }
     }
   }
@@ -606,7 +607,7 @@ private:
   /// Packs and pushes the host-set gradients of parameter `p`, slot by slot; `tag` grad_tag
   /// (in step(): the rest mass into the record) or grad_early_tag (in grad_ready(): into the
   /// backend's early masses, adopted by step()).
-  void stream_param(std::int64_t t, std::size_t p, std::int32_t tag, cudaStream_t stream) {
+  void stream_param(std::int64_t t, std::size_t p, std::int32_t tag, cudaStream_t stream, call_cost& cost) {
     const std::size_t slot_bytes = ring_->slot_bytes();
     {
       const auto& pi = params_[p];
@@ -634,9 +635,9 @@ private:
         meta.user = static_cast<std::uint64_t>(cur_acc_);
         const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
         copies_->wait_for(stream);
-        timed_ring([&] { ring_->push(staging, bytes, meta, copies_->get()); });
+        timed_ring(cost, [&] { ring_->push(staging, bytes, meta, copies_->get()); });
         plan_.staging_pushed(slot, copies_->get());
-        d2h_ += bytes;
+        cost.d2h += bytes;
         note_pushed();
         consume_inline();
       }
@@ -684,7 +685,7 @@ private:
 
   /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
   /// working weights (device to device, on `stream`, after the copies: no host wait).
-  void apply_uploads(cudaStream_t stream) {
+  void apply_uploads(cudaStream_t stream, call_cost& cost) {
     plan_.begin_apply(stream);
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
@@ -692,7 +693,7 @@ private:
       if (!pi.host_side || h.host_set.empty()) {
         continue;
       }
-      h2d_ += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+      cost.h2d += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
     }
     plan_.end_apply(stream);
   }
@@ -704,14 +705,14 @@ private:
   }
 
   /// Waits for the submitted job (if any) and writes its weights.
-  void drain(cudaStream_t stream) {
+  void drain(cudaStream_t stream, call_cost& cost) {
     if (!pending_) {
       return;
     }
-    timed_stall([&] { queue_->wait_applied(pending_->queue_window); });
+    timed_stall(cost, [&] { queue_->wait_applied(pending_->queue_window); });
     if (job_produced_) {
       account_job();
-      apply_uploads(stream);
+      apply_uploads(stream, cost);
       stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_ - 1 - pending_->window);
     }
     pending_.reset();
@@ -720,22 +721,22 @@ private:
   std::int32_t take_n_w(std::size_t a, std::uint64_t seq) { return host_.take_n_w(a, seq); }
 
   /// Closes the current window at the end of step t (docs/engine-semantics.md, 6).
-  void close_window(float lr, cudaStream_t stream) {
+  void close_window(float lr, cudaStream_t stream, call_cost& cost) {
     const std::size_t a = cur_acc_;
     const std::int64_t w = windows_++;
     if (!cfg_.overlap_step) {
       std::int32_t n_w = 0;
-      timed_stall([&] { n_w = take_n_w(a, pushed_); });
+      timed_stall(cost, [&] { n_w = take_n_w(a, pushed_); });
       if (n_w > 0) {
-        timed_stall([&] {
+        timed_stall(cost, [&] {
           plan_.wait_upload_done();
           run_job(a, n_w, lr);
         });
         account_job();
-        apply_uploads(stream);
+        apply_uploads(stream, cost);
       }
     } else {
-      drain(stream);
+      drain(stream, cost);
       const std::uint64_t seq = pushed_;
       // The job waits for the window's last slots itself, so the training thread does not.
       const std::int64_t qw = queue_->submit([this, a, lr, seq] {
@@ -758,28 +759,28 @@ private:
 
   /// offload_sync, and zenflow's warm-up: grads of every host-side parameter down, host AdamW,
   /// weights up, all before returning.
-  void synchronous_step(std::int64_t t, float lr, cudaStream_t stream) {
+  void synchronous_step(std::int64_t t, float lr, cudaStream_t stream, call_cost& cost) {
     if (cfg_.mode == optimizer_mode::zenflow) {
       plan_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
     }
-    push_record(t, record_tag_first, stream);
-    stream_gradients(t, stream);
+    push_record(t, record_tag_first, stream, cost);
+    stream_gradients(t, stream, cost);
     const std::size_t a = cur_acc_;
     std::int32_t n_w = 0;
-    timed_stall([&] { n_w = take_n_w(a, pushed_); });
+    timed_stall(cost, [&] { n_w = take_n_w(a, pushed_); });
     if (n_w > 0) {
-      timed_stall([&] {
+      timed_stall(cost, [&] {
         plan_.wait_upload_done();
         run_job(a, n_w, lr);
       });
       account_job();
-      apply_uploads(stream);
+      apply_uploads(stream, cost);
     }
   }
 
-  void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep) {
+  void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {
     if (cfg_.is_selection_step(t)) {
-      drain(stream);
+      drain(stream, cost);
       selection_pending_ = true;
     }
     if (!window_open_) {
@@ -790,10 +791,10 @@ private:
     }
     if (selection_pending_) {
       bool bad = false;
-      timed_stall([&] { bad = plan_.read_skip(stream); });
+      timed_stall(cost, [&] { bad = plan_.read_skip(stream); });
       if (!bad) {
-        drain(stream);
-        perform_selection(stream);
+        drain(stream, cost);
+        perform_selection(stream, cost);
         selection_pending_ = false;
         sel_step_ = t;
         rep.selection = true;
@@ -802,9 +803,9 @@ private:
       }
     }
     plan_.update(lr, cfg_.adam, stream);
-    push_record(t, record_tag_first, stream);
-    stream_gradients(t, stream);
-    push_record(t, record_tag_last, stream);
+    push_record(t, record_tag_first, stream, cost);
+    stream_gradients(t, stream, cost);
+    push_record(t, record_tag_last, stream, cost);
     ++window_len_;
     rep.window_length = window_len_;
 
@@ -812,7 +813,7 @@ private:
     if (cfg_.auto_update()) {
       // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
       if (t - 1 >= cfg_.full_warm_up_rounds) {
-        timed_stall([&] { wait_consumed(pushed_before_last_step_); });
+        timed_stall(cost, [&] { wait_consumed(pushed_before_last_step_); });
         const auto& mass = host_.masses(t - 1);
         if (mass.step == t - 1 && mass.valid && sel_step_ >= 0 && t - 1 >= sel_step_) {
           voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= window_start_);
@@ -824,21 +825,21 @@ private:
       close = close || window_len_ >= cfg_.update_interval;
     }
     if (close) {
-      close_window(lr, stream);
+      close_window(lr, stream, cost);
       rep.window_closed = true;
     }
   }
 
   /// Selection (every matrix) and migration of state between host and device.
-  void perform_selection(cudaStream_t stream) {
-    timed_stall([&] {
+  void perform_selection(cudaStream_t stream, call_cost& cost) {
+    timed_stall(cost, [&] {
       wait_consumed(pushed_); // the consumer reads the host sets that change here
       for (std::size_t p = 0; p < params_.size(); ++p) {
         const auto& pi = params_[p];
         auto& h = host_[p];
         std::vector<std::int32_t> new_sel;
         if (pi.matrix) {
-          d2h_ += plan_.select(p, cfg_.importance, new_sel, stream);
+          cost.d2h += plan_.select(p, cfg_.importance, new_sel, stream);
         } else if (pi.device_dense) {
           new_sel = {0};
         } else {
@@ -851,10 +852,10 @@ private:
           const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
                                    h.counts.data(), pi.channels, pi.channel_len};
           const auto [down, up] = plan_.migrate(p, h.sel, new_sel, rows, stream);
-          d2h_ += down;
-          h2d_ += up;
+          cost.d2h += down;
+          cost.h2d += up;
           h.host_set = detail::complement(new_sel, pi.channels);
-          h2d_ += plan_.set_host_set(p, h.host_set, stream);
+          cost.h2d += plan_.set_host_set(p, h.host_set, stream);
         }
         h.sel = std::move(new_sel);
       }
@@ -864,9 +865,9 @@ private:
   // ---- consumer progress (a thread of its own on the CUDA backend, inline on the host) -------
 
   template <class F>
-  void timed_ring(F&& f) {
+  static void timed_ring(call_cost& cost, F&& f) {
     if constexpr (Backend::is_device) {
-      timed_stall(std::forward<F>(f)); // a full ring blocks the producer: back-pressure is a stall
+      timed_stall(cost, std::forward<F>(f)); // a full ring blocks the producer: back-pressure is a stall
     } else {
       f();
     }
@@ -908,13 +909,7 @@ private:
   // grad_ready() (training thread): per parameter, and what it spent before the step
   std::vector<std::uint8_t> announced_;
   bool early_any_ = false;
-  double early_stall_ = 0.0;
-  std::uint64_t early_d2h_ = 0;
-
-  // per-call accounting
-  double stall_ = 0.0;
-  std::uint64_t d2h_ = 0;
-  std::uint64_t h2d_ = 0;
+  call_cost early_cost_;
 };
 
 ZF_NAMESPACE_END
