@@ -1,0 +1,384 @@
+// mpi_communicator under mpiexec (2 and 3 ranks): every rank runs every case. Each rank's inputs
+// are random, seeded by rank, so every rank can compute every other rank's inputs and the float64
+// reference itself; results are compared with it and, through a plain MPI_Allgather, across ranks
+// bit for bit. A failed assertion on any rank fails mpiexec, hence the ctest entry.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <mpi.h>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/comm/hash.hpp>
+#include <zenflow/comm/mpi_communicator.hpp>
+
+#include "support/random.hpp"
+
+namespace {
+
+using zenflow::mpi_communicator;
+using namespace std::chrono_literals;
+
+// A generous bound for the cases that expect success: a failure elsewhere ends them in 10 s.
+mpi_communicator make_comm(std::chrono::milliseconds timeout = 10s) {
+  return mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{timeout});
+}
+
+std::uint64_t seed_of(int rank, int test) {
+  return zf_test::base_seed() + 1000u * static_cast<std::uint64_t>(test) + static_cast<std::uint64_t>(rank);
+}
+
+// Values spread over many binades, of both signs, so the summation order shows in the low bits.
+std::vector<float> inputs(int rank, int test, std::size_t n) {
+  std::mt19937_64 gen(seed_of(rank, test));
+  std::normal_distribution<float> mant(0.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-12, 12);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = std::ldexp(mant(gen), expo(gen));
+  }
+  return v;
+}
+
+// True when every rank holds the same bytes in `v` (plain MPI, not the communicator under test).
+template <class T>
+bool same_on_every_rank(const std::vector<T>& v) {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int bytes = static_cast<int>(v.size() * sizeof(T));
+  std::vector<unsigned char> all(static_cast<std::size_t>(bytes) * static_cast<std::size_t>(size));
+  MPI_Allgather(v.data(), bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, MPI_COMM_WORLD);
+  for (int r = 1; r < size; ++r) {
+    if (std::memcmp(all.data(), all.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(bytes),
+                    static_cast<std::size_t>(bytes)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(mpi_communicator, rank_and_size_match_the_world) {
+  auto c = make_comm();
+  int rank = -1;
+  int size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(c.rank(), rank);
+  EXPECT_EQ(c.size(), size);
+  EXPECT_TRUE(c.usable());
+  EXPECT_NE(c.comm(), MPI_COMM_WORLD); // a private duplicate
+}
+
+TEST(mpi_communicator, float_sum_and_mean_match_the_reference_and_agree_bit_for_bit) {
+  auto c = make_comm();
+  const std::size_t n = 1037;
+  auto sum = inputs(c.rank(), 1, n);
+  auto mean = sum;
+  c.all_reduce_sum(sum.data(), n, nullptr);
+  c.all_reduce_mean(mean.data(), n, nullptr);
+  // The contract: float64 in rank order, one rounding (the mean divides before it). Also within
+  // half an ulp of float plus the float64 error of the exact sum (long double reference).
+  std::vector<std::vector<float>> all;
+  for (int r = 0; r < c.size(); ++r) {
+    all.push_back(inputs(r, 1, n));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    double acc = 0.0;
+    long double exact = 0.0L;
+    double magnitude = 0.0;
+    for (int r = 0; r < c.size(); ++r) {
+      acc += static_cast<double>(all[static_cast<std::size_t>(r)][i]);
+      exact += static_cast<long double>(all[static_cast<std::size_t>(r)][i]);
+      magnitude += std::fabs(static_cast<double>(all[static_cast<std::size_t>(r)][i]));
+    }
+    ASSERT_EQ(sum[i], static_cast<float>(acc)) << "element " << i;
+    ASSERT_EQ(mean[i], static_cast<float>(acc / c.size())) << "element " << i;
+    const double tol = 0.5 * std::fabs(static_cast<double>(sum[i])) * std::numeric_limits<float>::epsilon() +
+                       magnitude * c.size() * std::numeric_limits<double>::epsilon();
+    ASSERT_LE(std::fabs(static_cast<double>(sum[i]) - static_cast<double>(exact)), tol) << "element " << i;
+  }
+  EXPECT_TRUE(same_on_every_rank(sum));
+  EXPECT_TRUE(same_on_every_rank(mean));
+  // Same inputs, same bits: a second run reproduces the first.
+  auto again = inputs(c.rank(), 1, n);
+  c.all_reduce_sum(again.data(), n, nullptr);
+  EXPECT_EQ(std::memcmp(again.data(), sum.data(), n * sizeof(float)), 0);
+}
+
+TEST(mpi_communicator, double_sum_is_the_rank_order_sum) {
+  auto c = make_comm();
+  const std::size_t n = 301;
+  auto as_double = [](const std::vector<float>& f) {
+    std::vector<double> d(f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      d[i] = static_cast<double>(f[i]) * (1.0 + 1e-9 * static_cast<double>(i)); // not float-representable
+    }
+    return d;
+  };
+  auto d = as_double(inputs(c.rank(), 2, n));
+  c.all_reduce_sum(d.data(), n, nullptr);
+  std::vector<double> expect(n, 0.0);
+  for (int r = 0; r < c.size(); ++r) {
+    const auto dr = as_double(inputs(r, 2, n));
+    for (std::size_t i = 0; i < n; ++i) {
+      expect[i] += dr[i];
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(d[i], expect[i]) << "element " << i;
+  }
+  EXPECT_TRUE(same_on_every_rank(d));
+}
+
+TEST(mpi_communicator, nan_and_infinity_reach_every_rank) {
+  auto c = make_comm();
+  // Element 0: a NaN on the last rank only (the skip-step case); element 1: +inf on rank 0.
+  std::vector<float> v = {1.0f, 2.0f, 3.0f};
+  if (c.rank() == c.size() - 1) {
+    v[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (c.rank() == 0) {
+    v[1] = std::numeric_limits<float>::infinity();
+  }
+  c.all_reduce_sum(v.data(), v.size(), nullptr);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_EQ(v[1], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(v[2], 3.0f * static_cast<float>(c.size()));
+}
+
+TEST(mpi_communicator, flags_take_the_max_and_the_or) {
+  auto c = make_comm();
+  auto flags = [](int rank) {
+    std::mt19937_64 gen(seed_of(rank, 3));
+    std::vector<std::uint32_t> v(17);
+    for (auto& x : v) {
+      x = static_cast<std::uint32_t>(gen());
+    }
+    v[0] = rank == 1 ? 1u : 0u; // the NaN/Inf flag raised on one rank
+    return v;
+  };
+  auto mx = flags(c.rank());
+  auto orr = mx;
+  c.all_reduce_max(mx.data(), mx.size(), nullptr);
+  c.all_reduce_or(orr.data(), orr.size(), nullptr);
+  std::vector<std::uint32_t> emax(17, 0), eor(17, 0);
+  for (int r = 0; r < c.size(); ++r) {
+    const auto f = flags(r);
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      emax[i] = std::max(emax[i], f[i]);
+      eor[i] |= f[i];
+    }
+  }
+  EXPECT_EQ(mx, emax);
+  EXPECT_EQ(orr, eor);
+  EXPECT_EQ(mx[0], 1u);
+}
+
+TEST(mpi_communicator, reduce_scatter_into_given_and_equal_blocks) {
+  auto c = make_comm();
+  const auto N = static_cast<std::size_t>(c.size());
+  // Uneven blocks, one of them empty (rank 1's), as an owner with no unselected channel has.
+  std::vector<std::size_t> counts(N);
+  for (std::size_t r = 0; r < N; ++r) {
+    counts[r] = r == 1 ? 0 : 13 + 7 * r;
+  }
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + c.rank(), std::size_t{0});
+  const std::size_t mine = counts[static_cast<std::size_t>(c.rank())];
+  const auto send = inputs(c.rank(), 4, total);
+  std::vector<float> recv(mine + 1, -7.0f); // one past the block must stay untouched
+  c.reduce_scatter_sum(send.data(), recv.data(), counts, nullptr);
+  for (std::size_t i = 0; i < mine; ++i) {
+    double acc = 0.0;
+    for (int r = 0; r < c.size(); ++r) {
+      acc += static_cast<double>(inputs(r, 4, total)[offset + i]);
+    }
+    ASSERT_EQ(recv[i], static_cast<float>(acc)) << "element " << i;
+  }
+  EXPECT_EQ(recv[mine], -7.0f);
+
+  const std::size_t block = 31;
+  const auto send_eq = inputs(c.rank(), 5, block * N);
+  std::vector<float> recv_eq(block);
+  zenflow::reduce_scatter_sum(c, send_eq.data(), recv_eq.data(), block, nullptr);
+  for (std::size_t i = 0; i < block; ++i) {
+    double acc = 0.0;
+    for (int r = 0; r < c.size(); ++r) {
+      acc += static_cast<double>(inputs(r, 5, block * N)[static_cast<std::size_t>(c.rank()) * block + i]);
+    }
+    ASSERT_EQ(recv_eq[i], static_cast<float>(acc)) << "element " << i;
+  }
+}
+
+TEST(mpi_communicator, all_gather_of_uneven_blocks_and_in_place) {
+  auto c = make_comm();
+  const auto N = static_cast<std::size_t>(c.size());
+  std::vector<std::size_t> counts(N);
+  for (std::size_t r = 0; r < N; ++r) {
+    counts[r] = 5 + 3 * r; // uneven, as owner blocks of weights are
+  }
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + c.rank(), std::size_t{0});
+  std::vector<float> expect;
+  for (int r = 0; r < c.size(); ++r) {
+    const auto mine = inputs(r, 6, counts[static_cast<std::size_t>(r)]);
+    expect.insert(expect.end(), mine.begin(), mine.end());
+  }
+  const auto mine = inputs(c.rank(), 6, counts[static_cast<std::size_t>(c.rank())]);
+  std::vector<float> out(total, -1.0f);
+  zenflow::all_gather(c, mine.data(), out.data(), std::span<const std::size_t>(counts), nullptr);
+  EXPECT_EQ(out, expect);
+  // In place: the rank writes its block into the full buffer, then gathers the others around it.
+  std::vector<float> in_place(total, -1.0f);
+  std::copy(mine.begin(), mine.end(), in_place.begin() + static_cast<std::ptrdiff_t>(offset));
+  zenflow::all_gather(c, in_place.data() + offset, in_place.data(), std::span<const std::size_t>(counts),
+                      nullptr);
+  EXPECT_EQ(in_place, expect);
+}
+
+TEST(mpi_communicator, broadcast_from_the_last_rank) {
+  auto c = make_comm();
+  const int root = c.size() - 1;
+  auto v = inputs(c.rank(), 7, 45);
+  c.broadcast_bytes(v.data(), v.size() * sizeof(float), root, nullptr);
+  EXPECT_EQ(v, inputs(root, 7, 45));
+}
+
+TEST(mpi_communicator, verify_same_names_the_ranks_that_differ) {
+  auto c = make_comm();
+  const std::vector<zenflow::partition_matrix> list = {{64, 48}, {128, 48}};
+  const auto same = zenflow::stable_hash{}.add_matrices(list).value();
+  c.verify_same(same, "the parameter list", nullptr); // no throw
+  // Rank 1 has an extra matrix: every rank throws, naming rank 1.
+  auto mine = list;
+  if (c.rank() == 1) {
+    mine.push_back({8, 48});
+  }
+  try {
+    c.verify_same(zenflow::stable_hash{}.add_matrices(mine).value(), "the parameter list", nullptr);
+    ADD_FAILURE() << "verify_same did not throw";
+  } catch (const zenflow::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the parameter list differs across ranks: rank 1 differs from rank 0"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_TRUE(c.usable());
+  c.verify_same(same, "the parameter list", nullptr); // still in step after the error
+}
+
+TEST(mpi_communicator, bad_arguments_name_the_argument_and_write_nothing) {
+  auto c = make_comm();
+  // Every rank makes the same mistake, so no rank enters a collective.
+  const std::vector<std::size_t> wrong(static_cast<std::size_t>(c.size()) + 1, 1);
+  std::vector<float> send(wrong.size(), 1.0f), recv(wrong.size(), 9.0f);
+  try {
+    c.reduce_scatter_sum(send.data(), recv.data(), wrong, nullptr);
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce_scatter_sum: argument 'counts' has"), std::string::npos)
+        << e.what();
+  }
+  try {
+    c.broadcast_bytes(recv.data(), 4, c.size(), nullptr);
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'root'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(recv, std::vector<float>(wrong.size(), 9.0f));
+  try {
+    (void)mpi_communicator(MPI_COMM_NULL);
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'comm' is MPI_COMM_NULL"), std::string::npos) << e.what();
+  }
+  try {
+    (void)mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{0ms});
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'options.timeout'"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(c.usable());
+}
+
+// Rank 0 calls a collective that the others make only 1.5 s later: rank 0 must throw comm_timeout
+// after its 300 ms bound, well before they arrive, and refuse every later call. The late ranks
+// then complete the collective that rank 0 left posted (they have a long bound), so the job ends
+// cleanly; a rank that never came would leave that operation posted at MPI_Finalize, which is why
+// the documented reaction to a timeout is to end the job.
+TEST(mpi_communicator, a_missing_rank_is_a_timeout_not_a_hang) {
+  const int rank = [] {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }();
+  auto c = make_comm(rank == 0 ? 300ms : 20000ms);
+  std::vector<float> v(8, 1.0f);
+  if (rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      c.all_reduce_sum(v.data(), v.size(), nullptr);
+      ADD_FAILURE() << "no timeout";
+    } catch (const zenflow::comm_timeout& e) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      EXPECT_GE(waited, 300ms);
+      EXPECT_LT(waited, 1200ms) << "the bound was not kept";
+      EXPECT_NE(std::string(e.what()).find("not complete after 300 ms on rank 0"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(c.usable());
+    try {
+      c.all_reduce_sum(v.data(), v.size(), nullptr);
+      ADD_FAILURE() << "a broken communicator accepted a call";
+    } catch (const zenflow::comm_error& e) {
+      EXPECT_NE(std::string(e.what()).find("unusable"), std::string::npos) << e.what();
+    }
+  } else {
+    std::this_thread::sleep_for(1500ms);
+    c.all_reduce_sum(v.data(), v.size(), nullptr);
+    EXPECT_EQ(v[0], static_cast<float>(c.size())); // rank 0's posted contribution was 1 too
+  }
+  MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
+}
+
+// Only rank 0 prints the usual report; the others print their failures, with their rank.
+class rank_failures : public ::testing::EmptyTestEventListener {
+public:
+  explicit rank_failures(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed()) {
+      std::printf("[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
+                  r.summary());
+    }
+  }
+
+private:
+  int rank_;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new rank_failures(rank));
+  }
+  const int rc = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return rc;
+}
