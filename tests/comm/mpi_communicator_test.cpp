@@ -337,16 +337,17 @@ TEST(mpi_communicator, one_data_parallel_step_by_hand) {
     return g;
   };
   const auto grads = grads_of(comm.rank());
-  auto top_k =
-      [&](const std::vector<float>& scores) { // ascending indices of the k largest, ties to the lower
-        std::vector<std::int64_t> idx(scores.size());
-        std::iota(idx.begin(), idx.end(), 0);
-        std::stable_sort(idx.begin(), idx.end(), [&](auto a, auto b) { return scores[a] > scores[b]; });
-        idx.resize(
-            static_cast<std::size_t>(std::min<std::int64_t>(k, static_cast<std::int64_t>(idx.size()))));
-        std::sort(idx.begin(), idx.end());
-        return idx;
-      };
+  // The ascending indices of the k largest scores (ties to the lower index).
+  auto top_k = [&](const std::vector<float>& scores) {
+    std::vector<std::int64_t> idx(scores.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](auto a, auto b) { return scores[a] > scores[b]; });
+    const auto keep =
+        static_cast<std::ptrdiff_t>(std::min<std::size_t>(static_cast<std::size_t>(k), idx.size()));
+    std::vector<std::int64_t> top(idx.begin(), idx.begin() + keep);
+    std::sort(top.begin(), top.end());
+    return top;
+  };
   std::vector<std::vector<float>> scores(shapes.size());
   for (std::size_t m = 0; m < shapes.size(); ++m) {
     for (std::int64_t c = 0; c < shapes[m].channels; ++c) {
