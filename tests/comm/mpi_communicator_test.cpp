@@ -114,6 +114,25 @@ TEST(mpi_communicator, float_sum_and_mean_match_the_reference_and_agree_bit_for_
   EXPECT_EQ(std::memcmp(again.data(), sum.data(), n * sizeof(float)), 0);
 }
 
+// A buffer reduced in many chunks (a 100-byte gather bound) gives the bits of one reduction.
+TEST(mpi_communicator, chunked_reductions_equal_one_reduction) {
+  auto whole = make_comm();
+  auto chunked = mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{10s, 100});
+  const std::size_t n = 1000;
+  auto a = inputs(whole.rank(), 8, n);
+  auto b = a;
+  whole.all_reduce_mean(a.data(), n, nullptr);
+  chunked.all_reduce_mean(b.data(), n, nullptr);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  std::vector<std::uint32_t> fa(n), fb(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    fa[i] = fb[i] = static_cast<std::uint32_t>(i * 2654435761u) >> (whole.rank() + 1);
+  }
+  whole.all_reduce_or(fa.data(), n, nullptr);
+  chunked.all_reduce_or(fb.data(), n, nullptr);
+  EXPECT_EQ(fa, fb);
+}
+
 TEST(mpi_communicator, double_sum_is_the_rank_order_sum) {
   auto c = make_comm();
   const std::size_t n = 301;
@@ -302,10 +321,16 @@ TEST(mpi_communicator, bad_arguments_name_the_argument_and_write_nothing) {
     EXPECT_NE(std::string(e.what()).find("'comm' is MPI_COMM_NULL"), std::string::npos) << e.what();
   }
   try {
-    (void)mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{0ms});
+    (void)mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{0ms, 1});
     ADD_FAILURE() << "no throw";
   } catch (const zenflow::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'options.timeout'"), std::string::npos) << e.what();
+  }
+  try {
+    (void)mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{1s, 0});
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'options.max_gather_bytes' is 0"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(c.usable());
 }

@@ -20,7 +20,8 @@
 ///   (detail/fixed_order.hpp): the same bits on every rank and in every run. This moves N x n
 ///   values instead of ~2n, which is fine for what the engine reduces this way (per-channel
 ///   scores, Zen-auto masses, norms, the selected channels' gradients at CI sizes); large
-///   buffers are processed in chunks of at most 64 MiB of gathered data.
+///   buffers are processed in chunks of at most `mpi_options::max_gather_bytes` (64 MiB) of
+///   gathered data.
 /// - reduce_scatter_sum is an `MPI_Ialltoallv` (each rank receives every rank's copy of its own
 ///   block: the same (N-1)/N volume as a ring reduce-scatter) followed by the same fold.
 /// - Threads: call from one thread at a time (MPI_THREAD_SERIALIZED, or FUNNELED from the main
@@ -56,6 +57,9 @@ ZF_NAMESPACE_BEGIN
 struct mpi_options {
   /// The longest a collective may take before it throws comm_timeout (> 0).
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// The most gathered bytes a reduction holds at once (>= 1): larger buffers are reduced in
+  /// chunks of max(1, max_gather_bytes / (size() x element)) elements; the result is the same.
+  std::size_t max_gather_bytes = std::size_t{64} << 20;
 };
 
 namespace detail::comm {
@@ -114,6 +118,9 @@ public:
     }
     if (options.timeout.count() <= 0) {
       detail::comm::bad_argument(fn, "options.timeout", "must be positive");
+    }
+    if (options.max_gather_bytes == 0) {
+      detail::comm::bad_argument(fn, "options.max_gather_bytes", "is 0");
     }
     // The user's communicator answers rank and size for the messages of a failed duplication.
     (void)MPI_Comm_rank(comm, &rank_);
@@ -342,7 +349,7 @@ private:
     }
   }
 
-  /// All-gather + fold, in chunks of at most 64 MiB of gathered values.
+  /// All-gather + fold, in chunks of at most options_.max_gather_bytes of gathered values.
   template <class T>
   void fold_all(T* buf, std::size_t n, bool alt, std::string_view op) {
     const std::string fn = name(op);
@@ -350,7 +357,7 @@ private:
     expect_usable(fn);
     const std::size_t ranks = static_cast<std::size_t>(size_);
     const std::size_t chunk =
-        std::max<std::size_t>(1, std::min<std::size_t>((std::size_t{64} << 20) / sizeof(T) / ranks,
+        std::max<std::size_t>(1, std::min<std::size_t>(options_.max_gather_bytes / sizeof(T) / ranks,
                                                        static_cast<std::size_t>(INT_MAX) / ranks));
     std::vector<T> gathered;
     for (std::size_t first = 0; first < n; first += chunk) {
