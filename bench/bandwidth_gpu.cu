@@ -13,8 +13,7 @@ void gpu_copy_d2d(benchmark::State& state) {
   zenflow::stream s;
   zenflow::device_buffer<std::byte> a(bytes, s), b(bytes, s);
   zf_bench::gpu_loop(state, s, [&](cudaStream_t st) {
-    zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, st),
-                              "d2d");
+    zenflow::detail::check(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, st), "d2d");
   });
   zf_bench::set_bytes_per_iteration(state, 2.0 * static_cast<double>(bytes));
 }
@@ -37,7 +36,7 @@ void gpu_copy_pcie(benchmark::State& state) {
         void* dst =
             kind == cudaMemcpyHostToDevice ? static_cast<void*>(dev.data()) : static_cast<void*>(host);
         const void* src = kind == cudaMemcpyHostToDevice ? static_cast<const void*>(host) : dev.data();
-        zenflow::detail::throw_if(cudaMemcpyAsync(dst, src, bytes, kind, st), "pcie copy");
+        zenflow::detail::check(cudaMemcpyAsync(dst, src, bytes, kind, st), "pcie copy");
       },
       false);
   zf_bench::set_bytes_per_iteration(state, static_cast<double>(bytes));

@@ -30,11 +30,11 @@ struct dense_set {
       : w(static_cast<std::size_t>(total), s), g(static_cast<std::size_t>(total), s),
         p(static_cast<std::size_t>(total), s), m(static_cast<std::size_t>(total), s),
         v(static_cast<std::size_t>(total), s), counts(static_cast<std::size_t>(pieces), s) {
-    zenflow::detail::throw_if(cudaMemsetAsync(g.data(), 0x3c, g.bytes(), s), "memset");
-    zenflow::detail::throw_if(cudaMemsetAsync(p.data(), 0, p.bytes(), s), "memset");
-    zenflow::detail::throw_if(cudaMemsetAsync(m.data(), 0, m.bytes(), s), "memset");
-    zenflow::detail::throw_if(cudaMemsetAsync(v.data(), 0, v.bytes(), s), "memset");
-    zenflow::detail::throw_if(cudaMemsetAsync(counts.data(), 0, counts.bytes(), s), "memset");
+    zenflow::detail::check(cudaMemsetAsync(g.data(), 0x3c, g.bytes(), s), "memset");
+    zenflow::detail::check(cudaMemsetAsync(p.data(), 0, p.bytes(), s), "memset");
+    zenflow::detail::check(cudaMemsetAsync(m.data(), 0, m.bytes(), s), "memset");
+    zenflow::detail::check(cudaMemsetAsync(v.data(), 0, v.bytes(), s), "memset");
+    zenflow::detail::check(cudaMemsetAsync(counts.data(), 0, counts.bytes(), s), "memset");
     const std::int64_t each = total / pieces;
     for (int i = 0; i < pieces; ++i) {
       const std::int64_t o = i * each;
@@ -55,9 +55,9 @@ void BM_gpu_adamw_dense(benchmark::State& state) {
   zenflow::adamw_hparams hp;
   hp.weight_decay = 0.01f;
   zf_bench::gpu_loop(state, s, [&](cudaStream_t st) {
-    zenflow::detail::throw_if(zenflow::device::adamw_dense<bfloat16>(
-                                  d.tensors.data(), pieces, d.counts.data(), hp, nullptr, nullptr, st),
-                              "adamw_dense");
+    zenflow::detail::check(zenflow::device::adamw_dense<bfloat16>(d.tensors.data(), pieces, d.counts.data(),
+                                                                  hp, nullptr, nullptr, st),
+                           "adamw_dense");
   });
   const double bytes = static_cast<double>(total) * 28.0; // r: g(2) p m v; w: p m v w(2)
   zf_bench::set_bytes_per_iteration(state, bytes);
@@ -90,22 +90,22 @@ void BM_gpu_adamw_selective(benchmark::State& state) {
   for (std::int64_t r = 0; r < k; ++r) {
     h_idx[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r * channels / k); // spread out, sorted
   }
-  zenflow::detail::throw_if(cudaMemcpyAsync(idx.data(), h_idx.data(), idx.bytes(), cudaMemcpyHostToDevice, s),
-                            "copy");
-  zenflow::detail::throw_if(cudaMemsetAsync(g.data(), 0x3c, g.bytes(), s), "memset");
-  zenflow::detail::throw_if(cudaMemsetAsync(p.data(), 0, p.bytes(), s), "memset");
-  zenflow::detail::throw_if(cudaMemsetAsync(m.data(), 0, m.bytes(), s), "memset");
-  zenflow::detail::throw_if(cudaMemsetAsync(v.data(), 0, v.bytes(), s), "memset");
-  zenflow::detail::throw_if(cudaMemsetAsync(counts.data(), 0, counts.bytes(), s), "memset");
+  zenflow::detail::check(cudaMemcpyAsync(idx.data(), h_idx.data(), idx.bytes(), cudaMemcpyHostToDevice, s),
+                         "copy");
+  zenflow::detail::check(cudaMemsetAsync(g.data(), 0x3c, g.bytes(), s), "memset");
+  zenflow::detail::check(cudaMemsetAsync(p.data(), 0, p.bytes(), s), "memset");
+  zenflow::detail::check(cudaMemsetAsync(m.data(), 0, m.bytes(), s), "memset");
+  zenflow::detail::check(cudaMemsetAsync(v.data(), 0, v.bytes(), s), "memset");
+  zenflow::detail::check(cudaMemsetAsync(counts.data(), 0, counts.bytes(), s), "memset");
   zenflow::device_buffer<float> l1(1, s);
   zenflow::adamw_hparams hp;
   zf_bench::gpu_loop(state, s, [&](cudaStream_t st) {
-    zenflow::detail::throw_if(zenflow::device::adamw_selective<bfloat16>(
-                                  zenflow::make_channel_matrix(w.data(), channels, len),
-                                  zenflow::make_channel_matrix<const bfloat16>(g.data(), channels, len),
-                                  idx.data(), k, p.data(), m.data(), v.data(), counts.data(), hp, nullptr,
-                                  nullptr, l1.data(), st),
-                              "adamw_selective");
+    zenflow::detail::check(zenflow::device::adamw_selective<bfloat16>(
+                               zenflow::make_channel_matrix(w.data(), channels, len),
+                               zenflow::make_channel_matrix<const bfloat16>(g.data(), channels, len),
+                               idx.data(), k, p.data(), m.data(), v.data(), counts.data(), hp, nullptr,
+                               nullptr, l1.data(), st),
+                           "adamw_selective");
   });
   const double bytes = static_cast<double>(k * len) * 28.0;
   zf_bench::set_bytes_per_iteration(state, bytes);
@@ -138,13 +138,13 @@ void BM_gpu_gather_unselected(benchmark::State& state) {
       packed(static_cast<std::size_t>(count * len), s);
   zenflow::device_buffer<std::int32_t> idx(h_idx.size(), s);
   zenflow::device_buffer<float> l1(1, s);
-  zenflow::detail::throw_if(cudaMemcpyAsync(idx.data(), h_idx.data(), idx.bytes(), cudaMemcpyHostToDevice, s),
-                            "copy");
+  zenflow::detail::check(cudaMemcpyAsync(idx.data(), h_idx.data(), idx.bytes(), cudaMemcpyHostToDevice, s),
+                         "copy");
   zf_bench::gpu_loop(state, s, [&](cudaStream_t st) {
-    zenflow::detail::throw_if(zenflow::device::gather_channels<bfloat16, bfloat16>(
-                                  zenflow::make_channel_matrix<const bfloat16>(g.data(), channels, len),
-                                  idx.data(), count, packed.data(), l1.data(), st),
-                              "gather");
+    zenflow::detail::check(zenflow::device::gather_channels<bfloat16, bfloat16>(
+                               zenflow::make_channel_matrix<const bfloat16>(g.data(), channels, len),
+                               idx.data(), count, packed.data(), l1.data(), st),
+                           "gather");
   });
   const double bytes = static_cast<double>(count * len) * 4.0;
   zf_bench::set_bytes_per_iteration(state, bytes);

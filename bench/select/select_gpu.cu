@@ -30,9 +30,9 @@ zenflow::device_buffer<T> random_device(std::size_t n, cudaStream_t s, bool squa
     x = zenflow::from_float<T>(square ? v * v : v);
   }
   zenflow::device_buffer<T> b(n, s);
-  zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice, s),
-                            "upload");
-  zenflow::detail::throw_if(cudaStreamSynchronize(s), "upload");
+  zenflow::detail::check(cudaMemcpyAsync(b.data(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice, s),
+                         "upload");
+  zenflow::detail::check(cudaStreamSynchronize(s), "upload");
   return b;
 }
 

@@ -66,7 +66,7 @@ void gpu_loop(benchmark::State& state, cudaStream_t s, F&& enqueue, bool flush_l
   l2_flusher flusher(s);
   zenflow::event start(cudaEventDefault), stop(cudaEventDefault);
   enqueue(s); // warm-up: first launch costs module loading
-  zenflow::detail::throw_if(cudaStreamSynchronize(s), "warm-up");
+  zenflow::detail::check(cudaStreamSynchronize(s), "warm-up");
   for (auto _ : state) {
     if (flush_l2) {
       flusher.flush(s);
@@ -76,7 +76,7 @@ void gpu_loop(benchmark::State& state, cudaStream_t s, F&& enqueue, bool flush_l
     stop.record(s);
     stop.synchronize();
     float ms = 0;
-    zenflow::detail::throw_if(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    zenflow::detail::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     state.SetIterationTime(static_cast<double>(ms) * 1e-3);
   }
 }
@@ -87,16 +87,15 @@ inline double measure_device_copy_bandwidth(std::size_t bytes = std::size_t{1} <
   zenflow::stream s;
   zenflow::device_buffer<std::byte> a(bytes, s), b(bytes, s);
   zenflow::event start(cudaEventDefault), stop(cudaEventDefault);
-  zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
+  zenflow::detail::check(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
   start.record(s);
   for (int i = 0; i < reps; ++i) {
-    zenflow::detail::throw_if(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s),
-                              "copy");
+    zenflow::detail::check(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
   }
   stop.record(s);
   stop.synchronize();
   float ms = 0;
-  zenflow::detail::throw_if(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  zenflow::detail::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
   return 2.0 * static_cast<double>(bytes) * reps / (static_cast<double>(ms) * 1e-3);
 }
 

@@ -30,15 +30,15 @@ double seconds_since(clock_type::time_point t0) {
 double plain_copy_bps(
     void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s, int reps = 3) {
   zenflow::event start(cudaEventDefault), stop(cudaEventDefault);
-  zenflow::detail::throw_if(cudaMemcpyAsync(dst, src, bytes, kind, s), "warm-up copy");
+  zenflow::detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "warm-up copy");
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     start.record(s);
-    zenflow::detail::throw_if(cudaMemcpyAsync(dst, src, bytes, kind, s), "plain copy");
+    zenflow::detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "plain copy");
     stop.record(s);
     stop.synchronize();
     float ms = 0;
-    zenflow::detail::throw_if(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    zenflow::detail::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     best = std::max(best, static_cast<double>(bytes) / (static_cast<double>(ms) * 1e-3));
   }
   return best;
@@ -76,7 +76,7 @@ void gpu_ring_d2h_bandwidth(benchmark::State& state) {
   const auto slots = static_cast<std::size_t>(state.range(1));
   zenflow::copy_stream<backend> copies;
   zenflow::device_buffer<std::byte> d_src(total_bytes, copies);
-  zenflow::detail::throw_if(cudaMemsetAsync(d_src.data(), 1, total_bytes, copies), "memset");
+  zenflow::detail::check(cudaMemsetAsync(d_src.data(), 1, total_bytes, copies), "memset");
   double plain = 0;
   {
     zenflow::pinned_buffer<std::byte> host(total_bytes);
@@ -181,10 +181,10 @@ void gpu_ring_overlap_with_kernel(benchmark::State& state) {
   zenflow::stream compute;
   zenflow::copy_stream<backend> copies;
   zenflow::device_buffer<std::byte> d_src(bytes, copies);
-  zenflow::detail::throw_if(cudaMemsetAsync(d_src.data(), 3, bytes, copies), "memset");
+  zenflow::detail::check(cudaMemsetAsync(d_src.data(), 3, bytes, copies), "memset");
   const std::int64_t n = 1 << 20;
   zenflow::device_buffer<float> d_x(static_cast<std::size_t>(n), compute);
-  zenflow::detail::throw_if(cudaMemsetAsync(d_x.data(), 0, d_x.bytes(), compute), "memset");
+  zenflow::detail::check(cudaMemsetAsync(d_x.data(), 0, d_x.bytes(), compute), "memset");
   copies.synchronize();
   compute.synchronize();
   zenflow::d2h_ring<zenflow::ring_meta, backend> ring(4, 4 << 20);
@@ -193,7 +193,7 @@ void gpu_ring_overlap_with_kernel(benchmark::State& state) {
   auto kernel_seconds = [&](int iters) {
     const auto t0 = clock_type::now();
     busy_kernel<<<blocks, 256, 0, compute>>>(d_x.data(), n, iters);
-    zenflow::detail::throw_if(cudaGetLastError(), "busy_kernel");
+    zenflow::detail::check(cudaGetLastError(), "busy_kernel");
     compute.synchronize();
     return seconds_since(t0);
   };
@@ -208,7 +208,7 @@ void gpu_ring_overlap_with_kernel(benchmark::State& state) {
   for (auto _ : state) {
     const auto t0 = clock_type::now();
     busy_kernel<<<blocks, 256, 0, compute>>>(d_x.data(), n, iters);
-    zenflow::detail::throw_if(cudaGetLastError(), "busy_kernel");
+    zenflow::detail::check(cudaGetLastError(), "busy_kernel");
     const double c = ring_d2h_once(ring, d_src.data(), bytes, copies);
     compute.synchronize();
     const double b = seconds_since(t0);

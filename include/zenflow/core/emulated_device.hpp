@@ -355,11 +355,11 @@ private:
         return *p;
       }
     }
-    throw invalid_argument("zenflow::emulated_device: argument 'stream' is not a live stream of this device");
+    detail::fail_argument("zenflow::emulated_device", "stream", "is not a live stream of this device");
   }
   static std::shared_ptr<emulated_event_state> checked(const event& e) {
     if (!e.state) {
-      throw invalid_argument("zenflow::emulated_device: argument 'event' was not created by create_event()");
+      detail::fail_argument("zenflow::emulated_device", "event", "was not created by create_event()");
     }
     return e.state;
   }

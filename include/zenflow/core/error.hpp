@@ -1,6 +1,14 @@
 /// @file
 /// Error handling: launchers return `cudaError_t`; the convenience layer throws.
 ///
+/// The toolkit, three names:
+/// - `detail::reject(fn, arg, why)` (or `ZF_EXPECT_ARG`): a launcher records
+///   "<fn>: argument '<arg>' <why>" and returns cudaErrorInvalidValue;
+/// - `detail::check(status, what)` (or `ZF_CUDA_TRY`): a status becomes a `cuda_error`; a recorded
+///   message is attached only to cudaErrorInvalidValue, and consumed;
+/// - `detail::require(ok, fn, arg, why)` / `detail::fail_argument(fn, arg, why)`: the C++ layer
+///   (RAII types, transport classes) throws `invalid_argument` with the same message.
+///
 /// A launcher that rejects an argument returns `cudaErrorInvalidValue` and records a message
 /// naming the argument in a thread-local slot (`last_error_message()`), so that `ZF_CUDA_TRY`
 /// can throw an exception that says what was wrong, not only that something was.
@@ -50,7 +58,7 @@ public:
 };
 
 namespace detail {
-/// Records "<function>: <argument>: <why>" and returns cudaErrorInvalidValue.
+/// Records "<function>: argument '<argument>' <why>" and returns cudaErrorInvalidValue.
 [[nodiscard]] inline cudaError_t
 reject(std::string_view function, std::string_view argument, std::string_view why) {
   std::string& slot = last_error_slot();
@@ -62,14 +70,11 @@ reject(std::string_view function, std::string_view argument, std::string_view wh
   return cudaErrorInvalidValue;
 }
 
-/// The one rule for turning a status into an exception: throws `cuda_error` when `status` is not
-/// cudaSuccess, with "<what>: <error name> (<error string>)"; for cudaErrorInvalidValue the
-/// message a launcher recorded (`reject`) is attached and consumed, so a later, unrelated failure
-/// never carries it. Clears CUDA's sticky last error for the non-sticky codes.
-inline void check(cudaError_t status, std::string_view what) {
-  if (status == cudaSuccess) {
-    return;
-  }
+/// The one rule for turning a failed status into an exception: throws `cuda_error` with
+/// "<what>: <error name> (<error string>)"; for cudaErrorInvalidValue the message a launcher
+/// recorded (`reject`) is attached and consumed, so a later, unrelated failure never carries it.
+/// Clears CUDA's sticky last error for the non-sticky codes. `status` must not be cudaSuccess.
+[[noreturn]] inline void throw_status(cudaError_t status, std::string_view what) {
   (void)cudaGetLastError();
   std::string msg(what);
   msg += ": ";
@@ -85,13 +90,46 @@ inline void check(cudaError_t status, std::string_view what) {
   throw cuda_error(status, msg);
 }
 
-[[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
-  std::string msg = std::string(cudaGetErrorName(code)) + " (" + cudaGetErrorString(code) + ")";
-  if (code == cudaErrorInvalidValue && !last_error_slot().empty()) {
-    msg += ": " + last_error_slot();
+/// Throws as `throw_status` when `status` is not cudaSuccess.
+inline void check(cudaError_t status, std::string_view what) {
+  if (status != cudaSuccess) {
+    throw_status(status, what);
   }
-  msg += " at " + std::string(file) + ":" + std::to_string(line) + ": " + expr;
-  throw cuda_error(code, msg);
+}
+
+/// Kept for the call sites not yet moved to `check`: the same rule.
+inline void throw_if(cudaError_t status, std::string_view what) {
+  check(status, what);
+}
+
+/// The C++ layer's invalid argument: throws `zenflow::invalid_argument` with the message a
+/// launcher's `reject` would record, "<function>: argument '<argument>' <why>".
+[[noreturn]] inline void
+fail_argument(std::string_view function, std::string_view argument, std::string_view why) {
+  std::string msg(function);
+  msg += ": argument '";
+  msg += argument;
+  msg += "' ";
+  msg += why;
+  throw invalid_argument(msg);
+}
+
+/// `fail_argument` unless `ok`.
+inline void require(bool ok, std::string_view function, std::string_view argument, std::string_view why) {
+  if (!ok) {
+    fail_argument(function, argument, why);
+  }
+}
+
+/// Kept for the call sites not yet moved to `fail_argument`.
+[[noreturn]] inline void
+throw_invalid(std::string_view function, std::string_view argument, std::string_view why) {
+  fail_argument(function, argument, why);
+}
+
+/// `ZF_CUDA_TRY`'s failure path: `check` with "<file>:<line>: <expression>" as what failed.
+[[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
+  throw_status(code, std::string(file) + ":" + std::to_string(line) + ": " + expr);
 }
 } // namespace detail
 

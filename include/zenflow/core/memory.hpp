@@ -22,11 +22,6 @@
 ZF_NAMESPACE_BEGIN
 
 namespace detail {
-/// Kept for the call sites not yet moved to `detail::check` (core/error.hpp): the same rule.
-inline void throw_if(cudaError_t status, const char* what) {
-  check(status, what);
-}
-
 /// True for the errors that mean "this machine has no usable CUDA", as opposed to a real failure.
 [[nodiscard]] inline bool is_no_cuda_error(cudaError_t status) noexcept {
   return status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice ||
@@ -44,8 +39,8 @@ public:
   explicit device_buffer(std::size_t count, cudaStream_t stream = nullptr) : size_(count), stream_(stream) {
     if (count > 0) {
       void* p = nullptr;
-      detail::throw_if(cudaMallocAsync(&p, count * sizeof(T), stream),
-                       "zenflow::device_buffer: cudaMallocAsync");
+      detail::check(cudaMallocAsync(&p, count * sizeof(T), stream),
+                    "zenflow::device_buffer: cudaMallocAsync");
       data_ = static_cast<T*>(p);
     }
   }
@@ -108,7 +103,7 @@ public:
     }
     (void)cudaGetLastError();
     if (!detail::is_no_cuda_error(status)) {
-      detail::throw_if(status, "zenflow::pinned_buffer: cudaHostAlloc");
+      detail::check(status, "zenflow::pinned_buffer: cudaHostAlloc");
     }
     const std::size_t bytes = (count * sizeof(T) + alignment - 1) / alignment * alignment;
     data_ = static_cast<T*>(std::aligned_alloc(alignment, bytes));
@@ -179,8 +174,8 @@ private:
 class stream {
 public:
   explicit stream(unsigned flags = cudaStreamNonBlocking, int priority = 0) {
-    detail::throw_if(cudaStreamCreateWithPriority(&handle_, flags, priority),
-                     "zenflow::stream: cudaStreamCreateWithPriority");
+    detail::check(cudaStreamCreateWithPriority(&handle_, flags, priority),
+                  "zenflow::stream: cudaStreamCreateWithPriority");
   }
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
@@ -196,9 +191,7 @@ public:
   }
   [[nodiscard]] cudaStream_t get() const noexcept { return handle_; }
   operator cudaStream_t() const noexcept { return handle_; } // NOLINT: a stream is used as its handle
-  void synchronize() const {
-    detail::throw_if(cudaStreamSynchronize(handle_), "zenflow::stream::synchronize");
-  }
+  void synchronize() const { detail::check(cudaStreamSynchronize(handle_), "zenflow::stream::synchronize"); }
 
 private:
   cudaStream_t handle_ = nullptr;
@@ -208,7 +201,7 @@ private:
 class event {
 public:
   explicit event(unsigned flags = cudaEventDisableTiming) {
-    detail::throw_if(cudaEventCreateWithFlags(&handle_, flags), "zenflow::event: cudaEventCreateWithFlags");
+    detail::check(cudaEventCreateWithFlags(&handle_, flags), "zenflow::event: cudaEventCreateWithFlags");
   }
   event(const event&) = delete;
   event& operator=(const event&) = delete;
@@ -224,8 +217,8 @@ public:
   }
   [[nodiscard]] cudaEvent_t get() const noexcept { return handle_; }
   operator cudaEvent_t() const noexcept { return handle_; } // NOLINT: an event is used as its handle
-  void record(cudaStream_t s) { detail::throw_if(cudaEventRecord(handle_, s), "zenflow::event::record"); }
-  void synchronize() const { detail::throw_if(cudaEventSynchronize(handle_), "zenflow::event::synchronize"); }
+  void record(cudaStream_t s) { detail::check(cudaEventRecord(handle_, s), "zenflow::event::record"); }
+  void synchronize() const { detail::check(cudaEventSynchronize(handle_), "zenflow::event::synchronize"); }
   /// True once the work before the last record has completed.
   [[nodiscard]] bool ready() const {
     const cudaError_t s = cudaEventQuery(handle_);
@@ -233,7 +226,7 @@ public:
       (void)cudaGetLastError();
       return false;
     }
-    detail::throw_if(s, "zenflow::event::ready");
+    detail::check(s, "zenflow::event::ready");
     return true;
   }
 

@@ -59,8 +59,8 @@ struct core_split {
 /// @throws invalid_argument unless `0 <= reserved_perc < 1`.
 [[nodiscard]] inline core_split split_cores(std::span<const int> cores, double reserved_perc) {
   if (!(reserved_perc >= 0.0 && reserved_perc < 1.0)) {
-    throw invalid_argument("zenflow::split_cores: argument 'reserved_cores_perc' must be in [0, 1) (got " +
-                           std::to_string(reserved_perc) + ")");
+    detail::fail_argument("zenflow::split_cores", "reserved_cores_perc",
+                          "must be in [0, 1) (got " + std::to_string(reserved_perc) + ")");
   }
   std::vector<int> sorted(cores.begin(), cores.end());
   std::sort(sorted.begin(), sorted.end());

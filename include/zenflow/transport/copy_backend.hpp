@@ -84,8 +84,8 @@ struct cuda_copy_backend {
   };
 
   void create_event(event_type& e) const {
-    detail::throw_if(cudaEventCreateWithFlags(&e.handle, cudaEventDisableTiming | cudaEventBlockingSync),
-                     "zenflow::cuda_copy_backend: cudaEventCreateWithFlags");
+    detail::check(cudaEventCreateWithFlags(&e.handle, cudaEventDisableTiming | cudaEventBlockingSync),
+                  "zenflow::cuda_copy_backend: cudaEventCreateWithFlags");
   }
   void destroy_event(event_type& e) const noexcept {
     if (e.handle != nullptr) {
@@ -99,14 +99,13 @@ struct cuda_copy_backend {
     }
     const cudaMemcpyKind kind =
         dir == copy_direction::device_to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
-    detail::throw_if(cudaMemcpyAsync(dst, src, bytes, kind, s),
-                     "zenflow::cuda_copy_backend: cudaMemcpyAsync");
+    detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "zenflow::cuda_copy_backend: cudaMemcpyAsync");
   }
   void record(event_type& e, cudaStream_t s) const {
-    detail::throw_if(cudaEventRecord(e.handle, s), "zenflow::cuda_copy_backend: cudaEventRecord");
+    detail::check(cudaEventRecord(e.handle, s), "zenflow::cuda_copy_backend: cudaEventRecord");
   }
   void synchronize(event_type& e) const {
-    detail::throw_if(cudaEventSynchronize(e.handle), "zenflow::cuda_copy_backend: cudaEventSynchronize");
+    detail::check(cudaEventSynchronize(e.handle), "zenflow::cuda_copy_backend: cudaEventSynchronize");
   }
   [[nodiscard]] bool query(event_type& e) const {
     const cudaError_t s = cudaEventQuery(e.handle);
@@ -114,16 +113,16 @@ struct cuda_copy_backend {
       (void)cudaGetLastError();
       return false;
     }
-    detail::throw_if(s, "zenflow::cuda_copy_backend: cudaEventQuery");
+    detail::check(s, "zenflow::cuda_copy_backend: cudaEventQuery");
     return true;
   }
   void stream_wait(cudaStream_t s, event_type& e) const {
-    detail::throw_if(cudaStreamWaitEvent(s, e.handle, 0), "zenflow::cuda_copy_backend: cudaStreamWaitEvent");
+    detail::check(cudaStreamWaitEvent(s, e.handle, 0), "zenflow::cuda_copy_backend: cudaStreamWaitEvent");
   }
   [[nodiscard]] cudaStream_t create_stream(int priority) const {
     cudaStream_t s = nullptr;
-    detail::throw_if(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
-                     "zenflow::cuda_copy_backend: cudaStreamCreateWithPriority");
+    detail::check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority),
+                  "zenflow::cuda_copy_backend: cudaStreamCreateWithPriority");
     return s;
   }
   void destroy_stream(cudaStream_t s) const noexcept {
@@ -132,26 +131,12 @@ struct cuda_copy_backend {
     }
   }
   void synchronize_stream(cudaStream_t s) const {
-    detail::throw_if(cudaStreamSynchronize(s), "zenflow::cuda_copy_backend: cudaStreamSynchronize");
+    detail::check(cudaStreamSynchronize(s), "zenflow::cuda_copy_backend: cudaStreamSynchronize");
   }
 };
 
 static_assert(copy_backend<host_copy_backend>);
 static_assert(copy_backend<cuda_copy_backend>);
-
-namespace detail {
-/// The transport classes are the convenience layer: bad arguments throw
-/// `zenflow::invalid_argument` with "<function>: argument '<arg>' <why>".
-[[noreturn]] inline void
-throw_invalid(std::string_view function, std::string_view argument, std::string_view why) {
-  std::string msg(function);
-  msg += ": argument '";
-  msg += argument;
-  msg += "' ";
-  msg += why;
-  throw invalid_argument(msg);
-}
-} // namespace detail
 
 /// A copy stream: a stream of its own for the transfers (CUDA: non-blocking, created with
 /// `priority`; host: the null stream, never used) plus an event to order it after another stream.

@@ -80,14 +80,14 @@ enum class ring_slot_state : unsigned char { free, acquiring, writing, published
 
 inline void check_ring_shape(const char* function, std::size_t slots, std::size_t slot_bytes) {
   if (slots == 0) {
-    throw_invalid(function, "slots",
+    fail_argument(function, "slots",
                   "must be > 0 (a ring needs at least one slot; two for double buffering)");
   }
   if (slot_bytes == 0) {
-    throw_invalid(function, "slot_bytes", "must be > 0");
+    fail_argument(function, "slot_bytes", "must be > 0");
   }
   if (slot_bytes > std::numeric_limits<std::size_t>::max() / 2 / slots) {
-    throw_invalid(function, "slot_bytes", "times slots overflows the address space");
+    fail_argument(function, "slot_bytes", "times slots overflows the address space");
   }
 }
 
@@ -196,10 +196,10 @@ public:
     std::unique_lock lock(mutex_);
     auto& s = slots_[index(slot.sequence)];
     if (s.state != detail::ring_slot_state::writing || s.sequence != slot.sequence) {
-      detail::throw_invalid("zenflow::d2h_ring::publish", "slot", "is not a slot held by the producer");
+      detail::fail_argument("zenflow::d2h_ring::publish", "slot", "is not a slot held by the producer");
     }
     if (bytes > slot_bytes_) {
-      detail::throw_invalid("zenflow::d2h_ring::publish", "bytes", "exceeds the slot size");
+      detail::fail_argument("zenflow::d2h_ring::publish", "bytes", "exceeds the slot size");
     }
     backend_.record(s.event, stream);
     s.bytes = bytes;
@@ -216,10 +216,10 @@ public:
   /// @throws invalid_argument (nothing acquired) for `bytes > slot_bytes()` or a null `src`.
   std::uint64_t push(const void* src, std::size_t bytes, const Meta& meta, cudaStream_t stream = nullptr) {
     if (bytes > slot_bytes_) {
-      detail::throw_invalid("zenflow::d2h_ring::push", "bytes", "exceeds the slot size (split the payload)");
+      detail::fail_argument("zenflow::d2h_ring::push", "bytes", "exceeds the slot size (split the payload)");
     }
     if (src == nullptr && bytes > 0) {
-      detail::throw_invalid("zenflow::d2h_ring::push", "src", "must not be null");
+      detail::fail_argument("zenflow::d2h_ring::push", "src", "must not be null");
     }
     const write_slot w = acquire();
     try {
@@ -284,7 +284,7 @@ public:
     std::unique_lock lock(mutex_);
     auto& s = slots_[index(slot.sequence)];
     if (s.state != detail::ring_slot_state::reading || s.sequence != slot.sequence) {
-      detail::throw_invalid("zenflow::d2h_ring::release", "slot", "is not a slot held by the consumer");
+      detail::fail_argument("zenflow::d2h_ring::release", "slot", "is not a slot held by the consumer");
     }
     s.state = detail::ring_slot_state::free;
     --in_use_;
@@ -500,15 +500,15 @@ public:
       std::lock_guard lock(mutex_);
       const auto& s = slots_[index(slot.sequence)];
       if (s.state != detail::ring_slot_state::writing || s.sequence != slot.sequence) {
-        detail::throw_invalid("zenflow::h2d_ring::upload", "slot", "is not a slot held by the producer");
+        detail::fail_argument("zenflow::h2d_ring::upload", "slot", "is not a slot held by the producer");
       }
     }
     if (bytes > slot_bytes_) {
-      detail::throw_invalid("zenflow::h2d_ring::upload", "bytes",
+      detail::fail_argument("zenflow::h2d_ring::upload", "bytes",
                             "exceeds the slot size (split the payload)");
     }
     if (d_dst == nullptr && bytes > 0) {
-      detail::throw_invalid("zenflow::h2d_ring::upload", "d_dst", "must not be null");
+      detail::fail_argument("zenflow::h2d_ring::upload", "d_dst", "must not be null");
     }
     auto& s = slots_[index(slot.sequence)];
     // The slot is the producer's alone while `writing`; the copy needs no lock (memcpy on host).
@@ -636,7 +636,7 @@ private:
   }
   void check_sequence(const char* function, std::uint64_t sequence) const {
     if (sequence >= head_) {
-      detail::throw_invalid(function, "sequence", "was never acquired");
+      detail::fail_argument(function, "sequence", "was never acquired");
     }
   }
 

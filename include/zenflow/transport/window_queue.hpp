@@ -108,7 +108,7 @@ public:
       fn = [f = std::forward<F>(job)](std::int64_t) mutable { f(); };
     }
     if (!fn) {
-      detail::throw_invalid("zenflow::window_queue::submit", "job", "is empty");
+      detail::fail_argument("zenflow::window_queue::submit", "job", "is empty");
     }
     check_not_executor("submit");
     std::unique_lock lock(mutex_);
@@ -137,7 +137,7 @@ public:
     check_not_executor("wait_applied");
     std::unique_lock lock(mutex_);
     if (window >= submitted_) {
-      detail::throw_invalid("zenflow::window_queue::wait_applied", "window",
+      detail::fail_argument("zenflow::window_queue::wait_applied", "window",
                             "was not submitted yet (" + std::to_string(window) +
                                 " >= " + std::to_string(submitted_) + " submitted)");
     }
@@ -203,7 +203,7 @@ private:
 
   static std::int64_t checked_bound(std::int64_t bound) {
     if (bound < 1) {
-      detail::throw_invalid("zenflow::window_queue", "bound",
+      detail::fail_argument("zenflow::window_queue", "bound",
                             "must be >= 1 (got " + std::to_string(bound) +
                                 "; a synchronous update needs no queue)");
     }
