@@ -28,15 +28,4 @@ TEST(views, contiguous_and_strided_offsets_address_the_same_logical_element) {
   EXPECT_EQ(m.offset(1, 3), 10);
 }
 
-TEST(views, span_iterates) {
-  std::vector<float> v = {1.5f, 2.5f, 3.0f};
-  zenflow::span<float> s{v.data(), 3};
-  float sum = 0;
-  for (float x : s) {
-    sum += x;
-  }
-  EXPECT_EQ(sum, 7.0f);
-  EXPECT_FALSE(s.empty());
-}
-
 } // namespace

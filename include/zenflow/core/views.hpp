@@ -1,5 +1,5 @@
 /// @file
-/// Non-owning views over raw pointers: flat spans and channel matrices.
+/// Non-owning views over raw pointers: channel matrices.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +9,6 @@
 #include <zenflow/core/error.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-/// A flat run of `size` elements (host or device memory; the view does not know which).
-template <class T>
-struct span {
-  T* data = nullptr;
-  std::int64_t size = 0;
-
-  ZF_HOST_DEVICE T& operator[](std::int64_t i) const { return data[i]; }
-  ZF_HOST_DEVICE T* begin() const { return data; }
-  ZF_HOST_DEVICE T* end() const { return data + size; }
-  [[nodiscard]] ZF_HOST_DEVICE bool empty() const { return size == 0; }
-};
 
 /// How the elements of one channel lie in memory.
 enum class channel_layout : std::uint8_t {
