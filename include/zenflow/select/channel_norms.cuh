@@ -1,6 +1,7 @@
 /// @file
 /// CUDA launchers of the channel-norm reducers (namespace `zenflow::device`); the argument
-/// types and the host twins are in `<zenflow/select/channel_norms.hpp>`.
+/// types are in `<zenflow/select/types.hpp>`, the host twins in `<zenflow/select/channel_norms.hpp>`,
+/// the planning and dispatch in `detail/channel_norms_dispatch.cuh`.
 ///
 /// Shape (CUB's): a call with `d_temp == nullptr` only writes `temp_bytes` (host arithmetic, no
 /// CUDA call); arguments are validated before anything is launched or written; all work is
@@ -9,219 +10,19 @@
 /// (fixed reduction orders); they match the host backend to fp32 rounding, not bit for bit.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/detail/temp_storage.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/select/channel_norms.hpp>
-#include <zenflow/select/detail/channel_norms_kernels.cuh>
+#include <zenflow/select/detail/channel_norms_dispatch.cuh>
+#include <zenflow/select/detail/checks.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-namespace detail {
-
-/// Blocks a strided item is split into along its rows, so that one item fills an H200 (about
-/// 1000 resident blocks of 256 threads) whatever its shape; a function of the shape only.
-template <class T>
-struct strided_plan {
-  std::int32_t vw; // columns per thread: 16-byte loads when every row is 16-byte aligned
-  std::int32_t col_blocks;
-  std::int32_t rows_per_chunk;
-  std::int32_t chunks;
-};
-
-template <class T>
-[[nodiscard]] strided_plan<T> plan_strided(const channel_norm_item<T>& it) {
-  constexpr std::int64_t target_blocks = 1024;
-  constexpr std::int64_t min_rows = 32;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(it.grad) % 16 == 0 &&
-                       (it.ld * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
-  strided_plan<T> p{};
-  p.vw = aligned ? vec_elems<T> : 1;
-  const std::int64_t per_block = 32 * static_cast<std::int64_t>(vec_elems<T>); // plan independent of vw
-  const std::int64_t col_blocks_max = (it.channels + per_block - 1) / per_block;
-  p.col_blocks = static_cast<std::int32_t>((it.channels + 32 * p.vw - 1) / (32 * p.vw));
-  if (it.channels == 0 || it.channel_len == 0) {
-    return p;
-  }
-  std::int64_t chunks = std::max<std::int64_t>(1, target_blocks / std::max<std::int64_t>(col_blocks_max, 1));
-  chunks = std::min(chunks, (it.channel_len + min_rows - 1) / min_rows);
-  const std::int64_t rpc = (it.channel_len + chunks - 1) / chunks;
-  p.rows_per_chunk = static_cast<std::int32_t>(std::min<std::int64_t>(rpc, INT32_MAX));
-  p.chunks = static_cast<std::int32_t>((it.channel_len + rpc - 1) / rpc);
-  return p;
-}
-
-/// Contiguous items: one warp per channel, or one block per channel for long channels or when
-/// there are too few channels to fill the device with warps.
-template <class T>
-[[nodiscard]] std::int32_t contiguous_group(const channel_norm_item<T>& it) {
-  const std::int64_t warp_blocks = (it.channels + 7) / 8;
-  if (it.channel_len >= 16384 || (warp_blocks < 264 && it.channel_len >= 512)) {
-    return norm_block;
-  }
-  return 32;
-}
-
-template <class T>
-[[nodiscard]] std::size_t norm_scratch_bytes(const channel_norm_item<T>& it) {
-  if (it.layout != channel_layout::strided) {
-    return 0;
-  }
-  const auto p = plan_strided(it);
-  return align_up(static_cast<std::size_t>(p.chunks) * static_cast<std::size_t>(it.channels) * sizeof(float));
-}
-
-template <class T>
-[[nodiscard]] std::size_t norm_temp_bytes(const channel_norm_item<T>* items, std::int64_t count) {
-  std::size_t bytes = 256; // slack to align the caller's pointer
-  for (std::int64_t i = 0; i < count; ++i) {
-    bytes += norm_scratch_bytes(items[i]);
-  }
-  return std::max(bytes, min_temp_bytes);
-}
-
-template <channel_norm Norm, class T>
-[[nodiscard]] cudaError_t dispatch_norms(void* d_temp,
-                                         const channel_norm_item<T>* items,
-                                         std::int64_t count,
-                                         channel_norm_extras extras,
-                                         cudaStream_t stream) {
-  if (count == 0) {
-    return cudaSuccess;
-  }
-  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(d_temp) + 255) / 256 * 256);
-  if (extras.nonfinite != nullptr) {
-    if (const cudaError_t e =
-            cudaMemsetAsync(extras.nonfinite, 0, static_cast<std::size_t>(count) * 4, stream);
-        e != cudaSuccess) {
-      return e;
-    }
-  }
-  // Main pass: contiguous and strided items, up to 32 per launch, in item order.
-  norm_launch<T> contig{}, strided{};
-  norm_finish_launch finish{};
-  std::int64_t contig_blocks = 0, strided_blocks = 0, finish_blocks = 0;
-  auto flush_contig = [&]() -> cudaError_t {
-    if (contig.count > 0 && contig_blocks > 0) {
-      contiguous_norms_kernel<Norm, T>
-          <<<static_cast<unsigned>(contig_blocks), norm_block, 0, stream>>>(contig);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        return e;
-      }
-    }
-    contig = {};
-    contig_blocks = 0;
-    return cudaSuccess;
-  };
-  auto flush_strided = [&]() -> cudaError_t {
-    if (strided.count > 0 && strided_blocks > 0) {
-      strided_norms_kernel<Norm, T>
-          <<<static_cast<unsigned>(strided_blocks), norm_block, 0, stream>>>(strided);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        return e;
-      }
-    }
-    if (finish.count > 0 && finish_blocks > 0) {
-      strided_finish_kernel<<<static_cast<unsigned>(finish_blocks), norm_block, 0, stream>>>(finish);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        return e;
-      }
-    }
-    strided = {};
-    finish = {};
-    strided_blocks = 0;
-    finish_blocks = 0;
-    return cudaSuccess;
-  };
-  std::byte* scratch = base;
-  for (std::int64_t i = 0; i < count; ++i) {
-    const auto& it = items[i];
-    std::uint32_t* flag = extras.nonfinite != nullptr ? extras.nonfinite + i : nullptr;
-    if (it.channels == 0) {
-      continue;
-    }
-    if (it.layout == channel_layout::contiguous) {
-      const std::int32_t group = contiguous_group(it);
-      const std::int64_t blocks = group == 32 ? (it.channels + 7) / 8 : it.channels;
-      auto& li = contig.item[contig.count++];
-      li.grad = it.grad;
-      li.out = it.scores;
-      li.ld = it.ld;
-      li.len = it.channel_len;
-      li.block_begin = contig_blocks;
-      li.flag = flag;
-      li.channels = static_cast<std::int32_t>(it.channels);
-      li.group = group;
-      li.rows_per_chunk = 0;
-      li.col_blocks = 0;
-      contig_blocks += blocks;
-      if (contig.count == norm_batch_max || contig_blocks > (std::int64_t{1} << 30)) {
-        if (const cudaError_t e = flush_contig(); e != cudaSuccess) {
-          return e;
-        }
-      }
-    } else {
-      const auto p = plan_strided(it);
-      auto* partials = reinterpret_cast<float*>(scratch);
-      scratch += norm_scratch_bytes(it);
-      auto& fi = finish.item[finish.count++];
-      fi.partials = partials;
-      fi.scores = it.scores;
-      fi.block_begin = finish_blocks;
-      fi.channels = static_cast<std::int32_t>(it.channels);
-      fi.chunks = p.chunks;
-      finish_blocks += (it.channels + norm_block - 1) / norm_block;
-      if (p.chunks > 0) {
-        auto& li = strided.item[strided.count++];
-        li.grad = it.grad;
-        li.out = partials;
-        li.ld = it.ld;
-        li.len = it.channel_len;
-        li.block_begin = strided_blocks;
-        li.flag = flag;
-        li.channels = static_cast<std::int32_t>(it.channels);
-        li.group = p.vw;
-        li.rows_per_chunk = p.rows_per_chunk;
-        li.col_blocks = p.col_blocks;
-        strided_blocks += static_cast<std::int64_t>(p.col_blocks) * p.chunks;
-      }
-      if (finish.count == norm_batch_max || strided_blocks > (std::int64_t{1} << 30)) {
-        if (const cudaError_t e = flush_strided(); e != cudaSuccess) {
-          return e;
-        }
-      }
-    }
-  }
-  if (const cudaError_t e = flush_contig(); e != cudaSuccess) {
-    return e;
-  }
-  if (const cudaError_t e = flush_strided(); e != cudaSuccess) {
-    return e;
-  }
-  if (extras.total != nullptr) {
-    norm_total_launch tl{};
-    for (std::int64_t i = 0; i < count; ++i) {
-      tl.scores[tl.count] = items[i].scores;
-      tl.total[tl.count] = extras.total + i;
-      tl.channels[tl.count] = static_cast<std::int32_t>(items[i].channels);
-      if (++tl.count == norm_batch_max || i + 1 == count) {
-        norm_total_kernel<<<static_cast<unsigned>(tl.count), norm_block, 0, stream>>>(tl);
-        if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-          return e;
-        }
-        tl = {};
-      }
-    }
-  }
-  return cudaSuccess;
-}
-
-} // namespace detail
 
 namespace device {
 
