@@ -3,7 +3,7 @@
 // For each size n (elements, 4K .. 64M by default) it times, in interleaved rounds (the order of
 // the cases rotates every round, with a pause between samples so that no case inherits another's
 // spinning threads), and reports the median per call:
-//   zf_adamw       host::cpu_adamw, fp32 master/m/v/grad (28 B per parameter)
+//   zf_adamw       host::adamw_span, fp32 master/m/v/grad (28 B per parameter)
 //   zf_adamw_bf16m the same with bf16 moments (20 B per parameter)
 //   ds_adamw       DeepSpeed's CPU Adam (Step_AVX<8>, OpenMP), fp32, 28 B per parameter
 //   zf_window      host::adamw_window: the fused ZenFlow host window (bf16 slot and upload),
@@ -222,15 +222,15 @@ int main(int argc, char** argv) {
 
     std::vector<bench_case> cases;
     cases.push_back({"zf_adamw", 28.0, [&] {
-                       check(zenflow::host::cpu_adamw<float, float>(p.data(), m.data(), v.data(), g.data(),
-                                                                    nullptr, n, ++count, hp, 1.0f, &pool),
-                             "cpu_adamw");
+                       check(zenflow::host::adamw_span<float, float>(p.data(), m.data(), v.data(), g.data(),
+                                                                     nullptr, n, ++count, hp, 1.0f, &pool),
+                             "adamw_span");
                      }});
     cases.push_back({"zf_adamw_bf16m", 20.0, [&] {
-                       check(zenflow::host::cpu_adamw<float, float, bfloat16>(pb.data(), mb.data(), vb.data(),
-                                                                              g.data(), nullptr, n, ++count_b,
-                                                                              hp, 1.0f, &pool),
-                             "cpu_adamw bf16 moments");
+                       check(zenflow::host::adamw_span<float, float, bfloat16>(pb.data(), mb.data(),
+                                                                               vb.data(), g.data(), nullptr,
+                                                                               n, ++count_b, hp, 1.0f, &pool),
+                             "adamw_span bf16 moments");
                      }});
     if (with_ds) {
       cases.push_back({"ds_adamw", 28.0, [&] {

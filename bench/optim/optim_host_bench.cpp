@@ -62,12 +62,12 @@ void BM_cpu_adamw_step_64M(benchmark::State& state) {
                : zf_bench::measure_host_stream_ceiling<3, 1, 0, 0>(pool(), n, zenflow::detail::cpu_grain);
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const cudaError_t e = zenflow::host::cpu_adamw<float, bfloat16>(p.data(), m.data(), v.data(), g.data(),
-                                                                    with_out ? out.data() : nullptr, n,
-                                                                    count++, hp, 1.0f, &pool());
+    const cudaError_t e = zenflow::host::adamw_span<float, bfloat16>(p.data(), m.data(), v.data(), g.data(),
+                                                                     with_out ? out.data() : nullptr, n,
+                                                                     count++, hp, 1.0f, &pool());
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (e != cudaSuccess) {
-      state.SkipWithError("cpu_adamw failed");
+      state.SkipWithError("adamw_span failed");
       break;
     }
     state.SetIterationTime(sec);

@@ -89,8 +89,8 @@ TEST(bf16_moments, v_keeps_decaying_where_round_to_nearest_would_stall) {
   adamw_hparams hp;
   const int steps = 300;
   for (int t = 1; t <= steps; ++t) {
-    ASSERT_EQ((host::cpu_adamw<float, float, bfloat16>(p.data(), m.data(), v.data(), g.data(), nullptr, n, t,
-                                                       hp, 1.0f, nullptr)),
+    ASSERT_EQ((host::adamw_span<float, float, bfloat16>(p.data(), m.data(), v.data(), g.data(), nullptr, n, t,
+                                                        hp, 1.0f, nullptr)),
               cudaSuccess);
   }
   double mean = 0;
@@ -152,8 +152,8 @@ TEST(bf16_moments, cpu_adamw_matches_the_documented_rounding_on_every_path_and_t
       auto v = v0;
       std::vector<bfloat16> out(N);
       ASSERT_EQ(
-          (host::cpu_adamw<float, bfloat16, bfloat16>(p.data(), m.data(), v.data(), g.data(), out.data(), n,
-                                                      count, hp, scale, threads == 0 ? nullptr : &pool)),
+          (host::adamw_span<float, bfloat16, bfloat16>(p.data(), m.data(), v.data(), g.data(), out.data(), n,
+                                                       count, hp, scale, threads == 0 ? nullptr : &pool)),
           cudaSuccess);
       ASSERT_TRUE(same_bits(p, ref_p));
       for (std::size_t i = 0; i < N; ++i) {

@@ -1,8 +1,8 @@
 /// @file
-/// Device optimizer launchers: dense multi-tensor AdamW, selective-channel AdamW, and
-/// gather/scatter of channels (ZenFlow's state migration and weight upload). Host twins with the
-/// same arguments are in optim/adamw.hpp; both share math/adam.hpp, so they agree bit for bit on
-/// weights, masters and moments.
+/// Device optimizer launchers: dense multi-tensor AdamW and selective-channel AdamW. Host twins
+/// with the same arguments are in optim/adamw.hpp; both share math/adam.hpp, so they agree bit
+/// for bit on weights, masters and moments. Dispatch in `detail/adamw_dispatch.cuh`; the channel
+/// copies (gather/scatter) in `<zenflow/optim/channels.cuh>` (included here).
 ///
 /// Every launcher: validates its arguments before launching (cudaErrorInvalidValue, message in
 /// zenflow::last_error_message(), nothing written); is stream-ordered (no synchronisation, no
@@ -10,8 +10,8 @@
 /// flag) from device memory inside the kernels, so the caller never synchronises for them.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 #include <cuda_runtime_api.h>
 
@@ -20,37 +20,13 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/math/adam.hpp>
-#include <zenflow/optim/detail/adamw_kernels.cuh>
+#include <zenflow/optim/adamw.hpp>
+#include <zenflow/optim/channels.cuh>
+#include <zenflow/optim/detail/adamw_dispatch.cuh>
 #include <zenflow/optim/detail/checks.hpp>
 #include <zenflow/optim/types.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-namespace detail::optim {
-[[nodiscard]] inline bool aligned(const void* p, std::size_t bytes) {
-  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
-
-template <class M>
-[[nodiscard]] bool rows_vectorizable(const channel_matrix<M>& mat) {
-  return mat.layout == channel_layout::contiguous && aligned(mat.data, 4 * sizeof(M)) && mat.ld % 4 == 0 &&
-         mat.channel_len % 4 == 0;
-}
-
-[[nodiscard]] inline cudaError_t
-launch_counts(std::int32_t* counts, std::int64_t n, const std::uint32_t* skip, cudaStream_t stream) {
-  if (n == 0) {
-    return cudaSuccess;
-  }
-  advance_counts<<<static_cast<unsigned>((n + block_threads - 1) / block_threads), block_threads, 0,
-                   stream>>>(counts, n, skip);
-  return cudaGetLastError();
-}
-
-[[nodiscard]] inline std::int64_t row_split(std::int64_t L) {
-  return std::max<std::int64_t>(1, (L + block_elems - 1) / block_elems);
-}
-} // namespace detail::optim
 
 namespace device {
 
@@ -76,44 +52,12 @@ template <class T>
                                       cudaStream_t stream = nullptr) {
   static_assert(is_working_type_v<T>, "zenflow: float, half or bfloat16");
   using namespace detail::optim;
-  if (const cudaError_t e = detail::check_dense("zenflow::device::adamw_dense", tensors, count, d_counts, hp);
+  if (const cudaError_t e =
+          detail::check_dense("zenflow::device::adamw_dense", "d_", tensors, count, d_counts, hp);
       e != cudaSuccess) {
     return e;
   }
-  int t = 0;
-  while (t < count) {
-    dense_launch<T> L{};
-    L.hp = hp;
-    L.first = t;
-    std::int64_t blocks = 0;
-    while (t < count && L.count < dense_max_tensors) {
-      const adamw_tensor<T>& d = tensors[t];
-      const std::int64_t nb = (d.size + block_elems - 1) / block_elems;
-      if (L.count > 0 && blocks + nb > max_blocks_per_launch) {
-        break;
-      }
-      L.tensors[L.count] = d;
-      L.block_start[L.count] = blocks;
-      const bool vec = aligned(d.master, 16) && aligned(d.m, 16) && aligned(d.v, 16) &&
-                       aligned(d.grads, 4 * sizeof(T)) &&
-                       (d.weights == nullptr || aligned(d.weights, 4 * sizeof(T)));
-      if (vec) {
-        L.vector_ok |= std::uint64_t{1} << L.count;
-      }
-      blocks += nb;
-      ++L.count;
-      ++t;
-    }
-    L.block_start[L.count] = blocks;
-    if (blocks > 0) {
-      adamw_dense_kernel<T>
-          <<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(L, d_counts, d_grad_scale, d_skip);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        return e;
-      }
-    }
-  }
-  return launch_counts(d_counts, count, d_skip, stream);
+  return detail::optim::dispatch_adamw_dense(tensors, count, d_counts, hp, d_grad_scale, d_skip, stream);
 }
 
 /// Selective AdamW on the `k` channels `d_idx` of a matrix, their fp32 state in compact rows
@@ -146,7 +90,7 @@ template <class T>
   using namespace detail::optim;
   constexpr std::string_view fn = "zenflow::device::adamw_selective";
   if (const cudaError_t e =
-          detail::check_selective(fn, weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp);
+          detail::check_selective(fn, "d_", weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp);
       e != cudaSuccess) {
     return e;
   }
@@ -159,109 +103,8 @@ template <class T>
   } else {
     ZF_EXPECT_ARG(k * row_split(L) <= max_blocks_per_launch, fn, "k", "times channel_len is too large");
   }
-  if (k == 0 || L == 0) {
-    return launch_counts(d_counts, k, d_skip, stream);
-  }
-  if (rows) {
-    const std::int64_t split = row_split(L);
-    const bool vec = rows_vectorizable(weights) && rows_vectorizable(grads) && aligned(d_master, 16) &&
-                     aligned(d_m, 16) && aligned(d_v, 16);
-    adamw_selective_rows_kernel<T><<<static_cast<unsigned>(k * split), block_threads, 0, stream>>>(
-        weights, grads, d_idx, split, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass, vec);
-  } else {
-    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile),
-                    static_cast<unsigned>((L + tile - 1) / tile));
-    adamw_selective_tiles_kernel<T><<<grid, dim3(tile, tile_rows), 0, stream>>>(
-        weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass);
-  }
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    return e;
-  }
-  return launch_counts(d_counts, k, d_skip, stream);
-}
-
-/// Packs the `count` channels `d_idx` of `src` into compact rows `d_dst` (count x channel_len,
-/// row r = channel d_idx[r]), converting Tin -> Tout (RNE when narrowing). Packs the unselected
-/// gradients for the device-to-host copy, and moves state rows when the selection changes.
-/// @param d_l1_mass nullable: sum of |src| over the packed channels ADDED to it (Zen-auto's
-///                  "rest"; float atomics, last bits may vary by run).
-template <class Tin, class Tout>
-[[nodiscard]] cudaError_t gather_channels(channel_matrix<const Tin> src,
-                                          const std::int32_t* d_idx,
-                                          std::int64_t count,
-                                          Tout* d_dst,
-                                          float* d_l1_mass,
-                                          cudaStream_t stream = nullptr) {
-  static_assert(is_working_type_v<Tin> && is_working_type_v<Tout>, "zenflow: float, half or bfloat16");
-  using namespace detail::optim;
-  constexpr std::string_view fn = "zenflow::device::gather_channels";
-  if (const cudaError_t e = detail::check_channel_copy(fn, "src", src, d_idx, count, d_dst, "d_dst");
-      e != cudaSuccess) {
-    return e;
-  }
-  const std::int64_t L = src.channel_len;
-  if (src.layout == channel_layout::contiguous) {
-    ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count",
-                  "times channel_len is too large");
-  } else {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
-                  "is too large for the strided path (> 2^21)");
-  }
-  if (count == 0 || L == 0) {
-    return cudaSuccess;
-  }
-  if (src.layout == channel_layout::contiguous) {
-    const std::int64_t split = row_split(L);
-    const bool vec = rows_vectorizable(src) && aligned(d_dst, 4 * sizeof(Tout));
-    gather_rows_kernel<Tin, Tout><<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(
-        src, d_idx, split, d_dst, d_l1_mass, vec);
-  } else {
-    const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
-                    static_cast<unsigned>((L + tile - 1) / tile));
-    gather_tiles_kernel<Tin, Tout>
-        <<<grid, dim3(tile, tile_rows), 0, stream>>>(src, d_idx, count, d_dst, d_l1_mass);
-  }
-  return cudaGetLastError();
-}
-
-/// Unpacks compact rows `d_src` (count x channel_len, row r = channel d_idx[r]) into the channels
-/// `d_idx` of `dst`, converting Tin -> Tout (RNE when narrowing): applies an uploaded block of
-/// new weights to the unselected channels, or puts state rows back. `d_src` must not overlap dst.
-template <class Tin, class Tout>
-[[nodiscard]] cudaError_t scatter_channels(const Tin* d_src,
-                                           const std::int32_t* d_idx,
-                                           std::int64_t count,
-                                           channel_matrix<Tout> dst,
-                                           cudaStream_t stream = nullptr) {
-  static_assert(is_working_type_v<Tin> && is_working_type_v<Tout>, "zenflow: float, half or bfloat16");
-  using namespace detail::optim;
-  constexpr std::string_view fn = "zenflow::device::scatter_channels";
-  if (const cudaError_t e = detail::check_channel_copy(fn, "dst", dst, d_idx, count, d_src, "d_src");
-      e != cudaSuccess) {
-    return e;
-  }
-  const std::int64_t L = dst.channel_len;
-  if (dst.layout == channel_layout::contiguous) {
-    ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count",
-                  "times channel_len is too large");
-  } else {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
-                  "is too large for the strided path (> 2^21)");
-  }
-  if (count == 0 || L == 0) {
-    return cudaSuccess;
-  }
-  if (dst.layout == channel_layout::contiguous) {
-    const std::int64_t split = row_split(L);
-    const bool vec = rows_vectorizable(dst) && aligned(d_src, 4 * sizeof(Tin));
-    scatter_rows_kernel<Tin, Tout>
-        <<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(d_src, d_idx, split, dst, vec);
-  } else {
-    const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
-                    static_cast<unsigned>((L + tile - 1) / tile));
-    scatter_tiles_kernel<Tin, Tout><<<grid, dim3(tile, tile_rows), 0, stream>>>(d_src, d_idx, count, dst);
-  }
-  return cudaGetLastError();
+  return detail::optim::dispatch_adamw_selective(weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp,
+                                                 d_grad_scale, d_skip, d_l1_mass, stream);
 }
 
 } // namespace device

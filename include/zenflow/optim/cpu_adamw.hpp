@@ -1,8 +1,15 @@
 /// @file
-/// The CPU optimizer of ZenFlow's host side: a plain vectorized multithreaded AdamW, the
-/// accumulation of unselected gradients, and the fused host window (accumulate the last slot,
-/// AdamW on the window's mean gradient, pack the new weights for upload, zero the accumulator)
-/// in one pass over memory.
+/// The CPU optimizer of ZenFlow's host side: a plain vectorized multithreaded AdamW over one
+/// flat array (`host::adamw_span`), and the fused host window (accumulate the last slot, AdamW
+/// on the window's mean gradient, pack the new weights for upload, zero the accumulator) in one
+/// pass over memory. The accumulation of unselected gradients (`host::accumulate_channels`) is
+/// in `<zenflow/optim/channels.hpp>` (included here).
+///
+/// `host::adamw_span` or `host::adamw_dense` (`<zenflow/optim/adamw.hpp>`)? `adamw_dense` is the
+/// host twin of `device::adamw_dense`: many tensors, per-tensor counts it advances itself, the
+/// gradient scale and skip flag behind pointers, fp32 moments; call it from code written once for
+/// both backends. `adamw_span` is the host-native call: one array, the update count and gradient
+/// scale as values, fp32 or bf16 moments, any gradient and output precision.
 ///
 /// SIMD: AVX-512, AVX2 or scalar, picked at run time (detail/cpu_simd.hpp; `force_simd_path`
 /// for tests); every path writes the same bits. Threads: `worker_pool` (nullptr = the calling
@@ -23,24 +30,13 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/adam.hpp>
+#include <zenflow/optim/channels.hpp>
 #include <zenflow/optim/detail/checks.hpp>
 #include <zenflow/optim/detail/cpu_simd.hpp>
+#include <zenflow/optim/detail/host_grain.hpp>
 #include <zenflow/optim/types.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-namespace detail {
-/// Elements per chunk of the flat CPU loops (fixed: chunking never depends on the thread count).
-/// 32K elements is ~0.9 MB of AdamW traffic: a few microseconds from cache, tens from DRAM, so
-/// a chunk outweighs the pool's fork/join; smaller calls stay on the calling thread.
-inline constexpr std::int64_t cpu_grain = std::int64_t{1} << 15;
-
-/// Rows per chunk for row-wise loops: about cpu_grain elements.
-[[nodiscard]] inline std::int64_t rows_per_chunk(std::int64_t row_len) {
-  return std::max<std::int64_t>(1, cpu_grain / std::max<std::int64_t>(row_len, 1));
-}
-
-} // namespace detail
 
 namespace host {
 
@@ -50,14 +46,8 @@ enum class window_acc : std::uint8_t {
   keep, ///< left as they are (4 fewer bytes per element): the next window's first step must
         ///< write them with accumulate_mode::assign
 };
-/// How accumulate_channels combines a slot with the accumulator.
-enum class accumulate_mode : std::uint8_t {
-  add,    ///< acc += coef * slot
-  assign, ///< acc = coef * slot, without reading acc: the first step of a window (6 instead of
-          ///< 10 bytes per element for a bf16 slot); the same bits as `add` into a zeroed acc
-};
 
-/// AdamW over `n` contiguous elements on the CPU.
+/// AdamW over one flat host array of `n` elements (see the file comment for `adamw_dense`).
 ///
 /// @param master fp32 master weights, updated in place.
 /// @param m,v    moments, float or bfloat16 (bf16: stored with stochastic rounding, hashed from
@@ -68,20 +58,20 @@ enum class accumulate_mode : std::uint8_t {
 /// @param count the update count of this update (>= 1), for the bias corrections.
 /// @return cudaErrorInvalidValue (nothing written) on a bad argument, else cudaSuccess.
 template <class G, class T = float, class M = float>
-[[nodiscard]] cudaError_t cpu_adamw(float* master,
-                                    M* m,
-                                    M* v,
-                                    const G* grad,
-                                    T* out,
-                                    std::int64_t n,
-                                    std::int32_t count,
-                                    const adamw_hparams& hp,
-                                    float grad_scale,
-                                    worker_pool* pool) {
+[[nodiscard]] cudaError_t adamw_span(float* master,
+                                     M* m,
+                                     M* v,
+                                     const G* grad,
+                                     T* out,
+                                     std::int64_t n,
+                                     std::int32_t count,
+                                     const adamw_hparams& hp,
+                                     float grad_scale,
+                                     worker_pool* pool) {
   static_assert(is_working_type_v<G> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
   static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16>,
                 "zenflow: moments are float or bfloat16");
-  constexpr std::string_view fn = "zenflow::host::cpu_adamw";
+  constexpr std::string_view fn = "zenflow::host::adamw_span";
   ZF_EXPECT_ARG(n >= 0, fn, "n", "must be >= 0");
   ZF_EXPECT_ARG(master != nullptr || n == 0, fn, "master", "must not be null");
   ZF_EXPECT_ARG(m != nullptr || n == 0, fn, "m", "must not be null");
@@ -97,50 +87,6 @@ template <class G, class T = float, class M = float>
     detail::cpu::adam_span<G, T, M>(master + lo, m + lo, v + lo, grad + lo,
                                     out == nullptr ? nullptr : out + lo, hi - lo, c, grad_scale, lo,
                                     static_cast<std::uint32_t>(count));
-  });
-  return cudaSuccess;
-}
-
-/// acc[idx[r]] += coef * slot[r] for the `count` listed channels.
-///
-/// @param acc   fp32 accumulator, `channels x channel_len`, row c = channel c.
-/// @param slot  packed rows, `count x channel_len`, working precision (row r = channel idx[r]).
-/// @param idx   channel indices (distinct, in [0, channels); sorted is the fast order).
-/// @param coef  the step's gradient coefficient (loss-scale unscaling x clipping).
-/// @param mode  `assign` writes acc[idx[r]] = coef * slot[r] instead (the first step of a window).
-/// Rows are independent, so the result does not depend on threads or chunking.
-template <class S>
-[[nodiscard]] cudaError_t accumulate_channels(float* acc,
-                                              std::int64_t channels,
-                                              std::int64_t channel_len,
-                                              const S* slot,
-                                              const std::int32_t* idx,
-                                              std::int64_t count,
-                                              float coef,
-                                              worker_pool* pool,
-                                              accumulate_mode mode = accumulate_mode::add) {
-  static_assert(is_working_type_v<S>, "zenflow: float, half or bfloat16");
-  constexpr std::string_view fn = "zenflow::host::accumulate_channels";
-  ZF_EXPECT_ARG(channels >= 0, fn, "channels", "must be >= 0");
-  ZF_EXPECT_ARG(channel_len >= 0, fn, "channel_len", "must be >= 0");
-  ZF_EXPECT_ARG(count >= 0 && count <= channels, fn, "count", "must be in [0, channels]");
-  ZF_EXPECT_ARG(acc != nullptr || channels == 0 || channel_len == 0, fn, "acc", "must not be null");
-  ZF_EXPECT_ARG(slot != nullptr || count == 0 || channel_len == 0, fn, "slot", "must not be null");
-  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "d_idx", "must not be null");
-  ZF_EXPECT_ARG(std::isfinite(coef), fn, "coef", "must be finite");
-  if (const cudaError_t e = detail::check_indices_host(fn, idx, count, channels); e != cudaSuccess) {
-    return e;
-  }
-  const std::int64_t L = channel_len;
-  parallel_for(pool, count, detail::rows_per_chunk(L), [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t r = lo; r < hi; ++r) {
-      float* row = acc + static_cast<std::int64_t>(idx[r]) * L;
-      if (mode == accumulate_mode::assign) {
-        detail::cpu::assign_span<S>(row, slot + r * L, coef, L);
-      } else {
-        detail::cpu::accumulate_span<S>(row, slot + r * L, coef, L);
-      }
-    }
   });
   return cudaSuccess;
 }
@@ -190,7 +136,7 @@ template <class S, class T, class M = float>
   ZF_EXPECT_ARG(state.counts != nullptr || state.channels == 0, fn, "state.counts", "must not be null");
   ZF_EXPECT_ARG(acc != nullptr || !has_rows, fn, "acc", "must not be null");
   ZF_EXPECT_ARG(count >= 0 && count <= state.channels, fn, "count", "must be in [0, channels]");
-  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "d_idx", "must not be null");
+  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "idx", "must not be null");
   ZF_EXPECT_ARG(upload != nullptr || count == 0 || L == 0, fn, "upload", "must not be null");
   ZF_EXPECT_ARG(steps >= 0, fn, "steps", "must be >= 0");
   ZF_EXPECT_ARG(steps > 0 || last_slot == nullptr, fn, "last_slot", "must be null when steps == 0");

@@ -1,9 +1,11 @@
 /// @file
 /// Argument checks shared by the device launchers and their host twins, so that both reject the
-/// same arguments with the same message (only the function name differs).
+/// same arguments with the same message. Only the names differ: the function's, and the pointer
+/// arguments' (`d_idx` on the device, `idx` on the host): `ptr` is the prefix, "d_" or "".
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
@@ -26,15 +28,23 @@ namespace detail {
   return cudaSuccess;
 }
 
+/// `ptr` + `name`: a pointer argument as the caller's signature names it.
+[[nodiscard]] inline std::string ptr_arg(std::string_view ptr, std::string_view name) {
+  std::string s(ptr);
+  s += name;
+  return s;
+}
+
 template <class T>
 [[nodiscard]] cudaError_t check_dense(std::string_view fn,
+                                      std::string_view ptr,
                                       const adamw_tensor<T>* tensors,
                                       int count,
                                       const std::int32_t* counts,
                                       const adamw_hparams& hp) {
   ZF_EXPECT_ARG(count >= 0, fn, "count", "must be >= 0");
   ZF_EXPECT_ARG(tensors != nullptr || count == 0, fn, "tensors", "must not be null");
-  ZF_EXPECT_ARG(counts != nullptr || count == 0, fn, "d_counts", "must not be null");
+  ZF_EXPECT_ARG(counts != nullptr || count == 0, fn, ptr_arg(ptr, "counts"), "must not be null");
   if (const cudaError_t e = check_hparams(fn, hp); e != cudaSuccess) {
     return e;
   }
@@ -54,6 +64,7 @@ template <class T>
 
 template <class T, class G>
 [[nodiscard]] cudaError_t check_selective(std::string_view fn,
+                                          std::string_view ptr,
                                           const channel_matrix<T>& weights,
                                           const channel_matrix<G>& grads,
                                           const std::int32_t* idx,
@@ -77,18 +88,19 @@ template <class T, class G>
                 "must have the shape of weights (channels, channel_len)");
   ZF_EXPECT_ARG(k >= 0 && k <= weights.channels, fn, "k", "must be in [0, channels]");
   ZF_EXPECT_ARG(k <= INT32_MAX, fn, "k", "must fit in int32");
-  ZF_EXPECT_ARG(idx != nullptr || k == 0, fn, "d_idx", "must not be null");
-  ZF_EXPECT_ARG(counts != nullptr || k == 0, fn, "d_counts", "must not be null");
+  ZF_EXPECT_ARG(idx != nullptr || k == 0, fn, ptr_arg(ptr, "idx"), "must not be null");
+  ZF_EXPECT_ARG(counts != nullptr || k == 0, fn, ptr_arg(ptr, "counts"), "must not be null");
   const bool has_state = k > 0 && weights.channel_len > 0;
-  ZF_EXPECT_ARG(master != nullptr || !has_state, fn, "d_master", "must not be null");
-  ZF_EXPECT_ARG(m != nullptr || !has_state, fn, "d_m", "must not be null");
-  ZF_EXPECT_ARG(v != nullptr || !has_state, fn, "d_v", "must not be null");
+  ZF_EXPECT_ARG(master != nullptr || !has_state, fn, ptr_arg(ptr, "master"), "must not be null");
+  ZF_EXPECT_ARG(m != nullptr || !has_state, fn, ptr_arg(ptr, "m"), "must not be null");
+  ZF_EXPECT_ARG(v != nullptr || !has_state, fn, ptr_arg(ptr, "v"), "must not be null");
   return check_hparams(fn, hp);
 }
 
 /// gather/scatter: the channel matrix, the index list and the compact buffer.
 template <class M>
 [[nodiscard]] cudaError_t check_channel_copy(std::string_view fn,
+                                             std::string_view ptr,
                                              std::string_view matrix_name,
                                              const channel_matrix<M>& mat,
                                              const std::int32_t* idx,
@@ -101,8 +113,8 @@ template <class M>
     return e;
   }
   ZF_EXPECT_ARG(count >= 0 && count <= mat.channels, fn, "count", "must be in [0, channels]");
-  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "d_idx", "must not be null");
-  ZF_EXPECT_ARG(compact != nullptr || count == 0 || mat.channel_len == 0, fn, compact_name,
+  ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, ptr_arg(ptr, "idx"), "must not be null");
+  ZF_EXPECT_ARG(compact != nullptr || count == 0 || mat.channel_len == 0, fn, ptr_arg(ptr, compact_name),
                 "must not be null");
   return cudaSuccess;
 }
@@ -111,7 +123,7 @@ template <class M>
 [[nodiscard]] inline cudaError_t
 check_indices_host(std::string_view fn, const std::int32_t* idx, std::int64_t count, std::int64_t channels) {
   for (std::int64_t i = 0; i < count; ++i) {
-    ZF_EXPECT_ARG(idx[i] >= 0 && idx[i] < channels, fn, "d_idx", "holds an index outside [0, channels)");
+    ZF_EXPECT_ARG(idx[i] >= 0 && idx[i] < channels, fn, "idx", "holds an index outside [0, channels)");
   }
   return cudaSuccess;
 }
