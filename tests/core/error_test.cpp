@@ -63,6 +63,35 @@ TEST(error, check_attaches_a_recorded_message_once_and_never_to_another_code) {
   EXPECT_NO_THROW(zenflow::detail::check(cudaSuccess, "unused"));
 }
 
+TEST(error, cuda_try_consumes_the_message_it_attaches) {
+  try {
+    ZF_CUDA_TRY(launcher_with_checks(nullptr, 4));
+    FAIL() << "ZF_CUDA_TRY did not throw";
+  } catch (const zenflow::cuda_error& e) {
+    EXPECT_NE(std::string(e.what()).find("launcher_with_checks"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(zenflow::last_error_message().empty()) << "ZF_CUDA_TRY follows check's rule";
+}
+
+TEST(error, require_and_fail_argument_name_the_argument) {
+  EXPECT_NO_THROW(zenflow::detail::require(true, "zenflow::example", "slots", "must be > 0"));
+  try {
+    zenflow::detail::require(false, "zenflow::example", "slots", "must be > 0");
+    FAIL() << "require did not throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "zenflow::example: argument 'slots' must be > 0");
+  }
+  // The same words as a launcher's recorded message.
+  (void)launcher_with_checks(nullptr, 1);
+  const std::string recorded = zenflow::last_error_message();
+  zenflow::clear_last_error_message();
+  try {
+    zenflow::detail::fail_argument("zenflow::example", "d_in", "must not be null");
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), recorded);
+  }
+}
+
 TEST(error, runtime_failures_throw_with_the_cuda_name) {
   // Without a driver every runtime call fails; with one, an invalid pointer copy does.
   try {
