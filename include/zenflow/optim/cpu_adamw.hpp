@@ -108,7 +108,7 @@ template <class G, class T = float, class M = float>
 /// @param hp     hyper-parameters (lr already multiplied by host_lr_scale by the caller).
 /// @param upload packed new working weights, `count x channel_len`.
 /// @param after  `keep` leaves acc as it is (the next window's first step assigns it).
-/// Bit-identical to accumulate_channels + cpu AdamW on the rows + packing (the unfused sequence),
+/// Bit-identical to accumulate_channels + adamw_span on the rows + packing (the unfused sequence),
 /// and whatever the thread count or SIMD path.
 template <class S, class T, class M = float>
 [[nodiscard]] cudaError_t adamw_window(const basic_channel_state<M>& state,
