@@ -834,8 +834,7 @@ TEST(optim_args, host_twins_reject_bad_arguments_and_write_nothing) {
       rejected(host::adamw_dense<bfloat16>(&t, -1, counts.data(), hp, nullptr, nullptr, nullptr), "count"));
   EXPECT_TRUE(rejected(host::adamw_dense<bfloat16>(nullptr, 1, counts.data(), hp, nullptr, nullptr, nullptr),
                        "tensors"));
-  EXPECT_TRUE(
-      rejected(host::adamw_dense<bfloat16>(&t, 1, nullptr, hp, nullptr, nullptr, nullptr), "counts"));
+  EXPECT_TRUE(rejected(host::adamw_dense<bfloat16>(&t, 1, nullptr, hp, nullptr, nullptr, nullptr), "counts"));
   auto t2 = t;
   t2.grads = nullptr;
   EXPECT_TRUE(rejected(host::adamw_dense<bfloat16>(&t2, 1, counts.data(), hp, nullptr, nullptr, nullptr),
