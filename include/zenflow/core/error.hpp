@@ -97,11 +97,6 @@ inline void check(cudaError_t status, std::string_view what) {
   }
 }
 
-/// Kept for the call sites not yet moved to `check`: the same rule.
-inline void throw_if(cudaError_t status, std::string_view what) {
-  check(status, what);
-}
-
 /// The C++ layer's invalid argument: throws `zenflow::invalid_argument` with the message a
 /// launcher's `reject` would record, "<function>: argument '<argument>' <why>".
 [[noreturn]] inline void
@@ -119,12 +114,6 @@ inline void require(bool ok, std::string_view function, std::string_view argumen
   if (!ok) {
     fail_argument(function, argument, why);
   }
-}
-
-/// Kept for the call sites not yet moved to `fail_argument`.
-[[noreturn]] inline void
-throw_invalid(std::string_view function, std::string_view argument, std::string_view why) {
-  fail_argument(function, argument, why);
 }
 
 /// `ZF_CUDA_TRY`'s failure path: `check` with "<file>:<line>: <expression>" as what failed.

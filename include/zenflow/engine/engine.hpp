@@ -38,6 +38,7 @@
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registration.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
 #include <zenflow/engine/stats.hpp>
@@ -113,14 +114,15 @@ public:
     if (ld == 0) {
       ld = layout == channel_layout::contiguous ? channel_len : channels;
     }
-    require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
-    require(channels >= 1 && channels < (std::int64_t{1} << 31), fn, "channels", "must be in [1, 2^31)");
-    require(channel_len >= 1, fn, "channel_len", "must be >= 1");
-    require(layout == channel_layout::contiguous ? ld >= channel_len : ld >= channels, fn, "ld",
-            "is smaller than the channel extent of the layout");
-    require(weights != nullptr, fn, "weights", "must not be null");
-    require(grads != nullptr, fn, "grads", "must not be null");
-    require_fits_slot(channel_len, sizeof(T), fn, "channel_len", "one channel");
+    detail::require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
+    detail::require(channels >= 1 && channels < (std::int64_t{1} << 31), fn, "channels",
+                    "must be in [1, 2^31)");
+    detail::require(channel_len >= 1, fn, "channel_len", "must be >= 1");
+    detail::require(layout == channel_layout::contiguous ? ld >= channel_len : ld >= channels, fn, "ld",
+                    "is smaller than the channel extent of the layout");
+    detail::require(weights != nullptr, fn, "weights", "must not be null");
+    detail::require(grads != nullptr, fn, "grads", "must not be null");
+    detail::require_fits_slot(cfg_, channel_len, sizeof(T), fn, "channel_len", "one channel");
     return add(fn, true, dtype_of<T>(), weights, grads, channels, channel_len, ld, layout, options);
   }
 
@@ -141,13 +143,13 @@ public:
   param_id add_vector(T* weights, const T* grads, std::int64_t n, const param_options& options = {}) {
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
     constexpr const char* fn = "zenflow::engine::add_vector";
-    require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
-    require(n >= 1, fn, "n", "must be >= 1");
-    require(weights != nullptr, fn, "weights", "must not be null");
-    require(grads != nullptr, fn, "grads", "must not be null");
+    detail::require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
+    detail::require(n >= 1, fn, "n", "must be >= 1");
+    detail::require(weights != nullptr, fn, "weights", "must not be null");
+    detail::require(grads != nullptr, fn, "grads", "must not be null");
     if (cfg_.mode == optimizer_mode::offload_sync ||
         (cfg_.full_warm_up_rounds > 0 && cfg_.mode == optimizer_mode::zenflow)) {
-      require_fits_slot(n, sizeof(T), fn, "n", "the vector"); // it travels to the host whole
+      detail::require_fits_slot(cfg_, n, sizeof(T), fn, "n", "the vector"); // it travels to the host whole
     }
     return add(fn, false, dtype_of<T>(), weights, grads, 1, n, n, channel_layout::contiguous, options);
   }
@@ -155,8 +157,8 @@ public:
   /// Allocates every buffer and copies the current working weights into the fp32 masters.
   /// Blocking (once, before training).
   void initialize(cudaStream_t stream = nullptr) {
-    require(!initialized_, "zenflow::engine::initialize", "this", "is already initialized");
-    require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
+    detail::require(!initialized_, "zenflow::engine::initialize", "this", "is already initialized");
+    detail::require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
     const bool zen = cfg_.mode == optimizer_mode::zenflow;
     const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
     std::vector<std::int64_t> ks, cs;
@@ -250,12 +252,12 @@ public:
   /// parameter per step; after step() returns, announcements are for the next step).
   void grad_ready(param_id param, cudaStream_t stream = nullptr) {
     constexpr const char* fn = "zenflow::engine::grad_ready";
-    require(initialized_, fn, "this", "is not initialized (call initialize() first)");
-    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
-            "is not a registered parameter");
+    detail::require(initialized_, fn, "this", "is not initialized (call initialize() first)");
+    detail::require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
+                    "is not a registered parameter");
     const auto p = static_cast<std::size_t>(param.index);
-    require(announced_[p] == announce_none, fn, "param",
-            "was already announced for this step (once per parameter, before step())");
+    detail::require(announced_[p] == announce_none, fn, "param",
+                    "was already announced for this step (once per parameter, before step())");
     const auto& pi = params_[p];
     auto& h = host_[p];
     if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
@@ -280,8 +282,8 @@ public:
   /// selection step, a host job not done at the close that must apply it), all counted as stall.
   step_report step(float lr, cudaStream_t stream = nullptr) {
     constexpr const char* fn = "zenflow::engine::step";
-    require(initialized_, fn, "this", "is not initialized (call initialize() first)");
-    require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
+    detail::require(initialized_, fn, "this", "is not initialized (call initialize() first)");
+    detail::require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
     step_report rep{};
     const std::int64_t t = t_;
     rep.step = t;
@@ -322,7 +324,7 @@ public:
   /// Waits for every submitted host job and writes its weights (docs/engine-semantics.md, 6:
   /// the open window stays open). Blocking.
   void flush(cudaStream_t stream = nullptr) {
-    require(initialized_, "zenflow::engine::flush", "this", "is not initialized");
+    detail::require(initialized_, "zenflow::engine::flush", "this", "is not initialized");
     call_cost cost;
     drain(stream, cost);
     account(cost);
@@ -446,66 +448,15 @@ private:
   static config checked(const config& cfg) {
     cfg.validate();
     // Never accept a setting and ignore it: the chunk ring of uploads is not built yet.
-    require(cfg.upload != upload_policy::chunk_ring, "zenflow::engine", "upload",
-            "chunk_ring is not implemented yet");
+    detail::require(cfg.upload != upload_policy::chunk_ring, "zenflow::engine", "upload",
+                    "chunk_ring is not implemented yet");
     return cfg;
   }
 
-  static void require(bool ok, const char* fn, const char* arg, const char* why) {
-    if (!ok) {
-      fail(fn, arg, why);
-    }
-  }
-  [[noreturn]] static void fail(const char* fn, const char* arg, const std::string& why) {
-    throw invalid_argument(std::string(fn) + ": argument '" + arg + "' " + why);
-  }
-
-  /// A channel (or a host-side vector) travels in one ring slot: the error gives the sizes and
-  /// the smallest ring_slot_bytes that fits.
-  void require_fits_slot(std::int64_t elements,
-                         std::size_t element_bytes,
-                         const char* fn,
-                         const char* arg,
-                         const char* what) const {
-    const auto bytes = static_cast<std::int64_t>(static_cast<std::uint64_t>(elements) * element_bytes);
-    if (bytes <= cfg_.ring_slot_bytes) {
-      return;
-    }
-    const std::int64_t need = std::max<std::int64_t>(4096, (bytes + 255) / 256 * 256);
-    std::string msg =
-        std::string(fn) + ": argument '" + arg + "' makes " + what + " " + std::to_string(bytes) +
-        " bytes (" + std::to_string(elements) + " x " + std::to_string(element_bytes) +
-        "), larger than one ring slot (ring_slot_bytes = " + std::to_string(cfg_.ring_slot_bytes) +
-        "), and it travels to the host in one slot: ";
-    msg +=
-        need <= (std::int64_t{1} << 30)
-            ? "set zenflow_ext.ring_slot_bytes (config::ring_slot_bytes) to at least " + std::to_string(need)
-            : std::string("that is more than the largest slot (2^30 bytes)");
-    msg += ", or register it in smaller pieces";
-    throw invalid_argument(msg);
-  }
-
   [[nodiscard]] std::size_t index(param_id param) const {
-    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), "zenflow::engine",
-            "param", "is not a registered parameter");
+    detail::require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(),
+                    "zenflow::engine", "param", "is not a registered parameter");
     return static_cast<std::size_t>(param.index);
-  }
-
-  /// Bytes [begin, end) that a channel matrix of `elem` bytes per element spans.
-  struct byte_range {
-    std::uintptr_t begin = 0, end = 0;
-    [[nodiscard]] bool overlaps(const byte_range& o) const noexcept { return begin < o.end && o.begin < end; }
-  };
-  static byte_range extent(const void* base,
-                           std::size_t elem,
-                           std::int64_t channels,
-                           std::int64_t len,
-                           std::int64_t ld,
-                           channel_layout layout) {
-    const std::int64_t outer = layout == channel_layout::contiguous ? channels : len;
-    const std::int64_t inner = layout == channel_layout::contiguous ? len : channels;
-    const auto b = reinterpret_cast<std::uintptr_t>(base);
-    return {b, b + static_cast<std::uintptr_t>(((outer - 1) * ld + inner) * static_cast<std::int64_t>(elem))};
   }
 
   param_id add(const char* fn,
@@ -518,53 +469,8 @@ private:
                std::int64_t ld,
                channel_layout layout,
                const param_options& options) {
-    const std::size_t elem = dtype_size(type);
-    const byte_range wr = extent(w, elem, channels, len, ld, layout);
-    const byte_range gr = extent(g, elem, channels, len, ld, layout);
-    require(!wr.overlaps(gr), fn, "grads", "overlaps 'weights' (weights == grads, or the same buffer)");
-    for (std::size_t q = 0; q < params_.size(); ++q) {
-      const auto& o = params_[q];
-      const byte_range ow = extent(o.weights, o.elem_bytes(), o.channels, o.channel_len, o.ld, o.layout);
-      const byte_range og = extent(o.grads, o.elem_bytes(), o.channels, o.channel_len, o.ld, o.layout);
-      const auto other = [&] {
-        return "parameter " + std::to_string(q) + (o.name.empty() ? "" : " ('" + o.name + "')");
-      };
-      if (wr.overlaps(ow)) {
-        fail(fn, "weights", "overlaps the weights of " + other() + " (registered twice?)");
-      }
-      if (wr.overlaps(og)) {
-        fail(fn, "weights", "overlaps the gradients of " + other());
-      }
-      if (gr.overlaps(og)) {
-        fail(fn, "grads", "overlaps the gradients of " + other());
-      }
-      if (gr.overlaps(ow)) {
-        fail(fn, "grads", "overlaps the weights of " + other());
-      }
-    }
-    // Explicit options win, then the first matching param_group, then the defaults.
-    const param_group* group = cfg_.find_param_group(options.name);
-    const float lr_scale = options.lr_scale                      ? *options.lr_scale
-                           : group != nullptr && group->lr_scale ? *group->lr_scale
-                                                                 : 1.0f;
-    const float wd = options.weight_decay                      ? *options.weight_decay
-                     : group != nullptr && group->weight_decay ? *group->weight_decay
-                                                               : cfg_.adam.weight_decay;
-    require(std::isfinite(lr_scale) && lr_scale >= 0.0f, fn, "options.lr_scale", "must be finite and >= 0");
-    require(std::isfinite(wd) && wd >= 0.0f, fn, "options.weight_decay", "must be finite and >= 0");
-    detail::param_info pi;
-    pi.matrix = matrix;
-    pi.type = type;
-    pi.weights = w;
-    pi.grads = g;
-    pi.channels = channels;
-    pi.channel_len = len;
-    pi.ld = ld;
-    pi.layout = layout;
-    pi.name = options.name;
-    pi.lr_scale = lr_scale;
-    pi.weight_decay = wd;
-    params_.push_back(std::move(pi));
+    params_.push_back(
+        detail::checked_param(cfg_, params_, fn, matrix, type, w, g, channels, len, ld, layout, options));
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 

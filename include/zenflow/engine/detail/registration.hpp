@@ -1,0 +1,132 @@
+/// @file
+/// The checks of the engine's registration (add_matrix, add_vector): the ring-slot limit, byte
+/// extents and overlaps with what is registered, and the parameter's options resolved against the
+/// config's parameter groups. Each throws zenflow::invalid_argument naming the argument, before
+/// anything is registered.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/params.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// A channel (or a host-side vector) travels in one ring slot: the error gives the sizes and
+/// the smallest ring_slot_bytes that fits.
+inline void require_fits_slot(const config& cfg,
+                              std::int64_t elements,
+                              std::size_t element_bytes,
+                              const char* fn,
+                              const char* arg,
+                              const char* what) {
+  const auto bytes = static_cast<std::int64_t>(static_cast<std::uint64_t>(elements) * element_bytes);
+  if (bytes <= cfg.ring_slot_bytes) {
+    return;
+  }
+  const std::int64_t need = std::max<std::int64_t>(4096, (bytes + 255) / 256 * 256);
+  std::string msg = std::string(fn) + ": argument '" + arg + "' makes " + what + " " + std::to_string(bytes) +
+                    " bytes (" + std::to_string(elements) + " x " + std::to_string(element_bytes) +
+                    "), larger than one ring slot (ring_slot_bytes = " + std::to_string(cfg.ring_slot_bytes) +
+                    "), and it travels to the host in one slot: ";
+  msg += need <= (std::int64_t{1} << 30)
+             ? "set zenflow_ext.ring_slot_bytes (config::ring_slot_bytes) to at least " + std::to_string(need)
+             : std::string("that is more than the largest slot (2^30 bytes)");
+  msg += ", or register it in smaller pieces";
+  throw invalid_argument(msg);
+}
+
+/// Bytes [begin, end) that a channel matrix of `elem` bytes per element spans.
+struct byte_range {
+  std::uintptr_t begin = 0, end = 0;
+  [[nodiscard]] bool overlaps(const byte_range& o) const noexcept { return begin < o.end && o.begin < end; }
+};
+inline byte_range extent(const void* base,
+                         std::size_t elem,
+                         std::int64_t channels,
+                         std::int64_t len,
+                         std::int64_t ld,
+                         channel_layout layout) {
+  const std::int64_t outer = layout == channel_layout::contiguous ? channels : len;
+  const std::int64_t inner = layout == channel_layout::contiguous ? len : channels;
+  const auto b = reinterpret_cast<std::uintptr_t>(base);
+  return {b, b + static_cast<std::uintptr_t>(((outer - 1) * ld + inner) * static_cast<std::int64_t>(elem))};
+}
+
+/// The parameter `fn` registers, checked against the parameters already `registered`: its
+/// buffers must not overlap each other nor theirs (byte extents from the layout and `ld`), and
+/// its options (explicit, else the first matching param_group, else the defaults) must be in range.
+inline param_info checked_param(const config& cfg,
+                                const std::vector<param_info>& registered,
+                                const char* fn,
+                                bool matrix,
+                                dtype type,
+                                void* w,
+                                const void* g,
+                                std::int64_t channels,
+                                std::int64_t len,
+                                std::int64_t ld,
+                                channel_layout layout,
+                                const param_options& options) {
+  const std::size_t elem = dtype_size(type);
+  const byte_range wr = extent(w, elem, channels, len, ld, layout);
+  const byte_range gr = extent(g, elem, channels, len, ld, layout);
+  require(!wr.overlaps(gr), fn, "grads", "overlaps 'weights' (weights == grads, or the same buffer)");
+  for (std::size_t q = 0; q < registered.size(); ++q) {
+    const auto& o = registered[q];
+    const byte_range ow = extent(o.weights, o.elem_bytes(), o.channels, o.channel_len, o.ld, o.layout);
+    const byte_range og = extent(o.grads, o.elem_bytes(), o.channels, o.channel_len, o.ld, o.layout);
+    const auto other = [&] {
+      return "parameter " + std::to_string(q) + (o.name.empty() ? "" : " ('" + o.name + "')");
+    };
+    if (wr.overlaps(ow)) {
+      fail_argument(fn, "weights", "overlaps the weights of " + other() + " (registered twice?)");
+    }
+    if (wr.overlaps(og)) {
+      fail_argument(fn, "weights", "overlaps the gradients of " + other());
+    }
+    if (gr.overlaps(og)) {
+      fail_argument(fn, "grads", "overlaps the gradients of " + other());
+    }
+    if (gr.overlaps(ow)) {
+      fail_argument(fn, "grads", "overlaps the weights of " + other());
+    }
+  }
+  // Explicit options win, then the first matching param_group, then the defaults.
+  const param_group* group = cfg.find_param_group(options.name);
+  const float lr_scale = options.lr_scale                      ? *options.lr_scale
+                         : group != nullptr && group->lr_scale ? *group->lr_scale
+                                                               : 1.0f;
+  const float wd = options.weight_decay                      ? *options.weight_decay
+                   : group != nullptr && group->weight_decay ? *group->weight_decay
+                                                             : cfg.adam.weight_decay;
+  require(std::isfinite(lr_scale) && lr_scale >= 0.0f, fn, "options.lr_scale", "must be finite and >= 0");
+  require(std::isfinite(wd) && wd >= 0.0f, fn, "options.weight_decay", "must be finite and >= 0");
+  param_info pi;
+  pi.matrix = matrix;
+  pi.type = type;
+  pi.weights = w;
+  pi.grads = g;
+  pi.channels = channels;
+  pi.channel_len = len;
+  pi.ld = ld;
+  pi.layout = layout;
+  pi.name = options.name;
+  pi.lr_scale = lr_scale;
+  pi.weight_decay = wd;
+  return pi;
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
