@@ -341,8 +341,8 @@ TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host
     zenflow::device_buffer<float> rec(8);
     ZF_CUDA_TRY(cudaMemcpy(dt.data(), totals.data(), dt.bytes(), cudaMemcpyHostToDevice));
     ZF_CUDA_TRY(cudaMemcpy(df.data(), flags.data(), df.bytes(), cudaMemcpyHostToDevice));
-    zenflow::detail::engine_kernels::finish_scalars_kernel<<<1, 128>>>(dt.data(), 3, df.data(), 2, 8.0f, 1.0f,
-                                                                       rec.data(), 4);
+    zenflow::detail::engine_kernels::finish_scalars_kernel<<<1, 128>>>(
+        zenflow::detail::step_scalars_args{dt.data(), 3, df.data(), 2, 8.0f, 1.0f, rec.data(), 4});
     ZF_CUDA_TRY(cudaGetLastError());
     std::uint32_t dev_rec[8];
     ZF_CUDA_TRY(cudaMemcpy(dev_rec, rec.data(), 32, cudaMemcpyDeviceToHost));

@@ -13,14 +13,16 @@
 ///
 /// A backend is a small copyable value (a policy, like a copy backend); the plan owns every
 /// buffer and event it creates through it. Operations are stream-ordered on the stream they are
-/// given; the primitive operations mirror the primitives' signatures with the stream last and
-/// return their `cudaError_t` (the emulated backend reports a failure of work that ran later
-/// through its device's sticky error, at the next synchronising call).
+/// given. The plan writes each primitive call once, as `[=](auto prim, auto on) { return
+/// prim.name(args..., on); }`; the backend decides what `prim` and `on` are and when it runs (the
+/// emulated backend reports a failure of work that ran later through its device's sticky error,
+/// at the next synchronising call).
 #pragma once
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -30,31 +32,35 @@
 
 ZF_NAMESPACE_BEGIN
 
+namespace detail {
+/// The memory of the backends whose "device" is host memory (host, emulated).
+struct host_memory {
+  template <class T>
+  using device_buffer = std::vector<T>;
+  template <class T>
+  using host_buffer = std::vector<T>;
+};
+} // namespace detail
+
 /// The requirements the device plan places on a backend `B` (beyond the primitive operations,
 /// which are templates and are checked where the plan instantiates them):
 /// - `B::is_device`: work completes asynchronously (the engine runs its consumer thread);
 /// - `B::copy_backend_type` (a `copy_backend`, for the D2H ring) from `copier()`;
 /// - `B::device_buffer<T>` / `B::host_buffer<T>` (host buffers are pinned where that matters),
-///   from `device_alloc<T>(n)` / `host_alloc<T>(n)`, with `data()` and `size()`;
+///   owning, constructed from an element count, with `data()` and `size()`;
 /// - copies in the three directions, `zero`, `synchronize(stream)`, `synchronize_all()`;
 /// - `current_device()` / `bind_device(d)`: the job thread makes the plan's device current;
-/// - the plan's small operations (detail/step_kernels.hpp) and the primitives.
+/// - `run(stream, bytes, name, op)`: enqueues `op(primitives, exec)` on `stream`, where
+///   `primitives` is the backend's primitive set (`detail::host_primitives`: the host twins;
+///   `detail::device_primitives`: the device launchers) and `exec` its last argument (a worker
+///   pool, or the stream); `query(op)` calls it now, for temporary-storage sizes.
 template <class B>
 concept engine_backend = std::copy_constructible<B> && copy_backend<typename B::copy_backend_type> &&
-    requires(const B b,
-             void* dst,
-             const void* src,
-             std::size_t n,
-             cudaStream_t s,
-             double* totals,
-             const std::uint32_t* flags,
-             float* record,
-             std::int32_t* counts,
-             const detail::sq_total_item* items) {
+    requires(const B b, void* dst, const void* src, std::size_t n, cudaStream_t s) {
   { B::is_device } -> std::convertible_to<bool>;
   { b.copier() } -> std::same_as<typename B::copy_backend_type>;
-  { b.template device_alloc<float>(n).data() } -> std::same_as<float*>;
-  { b.template host_alloc<float>(n).data() } -> std::same_as<float*>;
+  { typename B::template device_buffer<float>(n).data() } -> std::same_as<float*>;
+  { typename B::template host_buffer<float>(n).data() } -> std::same_as<float*>;
   b.copy_d2h(dst, src, n, s);
   b.copy_h2d(dst, src, n, s);
   b.copy_d2d(dst, src, n, s);
@@ -63,11 +69,10 @@ concept engine_backend = std::copy_constructible<B> && copy_backend<typename B::
   b.synchronize_all();
   { b.current_device() } -> std::convertible_to<int>;
   b.bind_device(0);
-  b.sq_totals(items, 1, totals, s);
-  b.finish_scalars(totals, 1, flags, 1, 1.0f, 0.0f, record, 0, s);
-  b.adopt_early_mass(record, record, 1, s);
-  b.iota(counts, 1, s);
-  b.move_counts(counts, counts, counts, counts, 1, s);
+  b.run(s, n, "op", [](auto, auto) { return cudaSuccess; });
+  {
+    b.query([](auto, auto) { return cudaSuccess; })
+    } -> std::same_as<cudaError_t>;
 };
 
 ZF_NAMESPACE_END

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -14,14 +15,59 @@
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
+#include <zenflow/engine/detail/host_primitives.hpp>
 #include <zenflow/engine/detail/kernels.cuh>
 #include <zenflow/optim/adamw.cuh>
+#include <zenflow/optim/channels.cuh>
 #include <zenflow/optim/types.hpp>
 #include <zenflow/select/channel_norms.cuh>
 #include <zenflow/select/topk.cuh>
 #include <zenflow/transport/copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN
+
+namespace detail {
+/// The primitive set of the CUDA backend: the device launchers of the primitives and the
+/// kernels of the plan's small operations (kernels.cuh), with `host_primitives`' names and
+/// arguments (detail/host_primitives.hpp), the last one a stream.
+struct device_primitives {
+  using exec_type = cudaStream_t;
+
+  ZF_ENGINE_PRIMITIVES_FROM(device)
+
+  static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, cudaStream_t s) {
+    if (n > 0) {
+      engine_kernels::sq_totals_kernel<<<static_cast<unsigned>(n), sq_total_lanes, 0, s>>>(items, totals);
+    }
+    return cudaGetLastError();
+  }
+  static cudaError_t finish_scalars(const step_scalars_args& a, cudaStream_t s) {
+    engine_kernels::finish_scalars_kernel<<<1, 128, 0, s>>>(a);
+    return cudaGetLastError();
+  }
+  static cudaError_t adopt_early_mass(float* early, float* rest, int n, cudaStream_t s) {
+    if (n > 0) {
+      engine_kernels::adopt_early_mass_kernel<<<1, 128, 0, s>>>(early, rest, n);
+    }
+    return cudaGetLastError();
+  }
+  static cudaError_t iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
+    if (n > 0) {
+      engine_kernels::iota_kernel<<<blocks(n), 256, 0, s>>>(out, n);
+    }
+    return cudaGetLastError();
+  }
+  static cudaError_t move_counts(const count_moves& m, cudaStream_t s) {
+    if (m.n > 0) {
+      engine_kernels::move_counts_kernel<<<blocks(m.n), 256, 0, s>>>(m);
+    }
+    return cudaGetLastError();
+  }
+
+private:
+  static unsigned blocks(std::int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+};
+} // namespace detail
 
 /// CUDA backend of `zenflow::engine`: parameters are device pointers of the device current when
 /// the engine is initialized.
@@ -35,14 +81,6 @@ public:
   using host_buffer = pinned_buffer<T>;
 
   [[nodiscard]] copy_backend_type copier() const noexcept { return {}; }
-  template <class T>
-  [[nodiscard]] device_buffer<T> device_alloc(std::size_t n) const {
-    return device_buffer<T>(n);
-  }
-  template <class T>
-  [[nodiscard]] host_buffer<T> host_alloc(std::size_t n) const {
-    return host_buffer<T>(n);
-  }
 
   void copy_d2h(void* dst, const void* src, std::size_t bytes, cudaStream_t s) const {
     copy(dst, src, bytes, cudaMemcpyDeviceToHost, s);
@@ -72,123 +110,18 @@ public:
   /// The job's thread may not have made the engine's device current (the user's may not be 0).
   void bind_device(int d) const { detail::check(cudaSetDevice(d), "zenflow::cuda_backend: cudaSetDevice"); }
 
-  // ---- the plan's small operations: kernels.cuh ----
-  void sq_totals(const detail::sq_total_item* items, int n, double* totals, cudaStream_t s) const {
-    if (n > 0) {
-      detail::engine_kernels::sq_totals_kernel<<<static_cast<unsigned>(n), detail::sq_total_lanes, 0, s>>>(
-          items, totals);
-      detail::check(cudaGetLastError(), "zenflow::cuda_backend: sq_totals_kernel");
-    }
+  /// An operation of the plan, `op(primitives, exec)`: the device launchers, stream-ordered on `s`.
+  template <class Op>
+  void run(cudaStream_t s, std::size_t /*bytes*/, const char* name, Op&& op) const {
+    detail::check(std::forward<Op>(op)(detail::device_primitives{}, s), name);
   }
-  void finish_scalars(const double* totals,
-                      int n,
-                      const std::uint32_t* flags,
-                      int flag_count,
-                      float loss_scale,
-                      float max_norm,
-                      float* record,
-                      int mass_words,
-                      cudaStream_t s) const {
-    detail::engine_kernels::finish_scalars_kernel<<<1, 128, 0, s>>>(totals, n, flags, flag_count, loss_scale,
-                                                                    max_norm, record, mass_words);
-    detail::check(cudaGetLastError(), "zenflow::cuda_backend: finish_scalars_kernel");
-  }
-  void adopt_early_mass(float* early, float* rest, int n, cudaStream_t s) const {
-    if (n > 0) {
-      detail::engine_kernels::adopt_early_mass_kernel<<<1, 128, 0, s>>>(early, rest, n);
-      detail::check(cudaGetLastError(), "zenflow::cuda_backend: adopt_early_mass_kernel");
-    }
-  }
-  void iota(std::int32_t* out, std::int64_t n, cudaStream_t s) const {
-    if (n > 0) {
-      detail::engine_kernels::iota_kernel<<<blocks(n), 256, 0, s>>>(out, n);
-      detail::check(cudaGetLastError(), "zenflow::cuda_backend: iota_kernel");
-    }
-  }
-  void move_counts(const std::int32_t* src,
-                   const std::int32_t* src_idx,
-                   std::int32_t* dst,
-                   const std::int32_t* dst_idx,
-                   std::int64_t n,
-                   cudaStream_t s) const {
-    if (n > 0) {
-      detail::engine_kernels::move_counts_kernel<<<blocks(n), 256, 0, s>>>(src, src_idx, dst, dst_idx, n);
-      detail::check(cudaGetLastError(), "zenflow::cuda_backend: move_counts_kernel");
-    }
-  }
-
-  // ---- the primitives' device launchers ----
-  template <channel_norm Norm, class T>
-  [[nodiscard]] cudaError_t channel_norms_batched(void* temp,
-                                                  std::size_t& temp_bytes,
-                                                  const channel_norm_item<T>* items,
-                                                  std::int64_t count,
-                                                  channel_norm_extras extras,
-                                                  cudaStream_t s) const {
-    return device::channel_norms_batched<Norm, T>(temp, temp_bytes, items, count, extras, s);
-  }
-  template <channel_norm Norm, class T>
-  [[nodiscard]] cudaError_t channel_norms(void* temp,
-                                          std::size_t& temp_bytes,
-                                          channel_matrix<const T> grad,
-                                          float* scores,
-                                          cudaStream_t s) const {
-    return device::channel_norms<Norm, T>(temp, temp_bytes, grad.data, grad.channels, grad.channel_len,
-                                          grad.ld, grad.layout, scores, {}, s);
-  }
-  [[nodiscard]] cudaError_t topk(void* temp,
-                                 std::size_t& temp_bytes,
-                                 const float* scores,
-                                 std::int64_t n,
-                                 std::int64_t k,
-                                 std::int32_t* indices,
-                                 cudaStream_t s) const {
-    return device::topk(temp, temp_bytes, scores, n, k, indices, nullptr, topk_order::ascending_index, s);
-  }
-  template <class T>
-  [[nodiscard]] cudaError_t adamw_dense(const adamw_tensor<T>* tensors,
-                                        int count,
-                                        std::int32_t* counts,
-                                        const adamw_hparams& hp,
-                                        const float* grad_scale,
-                                        const std::uint32_t* skip,
-                                        cudaStream_t s) const {
-    return device::adamw_dense<T>(tensors, count, counts, hp, grad_scale, skip, s);
-  }
-  template <class T>
-  [[nodiscard]] cudaError_t adamw_selective(channel_matrix<T> weights,
-                                            channel_matrix<const T> grads,
-                                            const std::int32_t* idx,
-                                            std::int64_t k,
-                                            const channel_state& state,
-                                            const adamw_hparams& hp,
-                                            const float* grad_scale,
-                                            const std::uint32_t* skip,
-                                            float* l1_mass,
-                                            cudaStream_t s) const {
-    return device::adamw_selective<T>(weights, grads, idx, k, state.master, state.m, state.v, state.counts,
-                                      hp, grad_scale, skip, l1_mass, s);
-  }
-  template <class Tin, class Tout>
-  [[nodiscard]] cudaError_t gather_channels(channel_matrix<const Tin> src,
-                                            const std::int32_t* idx,
-                                            std::int64_t count,
-                                            Tout* dst,
-                                            float* l1_mass,
-                                            cudaStream_t s) const {
-    return device::gather_channels<Tin, Tout>(src, idx, count, dst, l1_mass, s);
-  }
-  template <class Tin, class Tout>
-  [[nodiscard]] cudaError_t scatter_channels(const Tin* src,
-                                             const std::int32_t* idx,
-                                             std::int64_t count,
-                                             channel_matrix<Tout> dst,
-                                             cudaStream_t s) const {
-    return device::scatter_channels<Tin, Tout>(src, idx, count, dst, s);
+  /// A host-side query of an operation (temporary storage sizes), answered now.
+  template <class Op>
+  [[nodiscard]] cudaError_t query(Op&& op) const {
+    return std::forward<Op>(op)(detail::device_primitives{}, cudaStream_t{nullptr});
   }
 
 private:
-  static unsigned blocks(std::int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
   static void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
     if (bytes > 0) {
       detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "zenflow::cuda_backend: cudaMemcpyAsync");

@@ -123,7 +123,8 @@ public:
     detail::require(weights != nullptr, fn, "weights", "must not be null");
     detail::require(grads != nullptr, fn, "grads", "must not be null");
     detail::require_fits_slot(cfg_, channel_len, sizeof(T), fn, "channel_len", "one channel");
-    return add(fn, true, dtype_of<T>(), weights, grads, channels, channel_len, ld, layout, options);
+    return registered(detail::checked_param(cfg_, params_, fn, true, dtype_of<T>(), weights, grads, channels,
+                                            channel_len, ld, layout, options));
   }
 
   /// add_matrix() with packed contiguous channels and `options`.
@@ -151,7 +152,8 @@ public:
         (cfg_.full_warm_up_rounds > 0 && cfg_.mode == optimizer_mode::zenflow)) {
       detail::require_fits_slot(cfg_, n, sizeof(T), fn, "n", "the vector"); // it travels to the host whole
     }
-    return add(fn, false, dtype_of<T>(), weights, grads, 1, n, n, channel_layout::contiguous, options);
+    return registered(detail::checked_param(cfg_, params_, fn, false, dtype_of<T>(), weights, grads, 1, n, n,
+                                            channel_layout::contiguous, options));
   }
 
   /// Allocates every buffer and copies the current working weights into the fp32 masters.
@@ -207,7 +209,7 @@ public:
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
-        h.upload = plan_.backend().template host_alloc<std::byte>(pi.bytes());
+        h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
         h.host_set = detail::complement({}, pi.channels);
         stats_.model_bytes += 0;
         stats_.memory.host_state += n * 12 + h.counts.size() * 4;
@@ -459,18 +461,8 @@ private:
     return static_cast<std::size_t>(param.index);
   }
 
-  param_id add(const char* fn,
-               bool matrix,
-               dtype type,
-               void* w,
-               const void* g,
-               std::int64_t channels,
-               std::int64_t len,
-               std::int64_t ld,
-               channel_layout layout,
-               const param_options& options) {
-    params_.push_back(
-        detail::checked_param(cfg_, params_, fn, matrix, type, w, g, channels, len, ld, layout, options));
+  param_id registered(detail::param_info pi) {
+    params_.push_back(std::move(pi));
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
@@ -626,21 +618,27 @@ private:
 
   std::int32_t take_n_w(std::size_t a, std::uint64_t seq) { return host_.take_n_w(a, seq); }
 
+  /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
+  /// pushed so far consumed, the host AdamW, the new weights up and scattered (all a stall).
+  void synchronous_window(std::size_t a, float lr, cudaStream_t stream, call_cost& cost) {
+    std::int32_t n_w = 0;
+    timed_stall(cost, [&] { n_w = take_n_w(a, pushed_); });
+    if (n_w > 0) {
+      timed_stall(cost, [&] {
+        plan_.wait_upload_done();
+        run_job(a, n_w, lr);
+      });
+      account_job();
+      apply_uploads(stream, cost);
+    }
+  }
+
   /// Closes the current window at the end of step t (docs/engine-semantics.md, 6).
   void close_window(float lr, cudaStream_t stream, call_cost& cost) {
     const std::size_t a = cur_acc_;
     const std::int64_t w = windows_++;
     if (!cfg_.overlap_step) {
-      std::int32_t n_w = 0;
-      timed_stall(cost, [&] { n_w = take_n_w(a, pushed_); });
-      if (n_w > 0) {
-        timed_stall(cost, [&] {
-          plan_.wait_upload_done();
-          run_job(a, n_w, lr);
-        });
-        account_job();
-        apply_uploads(stream, cost);
-      }
+      synchronous_window(a, lr, stream, cost);
     } else {
       drain(stream, cost);
       const std::uint64_t seq = pushed_;
@@ -671,17 +669,7 @@ private:
     }
     push_record(t, record_tag_first, stream, cost);
     stream_gradients(t, stream, cost);
-    const std::size_t a = cur_acc_;
-    std::int32_t n_w = 0;
-    timed_stall(cost, [&] { n_w = take_n_w(a, pushed_); });
-    if (n_w > 0) {
-      timed_stall(cost, [&] {
-        plan_.wait_upload_done();
-        run_job(a, n_w, lr);
-      });
-      account_job();
-      apply_uploads(stream, cost);
-    }
+    synchronous_window(cur_acc_, lr, stream, cost);
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {

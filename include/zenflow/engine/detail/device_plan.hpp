@@ -31,7 +31,7 @@
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
-#include <zenflow/select/channel_norms.hpp>
+#include <zenflow/select/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -128,8 +128,11 @@ public:
   pack(std::size_t p, std::int64_t begin, std::int64_t end, std::byte* dst, bool early, cudaStream_t stream);
   /// After prologue(): the early rest masses join the record and are zeroed for the next step.
   void adopt_early(cudaStream_t stream) {
-    b_.adopt_early_mass(early_rest_.data(), record_[cur_record_].data() + layout_.rest_word(0),
-                        static_cast<int>(layout_.matrices), stream);
+    b_.run(stream, 0, "zenflow::engine: adopt_early_mass",
+           [early = early_rest_.data(), rest = record_[cur_record_].data() + layout_.rest_word(0),
+            n = static_cast<int>(layout_.matrices)](auto prim, auto on) {
+             return prim.adopt_early_mass(early, rest, n, on);
+           });
   }
 
   // ---- the upload of a host window's new weights ----------------------------------------------
@@ -185,6 +188,40 @@ private:
   template <class T>
   static channel_matrix<T> compact(T* base, std::int64_t rows, std::int64_t len) {
     return {base, rows, len, len, channel_layout::contiguous};
+  }
+  // The plan's primitive calls that recur, each written once: `bytes` is what they move (the
+  // emulated device's timing model charges it).
+  template <class Tin, class Tout>
+  void gather(channel_matrix<const Tin> src,
+              const std::int32_t* idx,
+              std::int64_t count,
+              Tout* dst,
+              float* l1_mass,
+              cudaStream_t s) {
+    b_.run(s, static_cast<std::size_t>(count * src.channel_len) * (sizeof(Tin) + sizeof(Tout)),
+           "zenflow::engine: gather_channels",
+           [=](auto prim, auto on) { return prim.gather_channels(src, idx, count, dst, l1_mass, on); });
+  }
+  template <class Tin, class Tout>
+  void scatter(
+      const Tin* src, const std::int32_t* idx, std::int64_t count, channel_matrix<Tout> dst, cudaStream_t s) {
+    b_.run(s, static_cast<std::size_t>(count * dst.channel_len) * (sizeof(Tin) + sizeof(Tout)),
+           "zenflow::engine: scatter_channels",
+           [=](auto prim, auto on) { return prim.scatter_channels(src, idx, count, dst, on); });
+  }
+  void iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
+    b_.run(s, static_cast<std::size_t>(n) * 4, "zenflow::engine: iota",
+           [=](auto prim, auto on) { return prim.iota(out, n, on); });
+  }
+  void move_counts(const std::int32_t* src,
+                   const std::int32_t* src_idx,
+                   std::int32_t* dst,
+                   const std::int32_t* dst_idx,
+                   std::int64_t n,
+                   cudaStream_t s) {
+    const count_moves m{src, src_idx, dst, dst_idx, n};
+    b_.run(s, static_cast<std::size_t>(n) * 8, "zenflow::engine: move_counts",
+           [m](auto prim, auto on) { return prim.move_counts(m, on); });
   }
   template <class T>
   static channel_matrix<const T> read_only(channel_matrix<T> m) {

@@ -25,22 +25,21 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     if (pi.matrix) {
       d.matrix_index = matrices++;
     }
-    d.master = b_.template device_alloc<float>(rows);
-    d.m = b_.template device_alloc<float>(rows);
-    d.v = b_.template device_alloc<float>(rows);
-    d.master2 = b_.template device_alloc<float>(rows);
-    d.m2 = b_.template device_alloc<float>(rows);
-    d.v2 = b_.template device_alloc<float>(rows);
-    d.counts = b_.template device_alloc<std::int32_t>(cap);
-    d.counts2 = b_.template device_alloc<std::int32_t>(cap);
-    d.sel = b_.template device_alloc<std::int32_t>(cap);
-    d.scores = b_.template device_alloc<float>(static_cast<std::size_t>(pi.matrix ? pi.channels : 1));
+    d.master = dbuf<float>(rows);
+    d.m = dbuf<float>(rows);
+    d.v = dbuf<float>(rows);
+    d.master2 = dbuf<float>(rows);
+    d.m2 = dbuf<float>(rows);
+    d.v2 = dbuf<float>(rows);
+    d.counts = dbuf<std::int32_t>(cap);
+    d.counts2 = dbuf<std::int32_t>(cap);
+    d.sel = dbuf<std::int32_t>(cap);
+    d.scores = dbuf<float>(static_cast<std::size_t>(pi.matrix ? pi.channels : 1));
     (pi.matrix ? mem.device_selected_state : mem.device_vector_state) += 2 * (rows * 12 + cap * 4) + cap * 4;
     mem.device_scratch += d.scores.size() * 4;
     if (pi.host_side) {
-      d.host_set = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(pi.channels));
-      d.upload =
-          b_.template device_alloc<std::byte>(static_cast<std::size_t>(pi.channels) * pi.channel_bytes());
+      d.host_set = dbuf<std::int32_t>(static_cast<std::size_t>(pi.channels));
+      d.upload = dbuf<std::byte>(static_cast<std::size_t>(pi.channels) * pi.channel_bytes());
       mem.device_upload += d.upload.size();
       mem.device_scratch += d.host_set.size() * 4;
     }
@@ -55,16 +54,15 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   for (std::size_t i = 0; i < dense_order_.size(); ++i) {
     dense_slot_[dense_order_[i]] = static_cast<std::int64_t>(i);
   }
-  dense_counts_ = b_.template device_alloc<std::int32_t>(std::max<std::size_t>(dense_order_.size(), 1));
+  dense_counts_ = dbuf<std::int32_t>(std::max<std::size_t>(dense_order_.size(), 1));
   mem.device_vector_state += dense_counts_.size() * 4;
   for (auto& r : record_) {
-    r = b_.template device_alloc<float>(static_cast<std::size_t>(layout_.words()));
+    r = dbuf<float>(static_cast<std::size_t>(layout_.words()));
   }
-  early_rest_ =
-      b_.template device_alloc<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
+  early_rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
   b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
-  totals_ = b_.template device_alloc<double>(params.size());
-  flags_ = b_.template device_alloc<std::uint32_t>(params.size());
+  totals_ = dbuf<double>(params.size());
+  flags_ = dbuf<std::uint32_t>(params.size());
   {
     // The squared-norm totals' descriptors: fixed from registration on, uploaded once.
     std::vector<sq_total_item> items(params.size());
@@ -72,18 +70,18 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
       const auto& pi = params[p];
       items[p] = {pi.grads, dev_[p].scores.data(), pi.channels, pi.channel_len, pi.ld, pi.layout, pi.type};
     }
-    sq_items_ = b_.template device_alloc<sq_total_item>(items.size());
+    sq_items_ = dbuf<sq_total_item>(items.size());
     b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
     b_.synchronize(nullptr); // `items` is freed next
   }
-  idx_ = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
-  h_idx_ = b_.template host_alloc<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
-  stage_ = b_.template device_alloc<float>(static_cast<std::size_t>(3 * max_cap_elems));
-  stage_counts_ = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(max_rows));
-  h_stage_ = b_.template host_alloc<float>(static_cast<std::size_t>(3 * max_cap_elems));
-  h_stage_counts_ = b_.template host_alloc<std::int32_t>(static_cast<std::size_t>(max_rows));
-  h_word_ = b_.template host_alloc<std::uint32_t>(1);
-  staging_ = b_.template device_alloc<std::byte>(staging_bytes * slots_);
+  idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
+  h_idx_ = hbuf<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
+  stage_ = dbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
+  stage_counts_ = dbuf<std::int32_t>(static_cast<std::size_t>(max_rows));
+  h_stage_ = hbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
+  h_stage_counts_ = hbuf<std::int32_t>(static_cast<std::size_t>(max_rows));
+  h_word_ = hbuf<std::uint32_t>(1);
+  staging_ = dbuf<std::byte>(staging_bytes * slots_);
   staging_bytes_ = staging_bytes;
   const copier_type c = b_.copier();
   events_.resize(slots_ + 2);
@@ -102,8 +100,10 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     using T = decltype(tag);
     std::vector<channel_norm_item<T>> items = norm_items<T>(members);
     std::size_t bytes = 0;
-    check(b_.template channel_norms_batched<channel_norm::sq_l2, T>(
-              nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()), {}, nullptr),
+    check(b_.query([&](auto prim, auto on) {
+      return prim.template channel_norms_batched<channel_norm::sq_l2>(
+          nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()), channel_norm_extras{}, on);
+    }),
           "zenflow::engine: channel_norms_batched");
     need = std::max(need, bytes);
   });
@@ -113,20 +113,26 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
       continue;
     }
     std::size_t bytes = 0;
-    check(
-        b_.topk(nullptr, bytes, dev_[p].scores.data(), pi.channels, pi.device_capacity, idx_.data(), nullptr),
-        "zenflow::engine: topk");
+    check(b_.query([&](auto prim, auto on) {
+      return prim.topk(nullptr, bytes, dev_[p].scores.data(), pi.channels, pi.device_capacity, idx_.data(),
+                       nullptr, topk_order::ascending_index, on);
+    }),
+          "zenflow::engine: topk");
     need = std::max(need, bytes);
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
       std::size_t nb = 0;
-      check(b_.template channel_norms<channel_norm::l1, T>(nullptr, nb, pi.grad_matrix<T>(),
-                                                           dev_[p].scores.data(), nullptr),
+      const channel_matrix<const T> g = pi.grad_matrix<T>();
+      check(b_.query([&](auto prim, auto on) {
+        return prim.template channel_norms<channel_norm::l1>(nullptr, nb, g.data, g.channels, g.channel_len,
+                                                             g.ld, g.layout, dev_[p].scores.data(),
+                                                             channel_norm_extras{}, on);
+      }),
             "zenflow::engine: channel_norms");
       need = std::max(need, nb);
     });
   }
-  temp_ = b_.template device_alloc<std::byte>(std::max<std::size_t>(need, 256));
+  temp_ = dbuf<std::byte>(std::max<std::size_t>(need, 256));
   mem.device_staging += staging_.size();
   mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
                         totals_.size() * 8 + sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 +
@@ -139,12 +145,10 @@ void device_plan<Backend>::init_device_state(std::size_t p, cudaStream_t stream)
   const param_info& pi = info(p);
   auto& d = dev_[p];
   const std::int64_t cap = pi.device_capacity;
-  b_.iota(d.sel.data(), cap, stream);
+  iota(d.sel.data(), cap, stream);
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
-    check(b_.template gather_channels<T, float>(read_only(pi.weight_matrix<T>()), d.sel.data(), cap,
-                                                d.master.data(), nullptr, stream),
-          "zenflow::engine: gather_channels");
+    gather(read_only(pi.weight_matrix<T>()), d.sel.data(), cap, d.master.data(), nullptr, stream);
   });
   b_.zero(d.m.data(), d.m.size() * 4, stream);
   b_.zero(d.v.data(), d.v.size() * 4, stream);
@@ -159,15 +163,13 @@ template <class Backend>
 std::size_t device_plan<Backend>::download_weights(std::size_t p, float* dst, cudaStream_t stream) {
   const param_info& pi = info(p);
   const auto n = static_cast<std::size_t>(pi.elements());
-  auto tmp = b_.template device_alloc<float>(n);
-  auto all = b_.template device_alloc<std::int32_t>(static_cast<std::size_t>(pi.channels));
-  auto host = b_.template host_alloc<float>(n);
-  b_.iota(all.data(), pi.channels, stream);
+  dbuf<float> tmp(n);
+  dbuf<std::int32_t> all(static_cast<std::size_t>(pi.channels));
+  hbuf<float> host(n);
+  iota(all.data(), pi.channels, stream);
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
-    check(b_.template gather_channels<T, float>(read_only(pi.weight_matrix<T>()), all.data(), pi.channels,
-                                                tmp.data(), nullptr, stream),
-          "zenflow::engine: gather_channels");
+    gather(read_only(pi.weight_matrix<T>()), all.data(), pi.channels, tmp.data(), nullptr, stream);
   });
   b_.copy_d2h(host.data(), tmp.data(), n * 4, stream);
   b_.synchronize(stream);
@@ -181,17 +183,29 @@ void device_plan<Backend>::prologue(float loss_scale, float max_norm, cudaStream
   for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
     using T = decltype(tag);
     std::vector<channel_norm_item<T>> items = norm_items<T>(members);
-    std::size_t bytes = temp_.size();
-    check(b_.template channel_norms_batched<channel_norm::sq_l2, T>(
-              temp_.data(), bytes, items.data(), static_cast<std::int64_t>(items.size()),
-              {nullptr, flags_.data() + offset}, stream),
-          "zenflow::engine: channel_norms_batched");
+    std::size_t moved = 0;
+    for (const auto& it : items) {
+      moved += static_cast<std::size_t>(it.channels * it.channel_len) * sizeof(T);
+    }
+    const channel_norm_extras extras{nullptr, flags_.data() + offset};
+    b_.run(stream, moved, "zenflow::engine: channel_norms_batched",
+           [items, extras, temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+             std::size_t temp_bytes = bytes;
+             return prim.template channel_norms_batched<channel_norm::sq_l2>(
+                 temp, temp_bytes, items.data(), static_cast<std::int64_t>(items.size()), extras, on);
+           });
     offset += members.size();
   });
   const auto n = static_cast<int>(params_->size());
-  b_.sq_totals(sq_items_.data(), n, totals_.data(), stream);
-  b_.finish_scalars(totals_.data(), n, flags_.data(), static_cast<int>(offset), loss_scale, max_norm,
-                    record_words(), static_cast<int>(layout_.mass_words()), stream);
+  b_.run(stream, 0, "zenflow::engine: sq_totals",
+         [items = sq_items_.data(), n, totals = totals_.data()](auto prim, auto on) {
+           return prim.sq_totals(items, n, totals, on);
+         });
+  const step_scalars_args scalars{
+      totals_.data(), n,        flags_.data(),  static_cast<int>(offset),
+      loss_scale,     max_norm, record_words(), static_cast<int>(layout_.mass_words())};
+  b_.run(stream, 0, "zenflow::engine: finish_scalars",
+         [scalars](auto prim, auto on) { return prim.finish_scalars(scalars, on); });
 }
 
 template <class Backend>
@@ -211,15 +225,22 @@ std::size_t device_plan<Backend>::select(std::size_t p,
   if (kind == channel_norm::l1) {
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
-      std::size_t bytes = temp_.size();
-      check(b_.template channel_norms<channel_norm::l1, T>(temp_.data(), bytes, pi.grad_matrix<T>(),
-                                                           d.scores.data(), stream),
-            "zenflow::engine: channel_norms");
+      const channel_matrix<const T> g = pi.grad_matrix<T>();
+      b_.run(stream, static_cast<std::size_t>(g.elements()) * sizeof(T), "zenflow::engine: channel_norms",
+             [g, scores = d.scores.data(), temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+               std::size_t temp_bytes = bytes;
+               return prim.template channel_norms<channel_norm::l1>(temp, temp_bytes, g.data, g.channels,
+                                                                    g.channel_len, g.ld, g.layout, scores,
+                                                                    channel_norm_extras{}, on);
+             });
     });
   }
-  std::size_t bytes = temp_.size();
-  check(b_.topk(temp_.data(), bytes, d.scores.data(), pi.channels, pi.device_capacity, idx_.data(), stream),
-        "zenflow::engine: topk");
+  b_.run(stream, static_cast<std::size_t>(pi.channels) * 4, "zenflow::engine: topk",
+         [scores = d.scores.data(), n = pi.channels, k = pi.device_capacity, idx = idx_.data(),
+          temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+           std::size_t temp_bytes = bytes;
+           return prim.topk(temp, temp_bytes, scores, n, k, idx, nullptr, topk_order::ascending_index, on);
+         });
   const auto k = static_cast<std::size_t>(pi.device_capacity);
   b_.copy_d2h(h_idx_.data(), idx_.data(), k * 4, stream);
   b_.synchronize(stream);
@@ -259,18 +280,14 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   b_.copy_h2d(idx_.data(), hi, static_cast<std::size_t>(o) * 4, stream);
   const std::int32_t* di = idx_.data();
   const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
-  const char* gather = "zenflow::engine: gather_channels";
-  const char* scatter = "zenflow::engine: scatter_channels";
   // 1. Leaving rows go home.
   if (nl > 0) {
     float* st[3] = {stage_.data(), stage_.data() + nl * L, stage_.data() + 2 * nl * L};
     const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
     for (int a = 0; a < 3; ++a) {
-      check(b_.template gather_channels<float, float>(compact(src[a], cap, L), di + o_leave, nl, st[a],
-                                                      nullptr, stream),
-            gather);
+      gather(compact(src[a], cap, L), di + o_leave, nl, st[a], nullptr, stream);
     }
-    b_.move_counts(d.counts.data(), di + o_leave, stage_counts_.data(), nullptr, nl, stream);
+    move_counts(d.counts.data(), di + o_leave, stage_counts_.data(), nullptr, nl, stream);
     b_.copy_d2h(h_stage_.data(), stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
     b_.copy_d2h(h_stage_counts_.data(), stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
     b_.synchronize(stream);
@@ -287,14 +304,10 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   if (nk > 0) {
     const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
     for (int a = 0; a < 3; ++a) {
-      check(b_.template gather_channels<float, float>(compact(src[a], cap, L), di + o_keep_old, nk,
-                                                      stage_.data(), nullptr, stream),
-            gather);
-      check(b_.template scatter_channels<float, float>(stage_.data(), di + o_keep_new, nk,
-                                                       compact(dst[a], cap, L), stream),
-            scatter);
+      gather(compact(src[a], cap, L), di + o_keep_old, nk, stage_.data(), nullptr, stream);
+      scatter(stage_.data(), di + o_keep_new, nk, compact(dst[a], cap, L), stream);
     }
-    b_.move_counts(d.counts.data(), di + o_keep_old, d.counts2.data(), di + o_keep_new, nk, stream);
+    move_counts(d.counts.data(), di + o_keep_old, d.counts2.data(), di + o_keep_new, nk, stream);
   }
   // 3. Entering rows come up from the host rows.
   if (ne > 0) {
@@ -308,11 +321,9 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     b_.copy_h2d(stage_.data(), h_stage_.data(), static_cast<std::size_t>(3 * ne) * row_bytes, stream);
     b_.copy_h2d(stage_counts_.data(), h_stage_counts_.data(), static_cast<std::size_t>(ne) * 4, stream);
     for (int a = 0; a < 3; ++a) {
-      check(b_.template scatter_channels<float, float>(stage_.data() + a * ne * L, di + o_enter, ne,
-                                                       compact(dst[a], cap, L), stream),
-            scatter);
+      scatter(stage_.data() + a * ne * L, di + o_enter, ne, compact(dst[a], cap, L), stream);
     }
-    b_.move_counts(stage_counts_.data(), nullptr, d.counts2.data(), di + o_enter, ne, stream);
+    move_counts(stage_counts_.data(), nullptr, d.counts2.data(), di + o_enter, ne, stream);
   }
   std::swap(d.master, d.master2);
   std::swap(d.m, d.m2);
@@ -370,10 +381,16 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
         tensors.push_back({static_cast<T*>(pi.weights), static_cast<const T*>(pi.grads), d.master.data(),
                            d.m.data(), d.v.data(), pi.channel_len});
       }
-      check(b_.template adamw_dense<T>(tensors.data(), static_cast<int>(tensors.size()),
-                                       dense_counts_.data() + first, lead.hparams(base, lr), coef, skip,
-                                       stream),
-            "zenflow::engine: adamw_dense");
+      std::size_t moved = 0;
+      for (const auto& t : tensors) {
+        moved += static_cast<std::size_t>(t.size) * (24 + 2 * sizeof(T));
+      }
+      b_.run(stream, moved, "zenflow::engine: adamw_dense",
+             [tensors, counts = dense_counts_.data() + first, hp = lead.hparams(base, lr), coef,
+              skip](auto prim, auto on) {
+               return prim.adamw_dense(tensors.data(), static_cast<int>(tensors.size()), counts, hp, coef,
+                                       skip, on);
+             });
     });
   }
   for (std::size_t p = 0; p < dev_.size(); ++p) {
@@ -385,10 +402,14 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
       const channel_state rows{d.master.data(), d.m.data(), d.v.data(), d.counts.data(), d.k, pi.channel_len};
-      check(b_.template adamw_selective<T>(pi.weight_matrix<T>(), pi.grad_matrix<T>(), d.sel.data(), d.k,
-                                           rows, pi.hparams(base, lr), coef, skip,
-                                           layout_.crit(rec, d.matrix_index), stream),
-            "zenflow::engine: adamw_selective");
+      b_.run(stream, static_cast<std::size_t>(d.k * pi.channel_len) * (24 + 2 * sizeof(T)),
+             "zenflow::engine: adamw_selective",
+             [w = pi.weight_matrix<T>(), g = pi.grad_matrix<T>(), sel = d.sel.data(), k = d.k, rows,
+              hp = pi.hparams(base, lr), coef, skip,
+              mass = layout_.crit(rec, d.matrix_index)](auto prim, auto on) {
+               return prim.adamw_selective(w, g, sel, k, rows.master, rows.m, rows.v, rows.counts, hp, coef,
+                                           skip, mass, on);
+             });
     });
   }
 }
@@ -401,9 +422,8 @@ void device_plan<Backend>::pack(
   float* mass = early ? early_rest_.data() + d.matrix_index : layout_.rest(record_words(), d.matrix_index);
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
-    check(b_.template gather_channels<T, T>(pi.grad_matrix<T>(), d.host_set.data() + begin, end - begin,
-                                            reinterpret_cast<T*>(dst), mass, stream),
-          "zenflow::engine: gather_channels");
+    gather(pi.grad_matrix<T>(), d.host_set.data() + begin, end - begin, reinterpret_cast<T*>(dst), mass,
+           stream);
   });
 }
 
@@ -446,10 +466,8 @@ device_plan<Backend>::apply_upload(std::size_t p, std::int64_t begin, std::int64
   auto& d = dev_[p];
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
-    check(b_.template scatter_channels<T, T>(
-              reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len, d.host_set.data() + begin,
-              end - begin, pi.weight_matrix<T>(), stream),
-          "zenflow::engine: scatter_channels");
+    scatter(reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len, d.host_set.data() + begin,
+            end - begin, pi.weight_matrix<T>(), stream);
   });
   return static_cast<std::size_t>(end - begin) * pi.channel_bytes();
 }

@@ -30,19 +30,12 @@ ZF_KERNEL void __launch_bounds__(sq_total_lanes)
 }
 
 /// One block: the record's header (thread 0, `finish_step_header`) and its masses zeroed.
-ZF_KERNEL void finish_scalars_kernel(const double* totals,
-                                     int n,
-                                     const std::uint32_t* flags,
-                                     int flag_count,
-                                     float loss_scale,
-                                     float max_norm,
-                                     float* record,
-                                     int mass_words) {
+ZF_KERNEL void finish_scalars_kernel(step_scalars_args a) {
   if (threadIdx.x == 0) {
-    finish_step_header(totals, n, flags, flag_count, loss_scale, max_norm, record);
+    finish_step_header(a);
   }
-  for (int i = static_cast<int>(threadIdx.x); i < mass_words; i += static_cast<int>(blockDim.x)) {
-    record[step_record_layout::header_words + i] = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < a.mass_words; i += static_cast<int>(blockDim.x)) {
+    a.record[step_record_layout::header_words + i] = 0.0f;
   }
 }
 
@@ -59,14 +52,10 @@ ZF_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
   }
 }
 
-ZF_KERNEL void move_counts_kernel(const std::int32_t* src,
-                                  const std::int32_t* src_idx,
-                                  std::int32_t* dst,
-                                  const std::int32_t* dst_idx,
-                                  std::int64_t n) {
+ZF_KERNEL void move_counts_kernel(count_moves m) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) {
-    move_count_at(src, src_idx, dst, dst_idx, i);
+  if (i < m.n) {
+    move_count_at(m, i);
   }
 }
 

@@ -29,6 +29,29 @@ struct sq_total_item {
   dtype type = dtype::f32;
 };
 
+/// The inputs of the step record's header (`finish_step_header`), and the record it goes into with
+/// its `mass_words` Zen-auto masses (zeroed).
+struct step_scalars_args {
+  const double* totals = nullptr; ///< per tensor, summed in index order
+  int n = 0;
+  const std::uint32_t* flags = nullptr; ///< NaN/Inf flags, ORed
+  int flag_count = 0;
+  float loss_scale = 1.0f;
+  float max_norm = 0.0f;
+  float* record = nullptr;
+  int mass_words = 0;
+};
+
+/// Moves of int32 update counts: dst[dst_idx[i]] = src[src_idx[i]] for i < n (either index list
+/// nullable: the identity).
+struct count_moves {
+  const std::int32_t* src = nullptr;
+  const std::int32_t* src_idx = nullptr;
+  std::int32_t* dst = nullptr;
+  const std::int32_t* dst_idx = nullptr;
+  std::int64_t n = 0;
+};
+
 /// Lane `lane`'s share of item `it`'s fp64 squared norm (`sq_total_lane` of its working type).
 ZF_HOST_DEVICE inline double sq_total_item_lane(const sq_total_item& it, int lane) {
   const auto run = [&](auto tag) {
@@ -48,25 +71,19 @@ ZF_HOST_DEVICE inline double sq_total_item_lane(const sq_total_item& it, int lan
 
 /// The header of the step record from the `n` per-tensor totals (summed in index order) and the
 /// `flag_count` NaN/Inf flags: coef_t, bad_t and the squared global norm.
-ZF_HOST_DEVICE inline void finish_step_header(const double* totals,
-                                              int n,
-                                              const std::uint32_t* flags,
-                                              int flag_count,
-                                              float loss_scale,
-                                              float max_norm,
-                                              float* record) {
+ZF_HOST_DEVICE inline void finish_step_header(const step_scalars_args& a) {
   double sum = 0.0;
   std::uint32_t bad = 0;
-  for (int i = 0; i < n; ++i) {
-    sum += totals[i];
+  for (int i = 0; i < a.n; ++i) {
+    sum += a.totals[i];
   }
-  for (int i = 0; i < flag_count; ++i) {
-    bad |= flags[i];
+  for (int i = 0; i < a.flag_count; ++i) {
+    bad |= a.flags[i];
   }
   float coef = 1.0f;
   std::uint32_t skip = 0;
-  finish_step_scalars(sum, bad, loss_scale, max_norm, &coef, &skip);
-  write_step_header(record, coef, skip, sum);
+  finish_step_scalars(sum, bad, a.loss_scale, a.max_norm, &coef, &skip);
+  write_step_header(a.record, coef, skip, sum);
 }
 
 /// rest[i] += early[i] (0 + early: the bits of packs adding into the record), early[i] = 0.
@@ -75,13 +92,9 @@ ZF_HOST_DEVICE ZF_FORCEINLINE void adopt_early_mass_at(float* early, float* rest
   early[i] = 0.0f;
 }
 
-/// dst[dst_idx[i]] = src[src_idx[i]] (either index list nullable: identity).
-ZF_HOST_DEVICE ZF_FORCEINLINE void move_count_at(const std::int32_t* src,
-                                                 const std::int32_t* src_idx,
-                                                 std::int32_t* dst,
-                                                 const std::int32_t* dst_idx,
-                                                 std::int64_t i) {
-  dst[dst_idx != nullptr ? dst_idx[i] : i] = src[src_idx != nullptr ? src_idx[i] : i];
+/// Move `i` of `m`.
+ZF_HOST_DEVICE ZF_FORCEINLINE void move_count_at(const count_moves& m, std::int64_t i) {
+  m.dst[m.dst_idx != nullptr ? m.dst_idx[i] : i] = m.src[m.src_idx != nullptr ? m.src_idx[i] : i];
 }
 
 // ---- host loops over the bodies (host and emulated backends) ------------------------------------
@@ -96,17 +109,10 @@ inline void host_sq_totals(const sq_total_item* items, std::int64_t n, double* t
   }
 }
 
-inline void host_finish_scalars(const double* totals,
-                                int n,
-                                const std::uint32_t* flags,
-                                int flag_count,
-                                float loss_scale,
-                                float max_norm,
-                                float* record,
-                                int mass_words) {
-  finish_step_header(totals, n, flags, flag_count, loss_scale, max_norm, record);
-  for (int i = 0; i < mass_words; ++i) {
-    record[step_record_layout::header_words + i] = 0.0f;
+inline void host_finish_scalars(const step_scalars_args& a) {
+  finish_step_header(a);
+  for (int i = 0; i < a.mass_words; ++i) {
+    a.record[step_record_layout::header_words + i] = 0.0f;
   }
 }
 
@@ -122,13 +128,9 @@ inline void host_iota(std::int32_t* out, std::int64_t n) {
   }
 }
 
-inline void host_move_counts(const std::int32_t* src,
-                             const std::int32_t* src_idx,
-                             std::int32_t* dst,
-                             const std::int32_t* dst_idx,
-                             std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    move_count_at(src, src_idx, dst, dst_idx, i);
+inline void host_move_counts(const count_moves& m) {
+  for (std::int64_t i = 0; i < m.n; ++i) {
+    move_count_at(m, i);
   }
 }
 

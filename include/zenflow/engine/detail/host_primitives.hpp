@@ -1,0 +1,86 @@
+/// @file
+/// The primitive set the host and emulated backends run the device plan's operations with: the
+/// host twins of the primitives (zenflow::host::*) and the host loops of the plan's small
+/// operations (step_kernels.hpp). Its CUDA counterpart, `device_primitives`, is in
+/// cuda_backend.cuh: the same member names and arguments, so that the plan writes each operation
+/// once as `[=](auto prim, auto on) { return prim.name(args..., on); }`, where `on` is the last
+/// argument of the primitive (a worker pool here, nullptr: the calling thread; a stream there).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/detail/step_kernels.hpp>
+#include <zenflow/optim/adamw.hpp>
+#include <zenflow/optim/channels.hpp>
+#include <zenflow/select/channel_norms.hpp>
+#include <zenflow/select/topk.hpp>
+
+/// The forwarding members of a primitive set: the primitives of namespace `zenflow::NS` (host or
+/// device: the same names and arguments), so that the two sets are written once.
+#define ZF_ENGINE_PRIMITIVES_FROM(NS)                                                                        \
+  template <channel_norm Norm, class... A>                                                                   \
+  static cudaError_t channel_norms(A&&... a) {                                                               \
+    return NS::channel_norms<Norm>(std::forward<A>(a)...);                                                   \
+  }                                                                                                          \
+  template <channel_norm Norm, class... A>                                                                   \
+  static cudaError_t channel_norms_batched(A&&... a) {                                                       \
+    return NS::channel_norms_batched<Norm>(std::forward<A>(a)...);                                           \
+  }                                                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t topk(A&&... a) {                                                                        \
+    return NS::topk(std::forward<A>(a)...);                                                                  \
+  }                                                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t adamw_dense(A&&... a) {                                                                 \
+    return NS::adamw_dense(std::forward<A>(a)...);                                                           \
+  }                                                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t adamw_selective(A&&... a) {                                                             \
+    return NS::adamw_selective(std::forward<A>(a)...);                                                       \
+  }                                                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t gather_channels(A&&... a) {                                                             \
+    return NS::gather_channels(std::forward<A>(a)...);                                                       \
+  }                                                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t scatter_channels(A&&... a) {                                                            \
+    return NS::scatter_channels(std::forward<A>(a)...);                                                      \
+  }
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+struct host_primitives {
+  using exec_type = worker_pool*;
+
+  ZF_ENGINE_PRIMITIVES_FROM(host)
+
+  static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, exec_type) {
+    host_sq_totals(items, n, totals);
+    return cudaSuccess;
+  }
+  static cudaError_t finish_scalars(const step_scalars_args& a, exec_type) {
+    host_finish_scalars(a);
+    return cudaSuccess;
+  }
+  static cudaError_t adopt_early_mass(float* early, float* rest, int n, exec_type) {
+    host_adopt_early_mass(early, rest, n);
+    return cudaSuccess;
+  }
+  static cudaError_t iota(std::int32_t* out, std::int64_t n, exec_type) {
+    host_iota(out, n);
+    return cudaSuccess;
+  }
+  static cudaError_t move_counts(const count_moves& m, exec_type) {
+    host_move_counts(m);
+    return cudaSuccess;
+  }
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
