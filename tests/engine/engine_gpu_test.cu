@@ -16,6 +16,7 @@
 
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"
+#include "plan_scenarios.hpp"
 #include "support/gpu.hpp"
 
 namespace {
@@ -86,6 +87,39 @@ struct device_driver {
   }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, s); }
   void pull() { d.pull(m, s); }
+};
+
+/// The Driver of plan_scenarios.hpp on the CUDA backend: device copies of the model; each step's
+/// gradients go up on the training stream (from pageable memory: the copy is done when it returns),
+/// the weights come back at the end.
+template <class T>
+struct device_plan_driver {
+  using engine_type = gpu_engine;
+  model<T>& m;
+  device_mirror<T> d;
+  zenflow::stream s;
+  explicit device_plan_driver(model<T>& mod) : m(mod), d(mod) {}
+  std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<engine_type>(cfg);
+  }
+  zenflow::param_id add(engine_type& eng, std::size_t p, zenflow::channel_layout layout) {
+    const auto& sh = m.shapes[p];
+    return sh.matrix ? eng.add_matrix(d.w[p].data(), d.g[p].data(), sh.channels, sh.len, 0, layout)
+                     : eng.add_vector(d.w[p].data(), d.g[p].data(), sh.len);
+  }
+  void initialize(engine_type& eng) { eng.initialize(s); }
+  void publish_grads() {
+    for (std::size_t p = 0; p < m.g.size(); ++p) {
+      ZF_CUDA_TRY(cudaMemcpyAsync(d.g[p].data(), m.g[p].data(), d.g[p].bytes(), cudaMemcpyHostToDevice, s));
+    }
+  }
+  void grad_ready(engine_type& eng, zenflow::param_id id) { eng.grad_ready(id, s); }
+  zenflow::step_report step(engine_type& eng, float lr) { return eng.step(lr, s); }
+  void finish(engine_type& eng) {
+    eng.flush(s);
+    d.pull(m, s);
+  }
+  zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, s); }
 };
 
 class engine_gpu : public zf_test::gpu_test {};
@@ -354,6 +388,17 @@ TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host
     zenflow::detail::write_step_header(host_rec, coef, skip, sum);
     EXPECT_EQ(0, std::memcmp(host_rec, dev_rec, 16)) << "sum " << sum;
     EXPECT_EQ(dev_rec[1], 0u);
+  }
+}
+
+// ---- the 300-step scenarios: the host backend's bits and counters ------------------------------
+
+TEST_F(engine_gpu, three_hundred_step_scenarios_give_the_host_backends_bits_and_counters) {
+  for (const auto& sc : zf_engine_test::plan_scenarios()) {
+    const auto host = zf_engine_test::digest_run<zf_engine_test::host_plan_driver>(sc);
+    const auto gpu = zf_engine_test::digest_run<device_plan_driver>(sc);
+    EXPECT_EQ(gpu.state_digest, host.state_digest) << sc.name;
+    EXPECT_EQ(gpu.counters_digest, host.counters_digest) << sc.name;
   }
 }
 

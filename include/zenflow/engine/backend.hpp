@@ -40,6 +40,14 @@ struct host_memory {
   template <class T>
   using host_buffer = std::vector<T>;
 };
+
+/// An operation that does nothing, for the concept's checks of run() and query().
+struct no_op {
+  template <class Primitives, class Exec>
+  cudaError_t operator()(Primitives, Exec) const noexcept {
+    return cudaSuccess;
+  }
+};
 } // namespace detail
 
 /// The requirements the device plan places on a backend `B` (beyond the primitive operations,
@@ -54,13 +62,18 @@ struct host_memory {
 ///   `primitives` is the backend's primitive set (`detail::host_primitives`: the host twins;
 ///   `detail::device_primitives`: the device launchers) and `exec` its last argument (a worker
 ///   pool, or the stream); `query(op)` calls it now, for temporary-storage sizes.
+/// Memory: owning buffers constructed from an element count.
 template <class B>
-concept engine_backend = std::copy_constructible<B> && copy_backend<typename B::copy_backend_type> &&
-    requires(const B b, void* dst, const void* src, std::size_t n, cudaStream_t s) {
-  { B::is_device } -> std::convertible_to<bool>;
-  { b.copier() } -> std::same_as<typename B::copy_backend_type>;
+concept engine_backend_memory = requires(std::size_t n) {
   { typename B::template device_buffer<float>(n).data() } -> std::same_as<float*>;
   { typename B::template host_buffer<float>(n).data() } -> std::same_as<float*>;
+};
+
+/// Copies, waits and the device of the calling thread.
+template <class B>
+concept engine_backend_copies =
+    requires(const B b, void* dst, const void* src, std::size_t n, cudaStream_t s) {
+  { b.copier() } -> std::same_as<typename B::copy_backend_type>;
   b.copy_d2h(dst, src, n, s);
   b.copy_h2d(dst, src, n, s);
   b.copy_d2d(dst, src, n, s);
@@ -69,10 +82,18 @@ concept engine_backend = std::copy_constructible<B> && copy_backend<typename B::
   b.synchronize_all();
   { b.current_device() } -> std::convertible_to<int>;
   b.bind_device(0);
-  b.run(s, n, "op", [](auto, auto) { return cudaSuccess; });
-  {
-    b.query([](auto, auto) { return cudaSuccess; })
-    } -> std::same_as<cudaError_t>;
 };
+
+/// Operations: enqueued (`run`) or answered now (`query`).
+template <class B>
+concept engine_backend_operations = requires(const B b, std::size_t n, cudaStream_t s) {
+  b.run(s, n, "op", detail::no_op{});
+  { b.query(detail::no_op{}) } -> std::same_as<cudaError_t>;
+};
+
+template <class B>
+concept engine_backend = std::copy_constructible<B> && std::convertible_to<decltype(B::is_device), bool> &&
+    copy_backend<typename B::copy_backend_type> && engine_backend_memory<B> && engine_backend_copies<B> &&
+    engine_backend_operations<B>;
 
 ZF_NAMESPACE_END
