@@ -58,6 +58,11 @@ struct emulated_timing {
   /// Random extra delay in [0, max_jitter) before one operation in four (tests: copies that land
   /// late, slow kernels); drawn from a generator per stream seeded from `jitter_seed`.
   std::chrono::microseconds max_jitter{0};
+  /// Random extra delay in [0, max_host_jitter) after one host-side wait in two (an event's or a
+  /// stream's synchronize): the thread that waited comes back late, as a slow consumer, a slow
+  /// host job or a descheduled training thread would; drawn from one generator seeded from
+  /// `jitter_seed`.
+  std::chrono::microseconds max_host_jitter{0};
   std::uint64_t jitter_seed = 1;
 };
 
@@ -219,11 +224,13 @@ public:
       const std::uint64_t target = st->recorded;
       st->cv.wait(lock, [&] { return st->completed >= target; });
     }
+    host_jitter();
     rethrow_sticky();
   }
   /// Blocks until everything enqueued on `s` so far has run; rethrows the sticky error.
   void synchronize_stream(cudaStream_t s) {
     find(s).drain();
+    host_jitter();
     rethrow_sticky();
   }
   /// Blocks until every stream is idle; rethrows the sticky error.
@@ -419,6 +426,22 @@ private:
       trace_.push_back(std::move(op));
     }
   }
+  /// The host-side delay of `max_host_jitter` (see emulated_timing), on the calling thread.
+  void host_jitter() {
+    if (timing_.max_host_jitter.count() <= 0) {
+      return;
+    }
+    std::uint64_t draw = 0;
+    {
+      std::lock_guard lock(host_rng_mutex_);
+      draw = host_rng_();
+    }
+    if ((draw & 1u) != 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(
+          (draw >> 1) % static_cast<std::uint64_t>(timing_.max_host_jitter.count()))));
+    }
+  }
+
   bool sticky_set() {
     std::lock_guard lock(error_mutex_);
     return sticky_ != nullptr;
@@ -442,6 +465,8 @@ private:
 
   emulated_timing timing_;
   clock::time_point epoch_;
+  std::mutex host_rng_mutex_;
+  std::mt19937_64 host_rng_{timing_.jitter_seed ^ 0xC2B2AE3D27D4EB4Full}; // host_jitter(), under its mutex
   resource d2h_engine_, h2d_engine_, compute_units_;
   std::mutex error_mutex_;
   std::exception_ptr sticky_;
