@@ -103,8 +103,8 @@ void BM_gpu_adamw_selective(benchmark::State& state) {
     zenflow::detail::check(zenflow::device::adamw_selective<bfloat16>(
                                zenflow::make_channel_matrix(w.data(), channels, len),
                                zenflow::make_channel_matrix<const bfloat16>(g.data(), channels, len),
-                               idx.data(), k, p.data(), m.data(), v.data(), counts.data(), hp, nullptr,
-                               nullptr, l1.data(), st),
+                               {idx.data(), k, p.data(), m.data(), v.data(), counts.data()}, hp, {},
+                               l1.data(), st),
                            "adamw_selective");
   });
   const double bytes = static_cast<double>(k * len) * 28.0;

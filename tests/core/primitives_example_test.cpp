@@ -62,9 +62,8 @@ TEST(primitives_example, select_and_update_the_important_channels) {
   // 3. One fused AdamW pass over the selected channels: compact fp32 master/m/v, per-channel
   //    update counts, bf16 working weights written in place (round to nearest even).
   const zenflow::adamw_hparams hp{.lr = 1e-2f, .weight_decay = 0.1f};
-  ZF_CUDA_TRY(zenflow::host::adamw_selective<bf16>(w, g, selected.data(), k, master.data(), m.data(),
-                                                   v.data(), counts.data(), hp, /*grad_scale=*/nullptr,
-                                                   /*skip=*/nullptr,
+  const zenflow::selected_rows rows{selected.data(), k, master.data(), m.data(), v.data(), counts.data()};
+  ZF_CUDA_TRY(zenflow::host::adamw_selective<bf16>(w, g, rows, hp, /*scalars: scale 1, no skip*/ {},
                                                    /*l1_mass=*/nullptr, &pool));
   // example-end select-and-update
 

@@ -590,15 +590,12 @@ void check_selective(zenflow::channel_layout layout) {
   const std::uint32_t skip = 1;
   float l1 = 10.0f;
   // Skipped: nothing, l1 included.
-  ASSERT_EQ(host::adamw_selective<T>(wm, gm, idx.data(), k, master.data(), m.data(), v.data(), counts.data(),
-                                     hp, &scale, &skip, &l1, nullptr),
-            cudaSuccess);
+  const zenflow::selected_rows rows{idx.data(), k, master.data(), m.data(), v.data(), counts.data()};
+  ASSERT_EQ(host::adamw_selective<T>(wm, gm, rows, hp, {&scale, &skip}, &l1, nullptr), cudaSuccess);
   EXPECT_TRUE(same_bits(w, w0) && same_bits(master, master0) && counts == counts0);
   EXPECT_EQ(l1, 10.0f);
   zenflow::worker_pool pool(2);
-  ASSERT_EQ(host::adamw_selective<T>(wm, gm, idx.data(), k, master.data(), m.data(), v.data(), counts.data(),
-                                     hp, &scale, nullptr, &l1, &pool),
-            cudaSuccess);
+  ASSERT_EQ(host::adamw_selective<T>(wm, gm, rows, hp, {&scale, nullptr}, &l1, &pool), cudaSuccess);
   double l1_ref = 10.0;
   std::vector<bool> selected(static_cast<std::size_t>(channels), false);
   for (std::int64_t r = 0; r < k; ++r) {
@@ -854,14 +851,13 @@ TEST(optim_args, host_twins_reject_bad_arguments_and_write_nothing) {
   const std::vector<std::int32_t> bad_idx = {0, 4};
   auto sel = [&](zenflow::channel_matrix<bfloat16> a, zenflow::channel_matrix<const bfloat16> b,
                  const std::int32_t* i, std::int64_t k, float* p, std::int32_t* c) {
-    return host::adamw_selective<bfloat16>(a, b, i, k, p, m.data(), v.data(), c, hp, nullptr, nullptr,
-                                           nullptr, nullptr);
+    return host::adamw_selective<bfloat16>(a, b, {i, k, p, m.data(), v.data(), c}, hp, {}, nullptr, nullptr);
   };
-  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 5, master.data(), counts.data()), "k"));
-  EXPECT_TRUE(rejected(sel(wm, gm, nullptr, 2, master.data(), counts.data()), "idx"));
+  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 5, master.data(), counts.data()), "rows.count"));
+  EXPECT_TRUE(rejected(sel(wm, gm, nullptr, 2, master.data(), counts.data()), "rows.idx"));
   EXPECT_TRUE(rejected(sel(wm, gm, bad_idx.data(), 2, master.data(), counts.data()), "idx"));
-  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 2, nullptr, counts.data()), "master"));
-  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 2, master.data(), nullptr), "counts"));
+  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 2, nullptr, counts.data()), "rows.master"));
+  EXPECT_TRUE(rejected(sel(wm, gm, idx.data(), 2, master.data(), nullptr), "rows.counts"));
   auto gm_bad = gm;
   gm_bad.channels = 3;
   EXPECT_TRUE(rejected(sel(wm, gm_bad, idx.data(), 2, master.data(), counts.data()), "grads"));

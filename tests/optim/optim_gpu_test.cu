@@ -157,8 +157,9 @@ void check_selective_device(zenflow::channel_layout layout, std::int64_t len, bo
   auto hc = counts0;
   float hl1 = 0.0f;
   ASSERT_EQ(zenflow::host::adamw_selective<T>(
-                {hw.data(), channels, len, ld, layout}, {g.data(), channels, len, ld, layout}, idx.data(), k,
-                hmaster.data(), hm.data(), hv.data(), hc.data(), hp, &scale, nullptr, &hl1, nullptr),
+                {hw.data(), channels, len, ld, layout}, {g.data(), channels, len, ld, layout},
+                {idx.data(), k, hmaster.data(), hm.data(), hv.data(), hc.data()}, hp, {&scale, nullptr}, &hl1,
+                nullptr),
             cudaSuccess);
   // Device.
   auto dw = upload(w0, s);
@@ -170,8 +171,9 @@ void check_selective_device(zenflow::channel_layout layout, std::int64_t len, bo
   auto dl1 = upload(std::vector<float>{0.0f}, s);
   run(s, graph, [&](cudaStream_t st) {
     ZF_CUDA_TRY(zenflow::device::adamw_selective<T>(
-        {dw.data(), channels, len, ld, layout}, {dg.data(), channels, len, ld, layout}, didx.data(), k,
-        dmaster.data(), dm.data(), dv.data(), dc.data(), hp, dscale.data(), nullptr, dl1.data(), st));
+        {dw.data(), channels, len, ld, layout}, {dg.data(), channels, len, ld, layout},
+        {didx.data(), k, dmaster.data(), dm.data(), dv.data(), dc.data()}, hp, {dscale.data(), nullptr},
+        dl1.data(), st));
   });
   EXPECT_TRUE(same_bits(download(dw, s), hw));
   EXPECT_TRUE(same_bits(download(dmaster, s), hmaster));
@@ -211,8 +213,9 @@ TEST_F(optim_gpu, selective_skip_flag_in_device_memory_changes_nothing) {
   auto dl1 = upload(std::vector<float>{2.0f}, s);
   ZF_CUDA_TRY(zenflow::device::adamw_selective<bfloat16>(
       zenflow::make_channel_matrix(dw.data(), channels, len),
-      zenflow::make_channel_matrix<const bfloat16>(dg.data(), channels, len), didx.data(), 2, dmaster.data(),
-      dm.data(), dv.data(), dc.data(), adamw_hparams{}, nullptr, dskip.data(), dl1.data(), s));
+      zenflow::make_channel_matrix<const bfloat16>(dg.data(), channels, len),
+      {didx.data(), 2, dmaster.data(), dm.data(), dv.data(), dc.data()}, adamw_hparams{},
+      {nullptr, dskip.data()}, dl1.data(), s));
   EXPECT_TRUE(same_bits(download(dw, s), w0));
   EXPECT_TRUE(same_bits(download(dmaster, s), master0));
   EXPECT_EQ(download(dc, s), (std::vector<std::int32_t>{3, 4}));
@@ -318,19 +321,16 @@ TEST(optim_gpu_args, launchers_reject_bad_arguments_before_launching) {
   auto wm = zenflow::make_channel_matrix(w.data(), 4, 4);
   auto gm = zenflow::make_channel_matrix<const bfloat16>(g.data(), 4, 4);
   const std::vector<std::int32_t> idx = {0, 2};
-  EXPECT_TRUE(rejected(zenflow::device::adamw_selective<bfloat16>(wm, gm, idx.data(), 5, master.data(),
-                                                                  m.data(), v.data(), counts.data(), hp,
-                                                                  nullptr, nullptr, nullptr),
-                       "k"));
-  EXPECT_TRUE(rejected(zenflow::device::adamw_selective<bfloat16>(wm, gm, idx.data(), 2, master.data(),
-                                                                  nullptr, v.data(), counts.data(), hp,
-                                                                  nullptr, nullptr, nullptr),
-                       "d_m"));
+  EXPECT_TRUE(rejected(zenflow::device::adamw_selective<bfloat16>(
+                           wm, gm, {idx.data(), 5, master.data(), m.data(), v.data(), counts.data()}, hp),
+                       "rows.count"));
+  EXPECT_TRUE(rejected(zenflow::device::adamw_selective<bfloat16>(
+                           wm, gm, {idx.data(), 2, master.data(), nullptr, v.data(), counts.data()}, hp),
+                       "rows.m"));
   auto gm_bad = gm;
   gm_bad.channel_len = 3;
-  EXPECT_TRUE(rejected(zenflow::device::adamw_selective<bfloat16>(wm, gm_bad, idx.data(), 2, master.data(),
-                                                                  m.data(), v.data(), counts.data(), hp,
-                                                                  nullptr, nullptr, nullptr),
+  EXPECT_TRUE(rejected(zenflow::device::adamw_selective<bfloat16>(
+                           wm, gm_bad, {idx.data(), 2, master.data(), m.data(), v.data(), counts.data()}, hp),
                        "grads"));
   EXPECT_TRUE(rejected(
       (zenflow::device::gather_channels<bfloat16, float>(gm, nullptr, 2, master.data(), nullptr)), "d_idx"));

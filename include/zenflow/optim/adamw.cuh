@@ -60,51 +60,49 @@ template <class T>
   return detail::optim::dispatch_adamw_dense(tensors, count, d_counts, hp, d_grad_scale, d_skip, stream);
 }
 
-/// Selective AdamW on the `k` channels `d_idx` of a matrix, their fp32 state in compact rows
-/// (row r = channel d_idx[r], k x channel_len). One fused pass reads each selected channel's
-/// gradient once, updates master/m/v with count `d_counts[r] + 1`, and writes the new working
-/// weights in place; a second tiny launch advances `d_counts`. Unlisted channels are untouched.
-/// Contiguous layouts (both matrices) are the fast path (row blocks, 16-byte access when rows
-/// are aligned and channel_len % 4 == 0); any strided matrix takes a 32x32 tile path through
-/// shared memory. A skipped step writes nothing (d_l1_mass included).
+/// Selective AdamW on the channels `rows.idx` of a matrix, their fp32 state in compact rows
+/// (`selected_rows`, device memory: row r = channel rows.idx[r]). One fused pass reads each
+/// selected channel's gradient once, updates master/m/v with count `rows.counts[r] + 1`, and
+/// writes the new working weights in place; a second tiny launch advances `rows.counts`. Unlisted
+/// channels are untouched. Contiguous layouts (both matrices) are the fast path (row blocks,
+/// 16-byte access when rows are aligned and channel_len % 4 == 0); any strided matrix takes a
+/// 32x32 tile path through shared memory. A skipped step writes nothing (l1_mass included).
 ///
-/// @param d_idx     k distinct channel indices in [0, channels) (sorted ascending: best locality).
-///                  Not checked (device memory): an index out of range is undefined behaviour.
-/// @param d_l1_mass nullable: sum of |grad| over the selected channels (raw, before the scale)
-///                  ADDED to *d_l1_mass (one float atomic per block: last bits may vary by run).
+/// @param rows     rows.idx: distinct channel indices in [0, channels) (sorted ascending: best
+///                 locality), not checked (device memory): an index out of range is undefined.
+/// @param scalars  the step's gradient scale and skip flag in device memory (nullable).
+/// @param l1_mass  nullable: sum of |grad| over the selected channels (raw, before the scale)
+///                 ADDED to *l1_mass (one float atomic per block: last bits may vary by run).
 template <class T>
 [[nodiscard]] cudaError_t adamw_selective(channel_matrix<T> weights,
                                           channel_matrix<const T> grads,
-                                          const std::int32_t* d_idx,
-                                          std::int64_t k,
-                                          float* d_master,
-                                          float* d_m,
-                                          float* d_v,
-                                          std::int32_t* d_counts,
+                                          const selected_rows& rows,
                                           const adamw_hparams& hp,
-                                          const float* d_grad_scale,
-                                          const std::uint32_t* d_skip,
-                                          float* d_l1_mass,
+                                          step_scalars scalars = {},
+                                          float* l1_mass = nullptr,
                                           cudaStream_t stream = nullptr) {
   static_assert(is_working_type_v<T>, "zenflow: float, half or bfloat16");
   using namespace detail::optim;
   constexpr std::string_view fn = "zenflow::device::adamw_selective";
-  if (const cudaError_t e =
-          detail::check_selective(fn, "d_", weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp);
+  const std::int64_t k = rows.count;
+  if (const cudaError_t e = detail::check_selective(fn, "rows.", weights, grads, rows.idx, k, rows.master,
+                                                    rows.m, rows.v, rows.counts, hp);
       e != cudaSuccess) {
     return e;
   }
   const std::int64_t L = weights.channel_len;
-  const bool rows =
+  const bool contiguous =
       weights.layout == channel_layout::contiguous && grads.layout == channel_layout::contiguous;
-  if (!rows) {
+  if (!contiguous) {
     ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
                   "is too large for the strided path (> 2^21)");
   } else {
-    ZF_EXPECT_ARG(k * row_split(L) <= max_blocks_per_launch, fn, "k", "times channel_len is too large");
+    ZF_EXPECT_ARG(k * row_split(L) <= max_blocks_per_launch, fn, "rows.count",
+                  "times channel_len is too large");
   }
-  return detail::optim::dispatch_adamw_selective(weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp,
-                                                 d_grad_scale, d_skip, d_l1_mass, stream);
+  return detail::optim::dispatch_adamw_selective(weights, grads, rows.idx, k, rows.master, rows.m, rows.v,
+                                                 rows.counts, hp, scalars.grad_scale, scalars.skip, l1_mass,
+                                                 stream);
 }
 
 } // namespace device

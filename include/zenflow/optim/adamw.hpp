@@ -61,45 +61,42 @@ template <class T>
   return detail::host_adamw_dense(tensors, count, counts, hp, grad_scale, skip, pool);
 }
 
-/// Selective AdamW: the `k` channels `idx` of a channel matrix, with their fp32 state in
-/// compact rows (row r = channel idx[r]). One pass: read the channel's gradient, update the
-/// compact master/m/v with count `counts[r] + 1`, write the new working weights in place,
-/// advance `counts[r]`. Unlisted channels are not touched. A skipped step writes nothing
-/// (l1_mass included).
+/// Selective AdamW: the channels `rows.idx` of a channel matrix, with their fp32 state in
+/// compact rows (`selected_rows`). One pass: read the channel's gradient, update the compact
+/// master/m/v with count `rows.counts[r] + 1`, write the new working weights in place, advance
+/// `rows.counts[r]`. Unlisted channels are not touched. A skipped step writes nothing (l1_mass
+/// included).
 ///
 /// @param weights  working weights (either layout), updated in place on the listed channels.
 /// @param grads    gradients, same shape (either layout).
-/// @param idx    k distinct channel indices (sorted ascending is the fast order).
-/// @param master,m,v compact fp32 state, k x channel_len.
-/// @param counts per-row update counts.
-/// @param l1_mass nullable: sum of |grad| over the listed channels (raw gradient, before
-///                  grad_scale) is ADDED to *l1_mass (Zen-auto's "crit"); summed in a fixed
-///                  order (deterministic).
+/// @param rows     the listed channels and their compact state (host memory).
+/// @param hp       hyper-parameters.
+/// @param scalars  the step's gradient scale and skip flag (host memory, nullable).
+/// @param l1_mass  nullable: sum of |grad| over the listed channels (raw gradient, before
+///                 grad_scale) is ADDED to *l1_mass (Zen-auto's "crit"); summed in a fixed
+///                 order (deterministic).
+/// @param pool     threads to use; nullptr runs on the calling thread.
 template <class T>
 [[nodiscard]] cudaError_t adamw_selective(channel_matrix<T> weights,
                                           channel_matrix<const T> grads,
-                                          const std::int32_t* idx,
-                                          std::int64_t k,
-                                          float* master,
-                                          float* m,
-                                          float* v,
-                                          std::int32_t* counts,
+                                          const selected_rows& rows,
                                           const adamw_hparams& hp,
-                                          const float* grad_scale,
-                                          const std::uint32_t* skip,
-                                          float* l1_mass,
-                                          worker_pool* pool) {
+                                          step_scalars scalars = {},
+                                          float* l1_mass = nullptr,
+                                          worker_pool* pool = nullptr) {
   static_assert(is_working_type_v<T>, "zenflow: float, half or bfloat16");
   constexpr std::string_view fn = "zenflow::host::adamw_selective";
-  if (const cudaError_t e = detail::check_selective(fn, "", weights, grads, idx, k, master, m, v, counts, hp);
+  if (const cudaError_t e = detail::check_selective(fn, "rows.", weights, grads, rows.idx, rows.count,
+                                                    rows.master, rows.m, rows.v, rows.counts, hp);
       e != cudaSuccess) {
     return e;
   }
-  if (const cudaError_t e = detail::check_indices_host(fn, idx, k, weights.channels); e != cudaSuccess) {
+  if (const cudaError_t e = detail::check_indices_host(fn, rows.idx, rows.count, weights.channels);
+      e != cudaSuccess) {
     return e;
   }
-  return detail::host_adamw_selective(weights, grads, idx, k, master, m, v, counts, hp, grad_scale, skip,
-                                      l1_mass, pool);
+  return detail::host_adamw_selective(weights, grads, rows.idx, rows.count, rows.master, rows.m, rows.v,
+                                      rows.counts, hp, scalars.grad_scale, scalars.skip, l1_mass, pool);
 }
 
 } // namespace host

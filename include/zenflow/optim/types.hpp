@@ -26,6 +26,26 @@ struct adamw_tensor {
   std::int64_t size = 0;
 };
 
+/// The rows a selective update works on: `count` channels `idx` of a matrix (distinct, ascending
+/// is the fast order) and their fp32 state in compact rows, row r = channel idx[r]
+/// (`count x channel_len` master, m, v; one update count per row).
+struct selected_rows {
+  const std::int32_t* idx = nullptr;
+  std::int64_t count = 0;
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::int32_t* counts = nullptr;
+};
+
+/// The step's scalars where the step computed them (device memory on the device; each nullable):
+/// the gradient scale (loss-scale unscaling x clipping; null = 1) and the skip flag (non-zero: a
+/// NaN/Inf step, nothing is written; null = never skip).
+struct step_scalars {
+  const float* grad_scale = nullptr;
+  const std::uint32_t* skip = nullptr;
+};
+
 /// Largest tensor a dense call accepts (2^40 elements).
 inline constexpr std::int64_t max_dense_tensor_size = std::int64_t{1} << 40;
 

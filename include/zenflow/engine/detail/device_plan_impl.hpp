@@ -401,15 +401,15 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
     }
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
-      const channel_state rows{d.master.data(), d.m.data(), d.v.data(), d.counts.data(), d.k, pi.channel_len};
-      b_.run(stream, static_cast<std::size_t>(d.k * pi.channel_len) * (24 + 2 * sizeof(T)),
-             "zenflow::engine: adamw_selective",
-             [w = pi.weight_matrix<T>(), g = pi.grad_matrix<T>(), sel = d.sel.data(), k = d.k, rows,
-              hp = pi.hparams(base, lr), coef, skip,
-              mass = layout_.crit(rec, d.matrix_index)](auto prim, auto on) {
-               return prim.adamw_selective(w, g, sel, k, rows.master, rows.m, rows.v, rows.counts, hp, coef,
-                                           skip, mass, on);
-             });
+      b_.run(
+          stream, static_cast<std::size_t>(d.k * pi.channel_len) * (24 + 2 * sizeof(T)),
+          "zenflow::engine: adamw_selective",
+          [w = pi.weight_matrix<T>(), g = pi.grad_matrix<T>(),
+           rows = selected_rows{d.sel.data(), d.k, d.master.data(), d.m.data(), d.v.data(), d.counts.data()},
+           hp = pi.hparams(base, lr), scalars = step_scalars{coef, skip},
+           mass = layout_.crit(rec, d.matrix_index)](auto prim, auto on) {
+            return prim.adamw_selective(w, g, rows, hp, scalars, mass, on);
+          });
     });
   }
 }

@@ -86,8 +86,8 @@ template <class T, class G>
   }
   ZF_EXPECT_ARG(grads.channels == weights.channels && grads.channel_len == weights.channel_len, fn, "grads",
                 "must have the shape of weights (channels, channel_len)");
-  ZF_EXPECT_ARG(k >= 0 && k <= weights.channels, fn, "k", "must be in [0, channels]");
-  ZF_EXPECT_ARG(k <= INT32_MAX, fn, "k", "must fit in int32");
+  ZF_EXPECT_ARG(k >= 0 && k <= weights.channels, fn, ptr_arg(ptr, "count"), "must be in [0, channels]");
+  ZF_EXPECT_ARG(k <= INT32_MAX, fn, ptr_arg(ptr, "count"), "must fit in int32");
   ZF_EXPECT_ARG(idx != nullptr || k == 0, fn, ptr_arg(ptr, "idx"), "must not be null");
   ZF_EXPECT_ARG(counts != nullptr || k == 0, fn, ptr_arg(ptr, "counts"), "must not be null");
   const bool has_state = k > 0 && weights.channel_len > 0;
