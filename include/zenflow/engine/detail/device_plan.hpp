@@ -8,7 +8,7 @@
 ///
 /// Blocking points (the engine counts them as stall): setup, download_weights, read_skip,
 /// select/migrate/set_host_set (a selection step's round trips), wait_upload_done, and
-/// read_device_state. Everything else is stream-ordered on the stream given.
+/// read_device_state / write_device_state. Everything else is stream-ordered on the stream given.
 #pragma once
 
 #include <algorithm>
@@ -166,6 +166,18 @@ public:
                          std::vector<std::int32_t>& counts,
                          std::vector<std::int32_t>& sel,
                          cudaStream_t stream);
+
+  /// Writes `p`'s device-resident state (checkpoint restore): `k` compact rows of `master`, `m`,
+  /// `v` (k x channel_len each), `counts` and the ascending device set `sel` (k <= capacity).
+  /// Blocking (the host arrays may be pageable and are reused next).
+  void write_device_state(std::size_t p,
+                          std::int64_t k,
+                          const float* master,
+                          const float* m,
+                          const float* v,
+                          const std::int32_t* counts,
+                          const std::int32_t* sel,
+                          cudaStream_t stream);
 
 private:
   struct dev_param {

@@ -511,6 +511,29 @@ void device_plan<Backend>::read_device_state(std::size_t p,
 }
 
 template <class Backend>
+void device_plan<Backend>::write_device_state(std::size_t p,
+                                              std::int64_t k,
+                                              const float* master,
+                                              const float* m,
+                                              const float* v,
+                                              const std::int32_t* counts,
+                                              const std::int32_t* sel,
+                                              cudaStream_t stream) {
+  auto& d = dev_[p];
+  const auto n = static_cast<std::size_t>(k * info(p).channel_len);
+  if (k > 0) {
+    b_.copy_h2d(d.master.data(), master, n * 4, stream);
+    b_.copy_h2d(d.m.data(), m, n * 4, stream);
+    b_.copy_h2d(d.v.data(), v, n * 4, stream);
+    b_.copy_h2d(dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), counts, static_cast<std::size_t>(k) * 4,
+                stream);
+    b_.copy_h2d(d.sel.data(), sel, static_cast<std::size_t>(k) * 4, stream);
+  }
+  d.k = k;
+  b_.synchronize(stream);
+}
+
+template <class Backend>
 template <class F>
 void device_plan<Backend>::for_each_group(F&& f) {
   for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {

@@ -222,6 +222,18 @@ public:
   /// Skipped steps whose flag the consumer has read.
   [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
 
+  // ---- checkpoint restore (training thread, with every pushed slot consumed) ---------------------
+
+  /// Sets the steps accumulated into accumulator `a`.
+  void restore_n_w(std::size_t a, std::int32_t n) {
+    std::lock_guard lock(progress_mutex_);
+    n_w_[a] = n;
+  }
+  /// The masses of the step of parity `i` (to restore them).
+  [[nodiscard]] step_masses& masses_slot(std::size_t i) { return masses_[i]; }
+  /// Sets the count of skipped steps seen.
+  void restore_skipped(std::int64_t n) { skipped_.store(n, std::memory_order_relaxed); }
+
   // ---- the host window --------------------------------------------------------------------------
 
   /// One host window: AdamW on acc[accumulator] / n_w for every host-set channel, the new working

@@ -71,6 +71,17 @@ public:
     return static_cast<double>(yes) / static_cast<double>(k_.size());
   }
 
+  // Checkpoints: the statistics as they are, and put back.
+  [[nodiscard]] const std::vector<double>& crit_sums() const noexcept { return crit_sum_; }
+  [[nodiscard]] const std::vector<double>& rest_sums() const noexcept { return rest_sum_; }
+  [[nodiscard]] std::int64_t crit_steps() const noexcept { return crit_steps_; }
+  /// `crit` and `rest` hold matrices() values each.
+  void restore(const double* crit, const double* rest, std::int64_t crit_steps) {
+    std::copy_n(crit, k_.size(), crit_sum_.begin());
+    std::copy_n(rest, k_.size(), rest_sum_.begin());
+    crit_steps_ = crit_steps;
+  }
+
 private:
   std::vector<std::int64_t> k_;
   std::vector<std::int64_t> channels_;
