@@ -50,6 +50,11 @@
 
 ZF_NAMESPACE_BEGIN
 
+namespace detail {
+template <class Engine>
+struct engine_checkpoint; // save / load (detail/engine_checkpoint.hpp)
+} // namespace detail
+
 /// The full optimizer state of one parameter, gathered from wherever it lives (tests, checkpoints).
 struct param_state {
   std::vector<float> master, m, v;  ///< channels x channel_len, channel-major
@@ -392,7 +397,29 @@ public:
   /// The D2H ring's own counters (bytes it moved), for cross-checks of the engine's accounting.
   [[nodiscard]] ring_stats d2h_ring_stats() const { return ring_ ? ring_->stats() : ring_stats{}; }
 
+  /// Saves the whole optimizer state to the checkpoint file `path` (docs/checkpoint.md), between
+  /// steps: a host job in flight is finished first and its new weights are saved as a job still to
+  /// apply. The working weights are the user's: save them too. Blocking; changes nothing the engine
+  /// computes next. One file per rank: `checkpoint_rank_path(path, 0, 1)` (= `path`) for now.
+  /// @throws invalid_argument ('this': not initialized, or grad_ready() announcements pending;
+  ///         'path': empty); checkpoint_error (io) when the file cannot be written.
+  void save(const std::string& path, cudaStream_t stream = nullptr) {
+    detail::engine_checkpoint<engine>::save(*this, path, stream);
+  }
+  /// Replaces the whole optimizer state with the one saved in `path`, between steps, on an engine
+  /// initialized with the same configuration and the same registrations (register, initialize,
+  /// load; the working weights must be the ones saved with it). The file is checked whole first: a
+  /// bad one throws checkpoint_error saying which (truncated, corrupted, wrong_version,
+  /// other_config, other_parameters, missing_section, wrong_size) and leaves the engine unchanged.
+  /// Blocking. @throws invalid_argument as save().
+  void load(const std::string& path, cudaStream_t stream = nullptr) {
+    detail::engine_checkpoint<engine>::load(*this, path, stream);
+  }
+
 private:
+  template <class Engine>
+  friend struct detail::engine_checkpoint;
+
   static constexpr std::int32_t record_tag_first = detail::record_first_slot;
   static constexpr std::int32_t record_tag_last = detail::record_last_slot;
   static constexpr std::int32_t grad_tag = detail::grad_slot;
@@ -807,3 +834,5 @@ private:
 };
 
 ZF_NAMESPACE_END
+
+#include <zenflow/engine/detail/engine_checkpoint.hpp>

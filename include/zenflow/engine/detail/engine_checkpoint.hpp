@@ -1,0 +1,406 @@
+/// @file
+/// `engine::save` / `engine::load`: the whole optimizer state in one checkpoint file
+/// (<zenflow/engine/checkpoint_file.hpp>), so that a run resumed from it is bit-identical to one
+/// that never stopped (docs/checkpoint.md, "Engine state").
+///
+/// Sections (little-endian; `p<i>` is the parameter of registration index i):
+///
+///     engine/scalars   ckpt_scalars: the schedule (step, selection step, window, windows, the current
+///                      accumulator, the pending host job), the open window's n_w, the counters
+///     engine/masses    the Zen-auto masses of the last two steps (step, valid, crit[M], rest[M]) x 2
+///     engine/voter     Zen-auto's statistics: crit_steps, crit_sum[M], rest_sum[M] (doubles)
+///     p<i>/sel         the device set the engine reports (int32, ascending)
+///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only)
+///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only)
+///     p<i>/dev_sel, dev_rows, dev_counts         the device rows (master | m | v), k rows each
+///
+/// Saved between steps: a host job in flight is finished first (its new weights are kept, not
+/// applied, and saved); the D2H ring is drained. Loaded after checking the whole file: structure and
+/// checksums (the reader), identity (config and parameter-list hashes), every section's presence,
+/// size and the selections' values; only then is anything changed.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/engine/checkpoint_file.hpp>
+#include <zenflow/engine/engine.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+static_assert(std::endian::native == std::endian::little, "zenflow: checkpoints are written little-endian");
+
+/// The engine's scalars, one fixed record (8-byte fields: no padding).
+struct ckpt_scalars {
+  std::int64_t layout = 0; ///< engine_checkpoint's own layout version (ckpt_layout)
+  std::int64_t step = 0, sel_step = -1, selection_pending = 0, window_open = 0, window_start = 0,
+               window_len = 0, windows = 0, cur_acc = 0;
+  std::int64_t pending = 0, pending_window = -1, pending_first = 0, pending_last = 0, job_produced = 0;
+  std::int64_t n_w = 0;      ///< good steps in the current accumulator
+  std::int64_t matrices = 0; ///< matrices in the masses and the voter
+  std::int64_t steps = 0, skipped = 0, selections = 0, windows_closed = 0, host_jobs = 0, d2h = 0, h2d = 0,
+               last_window_length = 0, max_staleness = 0;
+  double stall_s = 0.0, host_window_s = 0.0, last_host_window_s = 0.0;
+};
+static_assert(std::is_trivially_copyable_v<ckpt_scalars> && sizeof(ckpt_scalars) == 28 * 8);
+
+inline constexpr std::int64_t ckpt_layout = 1;
+
+template <class Engine>
+struct engine_checkpoint {
+  static void save(Engine& eng, const std::string& path, cudaStream_t stream) {
+    constexpr const char* fn = "zenflow::engine::save";
+    between_steps(eng, fn, path);
+    settle(eng);
+    const ckpt_scalars s = scalars(eng);
+    checkpoint_writer out(checkpoint_rank_path(path, 0, 1), identity(eng));
+    out.section("engine/scalars", &s, sizeof s);
+    const auto M = static_cast<std::size_t>(s.matrices);
+    out.begin_section("engine/masses", masses_bytes(M));
+    for (std::size_t i = 0; i < 2; ++i) {
+      const step_masses& ms = eng.host_.masses_slot(i);
+      const std::int64_t head[2] = {ms.step, ms.valid ? 1 : 0};
+      out.write(head, sizeof head);
+      write_floats(out, ms.crit, M);
+      write_floats(out, ms.rest, M);
+    }
+    out.end_section();
+    const auto& voter = *eng.voter_;
+    out.begin_section("engine/voter", voter_bytes(M));
+    const std::int64_t crit_steps = voter.crit_steps();
+    out.write(&crit_steps, 8);
+    out.write(voter.crit_sums().data(), M * 8);
+    out.write(voter.rest_sums().data(), M * 8);
+    out.end_section();
+    const bool upload = s.pending != 0 && s.job_produced != 0;
+    for (std::size_t p = 0; p < eng.params_.size(); ++p) {
+      const auto& pi = eng.params_[p];
+      const auto& h = eng.host_[p];
+      out.section(tag(p, "sel"), h.sel.data(), h.sel.size() * 4);
+      if (pi.host_side) {
+        const std::size_t n = static_cast<std::size_t>(pi.elements());
+        out.section(tag(p, "master"), h.master.data(), n * 4);
+        out.section(tag(p, "m"), h.m.data(), n * 4);
+        out.section(tag(p, "v"), h.v.data(), n * 4);
+        out.section(tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
+        out.section(tag(p, "acc"), h.acc[eng.cur_acc_].data(), n * 4);
+        out.section(tag(p, "rest_l1"), &h.rest_l1[eng.cur_acc_], 8);
+        if (upload && !h.host_set.empty()) {
+          out.section(tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
+        }
+      }
+      std::vector<float> dm, d1, d2; // one parameter at a time
+      std::vector<std::int32_t> dc, ds;
+      eng.plan_.read_device_state(p, dm, d1, d2, dc, ds, stream);
+      out.section(tag(p, "dev_sel"), ds.data(), ds.size() * 4);
+      out.begin_section(tag(p, "dev_rows"), 3 * dm.size() * 4);
+      out.write(dm.data(), dm.size() * 4);
+      out.write(d1.data(), d1.size() * 4);
+      out.write(d2.data(), d2.size() * 4);
+      out.end_section();
+      out.section(tag(p, "dev_counts"), dc.data(), dc.size() * 4);
+    }
+    out.commit();
+  }
+
+  static void load(Engine& eng, const std::string& path, cudaStream_t stream) {
+    constexpr const char* fn = "zenflow::engine::load";
+    between_steps(eng, fn, path);
+    const checkpoint_reader in(checkpoint_rank_path(path, 0, 1)); // structure and checksums
+    in.expect(identity(eng));
+
+    // 1. Check everything; change nothing.
+    ckpt_scalars s{};
+    need(in, "engine/scalars", sizeof s);
+    in.read("engine/scalars", &s, sizeof s);
+    const auto M = static_cast<std::int64_t>(eng.voter_->matrices());
+    const bool overlap = eng.queue_ != nullptr;
+    if (s.layout != ckpt_layout) {
+      checkpoint::fail(checkpoint_errc::wrong_version, in.name(),
+                       "engine state layout " + std::to_string(s.layout) + ", this build reads " +
+                           std::to_string(ckpt_layout));
+    }
+    const bool ok = s.step >= 0 && s.sel_step >= -1 && s.sel_step < s.step && s.window_len >= 0 &&
+                    s.windows >= 0 && (s.cur_acc == 0 || (s.cur_acc == 1 && overlap)) &&
+                    (s.pending == 0 || overlap) && s.n_w >= 0 && s.n_w <= INT32_MAX && s.matrices == M;
+    if (!ok) {
+      corrupt(in, "engine/scalars",
+              "holds a state this engine cannot be in (step " + std::to_string(s.step) + ", selection step " +
+                  std::to_string(s.sel_step) + ", window length " + std::to_string(s.window_len) + ", n_w " +
+                  std::to_string(s.n_w) + ", accumulator " + std::to_string(s.cur_acc) + ", pending " +
+                  std::to_string(s.pending) + ", matrices " + std::to_string(s.matrices) + ")");
+    }
+    const auto Mz = static_cast<std::size_t>(M);
+    need(in, "engine/masses", masses_bytes(Mz));
+    need(in, "engine/voter", voter_bytes(Mz));
+    const bool upload = s.pending != 0 && s.job_produced != 0;
+    std::vector<std::vector<std::int32_t>> sels(eng.params_.size()), dev_sels(eng.params_.size());
+    for (std::size_t p = 0; p < eng.params_.size(); ++p) {
+      const auto& pi = eng.params_[p];
+      const auto n = static_cast<std::size_t>(pi.elements());
+      sels[p] = read_set(in, tag(p, "sel"), pi);
+      dev_sels[p] = read_set(in, tag(p, "dev_sel"), pi);
+      const std::size_t k = dev_sels[p].size();
+      need(in, tag(p, "dev_rows"), 3 * k * static_cast<std::size_t>(pi.channel_len) * 4);
+      need(in, tag(p, "dev_counts"), k * 4);
+      if (pi.host_side) {
+        for (const char* t : {"master", "m", "v", "acc"}) {
+          need(in, tag(p, t), n * 4);
+        }
+        need(in, tag(p, "counts"), static_cast<std::size_t>(pi.channels) * 4);
+        need(in, tag(p, "rest_l1"), 8);
+        const std::size_t host_channels = static_cast<std::size_t>(pi.channels) - sels[p].size();
+        if (upload && host_channels > 0) {
+          need(in, tag(p, "upload"), host_channels * pi.channel_bytes());
+        }
+      }
+    }
+
+    // 2. Replace the state: the job in flight and the ring first (their results are replaced).
+    settle(eng);
+    eng.pending_.reset();
+    eng.plan_.wait_upload_done(); // the host upload buffers are written next
+    const std::size_t a = static_cast<std::size_t>(s.cur_acc);
+    for (std::size_t p = 0; p < eng.params_.size(); ++p) {
+      const auto& pi = eng.params_[p];
+      auto& h = eng.host_[p];
+      const auto n = static_cast<std::size_t>(pi.elements());
+      h.sel = sels[p];
+      if (pi.host_side) {
+        in.read(tag(p, "master"), h.master.data(), n * 4);
+        in.read(tag(p, "m"), h.m.data(), n * 4);
+        in.read(tag(p, "v"), h.v.data(), n * 4);
+        in.read(tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
+        std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
+        in.read(tag(p, "acc"), h.acc[a].data(), n * 4);
+        in.read(tag(p, "rest_l1"), &h.rest_l1[a], 8);
+        h.rest_l1[a ^ 1u] = 0.0;
+        h.host_set = complement(h.sel, pi.channels);
+        (void)eng.plan_.set_host_set(p, h.host_set, stream);
+        if (upload && !h.host_set.empty()) {
+          in.read(tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
+        }
+      }
+      const std::size_t k = dev_sels[p].size();
+      const auto L = static_cast<std::size_t>(pi.channel_len);
+      std::vector<float> rows(3 * k * L); // one parameter at a time
+      std::vector<std::int32_t> counts(k);
+      in.read(tag(p, "dev_rows"), rows.data(), rows.size() * 4);
+      in.read(tag(p, "dev_counts"), counts.data(), counts.size() * 4);
+      eng.plan_.write_device_state(p, static_cast<std::int64_t>(k), rows.data(), rows.data() + k * L,
+                                   rows.data() + 2 * k * L, counts.data(), dev_sels[p].data(), stream);
+    }
+    {
+      std::vector<std::byte> masses(masses_bytes(Mz));
+      in.read("engine/masses", masses.data(), masses.size());
+      const std::byte* at = masses.data();
+      for (std::size_t i = 0; i < 2; ++i) {
+        step_masses& ms = eng.host_.masses_slot(i);
+        std::int64_t head[2];
+        std::memcpy(head, at, sizeof head);
+        at += sizeof head;
+        ms.step = head[0];
+        ms.valid = head[1] != 0;
+        ms.crit.resize(Mz);
+        ms.rest.resize(Mz);
+        std::memcpy(ms.crit.data(), at, Mz * 4);
+        at += Mz * 4;
+        std::memcpy(ms.rest.data(), at, Mz * 4);
+        at += Mz * 4;
+      }
+      std::vector<std::byte> voter(voter_bytes(Mz));
+      in.read("engine/voter", voter.data(), voter.size());
+      std::int64_t crit_steps = 0;
+      std::memcpy(&crit_steps, voter.data(), 8);
+      std::vector<double> crit(Mz), rest(Mz);
+      std::memcpy(crit.data(), voter.data() + 8, Mz * 8);
+      std::memcpy(rest.data(), voter.data() + 8 + Mz * 8, Mz * 8);
+      eng.voter_->restore(crit.data(), rest.data(), crit_steps);
+    }
+    eng.host_.restore_n_w(a, static_cast<std::int32_t>(s.n_w));
+    eng.host_.restore_n_w(a ^ 1u, 0);
+    eng.host_.restore_skipped(s.skipped);
+    eng.t_ = s.step;
+    eng.sel_step_ = s.sel_step;
+    eng.selection_pending_ = s.selection_pending != 0;
+    eng.window_open_ = s.window_open != 0;
+    eng.window_start_ = s.window_start;
+    eng.window_len_ = s.window_len;
+    eng.windows_ = s.windows;
+    eng.cur_acc_ = a;
+    auto& st = eng.stats_;
+    st.steps = s.steps;
+    st.skipped_steps = s.skipped;
+    st.selections = s.selections;
+    st.windows_closed = s.windows_closed;
+    st.host_jobs = s.host_jobs;
+    st.d2h_bytes = static_cast<std::uint64_t>(s.d2h);
+    st.h2d_bytes = static_cast<std::uint64_t>(s.h2d);
+    st.last_window_length = s.last_window_length;
+    st.max_staleness_windows = s.max_staleness;
+    st.stall_s = s.stall_s;
+    st.host_window_s = s.host_window_s;
+    st.last_host_window_s = s.last_host_window_s;
+    if (s.pending != 0) {
+      // The saved job as a job of this engine's queue that has already run: it only uploads the
+      // saved weights, which the next drain applies, at the step the saved run would have.
+      const bool produced = s.job_produced != 0;
+      const std::int64_t qw = eng.queue_->submit([&eng, produced] {
+        eng.job_produced_ = produced;
+        eng.job_seconds_ = 0.0;
+        if (produced) {
+          eng.upload_job();
+        }
+      });
+      eng.pending_ = typename Engine::pending_job{qw, s.pending_window, s.pending_first, s.pending_last};
+    }
+  }
+
+  /// The hashes a file must match: the configuration as describe() prints it (every setting), and
+  /// the parameter list (kind, dtype, shape, layout, name, resolved options, where it lives).
+  static checkpoint_identity identity(const Engine& eng) {
+    const std::string cfg = eng.cfg_.describe();
+    std::vector<std::byte> list;
+    const auto put = [&](const void* x, std::size_t n) {
+      const auto* b = static_cast<const std::byte*>(x);
+      list.insert(list.end(), b, b + n);
+    };
+    for (const auto& pi : eng.params_) {
+      const std::int64_t f[] = {pi.matrix ? 1 : 0,
+                                static_cast<std::int64_t>(pi.type),
+                                pi.channels,
+                                pi.channel_len,
+                                pi.ld,
+                                static_cast<std::int64_t>(pi.layout),
+                                pi.device_capacity,
+                                pi.host_side ? 1 : 0,
+                                pi.device_dense ? 1 : 0,
+                                static_cast<std::int64_t>(pi.name.size())};
+      put(f, sizeof f);
+      put(pi.name.data(), pi.name.size());
+      put(&pi.lr_scale, 4);
+      put(&pi.weight_decay, 4);
+    }
+    return {checkpoint_hash(std::as_bytes(std::span(cfg.data(), cfg.size()))), checkpoint_hash(list), 0, 1};
+  }
+
+private:
+  static void between_steps(const Engine& eng, const char* fn, const std::string& path) {
+    require(eng.initialized_, fn, "this", "is not initialized (register, initialize(), then load/save)");
+    require(!path.empty(), fn, "path", "must not be empty");
+    require(!eng.early_any_ && std::all_of(eng.announced_.begin(), eng.announced_.end(),
+                                           [](std::uint8_t x) { return x == Engine::announce_none; }),
+            fn, "this", "has grad_ready() announcements for the coming step (save and load between steps)");
+  }
+
+  /// The host job in flight finished, every pushed slot consumed (no thread touches the state).
+  static void settle(Engine& eng) {
+    if (eng.queue_) {
+      eng.queue_->drain();
+    }
+    eng.host_.wait_consumed(eng.pushed_);
+  }
+
+  static ckpt_scalars scalars(Engine& eng) {
+    ckpt_scalars s{};
+    s.layout = ckpt_layout;
+    s.step = eng.t_;
+    s.sel_step = eng.sel_step_;
+    s.selection_pending = eng.selection_pending_ ? 1 : 0;
+    s.window_open = eng.window_open_ ? 1 : 0;
+    s.window_start = eng.window_start_;
+    s.window_len = eng.window_len_;
+    s.windows = eng.windows_;
+    s.cur_acc = static_cast<std::int64_t>(eng.cur_acc_);
+    if (eng.pending_) {
+      s.pending = 1;
+      s.pending_window = eng.pending_->window;
+      s.pending_first = eng.pending_->first_step;
+      s.pending_last = eng.pending_->last_step;
+      s.job_produced = eng.job_produced_ ? 1 : 0;
+    }
+    s.n_w = eng.host_.n_w(eng.cur_acc_);
+    s.matrices = static_cast<std::int64_t>(eng.voter_->matrices());
+    const auto& st = eng.stats_;
+    s.steps = st.steps;
+    s.skipped = eng.host_.skipped();
+    s.selections = st.selections;
+    s.windows_closed = st.windows_closed;
+    s.host_jobs = st.host_jobs;
+    s.d2h = static_cast<std::int64_t>(st.d2h_bytes);
+    s.h2d = static_cast<std::int64_t>(st.h2d_bytes);
+    s.last_window_length = st.last_window_length;
+    s.max_staleness = st.max_staleness_windows;
+    s.stall_s = st.stall_s;
+    s.host_window_s = st.host_window_s;
+    s.last_host_window_s = st.last_host_window_s;
+    return s;
+  }
+
+  static std::string tag(std::size_t p, const char* what) { return "p" + std::to_string(p) + "/" + what; }
+  static std::size_t masses_bytes(std::size_t m) { return 2 * (16 + 8 * m); }
+  static std::size_t voter_bytes(std::size_t m) { return 8 + 16 * m; }
+
+  static void write_floats(checkpoint_writer& out, const std::vector<float>& v, std::size_t n) {
+    if (v.size() == n) {
+      out.write(v.data(), n * 4);
+    } else { // a slot never filled
+      const std::vector<float> zeros(n, 0.0f);
+      out.write(zeros.data(), n * 4);
+    }
+  }
+
+  [[noreturn]] static void
+  corrupt(const checkpoint_reader& in, const std::string& section, const std::string& why) {
+    checkpoint::fail(checkpoint_errc::corrupted, in.name(), "section '" + section + "' " + why);
+  }
+
+  static void need(const checkpoint_reader& in, const std::string& t, std::size_t bytes) {
+    const checkpoint_section* s = in.find(t);
+    if (s == nullptr) {
+      checkpoint::fail(checkpoint_errc::missing_section, in.name(), "no section '" + t + "'");
+    }
+    if (s->bytes != bytes) {
+      checkpoint::fail(checkpoint_errc::wrong_size, in.name(),
+                       "section '" + t + "' holds " + std::to_string(s->bytes) +
+                           " bytes, this engine needs " + std::to_string(bytes));
+    }
+  }
+
+  /// An ascending channel set of at most the parameter's device capacity.
+  static std::vector<std::int32_t>
+  read_set(const checkpoint_reader& in, const std::string& t, const param_info& pi) {
+    const checkpoint_section* s = in.find(t);
+    if (s == nullptr) {
+      checkpoint::fail(checkpoint_errc::missing_section, in.name(), "no section '" + t + "'");
+    }
+    if (s->bytes % 4 != 0 || s->bytes / 4 > static_cast<std::uint64_t>(pi.device_capacity)) {
+      checkpoint::fail(checkpoint_errc::wrong_size, in.name(),
+                       "section '" + t + "' holds " + std::to_string(s->bytes) + " bytes, more than " +
+                           std::to_string(pi.device_capacity) + " channels");
+    }
+    std::vector<std::int32_t> out(static_cast<std::size_t>(s->bytes / 4));
+    in.read(t, out.data(), out.size() * 4);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i] < 0 || out[i] >= pi.channels || (i > 0 && out[i] <= out[i - 1])) {
+        corrupt(in, t, "is not an ascending set of channels in [0, " + std::to_string(pi.channels) + ")");
+      }
+    }
+    return out;
+  }
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
