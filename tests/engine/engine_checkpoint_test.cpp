@@ -407,3 +407,84 @@ TEST(engine_checkpoint, misuse_names_the_argument) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(engine_checkpoint, example_stop_and_resume) {
+  const auto cfg = small_config();
+  const std::string file = temp_path("example");
+  model<float> m(kShapes, 5), resumed_model(kShapes, 5);
+  cudaStream_t stream = nullptr;
+  zenflow::engine<zenflow::host_backend> eng(cfg);
+  for (std::size_t p = 0; p < m.shapes.size(); ++p) {
+    const auto& sh = m.shapes[p];
+    (void)(sh.matrix ? eng.add_matrix(m.w[p].data(), m.g[p].data(), sh.channels, sh.len)
+                     : eng.add_vector(m.w[p].data(), m.g[p].data(), sh.len));
+  }
+  eng.initialize(stream);
+  for (int t = 0; t < 11; ++t) {
+    m.next_grads();
+    (void)eng.step(1e-2f, stream);
+  }
+  auto& w = resumed_model.w;
+  auto& g = resumed_model.g;
+  // example-begin engine-save-load
+  // Stop, between two steps: the optimizer's state into one file, your working weights beside it.
+  eng.save(file, stream);
+  w = m.w; // (in a real trainer: the model's own checkpoint)
+
+  // Resume, in a fresh process: the same configuration and registrations, initialize, load.
+  zenflow::engine<zenflow::host_backend> resumed(cfg);
+  (void)resumed.add_matrix(w[0].data(), g[0].data(), 24, 8);
+  (void)resumed.add_vector(w[1].data(), g[1].data(), 5);
+  (void)resumed.add_matrix(w[2].data(), g[2].data(), 13, 16);
+  (void)resumed.add_vector(w[3].data(), g[3].data(), 3);
+  resumed.initialize(stream);
+  resumed.load(file, stream); // throws checkpoint_error (saying which) on a bad file, changing nothing
+  // example-end engine-save-load
+  EXPECT_EQ(resumed.steps(), 11);
+  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    const zenflow::param_id id{static_cast<std::int32_t>(p)};
+    EXPECT_EQ(resumed.selected(id), eng.selected(id));
+    EXPECT_TRUE(same(resumed.state(id).v, eng.state(id).v));
+  }
+  std::filesystem::remove(file);
+}
+
+} // namespace
+
+namespace {
+
+/// An engine that trained already loads too: its state (a pending job and an open window included)
+/// is replaced whole, and it goes on as the saved run does.
+TEST(engine_checkpoint, a_used_engine_loads_and_goes_on_as_the_saved_run) {
+  const auto cfg = small_config();
+  const std::string file = temp_path("used");
+  model<float> a(kPlanShapes, 21), b(kPlanShapes, 22);
+  auto ea = trained(a, cfg, 13); // save point: mid-window, a job pending
+  ea->save(file);
+  auto eb = trained(b, cfg, 17); // other data, other state
+  eb->load(file);
+  b.w = a.w; // the saved run's weights
+  b.gen = a.gen;
+  b.channel_scale = a.channel_scale;
+  for (int t = 0; t < 11; ++t) {
+    a.next_grads();
+    b.next_grads();
+    (void)ea->step(1e-2f);
+    (void)eb->step(1e-2f);
+  }
+  ea->flush();
+  eb->flush();
+  EXPECT_EQ(a.w, b.w);
+  for (std::size_t p = 0; p < kPlanShapes.size(); ++p) {
+    const zenflow::param_id id{static_cast<std::int32_t>(p)};
+    EXPECT_EQ(ea->selected(id), eb->selected(id));
+    EXPECT_TRUE(same(ea->state(id).master, eb->state(id).master)) << p;
+    EXPECT_TRUE(same(ea->state(id).v, eb->state(id).v)) << p;
+  }
+  EXPECT_EQ(ea->steps(), eb->steps());
+  std::filesystem::remove(file);
+}
+
+} // namespace
