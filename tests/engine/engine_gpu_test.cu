@@ -17,6 +17,7 @@
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"
 #include "plan_scenarios.hpp"
+#include "resume_cases.hpp"
 #include "support/gpu.hpp"
 
 namespace {
@@ -392,6 +393,12 @@ TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host
 }
 
 // ---- the 300-step scenarios: the host backend's bits and counters ------------------------------
+
+// ---- save / load: a resumed run is bit-identical (as on the host and emulated backends) -------
+
+TEST_F(engine_gpu, resume_from_a_checkpoint_is_bit_identical) {
+  zf_engine_test::expect_resume_is_bit_identical<device_plan_driver>("cuda");
+}
 
 TEST_F(engine_gpu, three_hundred_step_scenarios_give_the_host_backends_bits_and_counters) {
   for (const auto& sc : zf_engine_test::plan_scenarios()) {
