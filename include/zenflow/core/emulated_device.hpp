@@ -25,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -64,6 +65,10 @@ struct emulated_timing {
   /// `jitter_seed`.
   std::chrono::microseconds max_host_jitter{0};
   std::uint64_t jitter_seed = 1;
+  /// Fault injection: the `fail_at_op`-th operation the device runs (1-based, counted across
+  /// streams in the order they start; 0 = never) throws `cuda_error(cudaErrorLaunchFailure)`
+  /// instead of running, and the device's error becomes sticky, as after a faulting kernel.
+  std::uint64_t fail_at_op = 0;
 };
 
 /// One operation of the device's timeline (recorded when tracing is on).
@@ -407,6 +412,12 @@ private:
       }
       if (body && !sticky_set()) {
         try {
+          if (timing_.fail_at_op != 0 &&
+              ops_started_.fetch_add(1, std::memory_order_relaxed) + 1 == timing_.fail_at_op) {
+            throw cuda_error(cudaErrorLaunchFailure,
+                             "zenflow::emulated_device: injected fault (emulated_timing::fail_at_op = " +
+                                 std::to_string(timing_.fail_at_op) + ", '" + name + "')");
+          }
           body();
         } catch (...) {
           set_sticky(std::current_exception());
@@ -465,6 +476,7 @@ private:
 
   emulated_timing timing_;
   clock::time_point epoch_;
+  std::atomic<std::uint64_t> ops_started_{0}; // fault injection's count
   std::mutex host_rng_mutex_;
   std::mt19937_64 host_rng_{timing_.jitter_seed ^ 0xC2B2AE3D27D4EB4Full}; // host_jitter(), under its mutex
   resource d2h_engine_, h2d_engine_, compute_units_;

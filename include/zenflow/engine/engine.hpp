@@ -512,11 +512,22 @@ private:
     const std::size_t bytes =
         tag == record_tag_first ? detail::step_record_layout::header_bytes() : plan_.record_layout().bytes();
     copies_->wait_for(stream);
-    timed_ring(cost, [&] { ring_->push(plan_.record(), bytes, meta, copies_->get()); });
+    timed_ring(cost, [&] { push_slot(plan_.record(), bytes, meta); });
     plan_.record_pushed(copies_->get());
     cost.d2h += bytes;
     note_pushed();
     consume_inline();
+  }
+
+  /// One slot into the D2H ring, copied on the copy stream. A ring closed by its consumer (which
+  /// failed: a device error, say) reports the consumer's error, not the closed ring.
+  void push_slot(const void* src, std::size_t bytes, const ring_meta& meta) {
+    try {
+      ring_->push(src, bytes, meta, copies_->get());
+    } catch (const ring_closed&) {
+      host_.rethrow_consumer_error();
+      throw;
+    }
   }
 
   /// Packs and pushes the host-set gradients of every host-side parameter, slot by slot (those
@@ -560,7 +571,7 @@ private:
         meta.user = static_cast<std::uint64_t>(cur_acc_);
         const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
         copies_->wait_for(stream);
-        timed_ring(cost, [&] { ring_->push(staging, bytes, meta, copies_->get()); });
+        timed_ring(cost, [&] { push_slot(staging, bytes, meta); });
         plan_.staging_pushed(slot, copies_->get());
         cost.d2h += bytes;
         note_pushed();

@@ -194,6 +194,17 @@ public:
     }
   }
 
+  /// Rethrows the consumer thread's error, if it met one.
+  void rethrow_consumer_error() {
+    std::exception_ptr e;
+    {
+      std::lock_guard lock(progress_mutex_);
+      e = consumer_error_;
+    }
+    if (e) {
+      std::rethrow_exception(e);
+    }
+  }
   /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
   void wait_consumed(std::uint64_t seq) {
     std::unique_lock lock(progress_mutex_);
