@@ -1,0 +1,376 @@
+/// @file
+/// The pipeline benchmark (issue 11): the engine on the emulated device with a timing model, so
+/// that a model of tens of millions of parameters on a CPU has the shape of a 7B model on a GPU.
+///
+/// Per step: a modelled forward + backward of C ms on the training stream
+/// (`emulated_device::compute`), then `step()`, then a wait for the stream (a trainer reading its
+/// loss). PCIe is modelled at B bytes/s per direction; by default B is chosen so that one step's
+/// gradients at r = 0.1, (1 - 0.1) x model, take C on the wire (7B bf16 on PCIe Gen5: 12.6 GB /
+/// 25 GB/s ~ 0.5 s, about a step). Everything else is real: the packs, the copies' memcpy, the
+/// consumer's accumulation and the host AdamW run on this machine's cores.
+///
+/// Modes: gpu_adamw, offload_sync, zenflow (S = 2, 4, auto; r = 0.05, 0.1). Per mode: step time
+/// (median and mean over the steady state), the engine's counted stall share, bytes per step and
+/// the ratio to the pipeline bound max(C, down / B, up / B, host window / S, accumulation), where
+/// "host window / S" is the engine's host-window seconds per step and "accumulation" a standalone
+/// timing of the same accumulation (host::accumulate_channels over the unselected rows) with the
+/// consumer's thread count.
+///
+///   build/cpu/bench/engine/zf_bench_pipeline --json out.json
+///   build/cpu/bench/engine/zf_bench_pipeline --params 100 --compute-ms 200 --steps 40 --json big.json
+///   python3 bench/engine/plot_pipeline.py out.json out.png
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/emulated_device.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/optim/channels.hpp>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using bf16 = zenflow::bfloat16;
+
+struct options {
+  double params_m = 24.0;  // millions of matrix parameters
+  int layers = 6;          // square matrices
+  int steps = 28;          // per mode, the first `warmup` excluded
+  int warmup = 8;          // selection at t = 0 and the first windows
+  double compute_ms = 60;  // C
+  double pcie_gbps = 0.0;  // B per direction, GB/s; 0 = (1 - 0.1) x model / C
+  unsigned host_threads = 2;
+  int ring_slots = 0;      // 0 = the engine's default
+  std::int64_t ring_slot_bytes = 0;
+  std::string json = "pipeline.json";
+  std::string only;        // run only modes whose label contains this
+  std::string trace;       // write the emulated device's trace of this mode's steady state
+  std::string trace_mode = "zenflow S=4 r=0.1";
+};
+
+struct mode_spec {
+  std::string label;
+  zenflow::optimizer_mode mode;
+  double r = 0.1;
+  std::int64_t S = 4; // 0 = auto
+};
+
+struct result {
+  mode_spec spec;
+  double step_ms_median = 0, step_ms_mean = 0, step_ms_min = 0, step_ms_max = 0;
+  double stall_share = 0, stall_ms_per_step = 0;
+  double d2h_bytes_per_step = 0, h2d_bytes_per_step = 0;
+  double host_window_ms_per_step = 0, accumulate_ms = 0;
+  double bound_ms = 0, ratio_to_bound = 0;
+  std::string bound_term;
+  std::vector<double> step_ms;
+  std::vector<double> stall_ms;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) {
+    return 0.0;
+  }
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Seconds that one step's accumulation takes on the host: acc += coef * slot over the unselected
+/// rows of every matrix (bf16 slots), with `threads` threads (median of 5).
+double time_accumulation(std::int64_t hidden, int layers, double r, unsigned threads) {
+  const std::int64_t k = std::max<std::int64_t>(1, static_cast<std::int64_t>(r * static_cast<double>(hidden)));
+  const std::int64_t rows = hidden - k;
+  // One accumulator and one slot run per matrix, as in the engine (a model's worth: from DRAM).
+  std::vector<std::vector<float>> acc(static_cast<std::size_t>(layers));
+  std::vector<std::vector<bf16>> slot(static_cast<std::size_t>(layers));
+  for (int l = 0; l < layers; ++l) {
+    acc[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(hidden * hidden), 0.0f);
+    slot[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(rows * hidden), zenflow::from_float<bf16>(0.5f));
+  }
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + k);
+  }
+  std::unique_ptr<zenflow::worker_pool> pool;
+  if (threads > 1) {
+    pool = std::make_unique<zenflow::worker_pool>(threads);
+  }
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = clock_type::now();
+    for (int l = 0; l < layers; ++l) {
+      const auto li = static_cast<std::size_t>(l);
+      if (zenflow::host::accumulate_channels<bf16>(acc[li].data(), hidden, hidden, slot[li].data(), idx.data(),
+                                                   rows, 1.0f, pool.get()) != cudaSuccess) {
+        std::fputs("accumulate_channels failed\n", stderr);
+        std::exit(1);
+      }
+    }
+    t.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return median(t);
+}
+
+result run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B, unsigned acc_threads) {
+  zenflow::emulated_timing timing;
+  timing.d2h_bytes_per_second = B;
+  timing.h2d_bytes_per_second = B;
+  zenflow::emulated_device device(timing);
+  const bool tracing = !o.trace.empty() && spec.label == o.trace_mode;
+  cudaStream_t stream = device.create_stream();
+
+  zenflow::config cfg;
+  cfg.mode = spec.mode;
+  cfg.topk_ratio = spec.r;
+  cfg.update_interval = spec.S;
+  cfg.host_threads = o.host_threads;
+  if (o.ring_slots > 0) {
+    cfg.ring_slots = o.ring_slots;
+  }
+  if (o.ring_slot_bytes > 0) {
+    cfg.ring_slot_bytes = o.ring_slot_bytes;
+  }
+  const auto n = static_cast<std::size_t>(hidden * hidden);
+  std::vector<std::vector<bf16>> w(static_cast<std::size_t>(o.layers)), g(static_cast<std::size_t>(o.layers));
+  std::uint64_t seed = 12345;
+  for (int l = 0; l < o.layers; ++l) {
+    w[static_cast<std::size_t>(l)].resize(n);
+    g[static_cast<std::size_t>(l)].resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      const float u = static_cast<float>((seed >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+      const auto channel = static_cast<std::int64_t>(i) / hidden;
+      const float skew = channel % 17 == 0 ? 8.0f : 1.0f; // a few important channels
+      w[static_cast<std::size_t>(l)][i] = zenflow::from_float<bf16>(0.02f * u);
+      g[static_cast<std::size_t>(l)][i] = zenflow::from_float<bf16>(1e-3f * skew * u);
+    }
+  }
+  result res;
+  res.spec = spec;
+  {
+    zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device});
+    for (int l = 0; l < o.layers; ++l) {
+      zf.add_matrix(w[static_cast<std::size_t>(l)].data(), g[static_cast<std::size_t>(l)].data(), hidden, hidden);
+    }
+    zf.initialize(stream);
+    const auto C = std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * 1e6));
+    zenflow::stats at_warm{};
+    clock_type::time_point warm_t0{};
+    for (int t = 0; t < o.warmup + o.steps; ++t) {
+      if (t == o.warmup) {
+        device.synchronize();
+        at_warm = zf.stats();
+        warm_t0 = clock_type::now();
+        device.set_tracing(tracing);
+      }
+      const auto t0 = clock_type::now();
+      device.compute(stream, C, "forward+backward");
+      const zenflow::step_report rep = zf.step(1e-4f, stream);
+      device.synchronize_stream(stream); // the trainer reads its loss
+      const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+      if (t >= o.warmup) {
+        res.step_ms.push_back(ms);
+        res.stall_ms.push_back(rep.stall_s * 1e3);
+      }
+    }
+    const double wall = std::chrono::duration<double>(clock_type::now() - warm_t0).count();
+    const zenflow::stats& s = zf.stats();
+    const double steps = o.steps;
+    res.step_ms_median = median(res.step_ms);
+    res.step_ms_mean = wall * 1e3 / steps;
+    res.step_ms_min = *std::min_element(res.step_ms.begin(), res.step_ms.end());
+    res.step_ms_max = *std::max_element(res.step_ms.begin(), res.step_ms.end());
+    res.stall_ms_per_step = (s.stall_s - at_warm.stall_s) * 1e3 / steps;
+    res.stall_share = (s.stall_s - at_warm.stall_s) / wall;
+    res.d2h_bytes_per_step = static_cast<double>(s.d2h_bytes - at_warm.d2h_bytes) / steps;
+    res.h2d_bytes_per_step = static_cast<double>(s.h2d_bytes - at_warm.h2d_bytes) / steps;
+    res.host_window_ms_per_step = (s.host_window_s - at_warm.host_window_s) * 1e3 / steps;
+    zf.flush(stream);
+    device.synchronize();
+    if (tracing) {
+      std::ofstream out(o.trace);
+      out << "[";
+      bool first = true;
+      const char* kinds[] = {"kernel", "copy_d2h", "copy_h2d", "copy_d2d", "compute"};
+      for (const auto& op : device.trace()) {
+        out << (first ? "\n" : ",\n") << R"({"kind":")" << kinds[static_cast<int>(op.what)]
+            << R"(","stream":)" << op.stream << R"(,"bytes":)" << op.bytes << R"(,"start_ns":)" << op.start_ns
+            << R"(,"end_ns":)" << op.end_ns << R"(,"name":")" << op.name << "\"}";
+        first = false;
+      }
+      out << "\n]\n";
+    }
+  }
+  if (spec.mode != zenflow::optimizer_mode::gpu_adamw) {
+    const double r = spec.mode == zenflow::optimizer_mode::zenflow ? spec.r : 0.0;
+    res.accumulate_ms = time_accumulation(hidden, o.layers, r, acc_threads) * 1e3;
+  }
+  const double terms[] = {o.compute_ms, res.d2h_bytes_per_step / B * 1e3, res.h2d_bytes_per_step / B * 1e3,
+                          res.host_window_ms_per_step, res.accumulate_ms};
+  const char* names[] = {"compute", "d2h", "h2d", "host_window/S", "accumulate"};
+  const auto* it = std::max_element(std::begin(terms), std::end(terms));
+  res.bound_ms = *it;
+  res.bound_term = names[it - std::begin(terms)];
+  res.ratio_to_bound = res.step_ms_mean / res.bound_ms;
+  return res;
+}
+
+std::string json_array(const std::vector<double>& v) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    s << (i ? "," : "") << v[i];
+  }
+  s << "]";
+  return s.str();
+}
+
+void usage() {
+  std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
+            "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
+            "                  [--only LABEL-SUBSTRING] [--trace FILE [--trace-mode LABEL]] [--json FILE]");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        usage();
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--params") {
+      o.params_m = std::stod(next());
+    } else if (a == "--layers") {
+      o.layers = std::stoi(next());
+    } else if (a == "--steps") {
+      o.steps = std::stoi(next());
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(next());
+    } else if (a == "--compute-ms") {
+      o.compute_ms = std::stod(next());
+    } else if (a == "--pcie-gbps") {
+      o.pcie_gbps = std::stod(next());
+    } else if (a == "--host-threads") {
+      o.host_threads = static_cast<unsigned>(std::stoul(next()));
+    } else if (a == "--ring-slots") {
+      o.ring_slots = std::stoi(next());
+    } else if (a == "--ring-slot-bytes") {
+      o.ring_slot_bytes = std::stoll(next());
+    } else if (a == "--only") {
+      o.only = next();
+    } else if (a == "--trace") {
+      o.trace = next();
+    } else if (a == "--trace-mode") {
+      o.trace_mode = next();
+    } else if (a == "--json") {
+      o.json = next();
+    } else {
+      usage();
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  auto hidden = static_cast<std::int64_t>(std::sqrt(o.params_m * 1e6 / o.layers));
+  hidden = std::max<std::int64_t>(64, hidden / 64 * 64);
+  const double model_bytes = 2.0 * static_cast<double>(hidden * hidden) * o.layers; // bf16
+  const double B = o.pcie_gbps > 0 ? o.pcie_gbps * 1e9 : 0.9 * model_bytes / (o.compute_ms * 1e-3);
+  const zenflow::config defaults;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  // The consumer's accumulation runs on the consumer thread alone.
+  const unsigned acc_threads = 1;
+
+  std::vector<mode_spec> specs = {{"gpu_adamw", zenflow::optimizer_mode::gpu_adamw, 0.1, 0},
+                                  {"offload_sync", zenflow::optimizer_mode::offload_sync, 0.1, 0}};
+  for (const double r : {0.05, 0.1}) {
+    for (const std::int64_t S : {std::int64_t{2}, std::int64_t{4}, std::int64_t{0}}) {
+      std::ostringstream l;
+      l << "zenflow S=" << (S == 0 ? std::string("auto") : std::to_string(S)) << " r=" << r;
+      specs.push_back({l.str(), zenflow::optimizer_mode::zenflow, r, S});
+    }
+  }
+  std::printf("pipeline: %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), C = %.1f ms, B = %.3f GB/s per "
+              "direction, host threads %u, accumulation threads %u, ring %d x %lld B, hw threads %u\n",
+              o.layers, static_cast<long long>(hidden), static_cast<long long>(hidden),
+              static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
+              o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
+              static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s\n", "mode", "median", "mean", "stall%", "down MB",
+              "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound");
+  std::vector<result> results;
+  for (const auto& spec : specs) {
+    if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
+      continue;
+    }
+    results.push_back(run_mode(o, spec, hidden, B, acc_threads));
+    const result& r = results.back();
+    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f\n", spec.label.c_str(),
+                r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share, r.d2h_bytes_per_step / 1e6,
+                r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step, r.accumulate_ms, r.bound_ms,
+                r.bound_term.c_str(), r.ratio_to_bound);
+    std::fflush(stdout);
+  }
+  const result* gpu = nullptr;
+  const result* sync = nullptr;
+  for (const auto& r : results) {
+    gpu = r.spec.label == "gpu_adamw" ? &r : gpu;
+    sync = r.spec.label == "offload_sync" ? &r : sync;
+  }
+  std::ofstream out(o.json);
+  out << "{\n  \"benchmark\": \"zf_bench_pipeline\",\n  \"machine\": \"emulated device on a " << hw
+      << "-thread CPU\",\n  \"matrices\": " << o.layers << ",\n  \"hidden\": " << hidden
+      << ",\n  \"params\": " << hidden * hidden * o.layers << ",\n  \"model_bytes\": " << model_bytes
+      << ",\n  \"compute_ms\": " << o.compute_ms << ",\n  \"pcie_bytes_per_second\": " << B
+      << ",\n  \"host_threads\": " << o.host_threads << ",\n  \"accumulate_threads\": " << acc_threads
+      << ",\n  \"ring_slots\": " << (o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots)
+      << ",\n  \"ring_slot_bytes\": " << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes)
+      << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const result& r = results[i];
+    out << (i ? "," : "") << "\n    {\"label\": \"" << r.spec.label << "\", \"topk_ratio\": " << r.spec.r
+        << ", \"update_interval\": " << r.spec.S << ", \"step_ms_median\": " << r.step_ms_median
+        << ", \"step_ms_mean\": " << r.step_ms_mean << ", \"step_ms_min\": " << r.step_ms_min
+        << ", \"step_ms_max\": " << r.step_ms_max << ", \"stall_share\": " << r.stall_share
+        << ", \"stall_ms_per_step\": " << r.stall_ms_per_step << ", \"d2h_bytes_per_step\": " << r.d2h_bytes_per_step
+        << ", \"h2d_bytes_per_step\": " << r.h2d_bytes_per_step
+        << ", \"pcie_model_ratio\": " << (r.d2h_bytes_per_step + r.h2d_bytes_per_step) / model_bytes
+        << ", \"host_window_ms_per_step\": " << r.host_window_ms_per_step << ", \"accumulate_ms\": " << r.accumulate_ms
+        << ", \"bound_ms\": " << r.bound_ms << ", \"bound_term\": \"" << r.bound_term
+        << "\", \"ratio_to_bound\": " << r.ratio_to_bound;
+    if (gpu != nullptr) {
+      out << ", \"x_gpu_adamw\": " << r.step_ms_mean / gpu->step_ms_mean;
+    }
+    if (sync != nullptr) {
+      out << ", \"offload_sync_over_this\": " << sync->step_ms_mean / r.step_ms_mean;
+    }
+    out << ", \"step_ms\": " << json_array(r.step_ms) << ", \"stall_ms\": " << json_array(r.stall_ms) << "}";
+  }
+  out << "\n  ]\n}\n";
+  if (gpu != nullptr || sync != nullptr) {
+    std::printf("%-20s %12s %16s\n", "mode", "x gpu_adamw", "offload_sync / it");
+    for (const auto& r : results) {
+      std::printf("%-20s %12.3f %16.3f\n", r.spec.label.c_str(), gpu ? r.step_ms_mean / gpu->step_ms_mean : 0.0,
+                  sync ? sync->step_ms_mean / r.step_ms_mean : 0.0);
+    }
+  }
+  std::printf("wrote %s\n", o.json.c_str());
+  return 0;
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Plots zf_bench_pipeline's JSON: per mode, the mean step time against the pipeline bound, with
+the counted stall share on each bar. Several JSON files (e.g. before / after a change) are drawn
+side by side, labelled by file name.
+
+  python3 bench/engine/plot_pipeline.py before.json after.json out.png
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    runs = [(os.path.splitext(os.path.basename(p))[0], json.load(open(p))) for p in sys.argv[1:-1]]
+    labels = [m["label"] for m in runs[0][1]["modes"]]
+    width = 0.8 / len(runs)
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(labels)), 4.8))
+    for i, (name, data) in enumerate(runs):
+        modes = {m["label"]: m for m in data["modes"]}
+        xs = [j + (i - (len(runs) - 1) / 2) * width for j in range(len(labels))]
+        ys = [modes[l]["step_ms_mean"] if l in modes else 0 for l in labels]
+        bars = ax.bar(xs, ys, width, label=f"{name}: step (mean)")
+        for x, l, b in zip(xs, labels, bars):
+            if l in modes:
+                ax.text(x, b.get_height(), f"{100 * modes[l]['stall_share']:.0f}%", ha="center", va="bottom",
+                        fontsize=7)
+        ax.scatter(xs, [modes[l]["bound_ms"] if l in modes else 0 for l in labels], marker="_", s=300,
+                   color="black", zorder=3, label="pipeline bound" if i == 0 else None)
+    d = runs[0][1]
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("ms per step")
+    ax.set_title(f"emulated device: {d['params'] / 1e6:.1f}M bf16 params, C = {d['compute_ms']} ms, "
+                 f"B = {d['pcie_bytes_per_second'] / 1e9:.2f} GB/s (numbers on bars: counted stall share)",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(sys.argv[-1], dpi=110)
+
+
+if __name__ == "__main__":
+    main()
