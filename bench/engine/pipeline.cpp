@@ -295,8 +295,10 @@ int main(int argc, char** argv) {
   const double B = o.pcie_gbps > 0 ? o.pcie_gbps * 1e9 : 0.9 * model_bytes / (o.compute_ms * 1e-3);
   const zenflow::config defaults;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  // The consumer's accumulation runs on the consumer thread alone.
-  const unsigned acc_threads = 1;
+  // The consumer accumulates over a pool of its own, as many threads as the window job's pool.
+  zenflow::config probe;
+  probe.host_threads = o.host_threads;
+  const unsigned acc_threads = probe.resolved_host_threads(hw);
 
   std::vector<mode_spec> specs = {{"gpu_adamw", zenflow::optimizer_mode::gpu_adamw, 0.1, 0},
                                   {"offload_sync", zenflow::optimizer_mode::offload_sync, 0.1, 0}};

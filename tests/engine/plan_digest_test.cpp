@@ -91,4 +91,34 @@ TEST(engine_plan, emulated_backend_with_random_delays_gives_the_same_bits) {
   zf_engine_test::emulated_driver_timing() = {};
 }
 
+/// The host side over several threads (the consumer's accumulation over its own pool, the window
+/// job over the engine's): slots large enough to be split into chunks, the same bits for 1 and 4
+/// threads, on both backends.
+TEST(engine_plan, host_threads_do_not_change_the_bits) {
+  zf_engine_test::emulated_driver_timing() = {};
+  zf_engine_test::plan_scenario sc;
+  sc.name = "wide matrices, slots split over threads, bf16";
+  sc.cfg = zf_engine_test::small_config();
+  sc.cfg.ring_slot_bytes = 1 << 20;
+  sc.cfg.ring_slots = 8;
+  sc.cfg.gradient_clipping = 0.5f;
+  sc.type = zenflow::dtype::bf16;
+  sc.announce = true;
+  sc.bad_steps = {9};
+  sc.steps = 40;
+  sc.shapes = {{true, 600, 512}, {false, 1, 77}, {true, 300, 1000}};
+  for (const bool overlap : {true, false}) {
+    sc.cfg.overlap_step = overlap;
+    sc.cfg.host_threads = 1;
+    const auto one = digest_run<zf_engine_test::host_plan_driver>(sc);
+    sc.cfg.host_threads = 4;
+    const auto host4 = digest_run<zf_engine_test::host_plan_driver>(sc);
+    const auto emulated4 = digest_run<zf_engine_test::emulated_plan_driver>(sc);
+    EXPECT_EQ(host4.state_digest, one.state_digest) << "overlap " << overlap;
+    EXPECT_EQ(emulated4.state_digest, one.state_digest) << "overlap " << overlap;
+    EXPECT_EQ(host4.counters_digest, one.counters_digest) << "overlap " << overlap;
+    EXPECT_EQ(emulated4.counters_digest, one.counters_digest) << "overlap " << overlap;
+  }
+}
+
 } // namespace

@@ -40,6 +40,7 @@ struct plan_scenario {
   bool announce = false;      // grad_ready() for every parameter, last first, before each step
   std::vector<int> bad_steps; // steps whose gradients carry a NaN or an Inf
   int steps = 300;
+  std::vector<shape> shapes = {}; // empty: kPlanShapes
 };
 
 inline std::vector<plan_scenario> plan_scenarios() {
@@ -142,7 +143,7 @@ private:
 
 template <template <class> class Driver, class T>
 run_digest digest_run_typed(const plan_scenario& sc) {
-  model<T> m(kPlanShapes, 0x5eed0000u + static_cast<std::uint64_t>(sc.name.size()));
+  model<T> m(sc.shapes.empty() ? kPlanShapes : sc.shapes, 0x5eed0000u + static_cast<std::uint64_t>(sc.name.size()));
   Driver<T> d(m);
   const auto owned = d.make_engine(sc.cfg);
   auto& eng = *owned;

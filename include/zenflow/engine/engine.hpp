@@ -228,10 +228,11 @@ public:
       }
     }
     copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>(plan_.backend().copier());
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is pool_
     if constexpr (Backend::is_device) {
       host_.start_consumer(*ring_);
     }
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     pool_ = std::make_unique<worker_pool>(cfg_.resolved_host_threads(hw));
     if (overlap) {
       queue_ = std::make_unique<window_queue>(1);

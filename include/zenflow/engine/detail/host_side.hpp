@@ -6,7 +6,7 @@
 /// weights in the upload buffers.
 ///
 /// Threads: `consume` runs on the consumer (the consumer thread, or the training thread on the
-/// host backend); `run_window` on the window queue's executor or the training thread; the rest
+/// host backend), its accumulation spread over a pool of the consumer's own; `run_window` on the window queue's executor or the training thread; the rest
 /// on the training thread. The progress counters are the hand-over between them (a mutex and a
 /// condition variable); a window's accumulator is never consumed into and read at once (the
 /// training thread waits for the slots pushed before a close before the window runs).
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -90,6 +91,14 @@ public:
   [[nodiscard]] std::size_t size() const noexcept { return host_.size(); }
 
   // ---- the consumer -----------------------------------------------------------------------------
+
+  /// The consumer's own pool for the accumulation (`threads` threads, the consumer's included;
+  /// 1: none). Its own, because the window job uses the engine's pool at the same time and a
+  /// pool has one caller at a time. Rows are split across threads and each row is added by one
+  /// thread, so the accumulator has the same bits for any thread count. Before start_consumer().
+  void set_consumer_threads(unsigned threads) {
+    consume_pool_ = threads > 1 ? std::make_unique<worker_pool>(threads) : nullptr;
+  }
 
   /// What the host does with one landed slot (its data valid until the slot is released).
   template <class Slot>
@@ -287,7 +296,7 @@ private:
       using T = decltype(tag);
       check(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
                                          reinterpret_cast<const T*>(rows), h.host_set.data() + begin,
-                                         end - begin, coef_, nullptr),
+                                         end - begin, coef_, consume_pool_.get()),
             "zenflow::engine: accumulate_channels");
     });
   }
@@ -338,6 +347,7 @@ private:
   step_masses masses_[2];
   std::vector<std::size_t> landed_; // parameters landed early for the coming record
   std::atomic<std::int64_t> skipped_{0};
+  std::unique_ptr<worker_pool> consume_pool_; // the accumulation's threads (consumer thread only)
 
   // progress, the hand-over to the training thread
   std::thread consumer_;
