@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("pipeline: %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), C = %.1f ms, B = %.3f GB/s per "
-              "direction, host threads %u, accumulation threads %u, ring %d x %lld B, hw threads %u\n",
+              "direction, host threads %u, accumulation threads %u, ring_slots %d (0 = auto) x %lld B, hw threads %u\n",
               o.layers, static_cast<long long>(hidden), static_cast<long long>(hidden),
               static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
               o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,

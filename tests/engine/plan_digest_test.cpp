@@ -121,4 +121,91 @@ TEST(engine_plan, host_threads_do_not_change_the_bits) {
   }
 }
 
+/// The emulated driver paced like a trainer: a modelled forward + backward before each step, and a
+/// wait for the stream after it (the trainer reads its loss); each step's report is kept.
+template <class T>
+struct paced_emulated_driver : zf_engine_test::emulated_plan_driver<T> {
+  using base = zf_engine_test::emulated_plan_driver<T>;
+  using base::base;
+  static std::vector<zenflow::step_report>& reports() {
+    static std::vector<zenflow::step_report> r;
+    return r;
+  }
+  zenflow::step_report step(typename base::engine_type& eng, float lr) {
+    this->device.compute(this->stream, std::chrono::milliseconds(10), "forward+backward");
+    const auto rep = eng.step(lr, this->stream);
+    this->device.synchronize_stream(this->stream);
+    reports().push_back(rep);
+    return rep;
+  }
+};
+
+/// P2 (issue 11): with a slow copy engine (a step's D2H takes most of the modelled compute) and
+/// room in the ring, step() never waits for PCIe: after the selection step, the training
+/// thread's counted stall is exactly zero, and the bits are the host backend's. (64 slots, ~12
+/// steps: room even when this machine's scheduler holds the consumer back for a few steps; auto
+/// gives two steps, see the next test.) With a ring of 2 slots the same run waits, and counts it.
+TEST(engine_plan, a_slow_copy_engine_with_room_in_the_ring_costs_no_stall) {
+  zf_engine_test::plan_scenario sc;
+  sc.name = "fixed windows, overlap, paced, slow PCIe";
+  sc.cfg = zf_engine_test::small_config();
+  sc.cfg.select_interval = 1000; // one selection, at step 0 (a selection step drains: a stall)
+  sc.cfg.gradient_clipping = 0.5f;
+  sc.steps = 40;
+  zf_engine_test::emulated_driver_timing() = {};
+  const auto host = digest_run<zf_engine_test::host_plan_driver>(sc);
+  for (const int slots : {64, 2}) {
+    sc.cfg.ring_slots = slots;
+    zf_engine_test::emulated_driver_timing() = {};
+    // kPlanShapes: ~2.6 KB of host-set gradients per step (5 slots with the records): ~2.6 ms
+    // of the 10 ms modelled compute, so the window job of the last window is done long before
+    // the next close (S = 2) needs it, unless the machine holds its thread back by ~5 ms.
+    zf_engine_test::emulated_driver_timing().d2h_bytes_per_second = 1e6;
+    zf_engine_test::emulated_driver_timing().h2d_bytes_per_second = 1e6;
+    paced_emulated_driver<float>::reports().clear();
+    const auto emulated = digest_run<paced_emulated_driver>(sc);
+    EXPECT_EQ(emulated.state_digest, host.state_digest) << "ring_slots " << slots;
+    EXPECT_EQ(emulated.counters_digest, host.counters_digest) << "ring_slots " << slots;
+    const auto& reps = paced_emulated_driver<float>::reports();
+    ASSERT_EQ(reps.size(), static_cast<std::size_t>(sc.steps));
+    double stall = 0.0;
+    for (std::size_t t = 1; t < reps.size(); ++t) {
+      if (slots == 64) {
+        EXPECT_EQ(reps[t].stall_s, 0.0) << "step " << t;
+      }
+      stall += reps[t].stall_s;
+    }
+    if (slots == 2) {
+      EXPECT_GT(stall, 0.0) << "a ring of 2 slots makes step() wait for the copies";
+    }
+  }
+  zf_engine_test::emulated_driver_timing() = {};
+}
+
+/// ring_slots auto: the staging holds one step of D2H (records included), the host ring two.
+TEST(engine_plan, ring_slots_auto_holds_two_steps_of_d2h) {
+  std::vector<zenflow::detail::param_info> params(3);
+  params[0].host_side = true; // 1000 channels of 1 KiB: 4 per 4 KiB slot, 250 slots
+  params[0].channels = 1000;
+  params[0].channel_len = 256;
+  params[1].host_side = false; // on the device only: nothing travels
+  params[1].channels = 5000;
+  params[1].channel_len = 256;
+  params[2].host_side = true; // a vector that goes to the host: 1 slot
+  params[2].channels = 1;
+  params[2].channel_len = 100;
+  const auto a = zenflow::detail::resolve_d2h_slots(0, params, 4096);
+  EXPECT_EQ(a.staging, 253u);
+  EXPECT_EQ(a.ring, 506u);
+  const auto capped = zenflow::detail::resolve_d2h_slots(0, params, 1024); // 1003 per step
+  EXPECT_EQ(capped.ring, 1024u);
+  EXPECT_EQ(capped.staging, 1003u);
+  const auto small = zenflow::detail::resolve_d2h_slots(0, {params[2]}, 4096);
+  EXPECT_EQ(small.ring, 8u);
+  EXPECT_EQ(small.staging, 8u);
+  const auto fixed = zenflow::detail::resolve_d2h_slots(5, params, 4096);
+  EXPECT_EQ(fixed.ring, 5u);
+  EXPECT_EQ(fixed.staging, 5u);
+}
+
 } // namespace

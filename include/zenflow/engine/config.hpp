@@ -151,7 +151,9 @@ struct config {
   // --- transport (zenflow_ext too) ---
   upload_policy upload = upload_policy::whole_window;
   std::int64_t ring_slot_bytes = 4 << 20; ///< [4 KiB, 1 GiB], a multiple of 256
-  std::int32_t ring_slots = 8;            ///< [2, 1024]
+  /// [2, 1024] slots of the D2H ring and the device staging, or 0 (auto): the host ring holds two
+  /// steps of D2H and the staging one, so that step() need not wait for PCIe (docs/config.md).
+  std::int32_t ring_slots = 0;
   unsigned host_threads = 0;              ///< 0 = derived from pt_reserved_cores_perc; <= 4096
 
   /// Selection interval used when `select = automatic` and no epoch length is known: "once per

@@ -184,9 +184,11 @@ public:
     }
     voter_.emplace(ks, cs);
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
+    const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_.ring_slots, params_, slot_bytes);
+    plan_.set_staging_slots(slots.staging);
     plan_.setup(params_, slot_bytes, stats_.memory);
     ring_ = std::make_unique<d2h_ring<ring_meta, typename Backend::copy_backend_type>>(
-        static_cast<std::size_t>(cfg_.ring_slots), slot_bytes, plan_.backend().copier());
+        slots.ring, slot_bytes, plan_.backend().copier());
     stats_.memory.host_ring += ring_->footprint_bytes();
     const bool overlap = zen && cfg_.overlap_step;
     host_.resize(params_.size(), std::count_if(params_.begin(), params_.end(),
@@ -646,7 +648,11 @@ private:
     if (!pending_) {
       return;
     }
-    timed_stall(cost, [&] { queue_->wait_applied(pending_->queue_window); });
+    if (queue_->applied(pending_->queue_window)) {
+      queue_->wait_applied(pending_->queue_window); // done already: no stall (rethrows its error)
+    } else {
+      timed_stall(cost, [&] { queue_->wait_applied(pending_->queue_window); });
+    }
     if (job_produced_) {
       account_job();
       apply_uploads(stream, cost);
@@ -746,7 +752,11 @@ private:
     if (cfg_.auto_update()) {
       // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
       if (t - 1 >= cfg_.full_warm_up_rounds) {
-        timed_stall(cost, [&] { wait_consumed(pushed_before_last_step_); });
+        if (host_.consumed(pushed_before_last_step_)) {
+          wait_consumed(pushed_before_last_step_); // landed already: no stall
+        } else {
+          timed_stall(cost, [&] { wait_consumed(pushed_before_last_step_); });
+        }
         const auto& mass = host_.masses(t - 1);
         if (mass.step == t - 1 && mass.valid && sel_step_ >= 0 && t - 1 >= sel_step_) {
           voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= window_start_);
@@ -797,10 +807,14 @@ private:
 
   // ---- consumer progress (a thread of its own on the CUDA backend, inline on the host) -------
 
+  /// A push: a full ring blocks the producer, and that back-pressure is a stall. Counted from the
+  /// ring's own blocked time, so a push that finds a free slot counts nothing.
   template <class F>
-  static void timed_ring(call_cost& cost, F&& f) {
+  void timed_ring(call_cost& cost, F&& f) {
     if constexpr (Backend::is_device) {
-      timed_stall(cost, std::forward<F>(f)); // a full ring blocks the producer: back-pressure is a stall
+      const std::uint64_t before = ring_->stats().producer_blocked_ns;
+      f();
+      cost.stall_s += static_cast<double>(ring_->stats().producer_blocked_ns - before) * 1e-9;
     } else {
       f();
     }

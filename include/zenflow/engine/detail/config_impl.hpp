@@ -544,8 +544,8 @@ inline void config::validate() const {
   check(ring_slot_bytes >= 4096 && ring_slot_bytes <= (std::int64_t{1} << 30) && ring_slot_bytes % 256 == 0,
         ext_key("ring_slot_bytes"),
         "must be a multiple of 256 in [4096, 2^30], got " + std::to_string(ring_slot_bytes));
-  check(ring_slots >= 2 && ring_slots <= 1024, ext_key("ring_slots"),
-        "must be in [2, 1024], got " + std::to_string(ring_slots));
+  check(ring_slots == 0 || (ring_slots >= 2 && ring_slots <= 1024), ext_key("ring_slots"),
+        "must be 0 (auto) or in [2, 1024], got " + std::to_string(ring_slots));
   check(host_threads <= 4096, ext_key("host_threads"),
         "must be in [0, 4096] (0 = derived), got " + std::to_string(host_threads));
 }

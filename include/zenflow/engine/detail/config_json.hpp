@@ -250,7 +250,7 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
   } else if (name == "ring_slot_bytes") {
     c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
   } else if (name == "ring_slots") {
-    c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 2, 1024));
+    c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 0, 1024)); // 1: validate() rejects it
   } else if (name == "host_threads") {
     c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
   } else if (name == "param_groups") {

@@ -75,6 +75,8 @@ public:
   [[nodiscard]] const step_record_layout& record_layout() const noexcept { return layout_; }
   [[nodiscard]] const void* record() const noexcept { return record_[cur_record_].data(); }
   [[nodiscard]] std::size_t staging_slots() const noexcept { return slots_; }
+  /// The number of staging slots, once the parameters are known (before setup()).
+  void set_staging_slots(std::size_t n) noexcept { slots_ = n; }
 
   /// Staging slot `i`, after the copy that last read it (the pack on `stream` waits for it).
   [[nodiscard]] std::byte* staging(std::size_t i, cudaStream_t stream) {

@@ -222,6 +222,11 @@ public:
       std::rethrow_exception(consumer_error_);
     }
   }
+  /// True when the consumer has handled the first `seq` pushed slots (never blocks).
+  [[nodiscard]] bool consumed(std::uint64_t seq) {
+    std::lock_guard lock(progress_mutex_);
+    return consumed_ >= seq;
+  }
   /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset.
   std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
     wait_consumed(seq);

@@ -3,6 +3,7 @@
 /// dtype dispatch that turns it back into typed calls.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -115,6 +116,33 @@ struct param_info {
     return {static_cast<const T*>(grads), channels, channel_len, ld, layout};
   }
 };
+
+/// Slots of the D2H stream: `ring` host ring slots, `staging` device staging slots.
+struct d2h_slots {
+  std::size_t ring = 0;
+  std::size_t staging = 0;
+};
+
+/// `ring_slots` (config) resolved for these parameters: a fixed count is both; 0 (auto) sizes the
+/// staging for one step's D2H (every host-side parameter's channels in slots of `slot_bytes`, plus
+/// the step's two records) and the host ring for two, so that a step's pushes find free slots
+/// while the copies of the step before are still landing; at least 8, at most 1024.
+inline d2h_slots resolve_d2h_slots(std::int32_t ring_slots,
+                                   const std::vector<param_info>& params,
+                                   std::size_t slot_bytes) {
+  if (ring_slots > 0) {
+    return {static_cast<std::size_t>(ring_slots), static_cast<std::size_t>(ring_slots)};
+  }
+  std::size_t step = 2; // the step record's two copies
+  for (const auto& pi : params) {
+    if (pi.host_side) {
+      const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
+      step += static_cast<std::size_t>((pi.channels + per_slot - 1) / per_slot);
+    }
+  }
+  const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, 1024);
+  return {ring, std::clamp<std::size_t>(step, 8, ring)};
+}
 
 /// The device-dense parameters (vectors) in the order of their slots in one contiguous array of
 /// update counts: grouped by dtype (f32, f16, bf16), then by hyper-parameters (lr_scale, weight
