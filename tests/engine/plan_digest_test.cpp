@@ -185,27 +185,37 @@ TEST(engine_plan, a_slow_copy_engine_with_room_in_the_ring_costs_no_stall) {
 /// ring_slots auto: the staging holds one step of D2H (records included), the host ring two.
 TEST(engine_plan, ring_slots_auto_holds_two_steps_of_d2h) {
   std::vector<zenflow::detail::param_info> params(3);
-  params[0].host_side = true; // 1000 channels of 1 KiB: 4 per 4 KiB slot, 250 slots
+  params[0].matrix = true; // 1000 channels of 1 KiB: 4 per 4 KiB slot
+  params[0].host_side = true;
   params[0].channels = 1000;
   params[0].channel_len = 256;
-  params[1].host_side = false; // on the device only: nothing travels
+  params[1].matrix = true; // gpu-resident: nothing travels
   params[1].channels = 5000;
   params[1].channel_len = 256;
-  params[2].host_side = true; // a vector that goes to the host: 1 slot
+  params[2].host_side = true; // a vector that goes to the host (offload_sync, warm-up)
   params[2].channels = 1;
   params[2].channel_len = 100;
-  const auto a = zenflow::detail::resolve_d2h_slots(0, params, 4096);
+  zenflow::config cfg;
+  cfg.ring_slots = 0;
+  cfg.topk_ratio = 0.1;
+  cfg.mode = zenflow::optimizer_mode::zenflow; // 900 unselected channels: 225 slots + 2 records
+  auto a = zenflow::detail::resolve_d2h_slots(cfg, params, 4096);
+  EXPECT_EQ(a.staging, 227u);
+  EXPECT_EQ(a.ring, 454u);
+  cfg.mode = zenflow::optimizer_mode::offload_sync; // every channel, and the vector: 250 + 1 + 2
+  a = zenflow::detail::resolve_d2h_slots(cfg, params, 4096);
   EXPECT_EQ(a.staging, 253u);
   EXPECT_EQ(a.ring, 506u);
-  const auto capped = zenflow::detail::resolve_d2h_slots(0, params, 1024); // 1003 per step
-  EXPECT_EQ(capped.ring, 1024u);
-  EXPECT_EQ(capped.staging, 1003u);
-  const auto small = zenflow::detail::resolve_d2h_slots(0, {params[2]}, 4096);
-  EXPECT_EQ(small.ring, 8u);
-  EXPECT_EQ(small.staging, 8u);
-  const auto fixed = zenflow::detail::resolve_d2h_slots(5, params, 4096);
-  EXPECT_EQ(fixed.ring, 5u);
-  EXPECT_EQ(fixed.staging, 5u);
+  a = zenflow::detail::resolve_d2h_slots(cfg, params, 1024); // 1003 per step: the ring is capped
+  EXPECT_EQ(a.ring, 1024u);
+  EXPECT_EQ(a.staging, 1003u);
+  a = zenflow::detail::resolve_d2h_slots(cfg, {params[2]}, 4096);
+  EXPECT_EQ(a.ring, 8u);
+  EXPECT_EQ(a.staging, 8u);
+  cfg.ring_slots = 5;
+  a = zenflow::detail::resolve_d2h_slots(cfg, params, 4096);
+  EXPECT_EQ(a.ring, 5u);
+  EXPECT_EQ(a.staging, 5u);
 }
 
 } // namespace

@@ -184,7 +184,7 @@ public:
     }
     voter_.emplace(ks, cs);
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
-    const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_.ring_slots, params_, slot_bytes);
+    const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_, params_, slot_bytes);
     plan_.set_staging_slots(slots.staging);
     plan_.setup(params_, slot_bytes, stats_.memory);
     ring_ = std::make_unique<d2h_ring<ring_meta, typename Backend::copy_backend_type>>(

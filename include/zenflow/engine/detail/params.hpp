@@ -15,6 +15,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/engine/config.hpp>
 #include <zenflow/math/adam.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -123,21 +124,23 @@ struct d2h_slots {
   std::size_t staging = 0;
 };
 
-/// `ring_slots` (config) resolved for these parameters: a fixed count is both; 0 (auto) sizes the
-/// staging for one step's D2H (every host-side parameter's channels in slots of `slot_bytes`, plus
-/// the step's two records) and the host ring for two, so that a step's pushes find free slots
-/// while the copies of the step before are still landing; at least 8, at most 1024.
-inline d2h_slots resolve_d2h_slots(std::int32_t ring_slots,
-                                   const std::vector<param_info>& params,
-                                   std::size_t slot_bytes) {
-  if (ring_slots > 0) {
-    return {static_cast<std::size_t>(ring_slots), static_cast<std::size_t>(ring_slots)};
+/// `cfg.ring_slots` resolved for these parameters: a fixed count is both; 0 (auto) sizes the
+/// staging for one step's D2H and the host ring for two, so that a step's pushes find free slots
+/// while the copies of the step before are still landing; at least 8, at most 1024. A step's D2H:
+/// in zenflow mode the unselected channels of every matrix (channels - k; the warm-up's
+/// synchronous steps move more, and wait for it anyway), in offload_sync every host-side
+/// parameter; in slots of `slot_bytes`, plus the step record's two copies.
+inline d2h_slots resolve_d2h_slots(const config& cfg, const std::vector<param_info>& params, std::size_t slot_bytes) {
+  if (cfg.ring_slots > 0) {
+    return {static_cast<std::size_t>(cfg.ring_slots), static_cast<std::size_t>(cfg.ring_slots)};
   }
-  std::size_t step = 2; // the step record's two copies
+  const bool zen = cfg.mode == optimizer_mode::zenflow;
+  std::size_t step = 2;
   for (const auto& pi : params) {
-    if (pi.host_side) {
+    if (pi.host_side && (pi.matrix || !zen)) {
+      const std::int64_t rows = zen ? pi.channels - cfg.topk(pi.channels) : pi.channels;
       const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
-      step += static_cast<std::size_t>((pi.channels + per_slot - 1) / per_slot);
+      step += static_cast<std::size_t>((rows + per_slot - 1) / per_slot);
     }
   }
   const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, 1024);
