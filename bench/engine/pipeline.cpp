@@ -46,18 +46,18 @@ using clock_type = std::chrono::steady_clock;
 using bf16 = zenflow::bfloat16;
 
 struct options {
-  double params_m = 24.0;  // millions of matrix parameters
-  int layers = 6;          // square matrices
-  int steps = 28;          // per mode, the first `warmup` excluded
-  int warmup = 8;          // selection at t = 0 and the first windows
-  double compute_ms = 60;  // C
-  double pcie_gbps = 0.0;  // B per direction, GB/s; 0 = (1 - 0.1) x model / C
+  double params_m = 24.0; // millions of matrix parameters
+  int layers = 6;         // square matrices
+  int steps = 28;         // per mode, the first `warmup` excluded
+  int warmup = 8;         // selection at t = 0 and the first windows
+  double compute_ms = 60; // C
+  double pcie_gbps = 0.0; // B per direction, GB/s; 0 = (1 - 0.1) x model / C
   unsigned host_threads = 2;
-  int ring_slots = 0;      // 0 = the engine's default
+  int ring_slots = 0; // 0 = the engine's default
   std::int64_t ring_slot_bytes = 0;
   std::string json = "pipeline.json";
-  std::string only;        // run only modes whose label contains this
-  std::string trace;       // write the emulated device's trace of this mode's steady state
+  std::string only;  // run only modes whose label contains this
+  std::string trace; // write the emulated device's trace of this mode's steady state
   std::string trace_mode = "zenflow S=4 r=0.1";
 };
 
@@ -92,14 +92,16 @@ double median(std::vector<double> v) {
 /// Seconds that one step's accumulation takes on the host: acc += coef * slot over the unselected
 /// rows of every matrix (bf16 slots), with `threads` threads (median of 5).
 double time_accumulation(std::int64_t hidden, int layers, double r, unsigned threads) {
-  const std::int64_t k = std::max<std::int64_t>(1, static_cast<std::int64_t>(r * static_cast<double>(hidden)));
+  const std::int64_t k =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(r * static_cast<double>(hidden)));
   const std::int64_t rows = hidden - k;
   // One accumulator and one slot run per matrix, as in the engine (a model's worth: from DRAM).
   std::vector<std::vector<float>> acc(static_cast<std::size_t>(layers));
   std::vector<std::vector<bf16>> slot(static_cast<std::size_t>(layers));
   for (int l = 0; l < layers; ++l) {
     acc[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(hidden * hidden), 0.0f);
-    slot[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(rows * hidden), zenflow::from_float<bf16>(0.5f));
+    slot[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(rows * hidden),
+                                             zenflow::from_float<bf16>(0.5f));
   }
   std::vector<std::int32_t> idx(static_cast<std::size_t>(rows));
   for (std::int64_t i = 0; i < rows; ++i) {
@@ -114,8 +116,8 @@ double time_accumulation(std::int64_t hidden, int layers, double r, unsigned thr
     const auto t0 = clock_type::now();
     for (int l = 0; l < layers; ++l) {
       const auto li = static_cast<std::size_t>(l);
-      if (zenflow::host::accumulate_channels<bf16>(acc[li].data(), hidden, hidden, slot[li].data(), idx.data(),
-                                                   rows, 1.0f, pool.get()) != cudaSuccess) {
+      if (zenflow::host::accumulate_channels<bf16>(acc[li].data(), hidden, hidden, slot[li].data(),
+                                                   idx.data(), rows, 1.0f, pool.get()) != cudaSuccess) {
         std::fputs("accumulate_channels failed\n", stderr);
         std::exit(1);
       }
@@ -125,7 +127,8 @@ double time_accumulation(std::int64_t hidden, int layers, double r, unsigned thr
   return median(t);
 }
 
-result run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B, unsigned acc_threads) {
+result
+run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B, unsigned acc_threads) {
   zenflow::emulated_timing timing;
   timing.d2h_bytes_per_second = B;
   timing.h2d_bytes_per_second = B;
@@ -164,7 +167,8 @@ result run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, do
   {
     zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device});
     for (int l = 0; l < o.layers; ++l) {
-      zf.add_matrix(w[static_cast<std::size_t>(l)].data(), g[static_cast<std::size_t>(l)].data(), hidden, hidden);
+      zf.add_matrix(w[static_cast<std::size_t>(l)].data(), g[static_cast<std::size_t>(l)].data(), hidden,
+                    hidden);
     }
     zf.initialize(stream);
     const auto C = std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * 1e6));
@@ -309,14 +313,16 @@ int main(int argc, char** argv) {
       specs.push_back({l.str(), zenflow::optimizer_mode::zenflow, r, S});
     }
   }
-  std::printf("pipeline: %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), C = %.1f ms, B = %.3f GB/s per "
-              "direction, host threads %u, accumulation threads %u, ring_slots %d (0 = auto) x %lld B, hw threads %u\n",
-              o.layers, static_cast<long long>(hidden), static_cast<long long>(hidden),
-              static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
-              o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
-              static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s\n", "mode", "median", "mean", "stall%", "down MB",
-              "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound");
+  std::printf(
+      "pipeline: %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), C = %.1f ms, B = %.3f GB/s per "
+      "direction, host threads %u, accumulation threads %u, ring_slots %d (0 = auto) x %lld B, hw threads "
+      "%u\n",
+      o.layers, static_cast<long long>(hidden), static_cast<long long>(hidden),
+      static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
+      o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
+      static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s\n", "mode", "median", "mean", "stall%",
+              "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound");
   std::vector<result> results;
   for (const auto& spec : specs) {
     if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
@@ -343,7 +349,8 @@ int main(int argc, char** argv) {
       << ",\n  \"compute_ms\": " << o.compute_ms << ",\n  \"pcie_bytes_per_second\": " << B
       << ",\n  \"host_threads\": " << o.host_threads << ",\n  \"accumulate_threads\": " << acc_threads
       << ",\n  \"ring_slots\": " << (o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots)
-      << ",\n  \"ring_slot_bytes\": " << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes)
+      << ",\n  \"ring_slot_bytes\": "
+      << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes)
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
@@ -351,12 +358,13 @@ int main(int argc, char** argv) {
         << ", \"update_interval\": " << r.spec.S << ", \"step_ms_median\": " << r.step_ms_median
         << ", \"step_ms_mean\": " << r.step_ms_mean << ", \"step_ms_min\": " << r.step_ms_min
         << ", \"step_ms_max\": " << r.step_ms_max << ", \"stall_share\": " << r.stall_share
-        << ", \"stall_ms_per_step\": " << r.stall_ms_per_step << ", \"d2h_bytes_per_step\": " << r.d2h_bytes_per_step
+        << ", \"stall_ms_per_step\": " << r.stall_ms_per_step
+        << ", \"d2h_bytes_per_step\": " << r.d2h_bytes_per_step
         << ", \"h2d_bytes_per_step\": " << r.h2d_bytes_per_step
         << ", \"pcie_model_ratio\": " << (r.d2h_bytes_per_step + r.h2d_bytes_per_step) / model_bytes
-        << ", \"host_window_ms_per_step\": " << r.host_window_ms_per_step << ", \"accumulate_ms\": " << r.accumulate_ms
-        << ", \"bound_ms\": " << r.bound_ms << ", \"bound_term\": \"" << r.bound_term
-        << "\", \"ratio_to_bound\": " << r.ratio_to_bound;
+        << ", \"host_window_ms_per_step\": " << r.host_window_ms_per_step
+        << ", \"accumulate_ms\": " << r.accumulate_ms << ", \"bound_ms\": " << r.bound_ms
+        << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound;
     if (gpu != nullptr) {
       out << ", \"x_gpu_adamw\": " << r.step_ms_mean / gpu->step_ms_mean;
     }
@@ -369,7 +377,8 @@ int main(int argc, char** argv) {
   if (gpu != nullptr || sync != nullptr) {
     std::printf("%-20s %12s %16s\n", "mode", "x gpu_adamw", "offload_sync / it");
     for (const auto& r : results) {
-      std::printf("%-20s %12.3f %16.3f\n", r.spec.label.c_str(), gpu ? r.step_ms_mean / gpu->step_ms_mean : 0.0,
+      std::printf("%-20s %12.3f %16.3f\n", r.spec.label.c_str(),
+                  gpu ? r.step_ms_mean / gpu->step_ms_mean : 0.0,
                   sync ? sync->step_ms_mean / r.step_ms_mean : 0.0);
     }
   }

@@ -143,7 +143,8 @@ private:
 
 template <template <class> class Driver, class T>
 run_digest digest_run_typed(const plan_scenario& sc) {
-  model<T> m(sc.shapes.empty() ? kPlanShapes : sc.shapes, 0x5eed0000u + static_cast<std::uint64_t>(sc.name.size()));
+  model<T> m(sc.shapes.empty() ? kPlanShapes : sc.shapes,
+             0x5eed0000u + static_cast<std::uint64_t>(sc.name.size()));
   Driver<T> d(m);
   const auto owned = d.make_engine(sc.cfg);
   auto& eng = *owned;

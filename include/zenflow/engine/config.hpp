@@ -154,7 +154,7 @@ struct config {
   /// [2, 1024] slots of the D2H ring and the device staging, or 0 (auto): the host ring holds two
   /// steps of D2H and the staging one, so that step() need not wait for PCIe (docs/config.md).
   std::int32_t ring_slots = 0;
-  unsigned host_threads = 0;              ///< 0 = derived from pt_reserved_cores_perc; <= 4096
+  unsigned host_threads = 0; ///< 0 = derived from pt_reserved_cores_perc; <= 4096
 
   /// Selection interval used when `select = automatic` and no epoch length is known: "once per
   /// epoch" (docs/design.md) needs an epoch; rather than never re-selecting (DeepSpeed's bug) we

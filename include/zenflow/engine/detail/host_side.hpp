@@ -6,10 +6,10 @@
 /// weights in the upload buffers.
 ///
 /// Threads: `consume` runs on the consumer (the consumer thread, or the training thread on the
-/// host backend), its accumulation spread over a pool of the consumer's own; `run_window` on the window queue's executor or the training thread; the rest
-/// on the training thread. The progress counters are the hand-over between them (a mutex and a
-/// condition variable); a window's accumulator is never consumed into and read at once (the
-/// training thread waits for the slots pushed before a close before the window runs).
+/// host backend), its accumulation spread over a pool of the consumer's own; `run_window` on the window
+/// queue's executor or the training thread; the rest on the training thread. The progress counters are the
+/// hand-over between them (a mutex and a condition variable); a window's accumulator is never consumed into
+/// and read at once (the training thread waits for the slots pushed before a close before the window runs).
 #pragma once
 
 #include <algorithm>

@@ -130,7 +130,8 @@ struct d2h_slots {
 /// in zenflow mode the unselected channels of every matrix (channels - k; the warm-up's
 /// synchronous steps move more, and wait for it anyway), in offload_sync every host-side
 /// parameter; in slots of `slot_bytes`, plus the step record's two copies.
-inline d2h_slots resolve_d2h_slots(const config& cfg, const std::vector<param_info>& params, std::size_t slot_bytes) {
+inline d2h_slots
+resolve_d2h_slots(const config& cfg, const std::vector<param_info>& params, std::size_t slot_bytes) {
   if (cfg.ring_slots > 0) {
     return {static_cast<std::size_t>(cfg.ring_slots), static_cast<std::size_t>(cfg.ring_slots)};
   }
