@@ -3,6 +3,7 @@
 // must surface as an exception from a later step(), flush() or state(), never as a hang, and the
 // engine must still be destroyed cleanly. Run under ThreadSanitizer in CI (cpu label).
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -57,6 +58,8 @@ std::string run_with_fault(const zf_engine_test::plan_scenario& sc, std::uint64_
 }
 
 TEST(engine_faults, a_device_fault_surfaces_as_an_error_never_a_hang) {
+  int job_errors = 0;
+  int consumer_errors = 0;
   for (const auto& sc : zf_engine_test::plan_scenarios()) {
     if (sc.type != zenflow::dtype::f32) {
       continue; // the float scenarios: overlap with a pending job, clipping, grad_ready, offload_sync
@@ -68,8 +71,20 @@ TEST(engine_faults, a_device_fault_surfaces_as_an_error_never_a_hang) {
       const std::string error = run_with_fault(short_run, fail_at);
       EXPECT_NE(error.find("injected fault"), std::string::npos)
           << "no error surfaced, or another one: " << error;
+      // Met on another thread, it says where: the host job's window and steps, or the consumer's step.
+      if (error.find("host job") != std::string::npos) {
+        EXPECT_NE(error.find("of window "), std::string::npos) << error;
+        EXPECT_NE(error.find("(steps "), std::string::npos) << error;
+        ++job_errors;
+      } else if (error.find("consumer") != std::string::npos) {
+        EXPECT_NE(error.find("after a slot of step "), std::string::npos) << error;
+        ++consumer_errors;
+      }
     }
   }
+  // Which thread meets the fault first depends on timing; say what these runs exercised.
+  std::printf("faults surfaced through: the host job %d time(s), the consumer %d time(s)\n", job_errors,
+              consumer_errors);
 }
 
 } // namespace

@@ -116,6 +116,21 @@ inline void require(bool ok, std::string_view function, std::string_view argumen
   }
 }
 
+/// Rethrows the exception in flight with "<context>: " in front of its message, keeping the types
+/// callers catch (`cuda_error` with its code, `invalid_argument`); any other std::exception becomes
+/// a std::runtime_error. For errors that surface on another thread than the one they happened on.
+[[noreturn]] inline void rethrow_with_context(const std::string& context) {
+  try {
+    throw;
+  } catch (const cuda_error& e) {
+    throw cuda_error(e.code(), context + ": " + e.what());
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(context + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(context + ": " + e.what());
+  }
+}
+
 /// `ZF_CUDA_TRY`'s failure path: `check` with "<file>:<line>: <expression>" as what failed.
 [[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
   throw_status(code, std::string(file) + ":" + std::to_string(line) + ": " + expr);

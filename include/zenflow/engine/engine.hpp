@@ -648,10 +648,16 @@ private:
     if (!pending_) {
       return;
     }
-    if (queue_->applied(pending_->queue_window)) {
-      queue_->wait_applied(pending_->queue_window); // done already: no stall (rethrows its error)
-    } else {
-      timed_stall(cost, [&] { queue_->wait_applied(pending_->queue_window); });
+    try {
+      if (queue_->applied(pending_->queue_window)) {
+        queue_->wait_applied(pending_->queue_window); // done already: no stall (rethrows its error)
+      } else {
+        timed_stall(cost, [&] { queue_->wait_applied(pending_->queue_window); });
+      }
+    } catch (...) {
+      detail::rethrow_with_context(
+          "zenflow::engine: the host job of window " + std::to_string(pending_->window) + " (steps " +
+          std::to_string(pending_->first_step) + ".." + std::to_string(pending_->last_step) + ") failed");
     }
     if (job_produced_) {
       account_job();

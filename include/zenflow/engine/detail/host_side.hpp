@@ -23,6 +23,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -180,16 +181,25 @@ public:
   template <class Ring>
   void start_consumer(Ring& ring) {
     consumer_ = std::thread([this, &ring] {
+      std::int64_t last_step = -1; // of the last slot consumed, for the error's message
       try {
         while (auto slot = ring.next()) {
           consume(*slot);
+          last_step = slot->meta.step;
           ring.release(*slot);
           note_consumed();
         }
       } catch (...) {
+        std::exception_ptr error;
+        try {
+          rethrow_with_context("zenflow::engine: the D2H ring's consumer failed after a slot of step " +
+                               std::to_string(last_step));
+        } catch (...) {
+          error = std::current_exception();
+        }
         {
           std::lock_guard lock(progress_mutex_);
-          consumer_error_ = std::current_exception();
+          consumer_error_ = error;
         }
         progress_cv_.notify_all();
         ring.close();
