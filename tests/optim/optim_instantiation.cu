@@ -8,7 +8,7 @@ namespace device {
 #define ZF_OPTIM_INSTANTIATE(T)                                                                              \
   template cudaError_t adamw_dense<T>(const adamw_tensor<T>*, int, std::int32_t*, const adamw_hparams&,      \
                                       const float*, const std::uint32_t*, cudaStream_t);                     \
-  template cudaError_t adamw_selective<T>(channel_matrix<T>, channel_matrix<const T>, const selected_rows&,   \
+  template cudaError_t adamw_selective<T>(channel_matrix<T>, channel_matrix<const T>, const selected_rows&,  \
                                           const adamw_hparams&, step_scalars, float*, cudaStream_t);         \
   template cudaError_t gather_channels<T, T>(channel_matrix<const T>, const std::int32_t*, std::int64_t, T*, \
                                              float*, cudaStream_t);                                          \
