@@ -25,6 +25,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/config_fail.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -228,15 +229,6 @@ inline std::string did_you_mean(std::string_view name,
 
 inline bool listed(std::span<const std::string_view> list, std::string_view name) {
   return std::find(list.begin(), list.end(), name) != list.end();
-}
-
-/// Throws "zenflow::config: key '<key>' <why>".
-[[noreturn]] inline void config_fail(std::string_view key, std::string_view why) {
-  std::string msg = "zenflow::config: key '";
-  msg += key;
-  msg += "' ";
-  msg += why;
-  throw invalid_argument(msg);
 }
 
 inline std::string zenflow_key(std::string_view name) {
