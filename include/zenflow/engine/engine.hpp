@@ -35,10 +35,12 @@
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/d2h_stream.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/registration.hpp>
+#include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
 #include <zenflow/engine/stats.hpp>
@@ -86,9 +88,7 @@ public:
       } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
       }
     }
-    if (ring_) {
-      ring_->close(); // the consumer drains what was published, then stops
-    }
+    d2h_.close(); // the consumer drains what was published, then stops
     host_.stop_consumer();
     report_dropped_updates();
   }
@@ -119,7 +119,8 @@ public:
     if (ld == 0) {
       ld = layout == channel_layout::contiguous ? channel_len : channels;
     }
-    detail::require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
+    detail::require(life_ == detail::lifecycle::registering, fn, "this",
+                    "is already initialized (register every parameter first)");
     detail::require(channels >= 1 && channels < (std::int64_t{1} << 31), fn, "channels",
                     "must be in [1, 2^31)");
     detail::require(channel_len >= 1, fn, "channel_len", "must be >= 1");
@@ -149,7 +150,8 @@ public:
   param_id add_vector(T* weights, const T* grads, std::int64_t n, const param_options& options = {}) {
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
     constexpr const char* fn = "zenflow::engine::add_vector";
-    detail::require(!initialized_, fn, "this", "is already initialized (register every parameter first)");
+    detail::require(life_ == detail::lifecycle::registering, fn, "this",
+                    "is already initialized (register every parameter first)");
     detail::require(n >= 1, fn, "n", "must be >= 1");
     detail::require(weights != nullptr, fn, "weights", "must not be null");
     detail::require(grads != nullptr, fn, "grads", "must not be null");
@@ -164,7 +166,8 @@ public:
   /// Allocates every buffer and copies the current working weights into the fp32 masters.
   /// Blocking (once, before training).
   void initialize(cudaStream_t stream = nullptr) {
-    detail::require(!initialized_, "zenflow::engine::initialize", "this", "is already initialized");
+    detail::require(life_ == detail::lifecycle::registering, "zenflow::engine::initialize", "this",
+                    "is already initialized");
     detail::require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
     const bool zen = cfg_.mode == optimizer_mode::zenflow;
     const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
@@ -187,13 +190,11 @@ public:
     const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_, params_, slot_bytes);
     plan_.set_staging_slots(slots.staging);
     plan_.setup(params_, slot_bytes, stats_.memory);
-    ring_ = std::make_unique<d2h_ring<ring_meta, typename Backend::copy_backend_type>>(
-        slots.ring, slot_bytes, plan_.backend().copier());
-    stats_.memory.host_ring += ring_->footprint_bytes();
+    stats_.memory.host_ring += d2h_.open(slots.ring, slot_bytes);
     const bool overlap = zen && cfg_.overlap_step;
     host_.resize(params_.size(), std::count_if(params_.begin(), params_.end(),
                                                [](const detail::param_info& pi) { return pi.matrix; }));
-    announced_.assign(params_.size(), announce_none);
+    announced_.assign(params_.size(), detail::announcement::none);
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
@@ -229,17 +230,16 @@ public:
         h.sel = {0};
       }
     }
-    copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>(plan_.backend().copier());
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is pool_
     if constexpr (Backend::is_device) {
-      host_.start_consumer(*ring_);
+      host_.start_consumer(d2h_.ring());
     }
     pool_ = std::make_unique<worker_pool>(cfg_.resolved_host_threads(hw));
     if (overlap) {
       queue_ = std::make_unique<window_queue>(1);
     }
-    initialized_ = true;
+    life_ = detail::lifecycle::training;
   }
 
   /// Optional early announcement that `param`'s gradient for the coming step() is complete (the
@@ -262,16 +262,16 @@ public:
   /// parameter per step; after step() returns, announcements are for the next step).
   void grad_ready(param_id param, cudaStream_t stream = nullptr) {
     constexpr const char* fn = "zenflow::engine::grad_ready";
-    detail::require(initialized_, fn, "this", "is not initialized (call initialize() first)");
+    detail::require(initialized(), fn, "this", "is not initialized (call initialize() first)");
     detail::require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
                     "is not a registered parameter");
     const auto p = static_cast<std::size_t>(param.index);
-    detail::require(announced_[p] == announce_none, fn, "param",
+    detail::require(announced_[p] == detail::announcement::none, fn, "param",
                     "was already announced for this step (once per parameter, before step())");
     const auto& pi = params_[p];
     auto& h = host_[p];
     if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
-      announced_[p] = announce_hint;
+      announced_[p] = detail::announcement::hint;
       return;
     }
     const std::size_t need = h.host_set.size() * pi.channel_bytes();
@@ -282,9 +282,10 @@ public:
       stats_.memory.host_landing += need - h.land.size();
       h.land.resize(need);
     }
-    announced_[p] = announce_streamed;
+    announced_[p] = detail::announcement::streamed;
     early_any_ = true;
-    stream_param(t_, p, grad_early_tag, stream, early_cost_); // counted in the step it belongs to
+    // counted in the step it belongs to
+    d2h_.push_gradients(sched_.step, p, detail::grad_early_slot, sched_.accumulator, stream, early_cost_);
   }
 
   /// One optimizer step after the user's backward, with learning rate `lr`. Stream-ordered on
@@ -292,10 +293,10 @@ public:
   /// selection step, a host job not done at the close that must apply it), all counted as stall.
   step_report step(float lr, cudaStream_t stream = nullptr) {
     constexpr const char* fn = "zenflow::engine::step";
-    detail::require(initialized_, fn, "this", "is not initialized (call initialize() first)");
+    detail::require(initialized(), fn, "this", "is not initialized (call initialize() first)");
     detail::require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
     step_report rep{};
-    const std::int64_t t = t_;
+    const std::int64_t t = sched_.step;
     rep.step = t;
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     plan_.begin_step(t, stream);
@@ -305,8 +306,7 @@ public:
     }
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       plan_.update(lr, cfg_.adam, stream);
-      push_record(t, record_tag_first, stream, cost);
-      consume_all();
+      d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
     } else if (cfg_.mode == optimizer_mode::offload_sync || t < cfg_.full_warm_up_rounds) {
       rep.warm_up = cfg_.mode == optimizer_mode::zenflow;
       synchronous_step(t, lr, stream, cost);
@@ -319,22 +319,21 @@ public:
     rep.d2h_bytes = cost.d2h;
     rep.h2d_bytes = cost.h2d;
     rep.stall_s = cost.stall_s;
-    rep.window_length = window_open_ || rep.window_closed ? window_len_ : 0;
-    rep.selection_age = sel_step_ >= 0 ? t - sel_step_ : 0;
+    rep.selection_age = sched_.selection_step >= 0 ? t - sched_.selection_step : 0;
     stats_.last = rep;
     ++stats_.steps;
     account(cost);
-    pushed_before_last_step_ = pushed_;
-    std::fill(announced_.begin(), announced_.end(), announce_none);
+    pushed_before_last_step_ = d2h_.pushed();
+    std::fill(announced_.begin(), announced_.end(), detail::announcement::none);
     early_any_ = false;
-    ++t_;
+    ++sched_.step;
     return rep;
   }
 
   /// Waits for every submitted host job and writes its weights (docs/engine-semantics.md, 6:
   /// the open window stays open). Blocking.
   void flush(cudaStream_t stream = nullptr) {
-    detail::require(initialized_, "zenflow::engine::flush", "this", "is not initialized");
+    detail::require(initialized(), "zenflow::engine::flush", "this", "is not initialized");
     call_cost cost;
     drain(stream, cost);
     account(cost);
@@ -346,9 +345,9 @@ public:
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t param_count() const noexcept { return params_.size(); }
   /// True once initialize() has run (state(), export_masters() need it).
-  [[nodiscard]] bool initialized() const noexcept { return initialized_; }
+  [[nodiscard]] bool initialized() const noexcept { return life_ == detail::lifecycle::training; }
   /// Steps taken so far.
-  [[nodiscard]] std::int64_t steps() const noexcept { return t_; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return sched_.step; }
 
   /// The name, lr scale and weight decay `param` was registered with (after param_groups).
   [[nodiscard]] param_settings settings(param_id param) const {
@@ -398,7 +397,7 @@ public:
   }
 
   /// The D2H ring's own counters (bytes it moved), for cross-checks of the engine's accounting.
-  [[nodiscard]] ring_stats d2h_ring_stats() const { return ring_ ? ring_->stats() : ring_stats{}; }
+  [[nodiscard]] ring_stats d2h_ring_stats() const { return d2h_.stats(); }
 
   /// Saves the whole optimizer state to the checkpoint file `path` (docs/checkpoint.md), between
   /// steps: a host job in flight is finished first and its new weights are saved as a job still to
@@ -423,24 +422,7 @@ private:
   template <class Engine>
   friend struct detail::engine_checkpoint;
 
-  static constexpr std::int32_t record_tag_first = detail::record_first_slot;
-  static constexpr std::int32_t record_tag_last = detail::record_last_slot;
-  static constexpr std::int32_t grad_tag = detail::grad_slot;
-  static constexpr std::int32_t grad_early_tag = detail::grad_early_slot;
-
-  // grad_ready() state of a parameter for the coming step
-  static constexpr std::uint8_t announce_none = 0;
-  static constexpr std::uint8_t announce_hint = 1;     // announced, nothing started (step() does it)
-  static constexpr std::uint8_t announce_streamed = 2; // packed and pushed by grad_ready()
-
-  /// What one call spent: host time blocked (stall) and bytes copied each way. A value per call
-  /// (step, flush), threaded through the functions it calls; grad_ready()'s is carried into the
-  /// step it belongs to.
-  struct call_cost {
-    double stall_s = 0.0;
-    std::uint64_t d2h = 0;
-    std::uint64_t h2d = 0;
-  };
+  using call_cost = detail::call_cost;
 
   void account(const call_cost& cost) {
     stats_.d2h_bytes += cost.d2h;
@@ -448,29 +430,23 @@ private:
     stats_.stall_s += cost.stall_s;
   }
 
-  struct pending_job {
-    std::int64_t queue_window = -1; // index in the window queue
-    std::int64_t window = -1;       // engine window index
-    std::int64_t first_step = 0;    // the window's steps, for the destructor's report
-    std::int64_t last_step = 0;
-  };
-
   /// The destructor's report of the updates it drops (after every thread stopped). Never throws.
   void report_dropped_updates() noexcept {
     try {
-      if (pending_ && job_produced_) {
+      if (sched_.job && job_.produced) {
+        const auto& job = *sched_.job;
         std::string msg = "zenflow::engine destroyed with 1 host window of updates not applied (window " +
-                          std::to_string(pending_->window) + ", steps " +
-                          std::to_string(pending_->first_step) + ".." + std::to_string(pending_->last_step) +
+                          std::to_string(job.window) + ", steps " + std::to_string(job.first_step) + ".." +
+                          std::to_string(job.last_step) +
                           "): its new weights of the host-side channels are dropped; call flush() before "
                           "destroying the engine to apply them";
         log(log_level::warning, msg);
       }
-      const std::int32_t open_steps = host_.n_w(cur_acc_);
-      if (window_open_ && open_steps > 0) {
+      const std::int32_t open_steps = host_.n_w(sched_.accumulator);
+      if (sched_.window && open_steps > 0) {
         log(log_level::info, "zenflow::engine destroyed with " + std::to_string(open_steps) +
                                  " step(s) of gradients accumulated in the open window (from step " +
-                                 std::to_string(window_start_) +
+                                 std::to_string(sched_.window->start) +
                                  "): dropped, as a window that never closes has no host update");
       }
     } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing more
@@ -496,106 +472,21 @@ private:
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
-  template <class F>
-  static void timed_stall(call_cost& cost, F&& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    cost.stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
-  // ---- the D2H stream: step records and packed host-set gradients --------------------------
-
-  void push_record(std::int64_t t, std::int32_t tag, cudaStream_t stream, call_cost& cost) {
-    ring_meta meta{};
-    meta.step = t;
-    meta.tag = tag;
-    meta.user = static_cast<std::uint64_t>(cur_acc_);
-    // The first copy carries the header only: the step's packs are still adding their rest masses
-    // into the record on the user's stream, and a copy reading those words would race with them.
-    const std::size_t bytes =
-        tag == record_tag_first ? detail::step_record_layout::header_bytes() : plan_.record_layout().bytes();
-    copies_->wait_for(stream);
-    timed_ring(cost, [&] { push_slot(plan_.record(), bytes, meta); });
-    plan_.record_pushed(copies_->get());
-    cost.d2h += bytes;
-    note_pushed();
-    consume_inline();
-  }
-
-  /// One slot into the D2H ring, copied on the copy stream. A ring closed by its consumer (which
-  /// failed: a device error, say) reports the consumer's error, not the closed ring.
-  void push_slot(const void* src, std::size_t bytes, const ring_meta& meta) {
-    try {
-      ring_->push(src, bytes, meta, copies_->get());
-    } catch (const ring_closed&) {
-      host_.rethrow_consumer_error();
-      throw;
-    }
-  }
-
-  /// Packs and pushes the host-set gradients of every host-side parameter, slot by slot (those
-  /// that grad_ready() already pushed excepted).
+  /// Packs and pushes the host-set gradients of every host-side parameter (those that
+  /// grad_ready() already pushed excepted).
   void stream_gradients(std::int64_t t, cudaStream_t stream, call_cost& cost) {
     for (std::size_t p = 0; p < params_.size(); ++p) {
-      if (announced_[p] != announce_streamed) {
-        stream_param(t, p, grad_tag, stream, cost);
+      if (announced_[p] != detail::announcement::streamed) {
+        d2h_.push_gradients(t, p, detail::grad_slot, sched_.accumulator, stream, cost);
       }
     }
   }
 
-  /// Packs and pushes the host-set gradients of parameter `p`, slot by slot; `tag` grad_tag
-  /// (in step(): the rest mass into the record) or grad_early_tag (in grad_ready(): into the
-  /// backend's early masses, adopted by step()).
-  void stream_param(std::int64_t t, std::size_t p, std::int32_t tag, cudaStream_t stream, call_cost& cost) {
-    const std::size_t slot_bytes = ring_->slot_bytes();
-    {
-      const auto& pi = params_[p];
-      const auto& h = host_[p];
-      if (!pi.host_side || h.host_set.empty()) {
-        return;
-      }
-      const auto n = static_cast<std::int64_t>(h.host_set.size());
-      const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
-      for (std::int64_t b = 0; b < n; b += per_slot) {
-        const std::int64_t e = std::min(n, b + per_slot);
-        const std::size_t slot = staging_next_++ % plan_.staging_slots();
-        std::byte* staging = plan_.staging(slot, stream);
-        if (tag == grad_early_tag) {
-          plan_.pack(p, b, e, staging, true, stream);
-        } else {
-          plan_.pack(p, b, e, staging, false, stream);
-        }
-        ring_meta meta{};
-        meta.step = t;
-        meta.matrix = static_cast<std::int32_t>(p);
-        meta.tag = tag;
-        meta.begin = b;
-        meta.end = e;
-        meta.user = static_cast<std::uint64_t>(cur_acc_);
-        const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
-        copies_->wait_for(stream);
-        timed_ring(cost, [&] { push_slot(staging, bytes, meta); });
-        plan_.staging_pushed(slot, copies_->get());
-        cost.d2h += bytes;
-        note_pushed();
-        consume_inline();
-      }
-    }
-  }
-
-  /// Host backend: the consumer runs on the training thread right after each push.
-  void consume_inline() {
-    if constexpr (!Backend::is_device) {
-      host_.consume_landed(*ring_);
-    }
-  }
-
-  void consume_all() { consume_inline(); }
-
-  /// grad_ready() starts work on this step: the selection of step t_ is known and fixed.
+  /// grad_ready() starts work on this step: the selection of the coming step is known and fixed.
   [[nodiscard]] bool early_stream_step() const {
-    return cfg_.mode == optimizer_mode::zenflow && t_ >= cfg_.full_warm_up_rounds &&
-           !cfg_.is_selection_step(t_) && !selection_pending_ && sel_step_ >= 0;
+    const std::int64_t t = sched_.step;
+    return cfg_.mode == optimizer_mode::zenflow && t >= cfg_.full_warm_up_rounds &&
+           !cfg_.is_selection_step(t) && sched_.selection_fixed();
   }
 
   // ---- host windows -------------------------------------------------------------------------
@@ -603,7 +494,7 @@ private:
   /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
   /// weights is enqueued. Runs on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
-    job_seconds_ = host_.run_window(a, n_w, lr, pool_.get());
+    job_.seconds = host_.run_window(a, n_w, lr, pool_.get());
     upload_job();
   }
 
@@ -612,12 +503,10 @@ private:
   void upload_job() {
     plan_.begin_uploads();
     for (std::size_t p = 0; p < params_.size(); ++p) {
-      const auto& pi = params_[p];
       const auto& h = host_[p];
-      if (!pi.host_side || h.host_set.empty()) {
-        continue;
+      if (params_[p].host_side && !h.host_set.empty()) {
+        (void)plan_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
       }
-      (void)plan_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
     }
     plan_.end_uploads();
   }
@@ -627,55 +516,53 @@ private:
   void apply_uploads(cudaStream_t stream, call_cost& cost) {
     plan_.begin_apply(stream);
     for (std::size_t p = 0; p < params_.size(); ++p) {
-      const auto& pi = params_[p];
       const auto& h = host_[p];
-      if (!pi.host_side || h.host_set.empty()) {
-        continue;
+      if (params_[p].host_side && !h.host_set.empty()) {
+        cost.h2d += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
       }
-      cost.h2d += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
     }
     plan_.end_apply(stream);
   }
 
   void account_job() {
-    stats_.host_window_s += job_seconds_;
-    stats_.last_host_window_s = job_seconds_;
+    stats_.host_window_s += job_.seconds;
+    stats_.last_host_window_s = job_.seconds;
     ++stats_.host_jobs;
   }
 
   /// Waits for the submitted job (if any) and writes its weights.
   void drain(cudaStream_t stream, call_cost& cost) {
-    if (!pending_) {
+    if (!sched_.job) {
       return;
     }
+    const detail::submitted_job job = *sched_.job;
     try {
-      if (queue_->applied(pending_->queue_window)) {
-        queue_->wait_applied(pending_->queue_window); // done already: no stall (rethrows its error)
+      if (queue_->applied(job.queue_window)) {
+        queue_->wait_applied(job.queue_window); // done already: no stall (rethrows its error)
       } else {
-        timed_stall(cost, [&] { queue_->wait_applied(pending_->queue_window); });
+        detail::timed_stall(cost, [&] { queue_->wait_applied(job.queue_window); });
       }
     } catch (...) {
-      detail::rethrow_with_context(
-          "zenflow::engine: the host job of window " + std::to_string(pending_->window) + " (steps " +
-          std::to_string(pending_->first_step) + ".." + std::to_string(pending_->last_step) + ") failed");
+      detail::rethrow_with_context("zenflow::engine: the host job of window " + std::to_string(job.window) +
+                                   " (steps " + std::to_string(job.first_step) + ".." +
+                                   std::to_string(job.last_step) + ") failed");
     }
-    if (job_produced_) {
+    if (job_.produced) {
       account_job();
       apply_uploads(stream, cost);
-      stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_ - 1 - pending_->window);
+      stats_.max_staleness_windows =
+          std::max(stats_.max_staleness_windows, sched_.windows_closed - 1 - job.window);
     }
-    pending_.reset();
+    sched_.job.reset();
   }
-
-  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) { return host_.take_n_w(a, seq); }
 
   /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
   /// pushed so far consumed, the host AdamW, the new weights up and scattered (all a stall).
   void synchronous_window(std::size_t a, float lr, cudaStream_t stream, call_cost& cost) {
     std::int32_t n_w = 0;
-    timed_stall(cost, [&] { n_w = take_n_w(a, pushed_); });
+    detail::timed_stall(cost, [&] { n_w = host_.take_n_w(a, d2h_.pushed()); });
     if (n_w > 0) {
-      timed_stall(cost, [&] {
+      detail::timed_stall(cost, [&] {
         plan_.wait_upload_done();
         run_job(a, n_w, lr);
       });
@@ -684,30 +571,31 @@ private:
     }
   }
 
-  /// Closes the current window at the end of step t (docs/engine-semantics.md, 6).
+  /// Closes the open window at the end of step t (docs/engine-semantics.md, 6).
   void close_window(float lr, cudaStream_t stream, call_cost& cost) {
-    const std::size_t a = cur_acc_;
-    const std::int64_t w = windows_++;
+    const std::size_t a = sched_.accumulator;
+    const detail::open_window window = *sched_.window;
+    const std::int64_t w = sched_.windows_closed++;
     if (!cfg_.overlap_step) {
       synchronous_window(a, lr, stream, cost);
     } else {
       drain(stream, cost);
-      const std::uint64_t seq = pushed_;
+      const std::uint64_t seq = d2h_.pushed();
       // The job waits for the window's last slots itself, so the training thread does not.
       const std::int64_t qw = queue_->submit([this, a, lr, seq] {
-        const std::int32_t n_w = take_n_w(a, seq);
-        job_produced_ = n_w > 0;
+        const std::int32_t n_w = host_.take_n_w(a, seq);
+        job_.produced = n_w > 0;
         if (n_w > 0) {
           plan_.wait_upload_done();
           run_job(a, n_w, lr);
         }
       });
-      pending_ = pending_job{qw, w, window_start_, window_start_ + window_len_ - 1};
-      cur_acc_ ^= 1u;
+      sched_.job = detail::submitted_job{qw, w, window.start, window.start + window.length - 1};
+      sched_.accumulator ^= 1u;
     }
-    stats_.last_window_length = window_len_;
+    stats_.last_window_length = window.length;
     ++stats_.windows_closed;
-    window_open_ = false;
+    sched_.window.reset();
   }
 
   // ---- the step -----------------------------------------------------------------------------
@@ -718,60 +606,59 @@ private:
     if (cfg_.mode == optimizer_mode::zenflow) {
       plan_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
     }
-    push_record(t, record_tag_first, stream, cost);
+    d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
     stream_gradients(t, stream, cost);
-    synchronous_window(cur_acc_, lr, stream, cost);
+    synchronous_window(sched_.accumulator, lr, stream, cost);
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {
     if (cfg_.is_selection_step(t)) {
       drain(stream, cost);
-      selection_pending_ = true;
+      sched_.selection = detail::selection_phase::pending;
     }
-    if (!window_open_) {
-      window_open_ = true;
-      window_start_ = t;
-      window_len_ = 0;
+    if (!sched_.window) {
+      sched_.window = detail::open_window{t, 0};
       voter_->on_window_start();
     }
-    if (selection_pending_) {
+    if (sched_.selection == detail::selection_phase::pending) {
       bool bad = false;
-      timed_stall(cost, [&] { bad = plan_.read_skip(stream); });
-      if (!bad) {
+      detail::timed_stall(cost, [&] { bad = plan_.read_skip(stream); });
+      if (!bad) { // a selection waits for a step with finite gradients
         drain(stream, cost);
         perform_selection(stream, cost);
-        selection_pending_ = false;
-        sel_step_ = t;
+        sched_.selection = detail::selection_phase::current;
+        sched_.selection_step = t;
         rep.selection = true;
         ++stats_.selections;
         voter_->on_selection();
       }
     }
     plan_.update(lr, cfg_.adam, stream);
-    push_record(t, record_tag_first, stream, cost);
+    d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
     stream_gradients(t, stream, cost);
-    push_record(t, record_tag_last, stream, cost);
-    ++window_len_;
-    rep.window_length = window_len_;
+    d2h_.push_record(t, detail::record_last_slot, sched_.accumulator, stream, cost);
+    const std::int64_t length = ++sched_.window->length;
+    rep.window_length = length;
 
     bool close = cfg_.is_selection_step(t + 1);
     if (cfg_.auto_update()) {
       // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
       if (t - 1 >= cfg_.full_warm_up_rounds) {
         if (host_.consumed(pushed_before_last_step_)) {
-          wait_consumed(pushed_before_last_step_); // landed already: no stall
+          host_.wait_consumed(pushed_before_last_step_); // landed already: no stall
         } else {
-          timed_stall(cost, [&] { wait_consumed(pushed_before_last_step_); });
+          detail::timed_stall(cost, [&] { host_.wait_consumed(pushed_before_last_step_); });
         }
         const auto& mass = host_.masses(t - 1);
-        if (mass.step == t - 1 && mass.valid && sel_step_ >= 0 && t - 1 >= sel_step_) {
-          voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= window_start_);
+        if (mass.step == t - 1 && mass.valid && sched_.selection_step >= 0 &&
+            t - 1 >= sched_.selection_step) {
+          voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= sched_.window->start);
         }
       }
-      close = close || window_len_ >= cfg_.max_update_interval ||
-              (window_len_ >= cfg_.min_update_interval && voter_->vote_share() >= cfg_.auto_ratio);
+      close = close || length >= cfg_.max_update_interval ||
+              (length >= cfg_.min_update_interval && voter_->vote_share() >= cfg_.auto_ratio);
     } else {
-      close = close || window_len_ >= cfg_.update_interval;
+      close = close || length >= cfg_.update_interval;
     }
     if (close) {
       close_window(lr, stream, cost);
@@ -781,8 +668,8 @@ private:
 
   /// Selection (every matrix) and migration of state between host and device.
   void perform_selection(cudaStream_t stream, call_cost& cost) {
-    timed_stall(cost, [&] {
-      wait_consumed(pushed_); // the consumer reads the host sets that change here
+    detail::timed_stall(cost, [&] {
+      host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
       for (std::size_t p = 0; p < params_.size(); ++p) {
         const auto& pi = params_[p];
         auto& h = host_[p];
@@ -811,56 +698,23 @@ private:
     });
   }
 
-  // ---- consumer progress (a thread of its own on the CUDA backend, inline on the host) -------
-
-  /// A push: a full ring blocks the producer, and that back-pressure is a stall. Counted from the
-  /// ring's own blocked time, so a push that finds a free slot counts nothing.
-  template <class F>
-  void timed_ring(call_cost& cost, F&& f) {
-    if constexpr (Backend::is_device) {
-      const std::uint64_t before = ring_->stats().producer_blocked_ns;
-      f();
-      cost.stall_s += static_cast<double>(ring_->stats().producer_blocked_ns - before) * 1e-9;
-    } else {
-      f();
-    }
-  }
-
-  void note_pushed() { ++pushed_; }
-
-  void wait_consumed(std::uint64_t seq) { host_.wait_consumed(seq); }
-
   config cfg_;
   detail::device_plan<Backend> plan_; // destroyed last: the ring and the copies use its buffers
   std::vector<detail::param_info> params_;
   detail::host_side<typename Backend::template host_buffer<std::byte>> host_{cfg_, params_};
-  std::unique_ptr<d2h_ring<ring_meta, typename Backend::copy_backend_type>> ring_;
-  std::unique_ptr<copy_stream<typename Backend::copy_backend_type>> copies_;
+  detail::d2h_stream<Backend> d2h_{plan_, params_, host_};
   std::unique_ptr<worker_pool> pool_;
   std::unique_ptr<window_queue> queue_;
   std::optional<detail::zen_auto_voter> voter_;
   zenflow::stats stats_{};
-  bool initialized_ = false;
 
-  std::int64_t t_ = 0;
-  std::int64_t sel_step_ = -1;
-  bool selection_pending_ = false;
-  bool window_open_ = false;
-  std::int64_t window_start_ = 0;
-  std::int64_t window_len_ = 0;
-  std::int64_t windows_ = 0;
-  std::size_t cur_acc_ = 0;
-  std::optional<pending_job> pending_;
-  double job_seconds_ = 0.0;
-  std::size_t staging_next_ = 0;
-
-  // slots pushed into the D2H ring (training thread only; the consumer's progress is host_'s)
-  std::uint64_t pushed_ = 0;
+  detail::lifecycle life_ = detail::lifecycle::registering;
+  detail::schedule sched_;
+  detail::job_outcome job_;                   // written by the job, read after the queue says it is done
   std::uint64_t pushed_before_last_step_ = 0; // slots pushed up to the end of the previous step
-  bool job_produced_ = false;                 // written by the job, read after wait_applied
 
   // grad_ready() (training thread): per parameter, and what it spent before the step
-  std::vector<std::uint8_t> announced_;
+  std::vector<detail::announcement> announced_;
   bool early_any_ = false;
   call_cost early_cost_;
 };

@@ -95,8 +95,8 @@ struct engine_checkpoint {
         out.section(tag(p, "m"), h.m.data(), n * 4);
         out.section(tag(p, "v"), h.v.data(), n * 4);
         out.section(tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
-        out.section(tag(p, "acc"), h.acc[eng.cur_acc_].data(), n * 4);
-        out.section(tag(p, "rest_l1"), &h.rest_l1[eng.cur_acc_], 8);
+        out.section(tag(p, "acc"), h.acc[eng.sched_.accumulator].data(), n * 4);
+        out.section(tag(p, "rest_l1"), &h.rest_l1[eng.sched_.accumulator], 8);
         if (upload && !h.host_set.empty()) {
           out.section(tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
         }
@@ -170,7 +170,7 @@ struct engine_checkpoint {
 
     // 2. Replace the state: the job in flight and the ring first (their results are replaced).
     settle(eng);
-    eng.pending_.reset();
+    eng.sched_.job.reset();
     eng.plan_.wait_upload_done(); // the host upload buffers are written next
     const std::size_t a = static_cast<std::size_t>(s.cur_acc);
     for (std::size_t p = 0; p < eng.params_.size(); ++p) {
@@ -232,14 +232,18 @@ struct engine_checkpoint {
     eng.host_.restore_n_w(a, static_cast<std::int32_t>(s.n_w));
     eng.host_.restore_n_w(a ^ 1u, 0);
     eng.host_.restore_skipped(s.skipped);
-    eng.t_ = s.step;
-    eng.sel_step_ = s.sel_step;
-    eng.selection_pending_ = s.selection_pending != 0;
-    eng.window_open_ = s.window_open != 0;
-    eng.window_start_ = s.window_start;
-    eng.window_len_ = s.window_len;
-    eng.windows_ = s.windows;
-    eng.cur_acc_ = a;
+    auto& sched = eng.sched_;
+    sched.step = s.step;
+    sched.selection_step = s.sel_step;
+    sched.selection = s.selection_pending != 0 ? selection_phase::pending
+                      : s.sel_step >= 0        ? selection_phase::current
+                                               : selection_phase::none_yet;
+    sched.window.reset();
+    if (s.window_open != 0) {
+      sched.window = open_window{s.window_start, s.window_len};
+    }
+    sched.windows_closed = s.windows;
+    sched.accumulator = a;
     auto& st = eng.stats_;
     st.steps = s.steps;
     st.skipped_steps = s.skipped;
@@ -258,13 +262,12 @@ struct engine_checkpoint {
       // saved weights, which the next drain applies, at the step the saved run would have.
       const bool produced = s.job_produced != 0;
       const std::int64_t qw = eng.queue_->submit([&eng, produced] {
-        eng.job_produced_ = produced;
-        eng.job_seconds_ = 0.0;
+        eng.job_ = job_outcome{produced, 0.0};
         if (produced) {
           eng.upload_job();
         }
       });
-      eng.pending_ = typename Engine::pending_job{qw, s.pending_window, s.pending_first, s.pending_last};
+      sched.job = submitted_job{qw, s.pending_window, s.pending_first, s.pending_last};
     }
   }
 
@@ -298,10 +301,10 @@ struct engine_checkpoint {
 
 private:
   static void between_steps(const Engine& eng, const char* fn, const std::string& path) {
-    require(eng.initialized_, fn, "this", "is not initialized (register, initialize(), then load/save)");
+    require(eng.initialized(), fn, "this", "is not initialized (register, initialize(), then load/save)");
     require(!path.empty(), fn, "path", "must not be empty");
     require(!eng.early_any_ && std::all_of(eng.announced_.begin(), eng.announced_.end(),
-                                           [](std::uint8_t x) { return x == Engine::announce_none; }),
+                                           [](announcement x) { return x == announcement::none; }),
             fn, "this", "has grad_ready() announcements for the coming step (save and load between steps)");
   }
 
@@ -310,28 +313,29 @@ private:
     if (eng.queue_) {
       eng.queue_->drain();
     }
-    eng.host_.wait_consumed(eng.pushed_);
+    eng.host_.wait_consumed(eng.d2h_.pushed());
   }
 
   static ckpt_scalars scalars(Engine& eng) {
     ckpt_scalars s{};
     s.layout = ckpt_layout;
-    s.step = eng.t_;
-    s.sel_step = eng.sel_step_;
-    s.selection_pending = eng.selection_pending_ ? 1 : 0;
-    s.window_open = eng.window_open_ ? 1 : 0;
-    s.window_start = eng.window_start_;
-    s.window_len = eng.window_len_;
-    s.windows = eng.windows_;
-    s.cur_acc = static_cast<std::int64_t>(eng.cur_acc_);
-    if (eng.pending_) {
+    const auto& sched = eng.sched_;
+    s.step = sched.step;
+    s.sel_step = sched.selection_step;
+    s.selection_pending = sched.selection == selection_phase::pending ? 1 : 0;
+    s.window_open = sched.window ? 1 : 0;
+    s.window_start = sched.window ? sched.window->start : 0;
+    s.window_len = sched.window ? sched.window->length : 0;
+    s.windows = sched.windows_closed;
+    s.cur_acc = static_cast<std::int64_t>(sched.accumulator);
+    if (sched.job) {
       s.pending = 1;
-      s.pending_window = eng.pending_->window;
-      s.pending_first = eng.pending_->first_step;
-      s.pending_last = eng.pending_->last_step;
-      s.job_produced = eng.job_produced_ ? 1 : 0;
+      s.pending_window = sched.job->window;
+      s.pending_first = sched.job->first_step;
+      s.pending_last = sched.job->last_step;
+      s.job_produced = eng.job_.produced ? 1 : 0;
     }
-    s.n_w = eng.host_.n_w(eng.cur_acc_);
+    s.n_w = eng.host_.n_w(sched.accumulator);
     s.matrices = static_cast<std::int64_t>(eng.voter_->matrices());
     const auto& st = eng.stats_;
     s.steps = st.steps;

@@ -1,0 +1,167 @@
+/// @file
+/// The engine's D2H stream: step records and packed host-set gradients, from the device plan's
+/// staging slots into the pinned D2H ring on the copy stream, and the cost of each push. The
+/// producer half of the pipeline (the consumer is host_side's); training thread only.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/backend.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/host_side.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/transport/copy_backend.hpp>
+#include <zenflow/transport/pinned_ring.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// What one engine call spent: host time blocked (stall) and bytes copied each way. A value per
+/// call (step, flush), threaded through the functions it calls; grad_ready()'s is carried into
+/// the step it belongs to.
+struct call_cost {
+  double stall_s = 0.0;
+  std::uint64_t d2h = 0;
+  std::uint64_t h2d = 0;
+};
+
+/// Runs `f` and counts its wall time as a stall of `cost`.
+template <class F>
+void timed_stall(call_cost& cost, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::forward<F>(f)();
+  cost.stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <engine_backend Backend>
+class d2h_stream {
+public:
+  using host_side_type = host_side<typename Backend::template host_buffer<std::byte>>;
+  using ring_type = d2h_ring<ring_meta, typename Backend::copy_backend_type>;
+
+  d2h_stream(device_plan<Backend>& plan, const std::vector<param_info>& params, host_side_type& host)
+      : plan_(plan), params_(params), host_(host) {}
+
+  /// Allocates the ring (`ring_slots` x `slot_bytes`, pinned) and the copy stream; returns the
+  /// ring's host footprint in bytes.
+  std::size_t open(std::size_t ring_slots, std::size_t slot_bytes) {
+    ring_ = std::make_unique<ring_type>(ring_slots, slot_bytes, plan_.backend().copier());
+    copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>(plan_.backend().copier());
+    return ring_->footprint_bytes();
+  }
+
+  /// Closes the ring: the consumer drains what was published, then stops.
+  void close() noexcept {
+    if (ring_) {
+      ring_->close();
+    }
+  }
+
+  [[nodiscard]] ring_type& ring() { return *ring_; }
+  [[nodiscard]] ring_stats stats() const { return ring_ ? ring_->stats() : ring_stats{}; }
+
+  /// Slots pushed so far (the consumer's progress is host_side's).
+  [[nodiscard]] std::uint64_t pushed() const noexcept { return pushed_; }
+
+  /// The step record of step `t` into the ring, after the work on `stream`; `tag` is
+  /// record_first_slot or record_last_slot, `acc` the window's accumulator.
+  void push_record(std::int64_t t, std::int32_t tag, std::size_t acc, cudaStream_t stream, call_cost& cost) {
+    ring_meta meta{};
+    meta.step = t;
+    meta.tag = tag;
+    meta.user = static_cast<std::uint64_t>(acc);
+    // The first copy carries the header only: the step's packs are still adding their rest masses
+    // into the record on the user's stream, and a copy reading those words would race with them.
+    const std::size_t bytes =
+        tag == record_first_slot ? step_record_layout::header_bytes() : plan_.record_layout().bytes();
+    copies_->wait_for(stream);
+    push_slot(plan_.record(), bytes, meta, cost);
+    plan_.record_pushed(copies_->get());
+    pushed(bytes, cost);
+  }
+
+  /// Packs and pushes the host-set gradients of parameter `p`, slot by slot; `tag` grad_slot
+  /// (in step(): the rest mass into the record) or grad_early_slot (in grad_ready(): into the
+  /// backend's early masses, adopted by step()).
+  void push_gradients(std::int64_t t,
+                      std::size_t p,
+                      std::int32_t tag,
+                      std::size_t acc,
+                      cudaStream_t stream,
+                      call_cost& cost) {
+    const auto& pi = params_[p];
+    const auto& h = host_[p];
+    if (!pi.host_side || h.host_set.empty()) {
+      return;
+    }
+    const auto n = static_cast<std::int64_t>(h.host_set.size());
+    const auto per_slot = static_cast<std::int64_t>(ring_->slot_bytes() / pi.channel_bytes());
+    for (std::int64_t b = 0; b < n; b += per_slot) {
+      const std::int64_t e = std::min(n, b + per_slot);
+      const std::size_t slot = staging_next_++ % plan_.staging_slots();
+      std::byte* staging = plan_.staging(slot, stream);
+      plan_.pack(p, b, e, staging, tag == grad_early_slot, stream);
+      ring_meta meta{};
+      meta.step = t;
+      meta.matrix = static_cast<std::int32_t>(p);
+      meta.tag = tag;
+      meta.begin = b;
+      meta.end = e;
+      meta.user = static_cast<std::uint64_t>(acc);
+      copies_->wait_for(stream);
+      const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
+      push_slot(staging, bytes, meta, cost);
+      plan_.staging_pushed(slot, copies_->get());
+      pushed(bytes, cost);
+    }
+  }
+
+private:
+  /// One slot into the ring, copied on the copy stream. A full ring blocks the producer, and that
+  /// back-pressure is a stall, counted from the ring's own blocked time (a push that finds a free
+  /// slot counts nothing). A ring closed by its consumer (which failed: a device error, say)
+  /// reports the consumer's error, not the closed ring.
+  void push_slot(const void* src, std::size_t bytes, const ring_meta& meta, call_cost& cost) {
+    const std::uint64_t blocked_before = ring_->stats().producer_blocked_ns;
+    try {
+      ring_->push(src, bytes, meta, copies_->get());
+    } catch (const ring_closed&) {
+      host_.rethrow_consumer_error();
+      throw;
+    }
+    if constexpr (Backend::is_device) {
+      cost.stall_s += static_cast<double>(ring_->stats().producer_blocked_ns - blocked_before) * 1e-9;
+    }
+  }
+
+  /// A slot is in the ring and its source free to reuse: counted, and on the host backend
+  /// consumed right away, on this thread (there is no consumer thread).
+  void pushed(std::size_t bytes, call_cost& cost) {
+    cost.d2h += bytes;
+    ++pushed_;
+    if constexpr (!Backend::is_device) {
+      host_.consume_landed(*ring_);
+    }
+  }
+
+  device_plan<Backend>& plan_;
+  const std::vector<param_info>& params_;
+  host_side_type& host_;
+  std::unique_ptr<ring_type> ring_;
+  std::unique_ptr<copy_stream<typename Backend::copy_backend_type>> copies_;
+  std::size_t staging_next_ = 0;
+  std::uint64_t pushed_ = 0;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END

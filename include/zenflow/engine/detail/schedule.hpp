@@ -1,0 +1,67 @@
+/// @file
+/// The engine's state between two calls, named: where it is in its life, in the selection cycle,
+/// in the window of host-side updates and with the host job (docs/engine-semantics.md). The
+/// engine moves it in step(); save()/load() write and restore it whole.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include <zenflow/core/config.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// Registration (add_matrix/add_vector) until initialize(), then training.
+enum class lifecycle : std::uint8_t { registering, training };
+
+/// The device set of the matrices.
+enum class selection_phase : std::uint8_t {
+  none_yet, ///< no selection yet (before the first selection step: warm-up)
+  pending,  ///< a selection step came and is carried to the first step with finite gradients
+  current,  ///< the set chosen at `schedule::selection_step` holds
+};
+
+/// What grad_ready() did for a parameter in the coming step.
+enum class announcement : std::uint8_t {
+  none,     ///< not announced
+  hint,     ///< announced, nothing started (step() does it)
+  streamed, ///< packed and pushed by grad_ready()
+};
+
+/// The open window: its first step and how many steps it has accumulated.
+struct open_window {
+  std::int64_t start = 0;
+  std::int64_t length = 0;
+};
+
+/// A closed window whose host job was submitted and whose new weights are not applied yet.
+struct submitted_job {
+  std::int64_t queue_window = -1; ///< index in the window queue
+  std::int64_t window = -1;       ///< engine window index
+  std::int64_t first_step = 0;    ///< the window's steps (error messages, the destructor's report)
+  std::int64_t last_step = 0;
+};
+
+/// What the host job wrote for the training thread: read only after the queue says it is done.
+struct job_outcome {
+  bool produced = false; ///< the window had steps to apply (n_w > 0)
+  double seconds = 0.0;  ///< its host time
+};
+
+struct schedule {
+  std::int64_t step = 0; ///< the next step t
+  selection_phase selection = selection_phase::none_yet;
+  std::int64_t selection_step = -1; ///< the step of the last selection (-1: none yet)
+  std::optional<open_window> window;
+  std::int64_t windows_closed = 0;
+  std::size_t accumulator = 0; ///< the accumulator the open (or next) window fills
+  std::optional<submitted_job> job;
+
+  /// A step whose device set is known before it starts (grad_ready() may start packing).
+  [[nodiscard]] bool selection_fixed() const noexcept { return selection == selection_phase::current; }
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
