@@ -18,19 +18,8 @@
 #include <unistd.h>
 #include <vector>
 
-// xxHash in its documented header-only mode: static inline functions under private names, so a
-// consumer's own xxHash (linked or inlined) does not collide with ours.
-#ifndef XXH_INLINE_ALL
-#  define XXH_INLINE_ALL
-#  define ZF_DEFINED_XXH_INLINE_ALL
-#endif
-#include <xxhash.h>
-#ifdef ZF_DEFINED_XXH_INLINE_ALL
-#  undef XXH_INLINE_ALL
-#  undef ZF_DEFINED_XXH_INLINE_ALL
-#endif
-
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/detail/xxhash.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
 
