@@ -17,6 +17,7 @@
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"
 #include "plan_scenarios.hpp"
+#include "reference_cases.hpp"
 #include "resume_cases.hpp"
 #include "support/gpu.hpp"
 
@@ -125,93 +126,21 @@ struct device_plan_driver {
 
 class engine_gpu : public zf_test::gpu_test {};
 
-template <class T>
-double
-run_against_reference(const zenflow::config& cfg, int steps, std::uint64_t seed, std::vector<int> bad = {}) {
-  zenflow::stream s;
-  model<T> m(kShapes, seed);
-  device_mirror<T> d(m);
-  gpu_engine eng(cfg);
-  zf_test::zenflow_reference ref(cfg);
-  m.add_to_reference(ref);
-  const auto ids = d.add(eng, m);
-  eng.initialize(s);
-  double worst = 0.0;
-  for (int t = 0; t < steps; ++t) {
-    m.next_grads();
-    if (std::find(bad.begin(), bad.end(), t) != bad.end()) {
-      m.g[static_cast<std::size_t>(t) % m.g.size()][3] = zenflow::from_float<T>(NAN);
-    }
-    const auto rep = d.step(eng, m, cfg.adam.lr, s);
-    ref.step(m.grads_as_float(), cfg.adam.lr);
-    EXPECT_EQ(rep.selection, ref.last_step_selected()) << "step " << t;
-    EXPECT_EQ(rep.window_closed, ref.last_step_closed_window()) << "step " << t;
-    for (std::size_t p = 0; p < ids.size(); ++p) {
-      if (m.shapes[p].matrix) {
-        EXPECT_EQ(eng.selected(ids[p]), ref.selected(p)) << "step " << t;
-      }
-    }
-    worst = std::max(worst, zf_engine_test::max_weight_ulps(m, ref));
-  }
-  eng.flush(s);
-  ref.flush();
-  d.pull(m, s);
-  worst = std::max(worst, zf_engine_test::max_weight_ulps(m, ref));
-  EXPECT_EQ(eng.stats().windows_closed, ref.stats().windows_closed);
-  for (std::size_t p = 0; p < ids.size(); ++p) {
-    EXPECT_EQ(eng.state(ids[p], s).counts, ref.counts(p)) << "param " << p;
-  }
-  return worst;
+// The reference cases and the baselines of the cpu suite (reference_cases.hpp), on the CUDA backend
+// with two host threads: the same assertions.
+class engine_gpu_reference : public zf_test::gpu_test, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(engine_gpu_reference, cuda_backend) {
+  zf_engine_test::run_reference_case<device_driver>(GetParam(), 2);
 }
 
-TEST_F(engine_gpu, matches_reference_fixed_windows_overlap_bf16) {
-  EXPECT_LE(run_against_reference<zenflow::bfloat16>(small_config(2), 40, zf_test::base_seed()), 1.01);
-}
+INSTANTIATE_TEST_SUITE_P(cases,
+                         engine_gpu_reference,
+                         ::testing::ValuesIn(zf_engine_test::reference_case_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
-TEST_F(engine_gpu, matches_reference_zen_auto_warm_up_nan_float) {
-  auto cfg = small_config(2);
-  cfg.update_interval = 0;
-  cfg.max_update_interval = 5;
-  cfg.auto_ratio = 0.6;
-  cfg.full_warm_up_rounds = 3;
-  cfg.select_interval = 7;
-  EXPECT_LT(run_against_reference<float>(cfg, 50, zf_test::base_seed() + 4, {5, 10, 17}), 64.0);
-}
-
-TEST_F(engine_gpu, matches_reference_no_overlap_clipping_fp16) {
-  auto cfg = small_config(2);
-  cfg.overlap_step = false;
-  cfg.update_interval = 3;
-  cfg.select_interval = 6;
-  cfg.gradient_clipping = 0.5f;
-  cfg.loss_scale = 64.0f;
-  EXPECT_LE(run_against_reference<zenflow::half>(cfg, 40, zf_test::base_seed() + 2), 1.01);
-}
-
-TEST_F(engine_gpu, update_interval_one_equals_offload_sync_bitwise) {
-  zenflow::stream s;
-  auto zen = small_config(2);
-  zen.update_interval = 1;
-  zen.overlap_step = false;
-  zen.select_interval = 1;
-  auto sync = zen;
-  sync.mode = zenflow::optimizer_mode::offload_sync;
-  model<zenflow::bfloat16> ma(kShapes, zf_test::base_seed() + 10), mb(kShapes, zf_test::base_seed() + 10);
-  device_mirror<zenflow::bfloat16> da(ma), db(mb);
-  gpu_engine ea(zen), eb(sync);
-  (void)da.add(ea, ma);
-  (void)db.add(eb, mb);
-  ea.initialize(s);
-  eb.initialize(s);
-  for (int t = 0; t < 20; ++t) {
-    ma.next_grads();
-    mb.g = ma.g;
-    (void)da.step(ea, ma, 1e-2f, s);
-    (void)db.step(eb, mb, 1e-2f, s);
-    for (std::size_t p = 0; p < ma.w.size(); ++p) {
-      ASSERT_EQ(0, std::memcmp(ma.w[p].data(), mb.w[p].data(), ma.w[p].size() * 2)) << "step " << t;
-    }
-  }
+TEST_F(engine_gpu, baselines_equal_offload_sync_gpu_adamw_and_dense_adamw_bit_for_bit) {
+  zf_engine_test::run_baseline_cases<device_driver>(2);
 }
 
 TEST_F(engine_gpu, bytes_meet_the_pcie_budget) {

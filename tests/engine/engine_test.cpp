@@ -17,6 +17,7 @@
 #include <zenflow/engine/host_backend.hpp>
 
 #include "engine_harness.hpp"
+#include "reference_cases.hpp"
 
 namespace {
 
@@ -40,142 +41,23 @@ std::vector<zenflow::param_id> register_model(host_engine& eng, model<T>& m) {
   return ids;
 }
 
-/// Runs `steps` steps of the engine and the reference on the same gradients; returns the worst
-/// weight distance (ulps of T) seen after any step.
-template <class T>
-double run_against_reference(const zenflow::config& cfg,
-                             int steps,
-                             std::uint64_t seed,
-                             const std::vector<int>& bad_steps = {}) {
-  model<T> m(kShapes, seed);
-  host_engine eng(cfg);
-  zf_test::zenflow_reference ref(cfg);
-  m.add_to_reference(ref);
-  const auto ids = register_model(eng, m);
-  eng.initialize();
-  double worst = 0.0;
-  std::int64_t warm_jobs = 0;
-  std::int64_t set_changes = 0;
-  std::vector<std::vector<std::int32_t>> last_sel(ids.size());
-  for (int t = 0; t < steps; ++t) {
-    m.next_grads();
-    const bool bad = std::find(bad_steps.begin(), bad_steps.end(), t) != bad_steps.end();
-    if (bad) {
-      // One poisoned element somewhere: alternately NaN and Inf, in a matrix or a vector.
-      auto& g = m.g[static_cast<std::size_t>(t) % m.g.size()];
-      g[g.size() / 2] = zenflow::from_float<T>(t % 2 == 0 ? NAN : INFINITY);
-    }
-    if (t < cfg.full_warm_up_rounds && !bad) {
-      ++warm_jobs;
-    }
-    const float lr = cfg.adam.lr * (1.0f - 0.3f * static_cast<float>(t) / static_cast<float>(steps));
-    const auto rep = eng.step(lr);
-    ref.step(m.grads_as_float(), static_cast<double>(lr));
-    EXPECT_EQ(rep.selection, ref.last_step_selected()) << "step " << t;
-    EXPECT_EQ(rep.window_closed, ref.last_step_closed_window()) << "step " << t;
-    for (std::size_t p = 0; p < ids.size(); ++p) {
-      if (m.shapes[p].matrix) {
-        EXPECT_EQ(eng.selected(ids[p]), ref.selected(p)) << "step " << t << " param " << p;
-        if (!last_sel[p].empty() && last_sel[p] != ref.selected(p)) {
-          ++set_changes;
-        }
-        last_sel[p] = ref.selected(p);
-      }
-    }
-    EXPECT_EQ(rep.skipped, bad) << "step " << t;
-    worst = std::max(worst, zf_engine_test::max_weight_ulps(m, ref));
-    if (std::getenv("ZF_DEBUG")) {
-      std::printf("t %d bad %d sel %d close %d ulps %g\n", t, bad, rep.selection, rep.window_closed,
-                  zf_engine_test::max_weight_ulps(m, ref));
-    }
-  }
-  eng.flush();
-  ref.flush();
-  worst = std::max(worst, zf_engine_test::max_weight_ulps(m, ref));
-  if (std::getenv("ZF_DEBUG")) {
-    std::printf("after flush ulps %g\n", zf_engine_test::max_weight_ulps(m, ref));
-  }
-  EXPECT_EQ(eng.stats().selections, ref.stats().selections);
-  EXPECT_EQ(eng.stats().windows_closed, ref.stats().windows_closed);
-  // The engine also counts its synchronous warm-up steps as host jobs (one each).
-  EXPECT_EQ(eng.stats().host_jobs, ref.stats().host_jobs + warm_jobs);
-  EXPECT_EQ(eng.stats().skipped_steps, ref.stats().skipped_steps);
-  // The run must exercise what it claims: re-selections that change the set, varied windows.
-  EXPECT_GT(set_changes, 0);
-  const auto& lens = ref.stats().window_lengths;
-  std::printf("set changes %lld, windows %zu, distinct lengths %zu\n", static_cast<long long>(set_changes),
-              lens.size(), std::set<std::int64_t>(lens.begin(), lens.end()).size());
-  for (std::size_t p = 0; p < ids.size(); ++p) {
-    EXPECT_EQ(eng.state(ids[p]).counts, ref.counts(p)) << "param " << p;
-  }
-  return worst;
+// The reference cases (reference_cases.hpp) on the host backend and on the emulated device (its
+// consumer thread, uploads on their own stream, copies that land later): the same assertions as
+// the gpu suite's on the CUDA backend.
+class engine_reference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(engine_reference, host_backend) {
+  zf_engine_test::run_reference_case<zf_engine_test::host_driver>(GetParam());
 }
 
-TEST(engine_reference, fixed_windows_overlap_float) {
-  auto cfg = small_config();
-  EXPECT_LT(run_against_reference<float>(cfg, 40, zf_test::base_seed()), 64.0);
+TEST_P(engine_reference, emulated_backend) {
+  zf_engine_test::run_reference_case<zf_engine_test::emulated_driver>(GetParam());
 }
 
-TEST(engine_reference, zen_auto_with_warm_up_bf16) {
-  auto cfg = small_config();
-  cfg.update_interval = 0; // Zen-auto
-  cfg.max_update_interval = 6;
-  cfg.auto_ratio = 0.5;
-  cfg.full_warm_up_rounds = 3;
-  cfg.select_interval = 12;
-  EXPECT_LE(run_against_reference<zenflow::bfloat16>(cfg, 45, zf_test::base_seed() + 1), 1.01);
-}
-
-TEST(engine_reference, no_overlap_clipping_loss_scale_fp16) {
-  auto cfg = small_config();
-  cfg.overlap_step = false;
-  cfg.update_interval = 3;
-  cfg.select_interval = 6;
-  cfg.gradient_clipping = 0.5f;
-  cfg.loss_scale = 64.0f;
-  EXPECT_LE(run_against_reference<zenflow::half>(cfg, 40, zf_test::base_seed() + 2), 1.01);
-}
-
-TEST(engine_reference, sqrt_lr_scale_l1_importance_adam_l2_bf16) {
-  auto cfg = small_config();
-  cfg.host_lr_scale = zenflow::host_lr_scaling::sqrt;
-  cfg.importance = zenflow::channel_norm::l1;
-  cfg.adam.decoupled = false;
-  cfg.update_interval = 4;
-  cfg.select_interval = 8;
-  EXPECT_LE(run_against_reference<zenflow::bfloat16>(cfg, 40, zf_test::base_seed() + 3), 1.01);
-}
-
-// The two rules of docs/defaults.md beyond linear/sqrt/none: "capped" at windows longer than its
-// cap, "snr" (a per-matrix factor from the window's own gradients) with Zen-auto's varied windows.
-TEST(engine_reference, capped_lr_scale_windows_longer_than_the_cap_float) {
-  auto cfg = small_config();
-  cfg.host_lr_scale = zenflow::host_lr_scaling::capped;
-  cfg.update_interval = 6;
-  cfg.select_interval = 12;
-  EXPECT_LT(run_against_reference<float>(cfg, 40, zf_test::base_seed() + 8), 64.0);
-}
-
-TEST(engine_reference, snr_lr_scale_zen_auto_warm_up_bf16) {
-  auto cfg = small_config();
-  cfg.host_lr_scale = zenflow::host_lr_scaling::snr;
-  cfg.update_interval = 0;
-  cfg.max_update_interval = 6;
-  cfg.auto_ratio = 0.5;
-  cfg.full_warm_up_rounds = 2;
-  cfg.select_interval = 12;
-  EXPECT_LE(run_against_reference<zenflow::bfloat16>(cfg, 45, zf_test::base_seed() + 9), 1.01);
-}
-
-TEST(engine_reference, snr_lr_scale_no_overlap_clipping_float) {
-  auto cfg = small_config();
-  cfg.host_lr_scale = zenflow::host_lr_scaling::snr;
-  cfg.overlap_step = false;
-  cfg.update_interval = 5;
-  cfg.select_interval = 10;
-  cfg.gradient_clipping = 0.5f;
-  EXPECT_LT(run_against_reference<float>(cfg, 40, zf_test::base_seed() + 10), 64.0);
-}
+INSTANTIATE_TEST_SUITE_P(cases,
+                         engine_reference,
+                         ::testing::ValuesIn(zf_engine_test::reference_case_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(engine_host_lr_factor, every_rule_at_its_limits) {
   using zenflow::host_lr_factor;
@@ -196,136 +78,24 @@ TEST(engine_host_lr_factor, every_rule_at_its_limits) {
   EXPECT_EQ(host_lr_factor(host_lr_scaling::snr, 1, 0.7), 1.0);
 }
 
-TEST(engine_reference, zen_auto_overlap_float_many_selections) {
-  auto cfg = small_config();
-  cfg.update_interval = 0;
-  cfg.auto_ratio = 0.99;
-  cfg.max_update_interval = 5;
-  cfg.select_interval = 7;
-  EXPECT_LT(run_against_reference<float>(cfg, 60, zf_test::base_seed() + 4), 64.0);
+// The baselines (reference_cases.hpp), bit for bit, on both cpu backends.
+TEST(engine_baselines, equal_offload_sync_gpu_adamw_and_dense_adamw_bit_for_bit_host) {
+  zf_engine_test::run_baseline_cases<zf_engine_test::host_driver>();
 }
 
-TEST(engine_reference, nan_inf_steps_including_a_pending_selection_bf16) {
-  auto cfg = small_config();
-  cfg.full_warm_up_rounds = 2;
-  cfg.update_interval = 3;
-  cfg.select_interval = 6;
-  // 1: warm-up; 2 and 3: the first selection step and the next (pending twice); 9: mid-window;
-  // 14: the selection step 14; 20: a window close.
-  EXPECT_LE(run_against_reference<zenflow::bfloat16>(cfg, 30, zf_test::base_seed() + 5, {1, 2, 3, 9, 14, 20}),
-            1.01);
+TEST(engine_baselines, equal_offload_sync_gpu_adamw_and_dense_adamw_bit_for_bit_emulated) {
+  zf_engine_test::run_baseline_cases<zf_engine_test::emulated_driver>();
 }
 
-TEST(engine_reference, zen_auto_nan_steps_float) {
-  auto cfg = small_config();
-  cfg.update_interval = 0;
-  cfg.max_update_interval = 4;
-  cfg.auto_ratio = 0.6;
-  cfg.select_interval = 10;
-  EXPECT_LT(run_against_reference<float>(cfg, 40, zf_test::base_seed() + 6, {5, 6, 10, 17}), 64.0);
-}
-
-/// Runs two engines on the same gradients and expects bit-identical weights and state after
-/// every step. Returns how many times a channel re-entered the first engine's selection.
-template <class T>
-void expect_identical(const zenflow::config& a,
-                      const zenflow::config& b,
-                      int steps,
-                      std::uint64_t seed,
-                      std::int64_t* reentries_out = nullptr) {
-  model<T> ma(kShapes, seed);
-  model<T> mb(kShapes, seed);
-  host_engine ea(a);
-  host_engine eb(b);
-  const auto ia = register_model(ea, ma);
-  const auto ib = register_model(eb, mb);
-  ea.initialize();
-  eb.initialize();
-  std::vector<std::vector<std::int32_t>> ever_left(ia.size());
-  std::int64_t reentries = 0;
-  for (int t = 0; t < steps; ++t) {
-    ma.next_grads();
-    mb.g = ma.g;
-    const float lr = 1e-2f / (1.0f + 0.05f * static_cast<float>(t));
-    std::vector<std::vector<std::int32_t>> before(ia.size());
-    for (std::size_t p = 0; p < ia.size(); ++p) {
-      before[p] = ea.selected(ia[p]);
-    }
-    (void)ea.step(lr);
-    (void)eb.step(lr);
-    for (std::size_t p = 0; p < ia.size(); ++p) {
-      for (std::size_t i = 0; i < ma.w[p].size(); ++i) {
-        ASSERT_EQ(zenflow::bit_pattern(ma.w[p][i]), zenflow::bit_pattern(mb.w[p][i]))
-            << "step " << t << " param " << p << " element " << i;
-      }
-      const auto sa = ea.state(ia[p]);
-      const auto sb = eb.state(ib[p]);
-      ASSERT_EQ(sa.counts, sb.counts) << "step " << t << " param " << p;
-      ASSERT_EQ(0, std::memcmp(sa.master.data(), sb.master.data(), sa.master.size() * 4)) << "step " << t;
-      ASSERT_EQ(0, std::memcmp(sa.m.data(), sb.m.data(), sa.m.size() * 4)) << "step " << t;
-      ASSERT_EQ(0, std::memcmp(sa.v.data(), sb.v.data(), sa.v.size() * 4)) << "step " << t;
-      // Track channels that left the device set and came back.
-      const auto now = ea.selected(ia[p]);
-      for (const std::int32_t c : before[p]) {
-        if (!std::binary_search(now.begin(), now.end(), c)) {
-          ever_left[p].push_back(c);
-        }
-      }
-      for (const std::int32_t c : now) {
-        if (!std::binary_search(before[p].begin(), before[p].end(), c) &&
-            std::find(ever_left[p].begin(), ever_left[p].end(), c) != ever_left[p].end()) {
-          ++reentries;
-        }
-      }
-    }
-  }
-  if (reentries_out != nullptr) {
-    *reentries_out = reentries;
-  }
-}
-
-TEST(engine_baselines, update_interval_one_without_overlap_equals_offload_sync) {
-  // Every channel's update is the same arithmetic wherever it runs, so moving channels between
-  // device and host every step must give the synchronous baseline bit for bit: a row moved to
-  // the wrong place, a lost moment or count would show at once. Selections every step with
-  // drifting gradients make channels leave and re-enter the device set.
-  auto zen = small_config();
-  zen.update_interval = 1;
-  zen.overlap_step = false;
-  zen.select_interval = 1;
-  auto sync = zen;
-  sync.mode = zenflow::optimizer_mode::offload_sync;
-  std::int64_t reentries = 0;
-  expect_identical<zenflow::bfloat16>(zen, sync, 30, zf_test::base_seed() + 10, &reentries);
-  EXPECT_GT(reentries, 5) << "the gradients did not move channels in and out of the selection";
-}
-
-TEST(engine_baselines, offload_sync_equals_gpu_adamw) {
-  auto sync = small_config();
-  sync.mode = zenflow::optimizer_mode::offload_sync;
-  sync.gradient_clipping = 1.0f;
-  auto gpu = sync;
-  gpu.mode = zenflow::optimizer_mode::gpu_adamw;
-  expect_identical<zenflow::half>(sync, gpu, 12, zf_test::base_seed() + 11);
-}
-
-TEST(engine_baselines, full_warm_up_equals_plain_adamw) {
-  auto zen = small_config();
-  zen.full_warm_up_rounds = 1000;
-  auto gpu = zen;
-  gpu.mode = zenflow::optimizer_mode::gpu_adamw;
-  expect_identical<float>(zen, gpu, 15, zf_test::base_seed() + 12);
-}
-
-TEST(engine_baselines, topk_ratio_one_equals_dense_adamw) {
-  // Everything on the device side: ZenFlow is dense AdamW (the host side has nothing to do).
+TEST(engine_baselines, topk_ratio_one_matches_the_reference_dense_adamw_and_its_bytes) {
+  // Everything on the device side: ZenFlow is dense AdamW (the host side has nothing to do): bit
+  // for bit the engine's gpu_adamw in run_baseline_cases; here the float64 dense AdamW of the
+  // reference, to rounding, and the bytes of such a step.
   auto zen = small_config();
   zen.topk_ratio = 1.0;
   zen.update_interval = 0; // Zen-auto: every matrix votes, windows of one step
   auto gpu = zen;
   gpu.mode = zenflow::optimizer_mode::gpu_adamw;
-  expect_identical<zenflow::bfloat16>(zen, gpu, 20, zf_test::base_seed() + 13);
-  // And against the float64 dense AdamW of the reference, to rounding.
   model<float> m(kShapes, zf_test::base_seed() + 14);
   host_engine eng(zen);
   zf_test::zenflow_reference ref(gpu);

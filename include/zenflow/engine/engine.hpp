@@ -331,16 +331,21 @@ public:
   }
 
   /// Waits for every submitted host job and writes its weights (docs/engine-semantics.md, 6:
-  /// the open window stays open). Blocking.
+  /// the open window stays open), and for the host to have read every step so far (so
+  /// `stats().skipped_steps` is complete on every backend). Blocking.
   void flush(cudaStream_t stream = nullptr) {
     detail::require(initialized(), "zenflow::engine::flush", "this", "is not initialized");
     call_cost cost;
     drain(stream, cost);
+    if (!host_.consumed(d2h_.pushed())) {
+      detail::timed_stall(cost, [&] { host_.wait_consumed(d2h_.pushed()); });
+    }
+    stats_.skipped_steps = host_.skipped();
     account(cost);
   }
 
-  /// Cumulative counters and the last step. On the CUDA backend `skipped_steps` counts the steps
-  /// whose flag the host has read so far (it may lag by the copies in flight).
+  /// Cumulative counters and the last step. On device backends `skipped_steps` counts the steps
+  /// whose flag the host has read so far (it may lag by the copies in flight; flush() settles it).
   [[nodiscard]] const zenflow::stats& stats() const noexcept { return stats_; }
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t param_count() const noexcept { return params_.size(); }
