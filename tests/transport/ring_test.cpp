@@ -1,6 +1,6 @@
-// cpu tier for the pinned rings: the d2h / h2d protocols on the host backend (completion at
-// once) and on async_host_backend (completion later, on another thread, like a copy engine),
-// stressed with random delays on both sides; bad use; close and back-pressure.
+// cpu tier for the pinned D2H ring: its protocol on the host backend (completion at once) and on
+// async_host_backend (completion later, on another thread, like a copy engine), stressed with
+// random delays on both sides; bad use; close and back-pressure.
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -24,7 +24,6 @@
 namespace {
 
 using zenflow::d2h_ring;
-using zenflow::h2d_ring;
 using zenflow::ring_meta;
 
 // Independent reference: the payload of message `seq` is a function of (seed, seq) alone, so
@@ -378,174 +377,7 @@ TEST(d2h_ring, cuda_backend_without_a_device_fails_at_construction) {
   }
   using ring_t = d2h_ring<ring_meta, zenflow::cuda_copy_backend>;
   EXPECT_THROW(ring_t(2, 64), zenflow::cuda_error);
-  EXPECT_THROW(h2d_ring<zenflow::cuda_copy_backend>(2, 64), zenflow::cuda_error);
   EXPECT_THROW(zenflow::copy_stream<zenflow::cuda_copy_backend>{}, zenflow::cuda_error);
-}
-
-// ---- h2d -----------------------------------------------------------------------------------
-
-// A host producer uploads message i into destination region i % regions; a checker thread waits
-// for each upload and compares the region with the reference (it would see a slot reused while
-// its upload was still reading it).
-template <class Backend>
-stress_result run_h2d_stress(Backend backend,
-                             std::size_t slots,
-                             std::size_t slot_bytes,
-                             std::uint64_t messages,
-                             std::uint64_t seed,
-                             int delay_us) {
-  h2d_ring<Backend> ring(slots, slot_bytes, backend);
-  // Each message gets its own destination so that the checker can read it whenever it likes.
-  std::vector<std::vector<std::byte>> dst(messages, std::vector<std::byte>(slot_bytes));
-  std::atomic<std::uint64_t> uploaded{0};
-  stress_result res;
-  std::thread checker([&] {
-    std::minstd_rand rng(static_cast<unsigned>(seed + 3));
-    for (std::uint64_t i = 0; i < messages; ++i) {
-      while (uploaded.load(std::memory_order_acquire) <= i) {
-        std::this_thread::yield();
-      }
-      maybe_sleep(rng, delay_us);
-      ring.wait(i);
-      if (!ring.done(i)) {
-        if (res.errors++ == 0) {
-          res.first_error = "done() false after wait()";
-        }
-      }
-      if (!payload_matches(seed, i, dst[i].data(), payload_size(seed, i, slot_bytes))) {
-        if (res.errors++ == 0) {
-          res.first_error = "upload " + std::to_string(i) + " landed wrong";
-        }
-      }
-      ++res.received;
-    }
-  });
-  std::minstd_rand rng(static_cast<unsigned>(seed + 4));
-  for (std::uint64_t i = 0; i < messages; ++i) {
-    maybe_sleep(rng, delay_us);
-    const auto w = ring.acquire();
-    EXPECT_EQ(w.sequence, i);
-    const auto bytes = payload(seed, i, slot_bytes);
-    // Fill the slot in two halves with a pause: a slot still being read by the previous upload
-    // would hand the pause's half-written state to it.
-    if (!bytes.empty()) { // an empty payload's data() may be null, which memcpy must not get
-      std::memcpy(w.data, bytes.data(), bytes.size() / 2);
-      maybe_sleep(rng, delay_us);
-      std::memcpy(w.data + bytes.size() / 2, bytes.data() + bytes.size() / 2,
-                  bytes.size() - bytes.size() / 2);
-    }
-    ring.upload(w, dst[i].data(), bytes.size());
-    uploaded.store(i + 1, std::memory_order_release);
-  }
-  checker.join();
-  EXPECT_EQ(ring.stats().transfers, messages);
-  return res;
-}
-
-TEST(h2d_ring, stress_every_upload_lands_intact) {
-  const std::uint64_t seed = zf_test::base_seed() + 200;
-  SCOPED_TRACE(zf_test::seed_note(seed));
-  for (std::size_t slots : {1u, 2u, 4u}) {
-    SCOPED_TRACE("slots " + std::to_string(slots));
-    auto r = run_h2d_stress(zf_test::async_host_backend(seed, 30), slots, 256, 1000, seed + slots, 15);
-    EXPECT_EQ(r.received, 1000u);
-    EXPECT_EQ(r.errors, 0u) << r.first_error;
-    r = run_h2d_stress(zenflow::host_copy_backend{}, slots, 256, 500, seed + slots, 10);
-    EXPECT_EQ(r.errors, 0u) << r.first_error;
-  }
-}
-
-TEST(h2d_ring, stress_emulated_device_every_upload_lands_intact) {
-  const std::uint64_t seed = zf_test::base_seed() + 400;
-  SCOPED_TRACE(zf_test::seed_note(seed));
-  for (std::size_t slots : {1u, 2u, 4u}) {
-    SCOPED_TRACE("slots " + std::to_string(slots));
-    zenflow::emulated_device device(slow_copies(seed + slots));
-    auto r = run_h2d_stress(zenflow::emulated_copy_backend(device), slots, 256, 800, seed + slots, 15);
-    EXPECT_EQ(r.received, 800u);
-    EXPECT_EQ(r.errors, 0u) << r.first_error;
-  }
-}
-
-TEST(h2d_ring, double_buffer_reuse_waits_for_the_previous_upload) {
-  zf_test::async_host_backend backend(zf_test::base_seed(), 0);
-  h2d_ring<zf_test::async_host_backend> ring(2, 64, backend);
-  // Block the copy engine so that uploads stay in flight.
-  std::atomic<bool> gate{false};
-  backend.launch([&] {
-    while (!gate.load()) {
-      std::this_thread::yield();
-    }
-  });
-  std::vector<std::byte> d0(64), d1(64), d2(64);
-  auto w0 = ring.acquire();
-  std::memset(w0.data, 1, 64);
-  ring.upload(w0, d0.data(), 64);
-  auto w1 = ring.acquire();
-  std::memset(w1.data, 2, 64);
-  ring.upload(w1, d1.data(), 64);
-  EXPECT_FALSE(ring.done(0));
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    gate = true;
-  });
-  auto w2 = ring.acquire(); // slot 0 again: must wait until upload 0 has read it
-  EXPECT_EQ(w2.data, w0.data);
-  EXPECT_TRUE(ring.done(0));
-  EXPECT_EQ(d0[63], std::byte{1});
-  std::memset(w2.data, 3, 64);
-  ring.upload(w2, d2.data(), 64);
-  ring.wait(2);
-  EXPECT_EQ(d2[0], std::byte{3});
-  ring.wait(1);
-  EXPECT_EQ(d1[0], std::byte{2});
-  EXPECT_GT(ring.stats().producer_blocked_ns, 0u);
-  opener.join();
-  // A "kernel" ordered after an upload sees its bytes.
-  ring.stream_wait(nullptr, 2);
-  std::atomic<int> seen{0};
-  backend.launch([&] { seen = static_cast<int>(d2[10]); });
-  backend.synchronize_stream(nullptr);
-  EXPECT_EQ(seen.load(), 3);
-}
-
-TEST(h2d_ring, bad_use_is_rejected_naming_the_argument_and_changes_nothing) {
-  using ring_t = h2d_ring<>;
-  EXPECT_NE(thrown_message([] { ring_t r(0, 64); }).find("'slots'"), std::string::npos);
-  EXPECT_NE(thrown_message([] { ring_t r(2, 0); }).find("'slot_bytes'"), std::string::npos);
-  ring_t ring(2, 16);
-  EXPECT_NE(thrown_message([&] { ring.wait(0); }).find("'sequence'"), std::string::npos);
-  EXPECT_NE(thrown_message([&] { (void)ring.done(0); }).find("'sequence'"), std::string::npos);
-  EXPECT_NE(thrown_message([&] { ring.stream_wait(nullptr, 0); }).find("'sequence'"), std::string::npos);
-  auto w = ring.acquire();
-  std::memset(w.data, 9, 16);
-  std::vector<std::byte> dst(32, std::byte{0});
-  EXPECT_NE(thrown_message([&] { ring.upload(w, dst.data(), 17); }).find("'bytes'"), std::string::npos);
-  EXPECT_NE(thrown_message([&] { ring.upload(w, nullptr, 16); }).find("'d_dst'"), std::string::npos);
-  auto forged = w;
-  forged.sequence = 1;
-  EXPECT_NE(thrown_message([&] { ring.upload(forged, dst.data(), 16); }).find("'slot'"), std::string::npos);
-  EXPECT_EQ(dst[0], std::byte{0}); // nothing was written
-  EXPECT_EQ(ring.stats().transfers, 0u);
-  EXPECT_FALSE(ring.done(0));
-  EXPECT_THROW(ring.stream_wait(nullptr, 0), std::logic_error); // acquired, not uploaded
-  ring.upload(w, dst.data(), 16);                               // still the producer's
-  EXPECT_TRUE(ring.done(0));
-  EXPECT_EQ(dst[15], std::byte{9});
-  EXPECT_NE(thrown_message([&] { ring.upload(w, dst.data(), 16); }).find("'slot'"), std::string::npos);
-}
-
-TEST(h2d_ring, close_fails_a_waiter_whose_upload_never_comes) {
-  h2d_ring<> ring(2, 16);
-  auto w = ring.acquire();
-  (void)w;
-  std::thread closer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    ring.close();
-  });
-  EXPECT_THROW(ring.wait(0), zenflow::ring_closed);
-  closer.join();
-  EXPECT_THROW((void)ring.acquire(), zenflow::ring_closed);
 }
 
 TEST(copy_stream, host_backend_orders_nothing_and_never_fails) {

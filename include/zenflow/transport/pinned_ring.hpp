@@ -1,18 +1,18 @@
 /// @file
-/// Pinned rings: fixed sets of page-locked host slots, each guarded by a completion event, that
-/// stream data between the device and a host thread in both directions.
+/// The pinned D2H ring: a fixed set of page-locked host slots, each guarded by a completion
+/// event, that streams data from the device to a host thread.
 ///
-/// - `d2h_ring<Meta, Backend>`: device -> host. The producer (the training thread) acquires a
-///   free slot, enqueues the copy into it on a copy stream and publishes it with a sequence
-///   number and metadata; the consumer (a host thread) takes the slots in sequence order,
-///   waits for each slot's event, reads it and releases it. A slot is never reused before the
-///   consumer released it; a full ring blocks the producer (back-pressure), and the time it
-///   blocked is counted.
-/// - `h2d_ring<Backend>`: host -> device. A host thread acquires a slot (waiting, measured, for
-///   the slot's previous upload to complete), fills it and uploads it into a device buffer on a
-///   copy stream; the device side orders its work after an upload with `stream_wait(seq)`.
+/// `d2h_ring<Meta, Backend>`: the producer (the training thread) acquires a free slot, enqueues
+/// the copy into it on a copy stream and publishes it with a sequence number and metadata; the
+/// consumer (a host thread) takes the slots in sequence order, waits for each slot's event, reads
+/// it and releases it. A slot is never reused before the consumer released it; a full ring blocks
+/// the producer (back-pressure), and the time it blocked is counted.
 ///
-/// Double buffering is the two-slot ring. The memory is allocated once, at construction
+/// There is no H2D ring: the engine's uploads go from host buffers the host job writes straight
+/// into device buffers on an upload stream, guarded by one event per window
+/// (engine/detail/device_plan.hpp), and a ring of host slots there would only add a host copy.
+///
+/// The memory is allocated once, at construction
 /// (`pinned_buffer`: falls back to pageable memory without a driver). `Backend` is
 /// `cuda_copy_backend` (real streams and events) or `host_copy_backend` (memcpy, completion at
 /// once), so that the same protocol runs in CI and on the GPU.
@@ -56,12 +56,12 @@ struct ring_meta {
 
 /// Counters of a ring. Times are wall-clock nanoseconds.
 struct ring_stats {
-  std::uint64_t transfers = 0;           ///< slots published (d2h) or uploads enqueued (h2d)
+  std::uint64_t transfers = 0;           ///< slots published
   std::uint64_t bytes = 0;               ///< payload bytes of those transfers
-  std::uint64_t released = 0;            ///< d2h: slots the consumer released
+  std::uint64_t released = 0;            ///< slots the consumer released
   std::uint64_t producer_blocked_ns = 0; ///< acquire() waiting for a free slot (back-pressure)
-  std::uint64_t consumer_wait_ns = 0;    ///< d2h: next() waiting for data; h2d: wait()
-  std::uint64_t max_in_use = 0;          ///< most slots held at once (d2h)
+  std::uint64_t consumer_wait_ns = 0;    ///< next() waiting for data
+  std::uint64_t max_in_use = 0;          ///< most slots held at once
 };
 
 /// Thrown by a blocking ring call once the ring was closed.
@@ -405,253 +405,6 @@ private:
   std::uint64_t transfers_ = 0;
   std::uint64_t bytes_ = 0;
   std::uint64_t released_ = 0;
-  std::atomic<std::uint64_t> producer_blocked_ns_{0};
-  std::atomic<std::uint64_t> consumer_wait_ns_{0};
-};
-
-/// Host -> device ring of pinned slots (upload staging). See the file comment.
-///
-/// A slot is reusable once the copy that read it has completed: `acquire` waits (measured) for
-/// the slot's previous upload. The destination device buffer is the caller's; to reuse it, order
-/// the copy stream after the device work that reads it (`copy_stream::wait_for`).
-template <copy_backend Backend = host_copy_backend>
-class h2d_ring {
-public:
-  using backend_type = Backend;
-
-  /// A slot held by the host producer: write at most `capacity` bytes to `data`, then `upload`.
-  struct write_slot {
-    std::byte* data = nullptr;
-    std::size_t capacity = 0;
-    std::uint64_t sequence = 0;
-  };
-
-  /// @throws invalid_argument for `slots == 0` or `slot_bytes == 0`; cuda_error as `d2h_ring`.
-  h2d_ring(std::size_t slots, std::size_t slot_bytes, Backend backend = {})
-      : backend_(std::move(backend)), slot_bytes_(checked_slot_bytes(slots, slot_bytes)),
-        stride_(detail::ring_stride(slot_bytes)), storage_(slots * stride_), slots_(slots) {
-    std::size_t created = 0;
-    try {
-      for (; created < slots_.size(); ++created) {
-        backend_.create_event(slots_[created].event);
-      }
-    } catch (...) {
-      for (std::size_t i = 0; i < created; ++i) {
-        backend_.destroy_event(slots_[i].event);
-      }
-      throw;
-    }
-  }
-  h2d_ring(const h2d_ring&) = delete;
-  h2d_ring& operator=(const h2d_ring&) = delete;
-
-  /// Waits for the uploads still in flight (they read the slots, which are freed next).
-  ~h2d_ring() {
-    for (auto& s : slots_) {
-      if (s.recorded) {
-        try {
-          backend_.synchronize(s.event);
-        } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
-        }
-      }
-      backend_.destroy_event(s.event);
-    }
-  }
-
-  /// Takes the next slot in sequence order, first waiting for its previous upload to complete
-  /// (added to `stats().producer_blocked_ns`).
-  /// @throws ring_closed once closed; std::logic_error when the producer holds every slot.
-  [[nodiscard]] write_slot acquire() {
-    std::unique_lock lock(mutex_);
-    if (closed_) {
-      throw ring_closed("zenflow::h2d_ring::acquire: the ring is closed");
-    }
-    const std::uint64_t seq = head_;
-    auto& s = slots_[index(seq)];
-    if (s.state != detail::ring_slot_state::free) {
-      throw std::logic_error("zenflow::h2d_ring::acquire: the producer holds every slot (upload one first)");
-    }
-    ++head_;
-    s.state = detail::ring_slot_state::acquiring; // keeps the old sequence visible to waiters
-    const bool recorded = s.recorded;
-    lock.unlock();
-    if (recorded && !backend_.query(s.event)) {
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        backend_.synchronize(s.event);
-      } catch (...) {
-        close();
-        throw;
-      }
-      producer_blocked_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
-    }
-    lock.lock();
-    s.sequence = seq;
-    s.state = detail::ring_slot_state::writing;
-    return write_slot{storage_.data() + index(seq) * stride_, slot_bytes_, seq};
-  }
-
-  /// Enqueues the copy of the slot's first `bytes` bytes into `d_dst` on `stream` and records
-  /// the slot's event after it. The slot goes back to the ring (reused once the copy is done).
-  /// @throws invalid_argument (nothing enqueued, the slot still held) for a slot not held by
-  ///         the producer, `bytes > capacity`, or a null `d_dst`.
-  void upload(const write_slot& slot, void* d_dst, std::size_t bytes, cudaStream_t stream = nullptr) {
-    {
-      std::lock_guard lock(mutex_);
-      const auto& s = slots_[index(slot.sequence)];
-      if (s.state != detail::ring_slot_state::writing || s.sequence != slot.sequence) {
-        detail::fail_argument("zenflow::h2d_ring::upload", "slot", "is not a slot held by the producer");
-      }
-    }
-    if (bytes > slot_bytes_) {
-      detail::fail_argument("zenflow::h2d_ring::upload", "bytes",
-                            "exceeds the slot size (split the payload)");
-    }
-    if (d_dst == nullptr && bytes > 0) {
-      detail::fail_argument("zenflow::h2d_ring::upload", "d_dst", "must not be null");
-    }
-    auto& s = slots_[index(slot.sequence)];
-    // The slot is the producer's alone while `writing`; the copy needs no lock (memcpy on host).
-    try {
-      backend_.copy(d_dst, storage_.data() + index(slot.sequence) * stride_, bytes,
-                    copy_direction::host_to_device, stream);
-    } catch (...) {
-      close();
-      throw;
-    }
-    {
-      std::lock_guard lock(mutex_);
-      backend_.record(s.event, stream);
-      s.recorded = true;
-      s.state = detail::ring_slot_state::free;
-      ++transfers_;
-      bytes_ += bytes;
-    }
-    uploaded_cv_.notify_all();
-  }
-
-  /// Makes `stream` wait (on the device, the host does not block) for upload `sequence`.
-  /// @throws invalid_argument for a sequence never acquired; std::logic_error when that upload
-  ///         is acquired but not yet enqueued (order the call after `upload`, e.g. through the
-  ///         window queue).
-  void stream_wait(cudaStream_t stream, std::uint64_t sequence) {
-    std::lock_guard lock(mutex_);
-    check_sequence("zenflow::h2d_ring::stream_wait", sequence);
-    auto& s = slots_[index(sequence)];
-    if (s.sequence == sequence && s.state != detail::ring_slot_state::writing) {
-      backend_.stream_wait(stream, s.event); // free or being re-acquired: the event is still this upload's
-      return;
-    }
-    if (s.sequence != never_used && s.sequence > sequence) {
-      return; // the slot was reused, which happens only after that upload completed
-    }
-    throw std::logic_error("zenflow::h2d_ring::stream_wait: upload " + std::to_string(sequence) +
-                           " is not enqueued yet");
-  }
-
-  /// Blocks the calling thread until upload `sequence` has completed (also waiting for it to be
-  /// enqueued). The time is added to `stats().consumer_wait_ns`.
-  /// @throws invalid_argument for a sequence never acquired; ring_closed when the ring closes
-  ///         before that upload was enqueued.
-  void wait(std::uint64_t sequence) {
-    std::unique_lock lock(mutex_);
-    check_sequence("zenflow::h2d_ring::wait", sequence);
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto pending = [&] {
-      const auto& s = slots_[index(sequence)];
-      return s.sequence < sequence || s.sequence == never_used ||
-             (s.sequence == sequence && s.state == detail::ring_slot_state::writing);
-    };
-    uploaded_cv_.wait(lock, [&] { return closed_ || !pending(); });
-    if (pending()) {
-      throw ring_closed("zenflow::h2d_ring::wait: the ring closed before upload " + std::to_string(sequence));
-    }
-    auto& s = slots_[index(sequence)];
-    if (s.sequence != sequence) {
-      return; // reused, hence long done
-    }
-    // A copy of the event: the producer may re-record the slot's event for a later upload
-    // while we wait (then we wait for that one too, which is later, hence safe).
-    auto ev = s.event;
-    lock.unlock();
-    if (!backend_.query(ev)) {
-      backend_.synchronize(ev);
-    }
-    consumer_wait_ns_.fetch_add(detail::elapsed_ns(t0), std::memory_order_relaxed);
-  }
-
-  /// True once upload `sequence` has completed. Never blocks.
-  [[nodiscard]] bool done(std::uint64_t sequence) {
-    std::lock_guard lock(mutex_);
-    check_sequence("zenflow::h2d_ring::done", sequence);
-    auto& s = slots_[index(sequence)];
-    if (s.sequence != sequence) {
-      return s.sequence != never_used && s.sequence > sequence;
-    }
-    if (s.state == detail::ring_slot_state::writing) {
-      return false;
-    }
-    return backend_.query(s.event);
-  }
-
-  /// Wakes and fails blocked waiters (`ring_closed`); later `acquire` calls throw.
-  void close() noexcept {
-    {
-      std::lock_guard lock(mutex_);
-      closed_ = true;
-    }
-    uploaded_cv_.notify_all();
-  }
-
-  [[nodiscard]] ring_stats stats() const {
-    std::lock_guard lock(mutex_);
-    ring_stats st;
-    st.transfers = transfers_;
-    st.bytes = bytes_;
-    st.producer_blocked_ns = producer_blocked_ns_.load(std::memory_order_relaxed);
-    st.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
-    return st;
-  }
-
-  [[nodiscard]] std::size_t slot_count() const noexcept { return slots_.size(); }
-  [[nodiscard]] std::size_t slot_bytes() const noexcept { return slot_bytes_; }
-  [[nodiscard]] std::size_t footprint_bytes() const noexcept { return storage_.bytes(); }
-  [[nodiscard]] bool pinned() const noexcept { return storage_.pinned(); }
-
-private:
-  struct slot {
-    detail::ring_slot_state state = detail::ring_slot_state::free;
-    std::uint64_t sequence = std::numeric_limits<std::uint64_t>::max(); // never used
-    bool recorded = false;
-    typename Backend::event_type event{};
-  };
-  static constexpr std::uint64_t never_used = std::numeric_limits<std::uint64_t>::max();
-
-  static std::size_t checked_slot_bytes(std::size_t slots, std::size_t slot_bytes) {
-    detail::check_ring_shape("zenflow::h2d_ring", slots, slot_bytes);
-    return slot_bytes;
-  }
-  [[nodiscard]] std::size_t index(std::uint64_t seq) const noexcept {
-    return static_cast<std::size_t>(seq % slots_.size());
-  }
-  void check_sequence(const char* function, std::uint64_t sequence) const {
-    if (sequence >= head_) {
-      detail::fail_argument(function, "sequence", "was never acquired");
-    }
-  }
-
-  Backend backend_;
-  std::size_t slot_bytes_;
-  std::size_t stride_;
-  pinned_buffer<std::byte> storage_;
-  std::vector<slot> slots_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable uploaded_cv_;
-  std::uint64_t head_ = 0;
-  bool closed_ = false;
-  std::uint64_t transfers_ = 0;
-  std::uint64_t bytes_ = 0;
   std::atomic<std::uint64_t> producer_blocked_ns_{0};
   std::atomic<std::uint64_t> consumer_wait_ns_{0};
 };
