@@ -66,6 +66,13 @@ struct host_driver {
   void pull() {}
 };
 
+/// The timing of the emulated device of the emulated_driver's made from now on (tests that need a
+/// slow copy engine set it, and reset it to {} when done).
+inline zenflow::emulated_timing& emulated_case_timing() {
+  static zenflow::emulated_timing timing{};
+  return timing;
+}
+
 /// The engine on an emulated device (its consumer thread, the uploads on a stream of their own,
 /// the ring's copies landing later) over the model's own arrays: step() synchronizes the training
 /// stream before returning, so the model's weights are current and the test may write the next
@@ -74,7 +81,7 @@ template <class T>
 struct emulated_driver {
   using engine_type = zenflow::engine<zenflow::emulated_backend>;
   model<T>& m;
-  zenflow::emulated_device device; // outlives the engines this driver makes (drivers are declared first)
+  zenflow::emulated_device device{emulated_case_timing()}; // outlives the engines this driver makes
   cudaStream_t s = device.create_stream();
   explicit emulated_driver(model<T>& mod) : m(mod) {}
   std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {

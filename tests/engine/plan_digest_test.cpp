@@ -58,6 +58,38 @@ TEST(engine_plan, three_hundred_steps_match_the_digests_of_the_engine_before_the
   }
 }
 
+/// upload = chunk_ring: the new weights go up at the boundary through one device chunk (a small one
+/// here, so that every parameter takes several) instead of an upload buffer per parameter. The same
+/// bits and counters as whole_window, on the host backend and on the emulated device (whose copies
+/// land late: a host buffer rewritten before its boundary copy read it would show), and device
+/// memory for the uploads of one chunk.
+TEST(engine_plan, chunk_ring_uploads_give_the_whole_window_bits_in_one_chunk_of_device_memory) {
+  zf_engine_test::emulated_driver_timing() = {};
+  zf_engine_test::emulated_driver_timing().max_jitter = std::chrono::microseconds(200);
+  zf_engine_test::emulated_driver_timing().jitter_seed = 7;
+  // A slow H2D (200 us a chunk): the boundary's copies are still queued when the next host job
+  // starts writing its upload buffers, unless it waits for them.
+  zf_engine_test::emulated_driver_timing().h2d_bytes_per_second = 20e6;
+  for (auto sc : plan_scenarios()) {
+    // Matrices of several chunks each (4096-byte chunks: 10 rows of 96 floats, 25 rows of 40).
+    sc.shapes = {{true, 64, 96}, {false, 1, 5}, {true, 48, 40}, {false, 1, 300}};
+    sc.steps = 60;
+    auto chunked = sc;
+    chunked.cfg.upload = zenflow::upload_policy::chunk_ring;
+    chunked.cfg.ring_slot_bytes = 4096;
+    const auto whole = digest_run<zf_engine_test::host_plan_driver>(sc);
+    const auto host = digest_run<zf_engine_test::host_plan_driver>(chunked);
+    const auto emulated = digest_run<zf_engine_test::emulated_plan_driver>(chunked);
+    EXPECT_EQ(host.state_digest, whole.state_digest) << sc.name;
+    EXPECT_EQ(emulated.state_digest, whole.state_digest) << sc.name;
+    EXPECT_EQ(emulated.counters_digest, host.counters_digest) << sc.name;
+    if (sc.cfg.mode != zenflow::optimizer_mode::gpu_adamw) {
+      EXPECT_EQ(host.device_upload_bytes, 4096u) << sc.name;
+      EXPECT_GT(whole.device_upload_bytes, 4096u) << sc.name;
+    }
+  }
+}
+
 /// The emulated backend runs the same plan with the engine's real concurrency (consumer thread,
 /// uploads on their own stream, gradients written in stream order, step() returning with its work
 /// in flight): the same bits as the host backend, and the same counters.

@@ -114,8 +114,9 @@ inline const std::vector<shape> kPlanShapes = {
     {true, 24, 8}, {false, 1, 5}, {true, 13, 16}, {false, 1, 3}, {true, 40, 6}};
 
 struct run_digest {
-  std::string state_digest;    // weights, masters, moments, counts, device sets
-  std::string counters_digest; // bytes, windows, selections (stalls and skip counts excluded: timing)
+  std::string state_digest;            // weights, masters, moments, counts, device sets
+  std::string counters_digest;         // bytes, windows, selections (stalls and skip counts excluded: timing)
+  std::size_t device_upload_bytes = 0; // stats().memory.device_upload
 };
 
 class digest_builder {
@@ -197,7 +198,7 @@ run_digest digest_run_typed(const plan_scenario& sc) {
   for (const std::uint64_t x : totals) {
     counters.add_u64(x);
   }
-  return {state.hex(), counters.hex()};
+  return {state.hex(), counters.hex(), s.memory.device_upload};
 }
 
 template <template <class> class Driver>

@@ -68,8 +68,7 @@ class engine {
 public:
   using backend_type = Backend;
 
-  /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy. Throws
-  /// zenflow::invalid_argument naming 'upload' for `upload = chunk_ring` (not implemented yet).
+  /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy.
   /// `backend`: where the "device" is (`host_backend{}`, `cuda_backend{}`,
   /// `emulated_backend{device}`).
   explicit engine(const config& cfg, Backend backend = Backend{})
@@ -189,6 +188,7 @@ public:
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
     const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_, params_, slot_bytes);
     plan_.set_staging_slots(slots.staging);
+    plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
     plan_.setup(params_, slot_bytes, stats_.memory);
     stats_.memory.host_ring += d2h_.open(slots.ring, slot_bytes);
     const bool overlap = zen && cfg_.overlap_step;
@@ -460,9 +460,6 @@ private:
 
   static config checked(const config& cfg) {
     cfg.validate();
-    // Never accept a setting and ignore it: the chunk ring of uploads is not built yet.
-    detail::require(cfg.upload != upload_policy::chunk_ring, "zenflow::engine", "upload",
-                    "chunk_ring is not implemented yet");
     return cfg;
   }
 

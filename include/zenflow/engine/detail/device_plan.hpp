@@ -77,6 +77,10 @@ public:
   [[nodiscard]] std::size_t staging_slots() const noexcept { return slots_; }
   /// The number of staging slots, once the parameters are known (before setup()).
   void set_staging_slots(std::size_t n) noexcept { slots_ = n; }
+  /// `upload = chunk_ring`: the window's new weights go up at the boundary through one device
+  /// chunk of `chunk_bytes` instead of a device upload buffer per parameter (0: whole_window).
+  /// Before setup().
+  void set_upload_chunk(std::size_t chunk_bytes) noexcept { upload_chunk_bytes_ = chunk_bytes; }
 
   /// Staging slot `i`, after the copy that last read it (the pack on `stream` waits for it).
   [[nodiscard]] std::byte* staging(std::size_t i, cudaStream_t stream) {
@@ -146,6 +150,13 @@ public:
   // apply_upload per parameter (a scatter on the device) and end_apply. Events guard the host
   // buffers (wait_upload_done) and the device upload buffers (the next copies wait on the last
   // scatter). The engine never runs two phases at once: the window queue orders the threads.
+  //
+  // upload = chunk_ring (set_upload_chunk): upload only notes where the host buffer is; at the
+  // boundary apply_upload copies it up chunk by chunk into one device chunk and scatters each
+  // chunk, all on the user's stream (stream order reuses the chunk: no event, no host wait).
+  // Device memory: one chunk instead of a copy of every host-side weight; time: the H2D is on the
+  // boundary's stream instead of overlapping the window. wait_upload_done then waits for the
+  // boundary's copies (`scattered_`), which read the host buffers.
 
   void begin_uploads();
   /// Copies host-set positions [begin, end) of `p`'s new weights from its host upload buffer
@@ -188,7 +199,8 @@ private:
     dbuf<float> master, m, v, master2, m2, v2;
     dbuf<std::int32_t> counts, counts2, sel, host_set;
     dbuf<float> scores;
-    dbuf<std::byte> upload;
+    dbuf<std::byte> upload;                // whole_window: the device upload buffer
+    const std::byte* upload_src = nullptr; // chunk_ring: the host upload buffer, read at the boundary
   };
 
   [[nodiscard]] const param_info& info(std::size_t p) const { return (*params_)[p]; }
@@ -290,6 +302,8 @@ private:
   event_type scattered_{}; // recorded on the user's stream after the boundary's scatter
   bool copy_recorded_ = false;
   bool scatter_recorded_ = false;
+  std::size_t upload_chunk_bytes_ = 0; // chunk_ring: the device chunk's size (0: whole_window)
+  dbuf<std::byte> upload_chunk_;
 };
 
 } // namespace detail

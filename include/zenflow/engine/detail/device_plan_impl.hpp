@@ -39,14 +39,20 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     mem.device_scratch += d.scores.size() * 4;
     if (pi.host_side) {
       d.host_set = dbuf<std::int32_t>(static_cast<std::size_t>(pi.channels));
-      d.upload = dbuf<std::byte>(static_cast<std::size_t>(pi.channels) * pi.channel_bytes());
-      mem.device_upload += d.upload.size();
+      if (upload_chunk_bytes_ == 0) {
+        d.upload = dbuf<std::byte>(static_cast<std::size_t>(pi.channels) * pi.channel_bytes());
+        mem.device_upload += d.upload.size();
+      }
       mem.device_scratch += d.host_set.size() * 4;
     }
     max_rows = std::max(max_rows, pi.channels);
     max_cap_elems = std::max<std::int64_t>(max_cap_elems, pi.device_capacity * pi.channel_len);
   }
   layout_.matrices = matrices;
+  if (upload_chunk_bytes_ > 0) {
+    upload_chunk_ = dbuf<std::byte>(upload_chunk_bytes_);
+    mem.device_upload += upload_chunk_.size();
+  }
   // The vectors' update counts, one contiguous array (slots grouped by dtype): one dense AdamW
   // call per run. d.counts stays their staging for migrate().
   dense_order_ = dense_order(params);
@@ -442,12 +448,19 @@ device_plan<Backend>::upload(std::size_t p, const std::byte* src, std::int64_t b
   auto& d = dev_[p];
   const std::size_t at = static_cast<std::size_t>(begin) * pi.channel_bytes();
   const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
+  if (upload_chunk_bytes_ > 0) {
+    d.upload_src = src; // copied up at the boundary (apply_upload)
+    return bytes;
+  }
   b_.copy_h2d(d.upload.data() + at, src + at, bytes, upload_stream_);
   return bytes;
 }
 
 template <class Backend>
 void device_plan<Backend>::end_uploads() {
+  if (upload_chunk_bytes_ > 0) {
+    return; // nothing was copied yet
+  }
   b_.copier().record(copied_, upload_stream_);
   copy_recorded_ = true;
 }
@@ -466,8 +479,22 @@ device_plan<Backend>::apply_upload(std::size_t p, std::int64_t begin, std::int64
   auto& d = dev_[p];
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
-    scatter(reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len, d.host_set.data() + begin,
-            end - begin, pi.weight_matrix<T>(), stream);
+    if (upload_chunk_bytes_ == 0) {
+      scatter(reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len, d.host_set.data() + begin,
+              end - begin, pi.weight_matrix<T>(), stream);
+      return;
+    }
+    // chunk_ring: up and scattered one chunk at a time; the next copy into the chunk follows the
+    // scatter that read it in stream order.
+    const auto rows =
+        static_cast<std::int64_t>(upload_chunk_bytes_ / pi.channel_bytes()); // >= 1: registration
+    for (std::int64_t b = begin; b < end; b += rows) {
+      const std::int64_t n = std::min(rows, end - b);
+      b_.copy_h2d(upload_chunk_.data(), d.upload_src + static_cast<std::size_t>(b) * pi.channel_bytes(),
+                  static_cast<std::size_t>(n) * pi.channel_bytes(), stream);
+      scatter(reinterpret_cast<const T*>(upload_chunk_.data()), d.host_set.data() + b, n,
+              pi.weight_matrix<T>(), stream);
+    }
   });
   return static_cast<std::size_t>(end - begin) * pi.channel_bytes();
 }
@@ -482,6 +509,9 @@ template <class Backend>
 void device_plan<Backend>::wait_upload_done() {
   if (copy_recorded_) {
     b_.copier().synchronize(copied_);
+  }
+  if (upload_chunk_bytes_ > 0 && scatter_recorded_) {
+    b_.copier().synchronize(scattered_); // the boundary's copies read the host buffers before it
   }
 }
 
