@@ -195,9 +195,9 @@ public:
 private:
   struct dev_param {
     std::int64_t matrix_index = -1;
-    std::int64_t k = 0; // rows in use
-    dbuf<float> master, m, v, master2, m2, v2;
-    dbuf<std::int32_t> counts, counts2, sel, host_set;
+    std::int64_t k = 0;       // rows in use
+    dbuf<float> master, m, v; // compact rows of the device set, ascending channel order
+    dbuf<std::int32_t> counts, sel, host_set;
     dbuf<float> scores;
     dbuf<std::byte> upload;                // whole_window: the device upload buffer
     const std::byte* upload_src = nullptr; // chunk_ring: the host upload buffer, read at the boundary

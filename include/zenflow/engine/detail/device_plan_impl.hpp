@@ -28,14 +28,10 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     d.master = dbuf<float>(rows);
     d.m = dbuf<float>(rows);
     d.v = dbuf<float>(rows);
-    d.master2 = dbuf<float>(rows);
-    d.m2 = dbuf<float>(rows);
-    d.v2 = dbuf<float>(rows);
     d.counts = dbuf<std::int32_t>(cap);
-    d.counts2 = dbuf<std::int32_t>(cap);
     d.sel = dbuf<std::int32_t>(cap);
     d.scores = dbuf<float>(static_cast<std::size_t>(pi.matrix ? pi.channels : 1));
-    (pi.matrix ? mem.device_selected_state : mem.device_vector_state) += 2 * (rows * 12 + cap * 4) + cap * 4;
+    (pi.matrix ? mem.device_selected_state : mem.device_vector_state) += rows * 12 + cap * 4 + cap * 4;
     mem.device_scratch += d.scores.size() * 4;
     if (pi.host_side) {
       d.host_set = dbuf<std::int32_t>(static_cast<std::size_t>(pi.channels));
@@ -305,15 +301,19 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
       host_rows.counts[c] = h_stage_counts_[static_cast<std::size_t>(r)];
     }
   }
-  // 2. Kept rows move to their new positions in the second buffer set.
-  float* dst[3] = {d.master2.data(), d.m2.data(), d.v2.data()};
+  // 2. Kept rows move to their new positions, in place: each array's kept rows are all gathered
+  // into the stage before the scatter writes any of them (stream order), and the rows they land
+  // on were kept rows (already gathered) or leaving rows (already home). No second set of
+  // buffers: the stage holds the largest matrix's selected state, not every matrix's.
+  float* dst[3] = {d.master.data(), d.m.data(), d.v.data()};
   if (nk > 0) {
-    const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
     for (int a = 0; a < 3; ++a) {
-      gather(compact(src[a], cap, L), di + o_keep_old, nk, stage_.data(), nullptr, stream);
+      gather(compact(static_cast<const float*>(dst[a]), cap, L), di + o_keep_old, nk, stage_.data(), nullptr,
+             stream);
       scatter(stage_.data(), di + o_keep_new, nk, compact(dst[a], cap, L), stream);
     }
-    move_counts(d.counts.data(), di + o_keep_old, d.counts2.data(), di + o_keep_new, nk, stream);
+    move_counts(d.counts.data(), di + o_keep_old, stage_counts_.data(), nullptr, nk, stream);
+    move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_keep_new, nk, stream);
   }
   // 3. Entering rows come up from the host rows.
   if (ne > 0) {
@@ -329,12 +329,8 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     for (int a = 0; a < 3; ++a) {
       scatter(stage_.data() + a * ne * L, di + o_enter, ne, compact(dst[a], cap, L), stream);
     }
-    move_counts(stage_counts_.data(), nullptr, d.counts2.data(), di + o_enter, ne, stream);
+    move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_enter, ne, stream);
   }
-  std::swap(d.master, d.master2);
-  std::swap(d.m, d.m2);
-  std::swap(d.v, d.v2);
-  std::swap(d.counts, d.counts2);
   if (dense_slot_[p] >= 0) {
     b_.copy_d2d(counts_of(p), d.counts.data(), 4, stream);
   }
