@@ -164,7 +164,7 @@ struct paced_emulated_driver : zf_engine_test::emulated_plan_driver<T> {
     return r;
   }
   zenflow::step_report step(typename base::engine_type& eng, float lr) {
-    this->device.compute(this->stream, std::chrono::milliseconds(10), "forward+backward");
+    this->device.compute(this->stream, std::chrono::milliseconds(20), "forward+backward");
     const auto rep = eng.step(lr, this->stream);
     this->device.synchronize_stream(this->stream);
     reports().push_back(rep);
@@ -182,6 +182,7 @@ TEST(engine_plan, a_slow_copy_engine_with_room_in_the_ring_costs_no_stall) {
   sc.name = "fixed windows, overlap, paced, slow PCIe";
   sc.cfg = zf_engine_test::small_config();
   sc.cfg.select_interval = 1000; // one selection, at step 0 (a selection step drains: a stall)
+  sc.cfg.update_interval = 4;
   sc.cfg.gradient_clipping = 0.5f;
   sc.steps = 40;
   zf_engine_test::emulated_driver_timing() = {};
@@ -190,8 +191,9 @@ TEST(engine_plan, a_slow_copy_engine_with_room_in_the_ring_costs_no_stall) {
     sc.cfg.ring_slots = slots;
     zf_engine_test::emulated_driver_timing() = {};
     // kPlanShapes: ~2.6 KB of host-set gradients per step (5 slots with the records): ~2.6 ms
-    // of the 10 ms modelled compute, so the window job of the last window is done long before
-    // the next close (S = 2) needs it, unless the machine holds its thread back by ~5 ms.
+    // of the 20 ms modelled compute, so the window job of the last window is done long before
+    // the next close (S = 4: 80 ms later) needs it, unless the machine holds its threads back
+    // by tens of ms (a loaded 2-core machine held them ~5-20 ms with S = 2 and 10 ms).
     zf_engine_test::emulated_driver_timing().d2h_bytes_per_second = 1e6;
     zf_engine_test::emulated_driver_timing().h2d_bytes_per_second = 1e6;
     paced_emulated_driver<float>::reports().clear();
