@@ -216,6 +216,33 @@ inline std::vector<reference_case> reference_cases() {
        40,
        6,
        {5, 6, 10, 17}},
+      // The host side writes the accumulator on a window's first good step and leaves it as it is
+      // after the window (no zeroing), so nothing stale may reach the next window's mean (a stale
+      // row would be off by whole updates). Windows start at 0, 4, 8, ...; 4: a first step; 12-15:
+      // a window skipped whole; 16: a selection step that starts a window; 21: mid-window. "snr"
+      // reads |acc|_1 over the host set only.
+      {"first_good_step_of_a_window_overwrites_the_last_window_float",
+       dtype::f32,
+       [](zenflow::config& c) {
+         c.update_interval = 4;
+         c.select_interval = 8;
+         c.host_lr_scale = zenflow::host_lr_scaling::snr;
+       },
+       32,
+       11,
+       {4, 12, 13, 14, 15, 16, 21}},
+      // The same without overlap: one accumulator, a skipped step 0 (the very first window).
+      {"first_good_step_of_a_window_no_overlap_float",
+       dtype::f32,
+       [](zenflow::config& c) {
+         c.overlap_step = false;
+         c.update_interval = 4;
+         c.select_interval = 8;
+         c.host_lr_scale = zenflow::host_lr_scaling::snr;
+       },
+       32,
+       12,
+       {0, 4, 8, 9, 10, 11, 20}},
   };
 }
 

@@ -122,6 +122,13 @@ public:
       coef_ = rec.coef();
       skip_ = rec.skip();
       last_skip_ = skip_;
+      {
+        // The window's first good step writes the accumulator instead of adding to it: the
+        // last window left its rows as they were (run_window), and every good step carries
+        // every host-set row, so nothing stale survives this step.
+        std::lock_guard lock(progress_mutex_);
+        assign_ = n_w_[a] == 0;
+      }
       // The gradients announced early for this step (all landed before this record) join the
       // accumulator now, row by row exactly as if their slots came after the record.
       for (const std::size_t p : landed_) {
@@ -272,7 +279,8 @@ public:
   // ---- the host window --------------------------------------------------------------------------
 
   /// One host window: AdamW on acc[accumulator] / n_w for every host-set channel, the new working
-  /// weights into the upload buffers, the accumulator zeroed. Returns the seconds it took.
+  /// weights into the upload buffers. The accumulator is left as it is (4 bytes per element fewer
+  /// than zeroing it): the next window's first good step overwrites it. Returns the seconds it took.
   double run_window(std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t a = accumulator;
@@ -285,8 +293,9 @@ public:
       }
       // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
       adamw_hparams hp = pi.hparams(cfg_->adam, lr);
-      const double coherence =
-          cfg_->host_lr_scale == host_lr_scaling::snr ? l1_norm(h.acc[a], pool) / rest_l1 : 1.0;
+      const double coherence = cfg_->host_lr_scale == host_lr_scaling::snr
+                                   ? l1_norm(h.acc[a], h.host_set, pi.channel_len, pool) / rest_l1
+                                   : 1.0;
       hp.lr = static_cast<float>(static_cast<double>(hp.lr) *
                                  host_lr_factor(cfg_->host_lr_scale, n_w, coherence));
       const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
@@ -295,7 +304,7 @@ public:
         using T = decltype(tag);
         check(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
                                        static_cast<std::int64_t>(h.host_set.size()), nullptr, 1.0f, n_w, hp,
-                                       reinterpret_cast<T*>(h.upload.data()), pool),
+                                       reinterpret_cast<T*>(h.upload.data()), pool, host::window_acc::keep),
               "zenflow::engine: adamw_window");
       });
     }
@@ -307,24 +316,35 @@ private:
   void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
     const auto& pi = (*params_)[p];
     auto& h = host_[p];
+    const auto mode = assign_ ? host::accumulate_mode::assign : host::accumulate_mode::add;
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
       check(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
                                          reinterpret_cast<const T*>(rows), h.host_set.data() + begin,
-                                         end - begin, coef_, consume_pool_.get()),
+                                         end - begin, coef_, consume_pool_.get(), mode),
             "zenflow::engine: accumulate_channels");
     });
   }
 
-  /// |x|_1 in double, summed in fixed chunks in a fixed order: the same bits for any thread count.
-  static double l1_norm(const std::vector<float>& x, worker_pool* pool) {
+  /// |x|_1 over the rows `rows` (ascending) of x (rows of `len`), in double, summed in fixed chunks
+  /// of x in a fixed order: the same bits for any thread count. The other rows may hold an earlier
+  /// window's values (run_window keeps the accumulator); skipping them gives the same bits as
+  /// summing the whole array with those rows zeroed (adding +0 to a sum >= 0 changes nothing).
+  static double l1_norm(const std::vector<float>& x,
+                        const std::vector<std::int32_t>& rows,
+                        std::int64_t len,
+                        worker_pool* pool) {
     constexpr std::int64_t chunk = 1 << 16;
     const auto n = static_cast<std::int64_t>(x.size());
     std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
     auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
       double s = 0.0;
-      for (std::int64_t i = lo; i < hi; ++i) {
-        s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
+      auto r = std::lower_bound(rows.begin(), rows.end(), static_cast<std::int32_t>(lo / len));
+      for (; r != rows.end() && *r * len < hi; ++r) {
+        const std::int64_t end = std::min(hi, (*r + 1) * len);
+        for (std::int64_t i = std::max(lo, *r * len); i < end; ++i) {
+          s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
+        }
       }
       part[static_cast<std::size_t>(c)] = s;
     };
@@ -359,6 +379,7 @@ private:
   float coef_ = 1.0f;
   bool skip_ = false;
   bool last_skip_ = false;
+  bool assign_ = false; // this step is its window's first good one: write the accumulator
   step_masses masses_[2];
   std::vector<std::size_t> landed_; // parameters landed early for the coming record
   std::atomic<std::int64_t> skipped_{0};
