@@ -17,11 +17,16 @@
 // variable ZF_DEEPSPEED_ADAM; without it the ds columns are absent (never made up).
 //
 //   zf_host_sweep [--ds LIB] [--threads 2] [--min 4096] [--max 67108864] [--factor 4]
-//                 [--rounds 11] [--json FILE]
+//                 [--rounds 11] [--pause-ms 20] [--sample-mb 256] [--cases zf_adamw,ds_adamw]
+//                 [--json FILE]
+//
+// The machine's load average (/proc/loadavg) before and after each size goes into the JSON: on a
+// shared machine a median is only as good as the minute it was taken in, so say which minute.
 //
 // Output: a table on stdout (one line per size and case) and the JSON file (default
-// host_sweep.json). Every call of a small size runs on warm caches (the same arrays back to back)
-// for both libraries alike.
+// host_sweep.json). A sample is one untimed call (it wakes the threads that slept through the
+// pause) and then `reps` timed calls back to back, the same `reps` for every case of a size; small
+// sizes therefore run on warm caches (the same arrays back to back), for both libraries alike.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -56,13 +61,16 @@ struct options {
   std::int64_t max_n = std::int64_t{64} << 20;
   std::int64_t factor = 4;
   int rounds = 11;
+  int pause_ms = 20;
+  double sample_mb = 256.0;       // fp32 AdamW traffic per timed sample (28 B per parameter per call)
+  std::vector<std::string> cases; // empty: every case
   std::string json = "host_sweep.json";
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "zf_host_sweep: %s\nusage: zf_host_sweep [--ds LIB] [--threads N] [--min N] [--max N] "
-               "[--factor F] [--rounds R] [--json FILE]\n",
+               "[--factor F] [--rounds R] [--pause-ms MS] [--sample-mb MB] [--cases A,B] [--json FILE]\n",
                why);
   std::exit(2);
 }
@@ -90,14 +98,26 @@ options parse(int argc, char** argv) {
       o.factor = std::stoll(v);
     } else if (a == "--rounds") {
       o.rounds = std::stoi(v);
+    } else if (a == "--sample-mb") {
+      o.sample_mb = std::stod(v);
+    } else if (a == "--pause-ms") {
+      o.pause_ms = std::stoi(v);
+    } else if (a == "--cases") {
+      for (std::size_t b = 0; b <= v.size();) {
+        const std::size_t e = std::min(v.find(',', b), v.size());
+        o.cases.push_back(v.substr(b, e - b));
+        b = e + 1;
+      }
     } else if (a == "--json") {
       o.json = v;
     } else {
       usage(("unknown argument " + a).c_str());
     }
   }
-  if (o.threads < 1 || o.min_n < 1024 || o.max_n < o.min_n || o.factor < 2 || o.rounds < 1) {
-    usage("bad values: need threads >= 1, min >= 1024, max >= min, factor >= 2, rounds >= 1");
+  if (o.threads < 1 || o.min_n < 1024 || o.max_n < o.min_n || o.factor < 2 || o.rounds < 1 ||
+      o.pause_ms < 0) {
+    usage("bad values: need threads >= 1, min >= 1024, max >= min, factor >= 2, rounds >= 1, pause-ms >= 0, "
+          "sample-mb > 0");
   }
   return o;
 }
@@ -128,6 +148,13 @@ struct deepspeed_adam {
     return true;
   }
 };
+
+/// The 1-minute load average, or -1 where /proc/loadavg cannot be read.
+double load_average() {
+  std::ifstream f("/proc/loadavg");
+  double l = -1.0;
+  return (f >> l) ? l : -1.0;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -184,6 +211,8 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   out["threads"] = o.threads;
   out["rounds"] = o.rounds;
+  out["pause_ms"] = o.pause_ms;
+  out["sample_mb"] = o.sample_mb;
   out["zenflow_simd"] = zenflow::host::simd_path_name(zenflow::host::active_simd_path());
   out["deepspeed_library"] = with_ds ? o.ds_path : "";
   out["hardware_concurrency"] = std::thread::hardware_concurrency();
@@ -192,7 +221,9 @@ int main(int argc, char** argv) {
   zenflow::adamw_hparams hp;
   hp.lr = 1e-3f;
   hp.weight_decay = 0.01f;
-  const auto pause = std::chrono::milliseconds(20); // longer than OpenMP's spin-wait
+  // Longer than OpenMP's spin-wait after a parallel region (3-5 ms measured here), so that no
+  // case inherits another's spinning threads.
+  const auto pause = std::chrono::milliseconds(o.pause_ms);
   for (std::int64_t n = o.min_n; n <= o.max_n; n *= o.factor) {
     std::mt19937 gen(static_cast<unsigned>(n));
     std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -276,23 +307,41 @@ int main(int argc, char** argv) {
                              "accumulate_channels");
                      }});
 
-    // Warm-up (first touch, page faults, thread wake-ups) and the repetitions per sample: enough
-    // calls for about 2 ms, so that the clock's resolution does not matter.
+    if (!o.cases.empty()) {
+      std::erase_if(cases, [&](const bench_case& c) {
+        return std::find(o.cases.begin(), o.cases.end(), c.name) == o.cases.end();
+      });
+    }
+    const double load_before = load_average();
+    // Warm-up (first touch, page faults). Every case at a size makes the same number of calls per
+    // sample, fixed by the size (about sample_mb of fp32 AdamW traffic), never by a timing: an
+    // estimate taken in one noisy moment once gave DeepSpeed 2 calls per sample and zenflow 800
+    // at the same size, so the medians compared different things.
     for (auto& c : cases) {
       c.call();
-      const double one = std::max(time_calls(c.call, 3) / 3.0, 1e-7);
-      c.reps = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(2e-3 / one)));
+    }
+    const std::int64_t reps = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(std::ceil(o.sample_mb * 1e6 / (28.0 * static_cast<double>(n)))));
+    for (auto& c : cases) {
+      c.reps = reps;
     }
     for (int r = 0; r < o.rounds; ++r) {
       for (std::size_t k = 0; k < cases.size(); ++k) {
         auto& c = cases[(k + static_cast<std::size_t>(r)) % cases.size()];
         std::this_thread::sleep_for(pause);
+        // One untimed call wakes the library's threads (both libraries' threads sleep during the
+        // pause): the sample times back-to-back calls, as the engine makes them (a window's
+        // parameters, a step's slots). The pool's cost after idle is zf_bench_transport's
+        // worker_pool_dispatch_after_idle.
+        c.call();
         c.samples_us.push_back(1e6 * time_calls(c.call, c.reps) / static_cast<double>(c.reps));
       }
     }
 
     nlohmann::json row;
     row["n"] = n;
+    row["load_average_before"] = load_before;
+    row["load_average_after"] = load_average();
     double ds_median = 0.0;
     for (const auto& c : cases) {
       if (c.name == "ds_adamw") {
@@ -323,6 +372,8 @@ int main(int argc, char** argv) {
       std::printf("%10lld  %-16s %10.1f %10s %9.2f %7s\n", static_cast<long long>(n), c.name.c_str(), med,
                   spread, gbs, ratio);
     }
+    std::printf("%10lld  load average %.2f -> %.2f\n", static_cast<long long>(n), load_before,
+                row["load_average_after"].get<double>());
     std::fflush(stdout);
     out["sizes"].push_back(row);
   }

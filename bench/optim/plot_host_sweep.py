@@ -19,7 +19,7 @@ def main():
         sys.exit(__doc__)
     data = json.load(open(sys.argv[1]))
     sizes = [row["n"] for row in data["sizes"]]
-    cases = [k for k in data["sizes"][0] if k != "n"]
+    cases = [k for k, v in data["sizes"][0].items() if isinstance(v, dict)]
     has_ds = "ds_adamw" in cases
     fig, axes = plt.subplots(1, 2 if has_ds else 1, figsize=(13 if has_ds else 7, 4.8), squeeze=False)
     ax = axes[0][0]
@@ -29,7 +29,9 @@ def main():
     ax.set_xscale("log", base=2)
     ax.set_xlabel("parameters per call")
     ax.set_ylabel("GB/s (bytes the case moves / median time)")
-    ax.set_title(f"{data['threads']} threads, median of {data['rounds']} interleaved rounds")
+    loads = [row[k] for row in data["sizes"] for k in ("load_average_before", "load_average_after") if k in row]
+    load = f", load average {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    ax.set_title(f"{data['threads']} threads, median of {data['rounds']} interleaved rounds{load}")
     ax.legend(fontsize=8)
     if has_ds:
         ax = axes[0][1]
