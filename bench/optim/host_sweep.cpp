@@ -17,8 +17,8 @@
 // variable ZF_DEEPSPEED_ADAM; without it the ds columns are absent (never made up).
 //
 //   zf_host_sweep [--ds LIB] [--threads 2] [--min 4096] [--max 67108864] [--factor 4]
-//                 [--rounds 11] [--pause-ms 20] [--sample-mb 256] [--cases zf_adamw,ds_adamw]
-//                 [--json FILE]
+//                 [--rounds 11] [--pause-ms 20] [--sample-mb 256] [--spin-us 50]
+//                 [--cases zf_adamw,ds_adamw] [--json FILE]
 //
 // The machine's load average (/proc/loadavg) before and after each size goes into the JSON: on a
 // shared machine a median is only as good as the minute it was taken in, so say which minute.
@@ -62,6 +62,7 @@ struct options {
   std::int64_t factor = 4;
   int rounds = 11;
   int pause_ms = 20;
+  int spin_us = -1;               // the pool's spin before its workers sleep; -1: the pool's default
   double sample_mb = 256.0;       // fp32 AdamW traffic per timed sample (28 B per parameter per call)
   std::vector<std::string> cases; // empty: every case
   std::string json = "host_sweep.json";
@@ -70,7 +71,8 @@ struct options {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "zf_host_sweep: %s\nusage: zf_host_sweep [--ds LIB] [--threads N] [--min N] [--max N] "
-               "[--factor F] [--rounds R] [--pause-ms MS] [--sample-mb MB] [--cases A,B] [--json FILE]\n",
+               "[--factor F] [--rounds R] [--pause-ms MS] [--sample-mb MB] [--spin-us US] [--cases A,B] "
+               "[--json FILE]\n",
                why);
   std::exit(2);
 }
@@ -100,6 +102,8 @@ options parse(int argc, char** argv) {
       o.rounds = std::stoi(v);
     } else if (a == "--sample-mb") {
       o.sample_mb = std::stod(v);
+    } else if (a == "--spin-us") {
+      o.spin_us = std::stoi(v);
     } else if (a == "--pause-ms") {
       o.pause_ms = std::stoi(v);
     } else if (a == "--cases") {
@@ -199,7 +203,12 @@ int main(int argc, char** argv) {
   if (!o.ds_path.empty() && !with_ds) {
     return 1;
   }
-  zenflow::worker_pool pool(o.threads);
+  zenflow::worker_pool_options pool_options;
+  pool_options.threads = o.threads;
+  if (o.spin_us >= 0) {
+    pool_options.spin_microseconds = static_cast<unsigned>(o.spin_us);
+  }
+  zenflow::worker_pool pool(pool_options);
   std::printf("zf_host_sweep: %u threads, zenflow SIMD path %s, DeepSpeed %s\n", o.threads,
               zenflow::host::simd_path_name(zenflow::host::active_simd_path()),
               with_ds ? (o.ds_path + " (SIMD width " + std::to_string(ds.simd_width) + ")").c_str()
@@ -212,6 +221,7 @@ int main(int argc, char** argv) {
   out["threads"] = o.threads;
   out["rounds"] = o.rounds;
   out["pause_ms"] = o.pause_ms;
+  out["pool_spin_us"] = pool_options.spin_microseconds;
   out["sample_mb"] = o.sample_mb;
   out["zenflow_simd"] = zenflow::host::simd_path_name(zenflow::host::active_simd_path());
   out["deepspeed_library"] = with_ds ? o.ds_path : "";
