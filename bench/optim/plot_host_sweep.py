@@ -22,10 +22,12 @@ def main():
     cases = [k for k, v in data["sizes"][0].items() if isinstance(v, dict)]
     has_ds = "ds_adamw" in cases
     fig, axes = plt.subplots(1, 2 if has_ds else 1, figsize=(13 if has_ds else 7, 4.8), squeeze=False)
+    # One colour per case in both panels.
+    colour = {case: f"C{i}" for i, case in enumerate(cases)}
     ax = axes[0][0]
     for case in cases:
         ax.plot(sizes, [row[case]["GB_per_s"] for row in data["sizes"]], marker="o", label=case,
-                linestyle="--" if case == "ds_adamw" else "-")
+                linestyle="--" if case == "ds_adamw" else "-", color=colour[case])
     ax.set_xscale("log", base=2)
     ax.set_xlabel("parameters per call")
     ax.set_ylabel("GB/s (bytes the case moves / median time)")
@@ -38,7 +40,8 @@ def main():
         for case in cases:
             if case == "ds_adamw":
                 continue
-            ax.plot(sizes, [row[case]["zf_over_ds"] for row in data["sizes"]], marker="o", label=case)
+            ax.plot(sizes, [row[case]["zf_over_ds"] for row in data["sizes"]], marker="o", label=case,
+                    color=colour[case])
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
