@@ -35,6 +35,37 @@ struct device_primitives {
 
   ZF_ENGINE_PRIMITIVES_FROM(device)
 
+  // The update and the pack with Zen-auto's mass: the fused kernels without their mass (it was
+  // summed with float atomics, in an order that varied run to run), then the mass in the host
+  // twins' order (detail/l1_mass.hpp): the same bits as the host backend, at the price of one more
+  // read of the rows.
+  template <class T>
+  static cudaError_t adamw_selective_mass(channel_matrix<T> w,
+                                          channel_matrix<const T> g,
+                                          const selected_rows& rows,
+                                          const adamw_hparams& hp,
+                                          step_scalars scalars,
+                                          const l1_mass_args& mass,
+                                          cudaStream_t s) {
+    if (const cudaError_t e = device::adamw_selective(w, g, rows, hp, scalars, nullptr, s);
+        e != cudaSuccess) {
+      return e;
+    }
+    return l1_mass(mass, s);
+  }
+  template <class Tin, class Tout>
+  static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,
+                                          const std::int32_t* idx,
+                                          std::int64_t count,
+                                          Tout* dst,
+                                          const l1_mass_args& mass,
+                                          cudaStream_t s) {
+    if (const cudaError_t e = device::gather_channels(src, idx, count, dst, nullptr, s); e != cudaSuccess) {
+      return e;
+    }
+    return l1_mass(mass, s);
+  }
+
   static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, cudaStream_t s) {
     if (n > 0) {
       engine_kernels::sq_totals_kernel<<<static_cast<unsigned>(n), sq_total_lanes, 0, s>>>(items, totals);
@@ -66,6 +97,19 @@ struct device_primitives {
 
 private:
   static unsigned blocks(std::int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+  static cudaError_t l1_mass(const l1_mass_args& a, cudaStream_t s) {
+    if (a.l1 == nullptr || a.count == 0) {
+      return cudaSuccess;
+    }
+    const std::int64_t per_block = a.lanes ? engine_kernels::l1_rows_per_block : 256;
+    engine_kernels::
+        l1_rows_kernel<<<static_cast<unsigned>((a.count + per_block - 1) / per_block), 256, 0, s>>>(a);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      return e;
+    }
+    engine_kernels::l1_add_rows_kernel<<<1, 32, 0, s>>>(a);
+    return cudaGetLastError();
+  }
 };
 } // namespace detail
 

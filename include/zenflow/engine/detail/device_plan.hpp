@@ -26,6 +26,7 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
@@ -228,6 +229,19 @@ private:
            "zenflow::engine: gather_channels",
            [=](auto prim, auto on) { return prim.gather_channels(src, idx, count, dst, l1_mass, on); });
   }
+  /// Zen-auto's mass of rows `idx[0..count)` of `p`'s gradient into `*l1`, in the host twins'
+  /// order (detail/l1_mass.hpp: their 16-lane path for contiguous weights and gradients).
+  l1_mass_args mass_args(std::size_t p,
+                         const std::int32_t* idx,
+                         std::int64_t count,
+                         float* row_l1,
+                         const std::uint32_t* skip,
+                         float* l1) const {
+    const param_info& pi = info(p);
+    const bool lanes = pi.layout == channel_layout::contiguous;
+    return {pi.grads, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
+            lanes,    idx,     count,       row_l1,         skip,  l1};
+  }
   template <class Tin, class Tout>
   void scatter(
       const Tin* src, const std::int32_t* idx, std::int64_t count, channel_matrix<Tout> dst, cudaStream_t s) {
@@ -277,8 +291,9 @@ private:
   step_record_layout layout_{};
   dbuf<float> record_[2];
   std::size_t cur_record_ = 0;
-  dbuf<float> early_rest_; // per matrix: rest mass of the packs done by grad_ready
-  dbuf<double> totals_;    // per parameter (registration order): fp64 squared norm
+  dbuf<float> early_rest_;   // per matrix: rest mass of the packs done by grad_ready
+  dbuf<float> mass_rows_[3]; // per-row masses: the update's, step()'s packs', grad_ready()'s packs'
+  dbuf<double> totals_;      // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
   dbuf<std::uint32_t> flags_; // per parameter, in dtype-group order
   dbuf<std::int32_t> idx_;

@@ -63,6 +63,18 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   }
   early_rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
   b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
+  {
+    // Zen-auto's per-row masses (detail/l1_mass.hpp): a call has at most `channels` rows; the
+    // update, step()'s packs and grad_ready()'s packs each have their own (they may run on
+    // different streams).
+    std::int64_t rows = 1;
+    for (const auto& pi : params) {
+      rows = pi.matrix ? std::max(rows, pi.channels) : rows;
+    }
+    for (auto& m : mass_rows_) {
+      m = dbuf<float>(static_cast<std::size_t>(rows));
+    }
+  }
   totals_ = dbuf<double>(params.size());
   flags_ = dbuf<std::uint32_t>(params.size());
   {
@@ -137,8 +149,9 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   temp_ = dbuf<std::byte>(std::max<std::size_t>(need, 256));
   mem.device_staging += staging_.size();
   mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
-                        totals_.size() * 8 + sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 +
-                        idx_.size() * 4 + stage_.size() * 4 + stage_counts_.size() * 4;
+                        3 * mass_rows_[0].size() * 4 + totals_.size() * 8 +
+                        sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 + idx_.size() * 4 +
+                        stage_.size() * 4 + stage_counts_.size() * 4;
   b_.synchronize_all(); // allocations and their first writes done
 }
 
@@ -409,8 +422,9 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
           [w = pi.weight_matrix<T>(), g = pi.grad_matrix<T>(),
            rows = selected_rows{d.sel.data(), d.k, d.master.data(), d.m.data(), d.v.data(), d.counts.data()},
            hp = pi.hparams(base, lr), scalars = step_scalars{coef, skip},
-           mass = layout_.crit(rec, d.matrix_index)](auto prim, auto on) {
-            return prim.adamw_selective(w, g, rows, hp, scalars, mass, on);
+           mass = mass_args(p, d.sel.data(), d.k, mass_rows_[0].data(), skip,
+                            layout_.crit(rec, d.matrix_index))](auto prim, auto on) {
+            return prim.adamw_selective_mass(w, g, rows, hp, scalars, mass, on);
           });
     });
   }
@@ -422,10 +436,17 @@ void device_plan<Backend>::pack(
   const param_info& pi = info(p);
   auto& d = dev_[p];
   float* mass = early ? early_rest_.data() + d.matrix_index : layout_.rest(record_words(), d.matrix_index);
+  const l1_mass_args m =
+      mass_args(p, d.host_set.data() + begin, end - begin, mass_rows_[early ? 2 : 1].data(), nullptr, mass);
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
-    gather(pi.grad_matrix<T>(), d.host_set.data() + begin, end - begin, reinterpret_cast<T*>(dst), mass,
-           stream);
+    const auto src = pi.grad_matrix<T>();
+    const std::int32_t* idx = d.host_set.data() + begin;
+    const std::int64_t count = end - begin;
+    T* out = reinterpret_cast<T*>(dst);
+    b_.run(stream, static_cast<std::size_t>(count * src.channel_len) * 2 * sizeof(T),
+           "zenflow::engine: gather_channels",
+           [=](auto prim, auto on) { return prim.gather_channels_mass(src, idx, count, out, m, on); });
   });
 }
 

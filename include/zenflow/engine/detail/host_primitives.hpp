@@ -14,6 +14,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
@@ -59,6 +60,28 @@ struct host_primitives {
   using exec_type = worker_pool*;
 
   ZF_ENGINE_PRIMITIVES_FROM(host)
+
+  // The update and the pack with Zen-auto's mass (detail/l1_mass.hpp): the host twins compute it
+  // fused, in the order the CUDA backend follows row by row (`mass.row_l1` unused here).
+  template <class T>
+  static cudaError_t adamw_selective_mass(channel_matrix<T> w,
+                                          channel_matrix<const T> g,
+                                          const selected_rows& rows,
+                                          const adamw_hparams& hp,
+                                          step_scalars scalars,
+                                          const l1_mass_args& mass,
+                                          exec_type on) {
+    return host::adamw_selective(w, g, rows, hp, scalars, mass.l1, on);
+  }
+  template <class Tin, class Tout>
+  static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,
+                                          const std::int32_t* idx,
+                                          std::int64_t count,
+                                          Tout* dst,
+                                          const l1_mass_args& mass,
+                                          exec_type on) {
+    return host::gather_channels(src, idx, count, dst, mass.l1, on);
+  }
 
   static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, exec_type) {
     host_sq_totals(items, n, totals);

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/math/norms.hpp>
 
@@ -57,6 +58,44 @@ ZF_KERNEL void move_counts_kernel(count_moves m) {
   if (i < m.n) {
     move_count_at(m, i);
   }
+}
+
+/// Zen-auto's mass, rows apart (detail/l1_mass.hpp): 16 rows per block, 16 threads per row in
+/// the 16-lane order (a warp reads two rows' 16 consecutive elements at a time), or one thread
+/// per row in the sequential order. Each row's sum goes to `a.row_l1`; no atomics.
+inline constexpr int l1_rows_per_block = 256 / l1_row_lanes;
+
+ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
+  if (a.skip != nullptr && *a.skip != 0) {
+    return;
+  }
+  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  const int sub = static_cast<int>(threadIdx.x) / l1_row_lanes;
+  const int lane = static_cast<int>(threadIdx.x) % l1_row_lanes;
+  if (!a.lanes) {
+    const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    if (r < a.count) {
+      a.row_l1[r] = with_grad_matrix<l1_sequential_op>(a, static_cast<std::int64_t>(a.idx[r]));
+    }
+    return;
+  }
+  const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(l1_rows_per_block) + sub;
+  if (r < a.count) {
+    lanes[sub][lane] = with_grad_matrix<l1_lane_op>(a, static_cast<std::int64_t>(a.idx[r]), lane);
+  }
+  __syncthreads();
+  if (r < a.count && lane == 0) {
+    a.row_l1[r] = with_grad_matrix<l1_finish_op>(a, static_cast<std::int64_t>(a.idx[r]),
+                                                 static_cast<const float*>(lanes[sub]));
+  }
+}
+
+/// One thread: the rows in order, that sum into the mass (the host twins' order).
+ZF_KERNEL void l1_add_rows_kernel(l1_mass_args a) {
+  if ((a.skip != nullptr && *a.skip != 0) || threadIdx.x != 0) {
+    return;
+  }
+  l1_add_rows(a);
 }
 
 } // namespace detail::engine_kernels

@@ -68,6 +68,21 @@ ZF_HOST_DEVICE ZF_FORCEINLINE double mul(double a, double b) {
   return a * b;
 #endif
 }
+ZF_HOST_DEVICE ZF_FORCEINLINE double add(double a, double b) {
+#if ZF_DEVICE_COMPILE
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+/// fp32 1 / x, correctly rounded on the device even under --use_fast_math (-prec-div=false).
+ZF_HOST_DEVICE ZF_FORCEINLINE float reciprocal(float x) {
+#if ZF_DEVICE_COMPILE
+  return __fdiv_rn(1.0f, x);
+#else
+  return 1.0f / x;
+#endif
+}
 ZF_HOST_DEVICE ZF_FORCEINLINE double div(double a, double b) {
 #if ZF_DEVICE_COMPILE
   return __ddiv_rn(a, b);
@@ -96,12 +111,12 @@ ZF_HOST_DEVICE inline void finish_step_scalars(double sum_sq,
                                                float* coef,
                                                std::uint32_t* skip) {
   namespace op = step_scalars_ops;
-  const float inv_scale = 1.0f / loss_scale;
+  const float inv_scale = op::reciprocal(loss_scale);
   float c = inv_scale;
   const bool bad = nonfinite != 0;
   if (max_norm > 0.0f && !bad) {
     const double norm = op::mul(op::sqrt(sum_sq), static_cast<double>(inv_scale));
-    const double clip = op::div(static_cast<double>(max_norm), norm + 1e-6);
+    const double clip = op::div(static_cast<double>(max_norm), op::add(norm, 1e-6));
     if (clip < 1.0) {
       c = static_cast<float>(op::mul(static_cast<double>(inv_scale), clip));
     }
