@@ -107,9 +107,10 @@ TEST(engine_baselines, topk_ratio_one_matches_the_reference_dense_adamw_and_its_
     m.next_grads();
     const auto rep = eng.step(1e-2f);
     ref.step(m.grads_as_float(), 1e-2);
-    if (t > 0) { // after the first selection only the step's header, its record (and selected indices) travel
+    if (t > 0) { // after the first selection only the step's header, its record (and at a selection the
+                 // skip flag and the selected indices) travel
       EXPECT_EQ(rep.h2d_bytes, 0u);
-      EXPECT_EQ(rep.d2h_bytes, 4u * 4u + (4u + 2u * 2u) * 4u + (rep.selection ? 4u * (24u + 13u) : 0u));
+      EXPECT_EQ(rep.d2h_bytes, 4u * 4u + (4u + 2u * 2u) * 4u + (rep.selection ? 4u + 4u * (24u + 13u) : 0u));
     }
   }
   EXPECT_LT(zf_engine_test::max_weight_ulps(m, ref), 64.0);
@@ -144,11 +145,11 @@ TEST(engine_bytes, counters_equal_the_sizes_copied_and_meet_the_pcie_budget) {
     m.next_grads();
     const auto rep = eng.step(1e-3f);
     if (t == 0) {
-      // First selection: indices down; entering rows (fp32 master/m/v + count), the migration's
-      // index lists (entering positions and the new set: 2 x 4 bytes per selected channel) and
+      // First selection: the skip flag and the indices down; entering rows (fp32 master/m/v + count), the
+      // migration's index lists (entering positions and the new set: 2 x 4 bytes per selected channel) and
       // the host sets up.
       const std::uint64_t rows_up = (20 + 16) * (64 * 12 + 4) + 2 * (20 + 16) * 4 + (unselected / 128) * 4;
-      EXPECT_EQ(rep.d2h_bytes, header + record + unselected + (20 + 16) * 4);
+      EXPECT_EQ(rep.d2h_bytes, header + record + unselected + 4 + (20 + 16) * 4);
       EXPECT_EQ(rep.h2d_bytes, rows_up);
       continue;
     }
@@ -157,8 +158,8 @@ TEST(engine_bytes, counters_equal_the_sizes_copied_and_meet_the_pcie_budget) {
     const std::uint64_t up = rep.window_closed && closes++ > 0 ? unselected : 0;
     EXPECT_EQ(rep.h2d_bytes, up) << "step " << t;
   }
-  // The ring moved exactly what the engine says went down, selection indices aside.
-  EXPECT_EQ(eng.d2h_ring_stats().bytes, eng.stats().d2h_bytes - (20 + 16) * 4);
+  // The ring moved exactly what the engine says went down, the selection's flag and indices aside.
+  EXPECT_EQ(eng.d2h_ring_stats().bytes, eng.stats().d2h_bytes - 4 - (20 + 16) * 4);
   const double ratio = eng.stats().pcie_model_ratio();
   EXPECT_LE(ratio, 1.15) << "r = 0.1, S = 4, bf16";
   EXPECT_GE(ratio, 0.9 + 0.9 / 4 - 0.02);

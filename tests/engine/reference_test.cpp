@@ -703,18 +703,19 @@ protected:
   }
 };
 
-TEST_F(zen_auto_fixture, window_length_is_the_mass_ratio_plus_one_step_of_lag_and_stays_constant) {
+TEST_F(zen_auto_fixture, window_length_is_the_mass_ratio_plus_two_steps_of_lag_and_stays_constant) {
   // Per channel: crit / k = 4 per step, rest / (c - k) = 4 * 0.25 = 1 per step: a matrix votes once
-  // its window holds 4 steps of data, known at the end of the 5th step.
-  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.25, 0.25}, 40), std::vector<std::int64_t>(8, 5));
-  // rest = 0.125: 8 steps of data, windows of 9.
-  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.125, 0.125}, 45), std::vector<std::int64_t>(5, 9));
+  // its window holds 4 steps of data, known at the end of the 6th step (the vote at step t sees
+  // steps up to t - 2).
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.25, 0.25}, 40), std::vector<std::int64_t>(6, 6));
+  // rest = 0.125: 8 steps of data, windows of 10.
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.125, 0.125}, 50), std::vector<std::int64_t>(5, 10));
 }
 
 TEST_F(zen_auto_fixture, voting_share_min_and_max_windows) {
-  // Matrix 0 votes at 5 steps, matrix 1 at 9: a share of 0.5 closes with the first, 0.99 with both.
-  EXPECT_EQ(run(auto_config(0.5, 1, 64, 1000), {0.25, 0.125}, 20), std::vector<std::int64_t>(4, 5));
-  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.25, 0.125}, 27), std::vector<std::int64_t>(3, 9));
+  // Matrix 0 votes at 6 steps, matrix 1 at 10: a share of 0.5 closes with the first, 0.99 with both.
+  EXPECT_EQ(run(auto_config(0.5, 1, 64, 1000), {0.25, 0.125}, 24), std::vector<std::int64_t>(4, 6));
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.25, 0.125}, 30), std::vector<std::int64_t>(3, 10));
   EXPECT_EQ(run(auto_config(0.99, 1, 3, 1000), {0.25, 0.25}, 12), std::vector<std::int64_t>(4, 3));
   EXPECT_EQ(run(auto_config(0.99, 7, 64, 1000), {0.25, 0.25}, 21), std::vector<std::int64_t>(3, 7));
   // Nothing unselected ever reaches the mean: the maximum.
@@ -722,19 +723,19 @@ TEST_F(zen_auto_fixture, voting_share_min_and_max_windows) {
 }
 
 TEST_F(zen_auto_fixture, selection_restarts_the_mean_and_closes_the_window) {
-  // Windows 5, 5, then cut at the selection at step 12; the mean restarts there.
-  EXPECT_EQ(run(auto_config(0.99, 1, 64, 12), {0.25, 0.25}, 36),
-            (std::vector<std::int64_t>{5, 5, 2, 5, 5, 2, 5, 5, 2}));
-  // From the selection at step 12 on the selected channels carry twice the mass: the restarted
-  // mean is 8 per channel, so windows of 9 (a mean kept across selections would give 7).
-  EXPECT_EQ(run(auto_config(0.99, 1, 64, 12), {0.25, 0.25}, 24, -1, 12),
-            (std::vector<std::int64_t>{5, 5, 2, 9, 3}));
+  // Windows 6, 6, then cut at the selection at step 14; the mean restarts there.
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 14), {0.25, 0.25}, 42),
+            (std::vector<std::int64_t>{6, 6, 2, 6, 6, 2, 6, 6, 2}));
+  // From the selection at step 14 on the selected channels carry twice the mass: the restarted
+  // mean is 8 per channel, so windows of 10 (a mean kept across selections would give 8).
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 14), {0.25, 0.25}, 28, -1, 14),
+            (std::vector<std::int64_t>{6, 6, 2, 10, 4}));
 }
 
 TEST_F(zen_auto_fixture, skipped_step_counts_toward_length_but_brings_no_mass) {
-  // Step 2 is skipped: the first window needs one more step (6), the next ones are 5 again.
-  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.25, 0.25}, 21, 2),
-            (std::vector<std::int64_t>{6, 5, 5, 5}));
+  // Step 2 is skipped: the first window needs one more step (7), the next ones are 6 again.
+  EXPECT_EQ(run(auto_config(0.99, 1, 64, 1000), {0.25, 0.25}, 25, 2),
+            (std::vector<std::int64_t>{7, 6, 6, 6}));
 }
 
 TEST(reference, clipping_and_unscaling_apply_to_both_paths) {

@@ -32,7 +32,7 @@
 ///    weights are written at the next close or drain (selection step, flush). flush() does not
 ///    close the open window.
 ///  - Zen-auto: per matrix, mean = (sum of crit_s over good steps since the last selection, up to
-///    t-1) / (count x k), sum = (sum of rest_s over the window's good steps up to t-1) / (c - k),
+///    t-2) / (count x k), sum = (sum of rest_s over the window's good steps up to t-2) / (c - k),
 ///    masses are L1 of coef_s * G_s; a matrix votes when it has a mean sample and sum >= mean (a
 ///    matrix with k == c always votes); close when len >= max_update_interval, or
 ///    len >= min_update_interval and double(votes) / double(matrices) >= auto_ratio (1 with no
@@ -191,11 +191,16 @@ public:
       selection_pending_ = true;
     }
     if (selection_pending_ && !bad) {
+      sel_step_ = t;
       select(grads);
       selection_pending_ = false;
       last_selected_ = true;
     }
+    if (window_len_ == 0) {
+      window_start_ = t;
+    }
     ++window_len_;
+    held_masses now{t, {}, {}};
     if (!bad) {
       ++window_good_;
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -229,29 +234,44 @@ public:
             rest += mass;
           }
         }
-        p.step_crit = crit;
-        p.step_rest = rest;
+        now.crit.push_back(crit);
+        now.rest.push_back(rest);
         p.window_rest += rest;
       }
     }
 
-    // Close decision at the end of step t: data of steps <= t - 1 only (the sums do not hold
-    // step t's masses yet).
+    // Close decision at the end of step t: data of steps <= t - 2 only (a lag of two): step t-2's
+    // masses join the sums if it is a good step since the last selection (crit) and of this
+    // window (rest).
+    for (const held_masses& h : held_) {
+      if (h.step != t - 2) {
+        continue;
+      }
+      std::size_t m = 0;
+      for (param& p : params_) {
+        if (!p.matrix) {
+          continue;
+        }
+        if (sel_step_ >= 0 && h.step >= sel_step_) {
+          p.crit_sum += h.crit[m];
+          ++p.crit_n;
+        }
+        if (h.step >= window_start_) {
+          p.rest_sum += h.rest[m];
+        }
+        ++m;
+      }
+    }
+    std::erase_if(held_, [&](const held_masses& h) { return h.step <= t - 2; });
+    if (!bad) {
+      held_.push_back(std::move(now));
+    }
     bool close = cfg_.is_selection_step(t + 1);
     if (!close) {
       if (cfg_.auto_update()) {
         close = zen_auto_closes();
       } else {
         close = window_len_ >= cfg_.update_interval;
-      }
-    }
-    if (!bad) {
-      for (param& p : params_) {
-        if (p.matrix) {
-          p.crit_sum += p.step_crit;
-          p.rest_sum += p.step_rest;
-          ++p.crit_n;
-        }
       }
     }
     if (close) {
@@ -300,11 +320,9 @@ private:
     std::vector<std::int32_t> count;
     std::vector<char> is_sel;
     std::vector<std::int32_t> sel;
-    double crit_sum = 0.0; ///< Zen-auto: crit over good steps since the last selection (to t-1)
+    double crit_sum = 0.0; ///< Zen-auto: crit over good steps since the last selection (to t-2)
     std::int64_t crit_n = 0;
-    double rest_sum = 0.0; ///< Zen-auto: rest over the window's good steps (to t-1)
-    double step_crit = 0.0;
-    double step_rest = 0.0;
+    double rest_sum = 0.0;    ///< Zen-auto: rest over the window's good steps (to t-2)
     double window_rest = 0.0; ///< host_lr_scale "snr": rest over all of the window's good steps
   };
 
@@ -536,6 +554,14 @@ private:
   job_result pending_;
   bool selection_pending_ = false;
   std::int64_t window_len_ = 0;
+  std::int64_t window_start_ = 0; ///< the open window's first step
+  std::int64_t sel_step_ = -1;    ///< the step of the last performed selection
+  /// Zen-auto: a good step's masses per matrix (registration order), held until step + 2.
+  struct held_masses {
+    std::int64_t step = 0;
+    std::vector<double> crit, rest;
+  };
+  std::vector<held_masses> held_;
   std::int64_t window_good_ = 0;
   bool last_selected_ = false;
   bool last_closed_ = false;

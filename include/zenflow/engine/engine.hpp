@@ -232,6 +232,7 @@ public:
     }
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is pool_
+    host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
       host_.start_consumer(d2h_.ring());
     }
@@ -284,6 +285,7 @@ public:
     }
     announced_[p] = detail::announcement::streamed;
     early_any_ = true;
+    early_cost_.trace = tracing();
     // counted in the step it belongs to
     d2h_.push_gradients(sched_.step, p, detail::grad_early_slot, sched_.accumulator, stream, early_cost_);
   }
@@ -298,7 +300,9 @@ public:
     step_report rep{};
     const std::int64_t t = sched_.step;
     rep.step = t;
+    const std::int64_t trace_t0 = detail::pipeline_trace::now();
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
+    cost.trace = tracing();
     plan_.begin_step(t, stream);
     plan_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (early_any_) {
@@ -323,10 +327,12 @@ public:
     stats_.last = rep;
     ++stats_.steps;
     account(cost);
+    pushed_before_prev_step_ = pushed_before_last_step_;
     pushed_before_last_step_ = d2h_.pushed();
     std::fill(announced_.begin(), announced_.end(), detail::announcement::none);
     early_any_ = false;
     ++sched_.step;
+    detail::trace_step(trace_, rep, trace_t0);
     return rep;
   }
 
@@ -336,9 +342,11 @@ public:
   void flush(cudaStream_t stream = nullptr) {
     detail::require(initialized(), "zenflow::engine::flush", "this", "is not initialized");
     call_cost cost;
+    cost.trace = tracing();
     drain(stream, cost);
     if (!host_.consumed(d2h_.pushed())) {
-      detail::timed_stall(cost, [&] { host_.wait_consumed(d2h_.pushed()); });
+      detail::timed_stall(cost, "flush: the host reads every step",
+                          [&] { host_.wait_consumed(d2h_.pushed()); });
     }
     stats_.skipped_steps = host_.skipped();
     account(cost);
@@ -347,6 +355,23 @@ public:
   /// Cumulative counters and the last step. On device backends `skipped_steps` counts the steps
   /// whose flag the host has read so far (it may lag by the copies in flight; flush() settles it).
   [[nodiscard]] const zenflow::stats& stats() const noexcept { return stats_; }
+
+  /// Starts recording a pipeline trace (docs/engine.md, "Pipeline trace"): the training thread's
+  /// steps and stalls with their causes, the consumer's slots, the host jobs and, on the emulated
+  /// backend, every stream's kernels and copies (this turns the device's tracing on). Recording
+  /// costs a lock per span; off, nothing is recorded.
+  void start_trace() {
+    trace_.start();
+    if constexpr (requires { plan_.backend().device().set_tracing(true); }) {
+      plan_.backend().device().set_tracing(true);
+    }
+  }
+  /// Writes what was recorded since start_trace() to `path` as Chrome trace-event JSON
+  /// (chrome://tracing, ui.perfetto.dev). Call it between steps, after flush() for a complete
+  /// device timeline. Throws zenflow::invalid_argument naming 'path' if it cannot be written.
+  void write_trace(const std::string& path) const {
+    trace_.write(path, detail::device_timeline(plan_.backend()));
+  }
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t param_count() const noexcept { return params_.size(); }
   /// True once initialize() has run (state(), export_masters() need it).
@@ -429,6 +454,8 @@ private:
 
   using call_cost = detail::call_cost;
 
+  [[nodiscard]] detail::pipeline_trace* tracing() noexcept { return trace_.on() ? &trace_ : nullptr; }
+
   void account(const call_cost& cost) {
     stats_.d2h_bytes += cost.d2h;
     stats_.h2d_bytes += cost.h2d;
@@ -496,8 +523,11 @@ private:
   /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
   /// weights is enqueued. Runs on the queue's executor or inline.
   void run_job(std::size_t a, std::int32_t n_w, float lr) {
+    const std::int64_t t0 = detail::pipeline_trace::now();
     job_.seconds = host_.run_window(a, n_w, lr, pool_.get());
     upload_job();
+    trace_.span(detail::trace_track::host_job, "window AdamW", "host_job", t0, detail::pipeline_trace::now(),
+                "\"n_w\": " + std::to_string(n_w));
   }
 
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
@@ -542,7 +572,7 @@ private:
       if (queue_->applied(job.queue_window)) {
         queue_->wait_applied(job.queue_window); // done already: no stall (rethrows its error)
       } else {
-        detail::timed_stall(cost, [&] { queue_->wait_applied(job.queue_window); });
+        detail::timed_stall(cost, "host job not done", [&] { queue_->wait_applied(job.queue_window); });
       }
     } catch (...) {
       detail::rethrow_with_context("zenflow::engine: the host job of window " + std::to_string(job.window) +
@@ -562,9 +592,10 @@ private:
   /// pushed so far consumed, the host AdamW, the new weights up and scattered (all a stall).
   void synchronous_window(std::size_t a, float lr, cudaStream_t stream, call_cost& cost) {
     std::int32_t n_w = 0;
-    detail::timed_stall(cost, [&] { n_w = host_.take_n_w(a, d2h_.pushed()); });
+    detail::timed_stall(cost, "synchronous window: gradients down",
+                        [&] { n_w = host_.take_n_w(a, d2h_.pushed()); });
     if (n_w > 0) {
-      detail::timed_stall(cost, [&] {
+      detail::timed_stall(cost, "synchronous window: host AdamW", [&] {
         plan_.wait_upload_done();
         run_job(a, n_w, lr);
       });
@@ -624,8 +655,10 @@ private:
     }
     if (sched_.selection == detail::selection_phase::pending) {
       bool bad = false;
-      detail::timed_stall(cost, [&] { bad = plan_.read_skip(stream); });
-      if (!bad) { // a selection waits for a step with finite gradients
+      detail::timed_stall(cost, "selection: read the step's skip flag",
+                          [&] { bad = plan_.read_skip(stream); });
+      cost.d2h += sizeof(std::uint32_t); // the flag's copy
+      if (!bad) {                        // a selection waits for a step with finite gradients
         drain(stream, cost);
         perform_selection(stream, cost);
         sched_.selection = detail::selection_phase::current;
@@ -644,17 +677,20 @@ private:
 
     bool close = cfg_.is_selection_step(t + 1);
     if (cfg_.auto_update()) {
-      // Zen-auto: the data of step t-1 joins the statistics, then the vote (semantics, 7).
-      if (t - 1 >= cfg_.full_warm_up_rounds) {
-        if (host_.consumed(pushed_before_last_step_)) {
-          host_.wait_consumed(pushed_before_last_step_); // landed already: no stall
+      // Zen-auto: the data of step t-2 joins the statistics, then the vote (semantics, 7). A lag
+      // of two: step t-1's copies are usually still in flight when step() is called for step t
+      // (the training thread runs ahead of the device), and waiting for them cost ~75% stall.
+      const std::int64_t s = t - detail::zen_auto_lag;
+      if (s >= cfg_.full_warm_up_rounds) {
+        if (host_.consumed(pushed_before_prev_step_)) {
+          host_.wait_consumed(pushed_before_prev_step_); // landed already: no stall
         } else {
-          detail::timed_stall(cost, [&] { host_.wait_consumed(pushed_before_last_step_); });
+          detail::timed_stall(cost, "Zen-auto: masses of step t-2 not landed",
+                              [&] { host_.wait_consumed(pushed_before_prev_step_); });
         }
-        const auto& mass = host_.masses(t - 1);
-        if (mass.step == t - 1 && mass.valid && sched_.selection_step >= 0 &&
-            t - 1 >= sched_.selection_step) {
-          voter_->add_step(mass.crit.data(), mass.rest.data(), t - 1 >= sched_.window->start);
+        const auto& mass = host_.masses(s);
+        if (mass.step == s && mass.valid && sched_.selection_step >= 0 && s >= sched_.selection_step) {
+          voter_->add_step(mass.crit.data(), mass.rest.data(), s >= sched_.window->start);
         }
       }
       close = close || length >= cfg_.max_update_interval ||
@@ -670,7 +706,7 @@ private:
 
   /// Selection (every matrix) and migration of state between host and device.
   void perform_selection(cudaStream_t stream, call_cost& cost) {
-    detail::timed_stall(cost, [&] {
+    detail::timed_stall(cost, "selection: top-k and migration", [&] {
       host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
       for (std::size_t p = 0; p < params_.size(); ++p) {
         const auto& pi = params_[p];
@@ -703,6 +739,7 @@ private:
   config cfg_;
   detail::device_plan<Backend> plan_; // destroyed last: the ring and the copies use its buffers
   std::vector<detail::param_info> params_;
+  detail::pipeline_trace trace_; // before host_: its consumer thread writes spans here
   detail::host_side<typename Backend::template host_buffer<std::byte>> host_{cfg_, params_};
   detail::d2h_stream<Backend> d2h_{plan_, params_, host_};
   std::unique_ptr<worker_pool> pool_;
@@ -714,6 +751,7 @@ private:
   detail::schedule sched_;
   detail::job_outcome job_;                   // written by the job, read after the queue says it is done
   std::uint64_t pushed_before_last_step_ = 0; // slots pushed up to the end of the previous step
+  std::uint64_t pushed_before_prev_step_ = 0; // ... and of the one before (Zen-auto's lag)
 
   // grad_ready() (training thread): per parameter, and what it spent before the step
   std::vector<detail::announcement> announced_;

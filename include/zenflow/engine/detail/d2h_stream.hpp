@@ -19,6 +19,7 @@
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/pipeline_trace.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
@@ -33,14 +34,19 @@ struct call_cost {
   double stall_s = 0.0;
   std::uint64_t d2h = 0;
   std::uint64_t h2d = 0;
+  pipeline_trace* trace = nullptr; ///< the engine's trace while it records (stalls with their cause)
 };
 
-/// Runs `f` and counts its wall time as a stall of `cost`.
+/// Runs `f` and counts its wall time as a stall of `cost`, traced with its `cause`.
 template <class F>
-void timed_stall(call_cost& cost, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+void timed_stall(call_cost& cost, const char* cause, F&& f) {
+  const std::int64_t t0 = pipeline_trace::now();
   std::forward<F>(f)();
-  cost.stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::int64_t t1 = pipeline_trace::now();
+  cost.stall_s += static_cast<double>(t1 - t0) * 1e-9;
+  if (cost.trace != nullptr) {
+    cost.trace->span(trace_track::training, std::string("stall: ") + cause, "stall", t0, t1);
+  }
 }
 
 template <engine_backend Backend>
@@ -140,7 +146,13 @@ private:
       throw;
     }
     if constexpr (Backend::is_device) {
-      cost.stall_s += static_cast<double>(ring_->stats().producer_blocked_ns - blocked_before) * 1e-9;
+      const std::uint64_t blocked = ring_->stats().producer_blocked_ns - blocked_before;
+      cost.stall_s += static_cast<double>(blocked) * 1e-9;
+      if (cost.trace != nullptr && blocked > 0) {
+        const std::int64_t t1 = pipeline_trace::now();
+        cost.trace->span(trace_track::training, "stall: D2H ring full", "stall",
+                         t1 - static_cast<std::int64_t>(blocked), t1);
+      }
     }
   }
 

@@ -56,7 +56,9 @@ struct ckpt_scalars {
 };
 static_assert(std::is_trivially_copyable_v<ckpt_scalars> && sizeof(ckpt_scalars) == 28 * 8);
 
-inline constexpr std::int64_t ckpt_layout = 1;
+// 2: the voter holds the masses of steps up to s-3 between steps and the saved masses are those
+//    of steps s-2 and s-1 (Zen-auto's lag of two); a layout-1 file's voter already holds s-2.
+inline constexpr std::int64_t ckpt_layout = 2;
 
 template <class Engine>
 struct engine_checkpoint {
@@ -69,8 +71,12 @@ struct engine_checkpoint {
     out.section("engine/scalars", &s, sizeof s);
     const auto M = static_cast<std::size_t>(s.matrices);
     out.begin_section("engine/masses", masses_bytes(M));
-    for (std::size_t i = 0; i < 2; ++i) {
-      const step_masses& ms = eng.host_.masses_slot(i);
+    // The masses the next two votes read (Zen-auto's lag of two): steps s-2 and s-1.
+    for (std::int64_t i = 0; i < 2; ++i) {
+      const std::int64_t t = s.step - zen_auto_lag + i;
+      const step_masses none{};
+      const step_masses& ms =
+          t >= 0 && eng.host_.masses_slot_of(t).step == t ? eng.host_.masses_slot_of(t) : none;
       const std::int64_t head[2] = {ms.step, ms.valid ? 1 : 0};
       out.write(head, sizeof head);
       write_floats(out, ms.crit, M);
@@ -206,11 +212,13 @@ struct engine_checkpoint {
       std::vector<std::byte> masses(masses_bytes(Mz));
       in.read("engine/masses", masses.data(), masses.size());
       const std::byte* at = masses.data();
+      eng.host_.clear_masses();
       for (std::size_t i = 0; i < 2; ++i) {
-        step_masses& ms = eng.host_.masses_slot(i);
         std::int64_t head[2];
         std::memcpy(head, at, sizeof head);
         at += sizeof head;
+        step_masses unused;
+        step_masses& ms = head[0] >= 0 ? eng.host_.masses_slot_of(head[0]) : unused;
         ms.step = head[0];
         ms.valid = head[1] != 0;
         ms.crit.resize(Mz);

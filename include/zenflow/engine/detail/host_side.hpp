@@ -34,6 +34,7 @@
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/pipeline_trace.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
@@ -101,9 +102,29 @@ public:
     consume_pool_ = threads > 1 ? std::make_unique<worker_pool>(threads) : nullptr;
   }
 
+  /// Spans of the consumer go to `t` (nullptr: none).
+  void set_trace(pipeline_trace* t) noexcept { trace_ = t; }
+
   /// What the host does with one landed slot (its data valid until the slot is released).
   template <class Slot>
   void consume(const Slot& s) {
+    if (trace_ != nullptr && trace_->on()) {
+      const std::int64_t t0 = pipeline_trace::now();
+      consume_slot(s);
+      static const char* const names[] = {"grads", "record (header)", "record (masses)",
+                                          "grads (grad_ready)"};
+      const auto tag = static_cast<std::size_t>(s.meta.tag);
+      trace_->span(trace_track::consumer, tag < 4 ? names[tag] : "slot", "consume", t0, pipeline_trace::now(),
+                   "\"step\": " + std::to_string(s.meta.step) +
+                       ", \"param\": " + std::to_string(s.meta.matrix));
+      return;
+    }
+    consume_slot(s);
+  }
+
+private:
+  template <class Slot>
+  void consume_slot(const Slot& s) {
     const auto a = static_cast<std::size_t>(s.meta.user);
     switch (s.meta.tag) {
     case grad_early_slot: {
@@ -147,7 +168,7 @@ public:
     }
     case record_last_slot: {
       const step_record_view rec{s.data, matrices_};
-      auto& mass = masses_[static_cast<std::size_t>(s.meta.step & 1)];
+      auto& mass = masses_[mass_slot(s.meta.step)];
       mass.step = s.meta.step;
       mass.valid = !rec.skip();
       mass.crit.resize(static_cast<std::size_t>(rec.matrices));
@@ -173,6 +194,7 @@ public:
     }
   }
 
+public:
   /// Consumes, on the calling thread, every slot of `ring` that has landed (host backend).
   template <class Ring>
   void consume_landed(Ring& ring) {
@@ -256,9 +278,7 @@ public:
     return n_w_[a];
   }
   /// The masses of step `t` (valid once its last record was consumed: wait_consumed first).
-  [[nodiscard]] const step_masses& masses(std::int64_t t) const {
-    return masses_[static_cast<std::size_t>(t & 1)];
-  }
+  [[nodiscard]] const step_masses& masses(std::int64_t t) const { return masses_[mass_slot(t)]; }
   /// The skip flag of the last step record consumed (host backend: the step just taken).
   [[nodiscard]] bool last_skip() const noexcept { return last_skip_; }
   /// Skipped steps whose flag the consumer has read.
@@ -271,8 +291,15 @@ public:
     std::lock_guard lock(progress_mutex_);
     n_w_[a] = n;
   }
-  /// The masses of the step of parity `i` (to restore them).
-  [[nodiscard]] step_masses& masses_slot(std::size_t i) { return masses_[i]; }
+  /// The slot that holds (or will hold) step `t`'s masses (to save and restore them).
+  [[nodiscard]] step_masses& masses_slot_of(std::int64_t t) { return masses_[mass_slot(t)]; }
+  /// Forgets every step's masses (a restore writes back the ones it saved).
+  void clear_masses() {
+    for (auto& m : masses_) {
+      m.step = -1;
+      m.valid = false;
+    }
+  }
   /// Sets the count of skipped steps seen.
   void restore_skipped(std::int64_t n) { skipped_.store(n, std::memory_order_relaxed); }
 
@@ -380,7 +407,11 @@ private:
   bool skip_ = false;
   bool last_skip_ = false;
   bool assign_ = false; // this step is its window's first good one: write the accumulator
-  step_masses masses_[2];
+  pipeline_trace* trace_ = nullptr;
+  // Zen-auto reads step t-2's masses while the consumer may write those of t-1 and t: a ring of 4.
+  static constexpr std::size_t mass_slots = 4;
+  static std::size_t mass_slot(std::int64_t t) { return static_cast<std::size_t>(t) % mass_slots; }
+  step_masses masses_[mass_slots];
   std::vector<std::size_t> landed_; // parameters landed early for the coming record
   std::atomic<std::int64_t> skipped_{0};
   std::unique_ptr<worker_pool> consume_pool_; // the accumulation's threads (consumer thread only)

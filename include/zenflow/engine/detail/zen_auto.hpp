@@ -6,8 +6,10 @@
 /// the last selection and the sum of `rest / (channels - k)` over the steps of the current
 /// window; a matrix votes when the sum reaches the mean. Each term is normalised once, when it
 /// is added (DeepSpeed normalises inside its running-mean recursion, which makes the windows
-/// drift geometrically). The decision at the end of step t only sees steps up to t-1, so it never
-/// waits for the current step's data and does not depend on timing.
+/// drift geometrically). The decision at the end of step t only sees steps up to t - zen_auto_lag
+/// (t-2), so it does not wait for the current or the previous step's data (whose copies are
+/// still in flight while the training thread runs ahead of the device) and does not depend on
+/// timing.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,9 @@
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
+
+/// The decision at the end of step t sees the masses of steps up to t - zen_auto_lag.
+inline constexpr std::int64_t zen_auto_lag = 2;
 
 class zen_auto_voter {
 public:
