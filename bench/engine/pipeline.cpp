@@ -57,7 +57,7 @@ struct options {
   std::int64_t ring_slot_bytes = 0;
   std::string json = "pipeline.json";
   std::string only;  // run only modes whose label contains this
-  std::string trace; // write the emulated device's trace of this mode's steady state
+  std::string trace; // write the engine's pipeline trace (Chrome JSON) of this mode's steady state
   std::string trace_mode = "zenflow S=4 r=0.1";
 };
 
@@ -179,7 +179,9 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
         device.synchronize();
         at_warm = zf.stats();
         warm_t0 = clock_type::now();
-        device.set_tracing(tracing);
+        if (tracing) {
+          zf.start_trace(); // the engine's pipeline trace, with the device's streams
+        }
       }
       const auto t0 = clock_type::now();
       device.compute(stream, C, "forward+backward");
@@ -206,17 +208,7 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     zf.flush(stream);
     device.synchronize();
     if (tracing) {
-      std::ofstream out(o.trace);
-      out << "[";
-      bool first = true;
-      const char* kinds[] = {"kernel", "copy_d2h", "copy_h2d", "copy_d2d", "compute"};
-      for (const auto& op : device.trace()) {
-        out << (first ? "\n" : ",\n") << R"({"kind":")" << kinds[static_cast<int>(op.what)]
-            << R"(","stream":)" << op.stream << R"(,"bytes":)" << op.bytes << R"(,"start_ns":)" << op.start_ns
-            << R"(,"end_ns":)" << op.end_ns << R"(,"name":")" << op.name << "\"}";
-        first = false;
-      }
-      out << "\n]\n";
+      zf.write_trace(o.trace); // Chrome trace JSON (bench/engine/plot_trace.py renders it)
     }
   }
   if (spec.mode != zenflow::optimizer_mode::gpu_adamw) {
