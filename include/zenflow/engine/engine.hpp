@@ -27,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <zenflow/comm/communicator.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
@@ -36,6 +37,7 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/d2h_stream.hpp>
+#include <zenflow/engine/detail/data_parallel.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
@@ -63,16 +65,22 @@ struct param_state {
   std::vector<std::int32_t> counts; ///< one per channel (one for a vector)
 };
 
-template <engine_backend Backend>
+/// `Comm`: the data-parallel communicator (docs/data-parallel.md), of the backend's memory: by
+/// default one rank (`local_communicator`, `local_device_communicator`); `mpi_communicator` for
+/// the host and emulated backends, `nccl_communicator` for the CUDA backend.
+template <engine_backend Backend, communicator Comm = default_communicator_t<Backend>>
 class engine {
 public:
   using backend_type = Backend;
+  using communicator_type = Comm;
 
   /// Validates `cfg` (throws zenflow::invalid_argument naming the key) and keeps a copy.
   /// `backend`: where the "device" is (`host_backend{}`, `cuda_backend{}`,
-  /// `emulated_backend{device}`).
-  explicit engine(const config& cfg, Backend backend = Backend{})
-      : cfg_(checked(cfg)), plan_(std::move(backend), static_cast<std::size_t>(cfg_.ring_slots)) {}
+  /// `emulated_backend{device}`). `comm`: the ranks this engine trains with, data parallel (every
+  /// rank registers the same parameters and steps together; the engine keeps the communicator).
+  explicit engine(const config& cfg, Backend backend = Backend{}, Comm comm = Comm{})
+      : cfg_(checked(cfg)), dp_(std::move(comm)),
+        plan_(std::move(backend), static_cast<std::size_t>(cfg_.ring_slots)) {}
   /// Waits for the host job in flight and stops the engine's threads. Updates not yet applied
   /// are dropped, never written here: a closed window whose host job finished but whose new
   /// weights were not applied (overlap_step: the last window before destruction, unless flush()
@@ -163,11 +171,14 @@ public:
   }
 
   /// Allocates every buffer and copies the current working weights into the fp32 masters.
-  /// Blocking (once, before training).
+  /// Blocking (once, before training). Data parallel: first checks that every rank has the same
+  /// configuration and parameter list (else every rank throws zenflow::invalid_argument naming
+  /// which, and the ranks that differ, changing nothing); the replicas' weights must start equal.
   void initialize(cudaStream_t stream = nullptr) {
     detail::require(life_ == detail::lifecycle::registering, "zenflow::engine::initialize", "this",
                     "is already initialized");
     detail::require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
+    stats_.comm_bytes += dp_.verify(cfg_, params_, stream);
     const bool zen = cfg_.mode == optimizer_mode::zenflow;
     const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
     std::vector<std::int64_t> ks, cs;
@@ -185,6 +196,9 @@ public:
       stats_.model_bytes += pi.bytes();
     }
     voter_.emplace(ks, cs);
+    dp_.set_partition(params_);
+    stats_.memory.device_scratch +=
+        dp_.setup(plan_.backend(), params_, stream); // before the plan reads grads
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
     const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_, params_, slot_bytes);
     plan_.set_staging_slots(slots.staging);
@@ -303,6 +317,7 @@ public:
     const std::int64_t trace_t0 = detail::pipeline_trace::now();
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     cost.trace = tracing();
+    rep.comm_bytes = dp_.reduce_gradients(plan_.backend(), params_, stream);
     plan_.begin_step(t, stream);
     plan_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (early_any_) {
@@ -323,6 +338,7 @@ public:
     rep.d2h_bytes = cost.d2h;
     rep.h2d_bytes = cost.h2d;
     rep.stall_s = cost.stall_s;
+    stats_.comm_bytes += rep.comm_bytes;
     rep.selection_age = sched_.selection_step >= 0 ? t - sched_.selection_step : 0;
     stats_.last = rep;
     ++stats_.steps;
@@ -426,6 +442,11 @@ public:
     return out;
   }
 
+  /// The communicator the engine steps with (rank(), size()).
+  [[nodiscard]] const Comm& comm() const noexcept { return dp_.comm(); }
+  /// Which rank owns which channels' host state (data parallel; empty before initialize()).
+  [[nodiscard]] const channel_partition& partition() const noexcept { return dp_.partition(); }
+
   /// The D2H ring's own counters (bytes it moved), for cross-checks of the engine's accounting.
   [[nodiscard]] ring_stats d2h_ring_stats() const { return d2h_.stats(); }
 
@@ -514,8 +535,9 @@ private:
   /// grad_ready() starts work on this step: the selection of the coming step is known and fixed.
   [[nodiscard]] bool early_stream_step() const {
     const std::int64_t t = sched_.step;
+    // Data parallel: the mean gradient exists only once step() reduced it.
     return cfg_.mode == optimizer_mode::zenflow && t >= cfg_.full_warm_up_rounds &&
-           !cfg_.is_selection_step(t) && sched_.selection_fixed();
+           !cfg_.is_selection_step(t) && sched_.selection_fixed() && !dp_.active();
   }
 
   // ---- host windows -------------------------------------------------------------------------
@@ -737,7 +759,8 @@ private:
   }
 
   config cfg_;
-  detail::device_plan<Backend> plan_; // destroyed last: the ring and the copies use its buffers
+  detail::data_parallel<Backend, Comm> dp_; // its buffers outlive the plan's last synchronize
+  detail::device_plan<Backend> plan_;       // destroyed last: the ring and the copies use its buffers
   std::vector<detail::param_info> params_;
   detail::pipeline_trace trace_; // before host_: its consumer thread writes spans here
   detail::host_side<typename Backend::template host_buffer<std::byte>> host_{cfg_, params_};

@@ -41,6 +41,7 @@ struct step_report {
   std::uint64_t d2h_bytes = 0;    ///< device -> host bytes enqueued by this step
   std::uint64_t h2d_bytes = 0;    ///< host -> device bytes enqueued by this step
   double stall_s = 0.0;           ///< time the calling thread waited on the host side
+  std::uint64_t comm_bytes = 0;   ///< bytes this rank put into collectives (data parallel)
   std::int64_t window_length = 0; ///< steps in the current window so far (this one included)
   std::int64_t selection_age = 0; ///< steps since the current selection was made (0 at it)
 };
@@ -57,7 +58,8 @@ struct stats {
   std::uint64_t d2h_bytes = 0;
   std::uint64_t h2d_bytes = 0;
   double stall_s = 0.0;
-  double host_window_s = 0.0; ///< total time spent inside host window jobs
+  std::uint64_t comm_bytes = 0; ///< bytes this rank put into collectives (initialize() included)
+  double host_window_s = 0.0;   ///< total time spent inside host window jobs
   double last_host_window_s = 0.0;
   std::int64_t last_window_length = 0;    ///< length of the last closed window
   std::uint64_t model_bytes = 0;          ///< working-precision bytes of every registered parameter
