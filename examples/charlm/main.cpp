@@ -1,6 +1,7 @@
 // charlm_train: the example trainer. `charlm_train --help` lists the options; the README's quick
 // start runs it through bench/engine/offload_modes.py (scripts/demo).
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -12,7 +13,63 @@
 #include "run.hpp"
 #include "trainer.hpp"
 
+#if defined(CHARLM_HAS_MPI)
+namespace charlm {
+/// charlm_train under mpirun: the host backend, data parallel; rank 0 prints and writes the JSON.
+inline int main_data_parallel(int argc, char** argv) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  options o;
+  try {
+    apply_size_preset(o, "cpu");
+    if (!parse_args(std::vector<std::string>(argv + 1, argv + argc), o)) {
+      if (rank == 0) {
+        std::fputs(usage_text(), stdout);
+      }
+      return 0;
+    }
+    if (o.backend == "cuda") {
+      throw zenflow::invalid_argument("--backend: data parallel (mpirun) runs on the host backend");
+    }
+    zenflow::set_log_handler(zenflow::stderr_log_handler, o.log_level);
+    if (rank == 0 && !o.quiet) {
+      std::fputs(o.zf.describe(&o.zf_sources).c_str(), stdout);
+      std::fputs("\n", stdout);
+    }
+    bool same = false;
+    const run_result r = run_host_mpi(o, same);
+    if (rank == 0) {
+      print_summary(r);
+      std::printf("data parallel: replicas %s\n", same ? "identical" : "DIFFER");
+      write_json(r, o);
+    }
+    return same ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "charlm_train (rank %d): %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1); // the other ranks would wait in a collective
+    return 1;
+  }
+}
+} // namespace charlm
+#endif
+
+namespace {
+/// Launched by mpirun / mpiexec (Open MPI's or a PMI launcher's variables): train data parallel.
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+} // namespace
+
 int main(int argc, char** argv) {
+#if defined(CHARLM_HAS_MPI)
+  if (launched_by_mpi()) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided); // MPI from the training thread only
+    const int rc = charlm::main_data_parallel(argc, argv);
+    MPI_Finalize();
+    return rc;
+  }
+#endif
   charlm::options o;
   try {
     charlm::apply_size_preset(o, "cpu");

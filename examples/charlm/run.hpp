@@ -9,6 +9,13 @@
 #include <thread>
 
 #include <zenflow/core/worker_pool.hpp>
+#if defined(CHARLM_HAS_MPI)
+#  include <cstring>
+#  include <mpi.h>
+#  include <vector>
+
+#  include <zenflow/comm/mpi_communicator.hpp>
+#endif
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
@@ -80,6 +87,49 @@ namespace charlm {
   }
   return r;
 }
+
+#if defined(CHARLM_HAS_MPI)
+/// The host backend data parallel over MPI_COMM_WORLD (launched by mpirun): every rank holds a
+/// replica of the model and trains on its shard of every batch; the engine averages the
+/// gradients. `replicas_same`: every rank ended with rank 0's weights, bit for bit.
+[[nodiscard]] inline run_result run_host_mpi(options o, bool& replicas_same) {
+  int rank = 0;
+  int ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (o.batch < ranks) {
+    throw zenflow::invalid_argument("--batch: must be >= the number of ranks (" + std::to_string(ranks) +
+                                    ")");
+  }
+  if (rank != 0) { // rank 0 reports
+    o.quiet = true;
+    o.progress_every = 0;
+  }
+  const std::optional<weights_file> init = load_init_weights(o);
+  dataset data = make_dataset(o, init ? &*init : nullptr); // the same batches on every rank
+  zenflow::worker_pool pool(std::max(1u, model_threads(o) / static_cast<unsigned>(ranks)));
+  host_charlm model(o.shape, o.seed, &pool); // the same seed: the replicas start equal
+  if (init) {
+    model.set_weights(init->weights);
+  }
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> opt(
+      o.zf, zenflow::host_backend{}, zenflow::mpi_communicator(MPI_COMM_WORLD));
+  register_params(model, opt);
+  opt.initialize(nullptr);
+  run_result r = train(model, opt, data, o, nullptr, rank, ranks);
+  using weight_t = host_charlm::weight_t;
+  std::vector<weight_t> w = model.all_weights();
+  std::vector<weight_t> w0 = w;
+  MPI_Bcast(w0.data(), static_cast<int>(w0.size() * sizeof(weight_t)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int differs = std::memcmp(w.data(), w0.data(), w.size() * sizeof(weight_t)) != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  replicas_same = differs == 0;
+  if (rank == 0 && !o.save_weights.empty()) {
+    save_weights_file(o.save_weights, weights_file{o.shape, o.vocab_chars, w});
+  }
+  return r;
+}
+#endif
 
 #if defined(CHARLM_HAS_CUDA)
 /// The CUDA backend (train_cuda.cu).

@@ -112,8 +112,32 @@ inline void print_progress(std::int64_t done, std::int64_t steps, double elapsed
 /// engine's work is enqueued on `stream` (the model's; nullptr on the host backend). A step's
 /// time runs from the batch to the end of the stream's work for it (model.sync()); the engine's
 /// host windows keep running in the background, and what a step waited for them is its stall.
+/// Rank `rank`'s rows of `b` out of `ranks` (data parallel: every rank draws the same batches and
+/// trains on its own contiguous share of the rows).
+[[nodiscard]] inline batch shard(const batch& b, int rank, int ranks) {
+  if (ranks == 1) {
+    return b;
+  }
+  const auto lo = static_cast<std::int32_t>(static_cast<std::int64_t>(b.rows) * rank / ranks);
+  const auto hi = static_cast<std::int32_t>(static_cast<std::int64_t>(b.rows) * (rank + 1) / ranks);
+  batch s;
+  s.rows = hi - lo;
+  s.context = b.context;
+  const auto ctx = static_cast<std::ptrdiff_t>(b.context);
+  s.inputs.assign(b.inputs.begin() + lo * ctx, b.inputs.begin() + hi * ctx);
+  s.targets.assign(b.targets.begin() + lo, b.targets.begin() + hi);
+  return s;
+}
+
+/// Data parallel: this is rank `rank` of `ranks`, on its shard of every batch.
 template <class Model, class Optimizer>
-run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, cudaStream_t stream) {
+run_result train(Model& model,
+                 Optimizer& opt,
+                 dataset& data,
+                 const options& o,
+                 cudaStream_t stream,
+                 int rank = 0,
+                 int ranks = 1) {
   using clock = std::chrono::steady_clock;
   run_result r;
   r.backend = Model::name();
@@ -136,7 +160,7 @@ run_result train(Model& model, Optimizer& opt, dataset& data, const options& o, 
   std::int64_t iv_n = 0, window_sum = 0, window_steps = 0;
   const auto start = clock::now();
   for (std::int64_t t = 0; t < o.steps; ++t) {
-    const batch b = data.next_train(o.batch);
+    const batch b = shard(data.next_train(o.batch), rank, ranks);
     const auto t0 = clock::now();
     const float loss = model.train_step(b);
     const zenflow::step_report rep = opt.step(learning_rate(o, t), stream);
