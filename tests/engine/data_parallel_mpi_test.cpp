@@ -6,6 +6,7 @@
 // match it bit for bit (weights, masters, moments, counts, selections, skipped steps), and every
 // rank must hold the same weights (compared with a plain MPI_Allgather).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <mpi.h>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -391,6 +393,35 @@ TEST(engine_data_parallel, a_training_loop_each_rank_on_its_shard) {
   // example-end engine-data-parallel
   EXPECT_LT(held_out_loss(), 0.25 * before);
   EXPECT_TRUE(same_on_every_rank(w));
+}
+
+// A rank that does not reach step() (dead, stuck, or out of step) is an error on the others within
+// the communicator's bound, not a hang: rank 0 gives up after 300 ms; the others come 1.5 s late.
+TEST(engine_data_parallel, a_missing_rank_is_a_timeout_in_step_not_a_hang) {
+  const int rank = world_rank();
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(
+      small_config(), {}, zenflow::mpi_communicator(MPI_COMM_WORLD, {rank == 0 ? 300ms : 20000ms}));
+  register_all(e, w, g);
+  e.initialize();
+  if (rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)e.step(1e-2f);
+      ADD_FAILURE() << "no timeout";
+    } catch (const zenflow::comm_timeout& err) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      EXPECT_GE(waited, 300ms);
+      EXPECT_LT(waited, 1200ms) << "the bound was not kept";
+      EXPECT_NE(std::string(err.what()).find("all_reduce_mean"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(e.steps(), 0); // the step did not happen
+  } else {
+    std::this_thread::sleep_for(1500ms);
+    (void)e.step(1e-2f); // completes with rank 0's posted contribution
+  }
+  MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
 }
 
 // Only rank 0 prints the usual report; the others print their failures, with their rank.
