@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mpi.h>
 #include <random>
@@ -393,6 +394,60 @@ TEST(engine_data_parallel, a_training_loop_each_rank_on_its_shard) {
   // example-end engine-data-parallel
   EXPECT_LT(held_out_loss(), 0.25 * before);
   EXPECT_TRUE(same_on_every_rank(w));
+}
+
+// Every rank saves its own file (checkpoint_rank_path); a fresh N-rank engine loaded from them
+// continues exactly as the uninterrupted run.
+TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
+  const int rank = world_rank();
+  const int n = world_size();
+  char name[256] = {};
+  if (rank == 0) { // one name for every rank (each file adds its rank)
+    std::snprintf(name, sizeof name, "%szf_dp_ckpt_%lld", ::testing::TempDir().c_str(),
+                  static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string base = name;
+  auto w = initial_weights<float>();
+  std::vector<std::vector<float>> g(kShapes.size());
+  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    g[p].resize(w[p].size());
+  }
+  auto feed = [&](std::int64_t t) {
+    for (std::size_t p = 0; p < kShapes.size(); ++p) {
+      const auto mine = grad_of<float>(rank, t, p, kShapes[p]);
+      std::copy(mine.begin(), mine.end(), g[p].begin());
+    }
+  };
+  const auto cfg = small_config();
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> a(cfg, {}, make_comm());
+  register_all(a, w, g);
+  a.initialize();
+  for (std::int64_t t = 0; t < 7; ++t) {
+    feed(t);
+    (void)a.step(1e-2f);
+  }
+  a.save(base);
+  EXPECT_TRUE(std::ifstream(zenflow::checkpoint_rank_path(base, rank, n)).good());
+  auto w_saved = w; // the working weights are the user's to save
+  for (std::int64_t t = 7; t < 14; ++t) {
+    feed(t);
+    (void)a.step(1e-2f);
+  }
+  a.flush();
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> b(cfg, {}, make_comm());
+  register_all(b, w_saved, g);
+  b.initialize();
+  b.load(base);
+  for (std::int64_t t = 7; t < 14; ++t) {
+    feed(t);
+    (void)b.step(1e-2f);
+  }
+  b.flush();
+  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    EXPECT_EQ(std::memcmp(w[p].data(), w_saved[p].data(), w[p].size() * 4), 0) << "param " << p;
+  }
+  std::remove(zenflow::checkpoint_rank_path(base, rank, n).c_str());
 }
 
 // A rank that does not reach step() (dead, stuck, or out of step) is an error on the others within

@@ -453,7 +453,8 @@ public:
   /// Saves the whole optimizer state to the checkpoint file `path` (docs/checkpoint.md), between
   /// steps: a host job in flight is finished first and its new weights are saved as a job still to
   /// apply. The working weights are the user's: save them too. Blocking; changes nothing the engine
-  /// computes next. One file per rank: `checkpoint_rank_path(path, 0, 1)` (= `path`) for now.
+  /// computes next. One file per rank: `checkpoint_rank_path(path, rank, ranks)` (= `path` for one
+  /// rank; data parallel: every rank calls save() and load() with the same `path`).
   /// @throws invalid_argument ('this': not initialized, or grad_ready() announcements pending;
   ///         'path': empty); checkpoint_error (io) when the file cannot be written.
   void save(const std::string& path, cudaStream_t stream = nullptr) {

@@ -67,7 +67,7 @@ struct engine_checkpoint {
     between_steps(eng, fn, path);
     settle(eng);
     const ckpt_scalars s = scalars(eng);
-    checkpoint_writer out(checkpoint_rank_path(path, 0, 1), identity(eng));
+    checkpoint_writer out(rank_path(eng, path), identity(eng));
     out.section("engine/scalars", &s, sizeof s);
     const auto M = static_cast<std::size_t>(s.matrices);
     out.begin_section("engine/masses", masses_bytes(M));
@@ -124,7 +124,7 @@ struct engine_checkpoint {
   static void load(Engine& eng, const std::string& path, cudaStream_t stream) {
     constexpr const char* fn = "zenflow::engine::load";
     between_steps(eng, fn, path);
-    const checkpoint_reader in(checkpoint_rank_path(path, 0, 1)); // structure and checksums
+    const checkpoint_reader in(rank_path(eng, path)); // structure and checksums
     in.expect(identity(eng));
 
     // 1. Check everything; change nothing.
@@ -304,7 +304,14 @@ struct engine_checkpoint {
       put(&pi.lr_scale, 4);
       put(&pi.weight_decay, 4);
     }
-    return {checkpoint_hash(std::as_bytes(std::span(cfg.data(), cfg.size()))), checkpoint_hash(list), 0, 1};
+    return {checkpoint_hash(std::as_bytes(std::span(cfg.data(), cfg.size()))), checkpoint_hash(list),
+            static_cast<std::uint32_t>(eng.dp_.comm().rank()),
+            static_cast<std::uint32_t>(eng.dp_.comm().size())};
+  }
+
+  /// Data parallel: every rank its own file (`path` itself for one rank).
+  static std::string rank_path(const Engine& eng, const std::string& path) {
+    return checkpoint_rank_path(path, eng.dp_.comm().rank(), eng.dp_.comm().size());
   }
 
 private:
