@@ -4,6 +4,7 @@
 //   host_lr_problems --problem regression|drift --regime scratch|finetune --seed N
 //                    [--mode dense|zenflow] [--rule none|sqrt|linear|capped|snr]
 //                    [--interval N|auto] [--max-interval N] [--warm-up N] [--overlap true|false]
+//                    [--moments-per-step true|false]
 //                    [--steps N]
 //
 // Prints one JSON object: the held-out loss every 20 steps, its start, end and maximum.
@@ -36,6 +37,7 @@ struct options {
   std::uint64_t seed = 1;
   std::int64_t interval = 0, max_interval = 16, warm_up = 0, steps = 400;
   bool overlap = true;
+  bool moments_per_step = true; // config::host_moments_per_step
 };
 
 constexpr std::int64_t in = 64, out = 16, batch = 32, eval_rows = 2048, eval_every = 20;
@@ -158,6 +160,8 @@ options parse(int argc, char** argv) {
       o.warm_up = std::stoll(v);
     } else if (f == "--overlap" && (v == "true" || v == "false")) {
       o.overlap = v == "true";
+    } else if (f == "--moments-per-step" && (v == "true" || v == "false")) {
+      o.moments_per_step = v == "true";
     } else if (f == "--steps") {
       o.steps = std::stoll(v);
     } else {
@@ -182,9 +186,10 @@ nlohmann::json run(const options& o) {
   cfg.min_update_interval = std::min<std::int64_t>(cfg.min_update_interval, o.max_interval);
   cfg.full_warm_up_rounds = o.warm_up;
   cfg.overlap_step = o.overlap;
+  cfg.host_moments_per_step = o.moments_per_step;
   nlohmann::json rule = o.rule;
   nlohmann::json ds = cfg.to_deepspeed_json();
-  ds["zero_optimization"]["zenflow"]["host_lr_scale"] = rule; // the config's own reader names a bad rule
+  ds["zenflow_ext"]["host_lr_scale"] = rule; // the config's own reader names a bad rule
   cfg = zenflow::config::from_deepspeed_json(ds);
   cfg.mode = o.mode == "dense" ? zenflow::optimizer_mode::gpu_adamw : zenflow::optimizer_mode::zenflow;
 
@@ -235,6 +240,7 @@ nlohmann::json run(const options& o) {
   j["max_interval"] = o.max_interval;
   j["warm_up"] = o.warm_up;
   j["overlap"] = o.overlap;
+  j["moments_per_step"] = o.moments_per_step;
   j["steps"] = o.steps;
   j["loss_start"] = start;
   j["loss_final"] = final_loss;

@@ -122,6 +122,7 @@ usage: charlm_train [options]
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none|capped|snr
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
+  --host-moments-per-step true|false
   --beta1 X --beta2 X --eps X --weight-decay X --adam-mode adamw|adam
   --gradient-clipping X  --loss-scale X
   --upload whole_window|chunk_ring  --ring-slot-bytes N  --ring-slots N  --host-threads N
@@ -213,23 +214,15 @@ inline std::string setting_of_flag(const std::string& flag) {
       return std::string(setting);
     }
   }
-  static const std::vector<std::string_view> same_name = {"topk_ratio",
-                                                          "select_strategy",
-                                                          "select_interval",
-                                                          "update_interval",
-                                                          "full_warm_up_rounds",
-                                                          "overlap_step",
-                                                          "auto_ratio",
-                                                          "pt_reserved_cores_perc",
-                                                          "host_lr_scale",
-                                                          "max_update_interval",
-                                                          "min_update_interval",
-                                                          "steps_per_epoch",
-                                                          "importance",
-                                                          "gradient_clipping",
-                                                          "upload",
-                                                          "ring_slot_bytes",
-                                                          "ring_slots",
+  static const std::vector<std::string_view> same_name = {"topk_ratio",          "select_strategy",
+                                                          "select_interval",     "update_interval",
+                                                          "full_warm_up_rounds", "overlap_step",
+                                                          "auto_ratio",          "pt_reserved_cores_perc",
+                                                          "host_lr_scale",       "max_update_interval",
+                                                          "min_update_interval", "steps_per_epoch",
+                                                          "importance",          "host_moments_per_step",
+                                                          "gradient_clipping",   "upload",
+                                                          "ring_slot_bytes",     "ring_slots",
                                                           "host_threads"};
   std::string name = flag.substr(2);
   std::replace(name.begin(), name.end(), '-', '_');
@@ -376,6 +369,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--max-update-interval", [&](S f, S v) { z.max_update_interval = parse_int(f, v); }},
       {"--min-update-interval", [&](S f, S v) { z.min_update_interval = parse_int(f, v); }},
       {"--steps-per-epoch", [&](S f, S v) { z.steps_per_epoch = parse_int(f, v); }},
+      {"--host-moments-per-step", [&](S f, S v) { z.host_moments_per_step = detail::parse_bool(f, v); }},
       {"--importance",
        [&](S f, S v) {
          z.importance = detail::parse_enum<zenflow::channel_norm>(

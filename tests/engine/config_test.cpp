@@ -90,6 +90,7 @@ TEST(config, default_config_is_valid_and_matches_spec_defaults) {
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
   EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::snr);
+  EXPECT_TRUE(c.host_moments_per_step);
   EXPECT_EQ(c.importance, zenflow::channel_norm::sq_l2);
   EXPECT_EQ(c.adam.lr, 1e-3f);
   EXPECT_EQ(c.adam.beta1, 0.9f);
@@ -132,7 +133,8 @@ TEST(config, auto_values_and_every_extension_key_parse) {
     "pt_reserved_cores_perc": 0.25, "steps_per_epoch": 50}},
     "zenflow_ext": {"host_lr_scale": "sqrt",
     "max_update_interval": 9, "min_update_interval": 2, "importance": "l1", "mode": "offload_sync",
-    "upload": "chunk_ring", "ring_slot_bytes": 65536, "ring_slots": 3, "host_threads": 5}})",
+    "upload": "chunk_ring", "ring_slot_bytes": 65536, "ring_slots": 3, "host_threads": 5,
+    "host_moments_per_step": false}})",
       {.strict = true});
   EXPECT_TRUE(log.messages.empty()) << log.messages.front(); // nothing to warn about, even strict
   EXPECT_EQ(c.topk_ratio, 1.0);
@@ -153,6 +155,7 @@ TEST(config, auto_values_and_every_extension_key_parse) {
   EXPECT_EQ(c.ring_slot_bytes, 65536);
   EXPECT_EQ(c.ring_slots, 3);
   EXPECT_EQ(c.host_threads, 5u);
+  EXPECT_FALSE(c.host_moments_per_step);
   EXPECT_EQ(c.select_interval_steps(), 50); // auto: once per epoch
 }
 
@@ -292,6 +295,7 @@ TEST(config, round_trips_through_deepspeed_json) {
   c.max_update_interval = 12;
   c.min_update_interval = 3;
   c.importance = zenflow::channel_norm::l1;
+  c.host_moments_per_step = false;
   c.adam.lr = 3e-4f;
   c.adam.beta1 = 0.8f;
   c.adam.beta2 = 0.95f;
@@ -323,6 +327,8 @@ TEST(config, round_trips_through_deepspeed_json) {
   EXPECT_EQ(r.max_update_interval, 12);
   EXPECT_EQ(r.min_update_interval, 3);
   EXPECT_EQ(r.importance, zenflow::channel_norm::l1);
+  EXPECT_FALSE(r.host_moments_per_step);
+  EXPECT_EQ(j["zenflow_ext"]["host_moments_per_step"], false);
   EXPECT_EQ(r.upload, zenflow::upload_policy::chunk_ring);
   EXPECT_EQ(r.ring_slot_bytes, 1 << 16);
   EXPECT_EQ(r.ring_slots, 4);
@@ -465,6 +471,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ZF_EXT("max_update_interval")},
         rejected_case{ZF_EXT_CASE(R"({"min_update_interval": 0})"), ZF_EXT("min_update_interval")},
         rejected_case{ZF_EXT_CASE(R"({"importance": "l2"})"), ZF_EXT("importance")},
+        rejected_case{ZF_EXT_CASE(R"({"host_moments_per_step": 1})"), ZF_EXT("host_moments_per_step")},
+        rejected_case{ZF_EXT_CASE(R"({"host_moments_per_step": "true"})"), ZF_EXT("host_moments_per_step")},
         rejected_case{ZF_EXT_CASE(R"({"mode": "cpu"})"), ZF_EXT("mode")},
         rejected_case{ZF_EXT_CASE(R"({"upload": "ring"})"), ZF_EXT("upload")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 100})"), ZF_EXT("ring_slot_bytes")},

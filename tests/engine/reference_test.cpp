@@ -402,8 +402,9 @@ TEST(reference, skipped_step_is_left_out_of_the_window_mean) {
 }
 
 TEST(reference, host_lr_scale_multiplies_the_window_step) {
-  // First host update of a channel (count 1): Adam's step is lr * g / (|g| + eps), i.e. almost
-  // exactly the learning rate, so the unselected channels move by lr * s(n_w).
+  // First host update of a channel: Adam's bias-corrected step is lr * g / (|g| + eps), i.e. almost
+  // exactly the learning rate, so the unselected channels move by lr * s(n_w). The window stands
+  // for its 4 steps (host_moments_per_step): count 4, m = (1 - b1^4) * mean gradient.
   const std::uint64_t seed = zf_test::base_seed() + 5;
   SCOPED_TRACE(zf_test::seed_note(seed));
   const auto init = initial_weights(seed);
@@ -430,10 +431,10 @@ TEST(reference, host_lr_scale_multiplies_the_window_step) {
         if (std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(j))) {
           continue;
         }
-        EXPECT_EQ(ref.counts(i)[static_cast<std::size_t>(j)], 1);
+        EXPECT_EQ(ref.counts(i)[static_cast<std::size_t>(j)], 4);
         for (std::int64_t e = j * len; e < (j + 1) * len; ++e) {
           const auto u = static_cast<std::size_t>(e);
-          const double mean_g = ref.exp_avg(i)[u] / (1.0 - 0.9); // m = (1 - b1) * mean gradient
+          const double mean_g = ref.exp_avg(i)[u] / (1.0 - std::pow(0.9, 4));
           if (std::fabs(mean_g) < 1e-4) {
             continue; // eps would matter
           }
@@ -629,33 +630,44 @@ TEST(reference, bad_selection_step_defers_the_selection_to_the_next_good_step) {
 }
 
 TEST(reference, per_channel_update_counts) {
-  // count = warm-up steps + good steps while selected + non-empty host jobs while unselected at
-  // the close. Step 30 is a bad selection step: the new set arrives mid-window at step 31.
-  const std::uint64_t seed = zf_test::base_seed() + 10;
-  config c = zen_config(0.2, 7, 3, false);
-  c.full_warm_up_rounds = 2;
-  zenflow_reference ref(c);
-  add_model(ref, initial_weights(seed));
-  grad_source src(seed);
-  std::vector<std::int32_t> expect(12, 0);
-  for (std::int64_t t = 0; t < 40; ++t) {
-    grads_t g = src.next();
-    const bool bad = t == 17 || t == 30;
-    if (bad) {
-      g[0][1] = std::numeric_limits<float>::quiet_NaN();
+  // count = warm-up steps + good steps while selected + what the host jobs add while unselected at
+  // the close: 1 per non-empty job, or the job's good steps with host_moments_per_step (counts in
+  // steps). Step 30 is a bad selection step: the new set arrives mid-window at step 31.
+  for (const bool per_step : {false, true}) {
+    const std::uint64_t seed = zf_test::base_seed() + 10;
+    config c = zen_config(0.2, 7, 3, false);
+    c.full_warm_up_rounds = 2;
+    c.host_moments_per_step = per_step;
+    zenflow_reference ref(c);
+    add_model(ref, initial_weights(seed));
+    grad_source src(seed);
+    std::vector<std::int32_t> expect(12, 0);
+    std::int32_t good_in_window = 0; // good steps since the last close, counted here
+    for (std::int64_t t = 0; t < 40; ++t) {
+      grads_t g = src.next();
+      const bool bad = t == 17 || t == 30;
+      if (bad) {
+        g[0][1] = std::numeric_limits<float>::quiet_NaN();
+      }
+      ref.step(g, lr_at(t));
+      good_in_window += t >= 2 && !bad ? 1 : 0;
+      const auto& sel = ref.selected(0);
+      const bool closed = t >= 2 && ref.last_step_closed_window();
+      for (std::int32_t j = 0; j < 12; ++j) {
+        const bool is_sel = std::binary_search(sel.begin(), sel.end(), j);
+        const bool device_update = t < 2 || (is_sel && !bad);
+        const bool host_update = closed && !is_sel && good_in_window > 0;
+        expect[static_cast<std::size_t>(j)] +=
+            (device_update ? 1 : 0) + (host_update ? (per_step ? good_in_window : 1) : 0);
+      }
+      if (closed) {
+        good_in_window = 0;
+      }
+      ASSERT_EQ(ref.counts(0), expect) << "step " << t << " per_step " << per_step;
     }
-    ref.step(g, lr_at(t));
-    const auto& sel = ref.selected(0);
-    for (std::int32_t j = 0; j < 12; ++j) {
-      const bool is_sel = std::binary_search(sel.begin(), sel.end(), j);
-      const bool device_update = t < 2 || (is_sel && !bad);
-      const bool host_update = t >= 2 && !is_sel && ref.last_step_closed_window();
-      expect[static_cast<std::size_t>(j)] += (device_update ? 1 : 0) + (host_update ? 1 : 0);
-    }
-    ASSERT_EQ(ref.counts(0), expect) << "step " << t;
+    EXPECT_EQ(ref.stats().selections, 6);                    // 2, 9, 16, 23, 31 (deferred from 30), 37
+    EXPECT_EQ(ref.counts(2), std::vector<std::int32_t>{38}); // vector: every good step
   }
-  EXPECT_EQ(ref.stats().selections, 6);                    // 2, 9, 16, 23, 31 (deferred from 30), 37
-  EXPECT_EQ(ref.counts(2), std::vector<std::int32_t>{38}); // vector: every good step
 }
 
 /// Zen-auto on a gradient with a fixed L1 structure: in matrix m, the first k channels have

@@ -68,21 +68,27 @@ inline double round_to_dtype(double x, zenflow::dtype dt) {
 }
 
 /// One AdamW (or Adam + L2) update in double; `count` is the update count including this one.
+/// `steps` > 1: the update stands for that many steps of gradient g (a host window with
+/// host_moments_per_step): the moments forget as `steps` updates would, b^steps, and `count`
+/// counts steps.
 inline void reference_adam(double& p,
                            double& m,
                            double& v,
                            double g,
                            double lr,
                            std::int32_t count,
-                           const zenflow::adamw_hparams& h) {
+                           const zenflow::adamw_hparams& h,
+                           std::int32_t steps = 1) {
   const double b1 = h.beta1;
   const double b2 = h.beta2;
   const double wd = h.weight_decay;
   if (!h.decoupled) {
     g += wd * p;
   }
-  m = b1 * m + (1.0 - b1) * g;
-  v = b2 * v + (1.0 - b2) * g * g;
+  const double d1 = std::pow(b1, steps);
+  const double d2 = std::pow(b2, steps);
+  m = d1 * m + (1.0 - d1) * g;
+  v = d2 * v + (1.0 - d2) * g * g;
   const double bc1 = 1.0 - std::pow(b1, count);
   const double bc2 = 1.0 - std::pow(b2, count);
   const double denom = std::sqrt(v) / std::sqrt(bc2) + static_cast<double>(h.eps);
@@ -518,10 +524,11 @@ private:
           }
           job.any = true;
           job.touched[i][static_cast<std::size_t>(j)] = 1;
-          const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
+          const auto steps = static_cast<std::int32_t>(cfg_.host_moments_per_step ? window_good_ : 1);
+          const std::int32_t c = p.count[static_cast<std::size_t>(j)] += steps;
           for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
             const auto u = static_cast<std::size_t>(e);
-            reference_adam(p.master[u], p.m[u], p.v[u], p.acc[u] / n, host_lr * p.lr_scale, c, p.adam);
+            reference_adam(p.master[u], p.m[u], p.v[u], p.acc[u] / n, host_lr * p.lr_scale, c, p.adam, steps);
             job.w[i][u] = round_to_dtype(p.master[u], p.dt);
           }
         }

@@ -137,7 +137,10 @@ struct config {
   host_lr_scaling host_lr_scale = host_lr_scaling::snr; ///< the host job's lr x f(n_w) (docs/defaults.md)
   std::int64_t max_update_interval = 2;                 ///< Zen-auto's longest window (docs/defaults.md)
   std::int64_t min_update_interval = 1;                 ///< Zen-auto's shortest window
-  channel_norm importance = channel_norm::sq_l2;        ///< "sq_l2" | "l1"
+  /// true: a host window's moments decay by beta^n_w and its channels' counts advance by n_w (a
+  /// window stands for its n_w steps, docs/defaults.md); false: by beta and 1, once per window.
+  bool host_moments_per_step = true;
+  channel_norm importance = channel_norm::sq_l2; ///< "sq_l2" | "l1"
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
   /// "optimizer.params" (lr is informational: step() passes each step's lr). Defaults: DeepSpeed's

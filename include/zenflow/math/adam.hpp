@@ -142,6 +142,24 @@ ZF_HOST_DEVICE inline adam_constants make_adam_constants(const adamw_hparams& hp
   return c;
 }
 
+/// Constants for one update that stands for `steps` (>= 1) steps of gradient, e.g. a host window
+/// on the mean of `steps` gradients, where `count` counts steps (this window's included): the
+/// moments decay by beta^steps, as `steps` dense updates with that gradient would decay them, so
+/// that the moments' memory is the same number of steps on the host as on the device. steps 1 is
+/// make_adam_constants(hp, count) exactly.
+inline adam_constants make_window_constants(const adamw_hparams& hp, std::int32_t count, std::int32_t steps) {
+  adam_constants c = make_adam_constants(hp, count);
+  if (steps > 1) {
+    const double b1 = detail::pow_int(static_cast<double>(hp.beta1), steps);
+    const double b2 = detail::pow_int(static_cast<double>(hp.beta2), steps);
+    c.beta1 = static_cast<float>(b1);
+    c.one_minus_beta1 = static_cast<float>(1.0 - b1);
+    c.beta2 = static_cast<float>(b2);
+    c.one_minus_beta2 = static_cast<float>(1.0 - b2);
+  }
+  return c;
+}
+
 /// One element's update on fp32 state; `g` is the widened gradient, `scale` the gradient scale.
 /// Returns the new master value (also stored in `master`).
 ZF_HOST_DEVICE ZF_FORCEINLINE float

@@ -95,7 +95,8 @@ template <class G, class T = float, class M = float>
 /// for each listed channel c (row r of the packed buffers):
 ///   acc[c] += last_coef * last_slot[r]           (when last_slot is not null)
 ///   AdamW on master/m/v[c] with gradient acc[c] and gradient scale 1/steps (the window's mean),
-///   bias correction from counts[c] + 1, then counts[c] += 1
+///   moments decayed by beta^moment_steps (make_window_constants), bias correction from
+///   counts[c] + moment_steps, then counts[c] += moment_steps
 ///   upload[r] = new master rounded to T (RNE);   acc[c] = 0 (unless `after == window_acc::keep`)
 /// Channels not listed (the selected ones) are not touched.
 ///
@@ -108,6 +109,8 @@ template <class G, class T = float, class M = float>
 /// @param hp     hyper-parameters (lr already multiplied by host_lr_scale by the caller).
 /// @param upload packed new working weights, `count x channel_len`.
 /// @param after  `keep` leaves acc as it is (the next window's first step assigns it).
+/// @param moment_steps how many steps the update stands for (>= 1): 1 is one plain AdamW step;
+///               n_w makes the moments' memory and the counts run in steps (docs/defaults.md).
 /// Bit-identical to accumulate_channels + adamw_span on the rows + packing (the unfused sequence),
 /// and whatever the thread count or SIMD path.
 template <class S, class T, class M = float>
@@ -121,7 +124,8 @@ template <class S, class T, class M = float>
                                        const adamw_hparams& hp,
                                        T* upload,
                                        worker_pool* pool,
-                                       window_acc after = window_acc::zero) {
+                                       window_acc after = window_acc::zero,
+                                       std::int32_t moment_steps = 1) {
   static_assert(is_working_type_v<S> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
   static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16>,
                 "zenflow: moments are float or bfloat16");
@@ -141,6 +145,7 @@ template <class S, class T, class M = float>
   ZF_EXPECT_ARG(steps >= 0, fn, "steps", "must be >= 0");
   ZF_EXPECT_ARG(steps > 0 || last_slot == nullptr, fn, "last_slot", "must be null when steps == 0");
   ZF_EXPECT_ARG(std::isfinite(last_coef), fn, "last_coef", "must be finite");
+  ZF_EXPECT_ARG(moment_steps >= 1, fn, "moment_steps", "must be >= 1");
   if (const cudaError_t e = detail::check_hparams(fn, hp); e != cudaSuccess) {
     return e;
   }
@@ -159,12 +164,13 @@ template <class S, class T, class M = float>
         }
         continue;
       }
-      const adam_constants k = make_adam_constants(hp, state.counts[c] + 1);
-      detail::cpu::window_span<S, T, M>(
-          acc + off, last_slot == nullptr ? nullptr : last_slot + r * L, last_coef, state.master + off,
-          state.m + off, state.v + off, upload + r * L, L, k, scale, off,
-          static_cast<std::uint32_t>(state.counts[c] + 1), after == window_acc::keep);
-      state.counts[c] += 1;
+      const std::int32_t t = state.counts[c] + moment_steps;
+      const adam_constants k = make_window_constants(hp, t, moment_steps);
+      detail::cpu::window_span<S, T, M>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
+                                        last_coef, state.master + off, state.m + off, state.v + off,
+                                        upload + r * L, L, k, scale, off, static_cast<std::uint32_t>(t),
+                                        after == window_acc::keep);
+      state.counts[c] = t;
     }
   });
   return cudaSuccess;

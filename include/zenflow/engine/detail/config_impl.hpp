@@ -43,9 +43,17 @@ inline constexpr std::string_view deepspeed_zenflow_keys[] = {
     "overlap_step", "offload",         "pt_reserved_cores_perc", "auto_ratio",      "steps_per_epoch"};
 
 /// zenflow's own keys (zenflow_ext; formerly inside the zenflow block, still read there).
-inline constexpr std::string_view extension_keys[] = {
-    "host_lr_scale", "max_update_interval", "min_update_interval", "importance",   "mode",
-    "upload",        "ring_slot_bytes",     "ring_slots",          "host_threads", "param_groups"};
+inline constexpr std::string_view extension_keys[] = {"host_lr_scale",
+                                                      "max_update_interval",
+                                                      "min_update_interval",
+                                                      "importance",
+                                                      "mode",
+                                                      "upload",
+                                                      "ring_slot_bytes",
+                                                      "ring_slots",
+                                                      "host_threads",
+                                                      "param_groups",
+                                                      "host_moments_per_step"};
 
 /// DeepSpeed's top-level keys (deepspeed/runtime/config.py and the configs it reads), for the
 /// warning on an unknown one. Names only; a key missing here costs a warning, not an error.

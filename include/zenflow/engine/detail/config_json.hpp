@@ -126,6 +126,8 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
     c.max_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
   } else if (name == "min_update_interval") {
     c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
+  } else if (name == "host_moments_per_step") {
+    c.host_moments_per_step = json_bool(v, key);
   } else if (name == "importance") {
     c.importance =
         json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
@@ -228,7 +230,8 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
       config_fail(key, "is not a known key of " + std::string(extension_block) +
                            did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
                            " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
-                           "mode, upload, ring_slot_bytes, ring_slots, host_threads, param_groups)");
+                           "host_moments_per_step, mode, upload, ring_slot_bytes, ring_slots, host_threads, "
+                           "param_groups)");
     }
     if (name == "mode") {
       r.mode_key = key;
@@ -481,6 +484,7 @@ inline nlohmann::json config::to_deepspeed_json() const {
   ext["max_update_interval"] = max_update_interval;
   ext["min_update_interval"] = min_update_interval;
   ext["importance"] = importance == channel_norm::l1 ? "l1" : "sq_l2";
+  ext["host_moments_per_step"] = host_moments_per_step;
   ext["upload"] = std::string(to_string(upload));
   ext["ring_slot_bytes"] = ring_slot_bytes;
   ext["ring_slots"] = ring_slots;

@@ -307,7 +307,10 @@ public:
 
   /// One host window: AdamW on acc[accumulator] / n_w for every host-set channel, the new working
   /// weights into the upload buffers. The accumulator is left as it is (4 bytes per element fewer
-  /// than zeroing it): the next window's first good step overwrites it. Returns the seconds it took.
+  /// than zeroing it): the next window's first good step overwrites it. With host_moments_per_step
+  /// the window stands for n_w steps: the moments decay by beta^n_w and the counts advance by n_w,
+  /// so that their memory is as many steps long as on the device (beta1 0.9 and windows of 4 would
+  /// otherwise remember 40 steps). Returns the seconds it took.
   double run_window(std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t a = accumulator;
@@ -331,7 +334,8 @@ public:
         using T = decltype(tag);
         check(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
                                        static_cast<std::int64_t>(h.host_set.size()), nullptr, 1.0f, n_w, hp,
-                                       reinterpret_cast<T*>(h.upload.data()), pool, host::window_acc::keep),
+                                       reinterpret_cast<T*>(h.upload.data()), pool, host::window_acc::keep,
+                                       cfg_->host_moments_per_step && n_w > 0 ? n_w : 1),
               "zenflow::engine: adamw_window");
       });
     }
