@@ -6,6 +6,9 @@ host_lr_scale {none, sqrt, linear, capped, snr} x window {2, 4, 8 fixed; Zen-aut
 window of 2, 4, 8, 16} (+ Zen-auto max 8 with 20 warm-up rounds, + S = 4 without overlap_step), each
 against dense AdamW on the same data, seed and starting weights. ZenFlow runs with topk_ratio 0.1
 and the library's other defaults (overlap on, selection "auto").
+--moments picks host_moments_per_step: per_step (the default; the host window's moments decay by
+beta^n_w and its counts advance by n_w) and/or per_window (one beta and one count per window, as
+before 2026-11-24; cells.jsonl lines without a "moments" field ran that way).
 
   charlm       examples/charlm (charlm_train, host backend), a small model (hidden 128, 3 layers);
                finetune = pretrain 400 steps of dense AdamW on the prose corpus (--save-weights),
@@ -48,8 +51,14 @@ CHARLM_MODEL = ["--size", "tiny", "--hidden", "128", "--context", "8", "--embed"
 CHARLM_STEPS = {"scratch": 400, "finetune": 200}
 
 
+def moments(c):
+    """host_moments_per_step of a cell: "per_step" (true, the default) or "per_window"; cells written
+    before the setting existed ran per window."""
+    return c.get("moments", "-" if c["mode"] == "dense" else "per_window")
+
+
 def key(c):
-    return f"{c['problem']}/{c['regime']}/{c['seed']}/{c['mode']}/{c['rule']}/{c['window']}"
+    return f"{c['problem']}/{c['regime']}/{c['seed']}/{c['mode']}/{c['rule']}/{c['window']}/{moments(c)}"
 
 
 def charlm_cell(binary, cell, workdir):
@@ -68,7 +77,8 @@ def charlm_cell(binary, cell, workdir):
         interval, max_iv, warm, overlap = WINDOWS[cell["window"]]
         flags += ["--optimizer", "zenflow", "--host-lr-scale", cell["rule"], "--update-interval", interval,
                   "--max-update-interval", str(max_iv), "--full-warm-up-rounds", str(warm),
-                  "--overlap-step", "true" if overlap else "false"]
+                  "--overlap-step", "true" if overlap else "false",
+                  "--host-moments-per-step", "true" if moments(cell) == "per_step" else "false"]
     out = os.path.join(workdir, "cell.json")
     subprocess.run(["nice", "-n", "10", binary] + flags + ["--json-out", out], check=True,
                    stdout=subprocess.DEVNULL)
@@ -88,39 +98,42 @@ def synthetic_cell(binary, cell):
     else:
         interval, max_iv, warm, overlap = WINDOWS[cell["window"]]
         flags += ["--mode", "zenflow", "--rule", cell["rule"], "--interval", interval, "--max-interval",
-                  str(max_iv), "--warm-up", str(warm), "--overlap", "true" if overlap else "false"]
+                  str(max_iv), "--warm-up", str(warm), "--overlap", "true" if overlap else "false",
+                  "--moments-per-step", "true" if moments(cell) == "per_step" else "false"]
     out = subprocess.run(["nice", "-n", "10", binary] + flags, check=True, capture_output=True, text=True).stdout
     r = json.loads(out)
     return {k: r[k] for k in ("loss_start", "loss_final", "loss_max", "mean_window", "curve")} | {
         "curve_kind": "held-out loss every 20 steps"}
 
 
-def cells(seeds, problems):
+def cells(seeds, problems, moment_modes, windows):
     for problem in problems:
         for regime in REGIMES:
             for seed in seeds:
                 yield {"problem": problem, "regime": regime, "seed": seed, "mode": "dense", "rule": "-",
-                       "window": "-"}
-                for window in WINDOWS:
-                    for rule in RULES:
-                        yield {"problem": problem, "regime": regime, "seed": seed, "mode": "zenflow",
-                               "rule": rule, "window": window}
+                       "window": "-", "moments": "-"}
+                for mo in moment_modes:
+                    for window in windows:
+                        for rule in RULES:
+                            yield {"problem": problem, "regime": regime, "seed": seed, "mode": "zenflow",
+                                   "rule": rule, "window": window, "moments": mo}
 
 
 def summarize(results):
     """Per (problem, regime, window, rule): mean over seeds of final / dense final, worst ratio to
     "none", and whether any seed's loss rose above its start."""
     dense = {(r["problem"], r["regime"], r["seed"]): r for r in results if r["mode"] == "dense"}
-    byk = {(r["problem"], r["regime"], r["seed"], r["rule"], r["window"]): r for r in results if r["mode"] != "dense"}
+    byk = {(r["problem"], r["regime"], r["seed"], r["rule"], r["window"], moments(r)): r
+           for r in results if r["mode"] != "dense"}
     groups = {}
-    for (p, g, s, rule, w), r in byk.items():
+    for (p, g, s, rule, w, mo), r in byk.items():
         d = dense.get((p, g, s))
-        none = byk.get((p, g, s, "none", w))
+        none = byk.get((p, g, s, "none", w, mo))
         if d is None:
             continue
-        e = groups.setdefault(f"{p}/{g}/{w}/{rule}", {"problem": p, "regime": g, "window": w, "rule": rule,
-                                                       "vs_dense": [], "vs_none": [], "spike": False,
-                                                       "mean_window": []})
+        e = groups.setdefault(f"{p}/{g}/{w}/{rule}/{mo}", {"problem": p, "regime": g, "window": w, "rule": rule,
+                                                            "moments": mo, "vs_dense": [], "vs_none": [],
+                                                            "spike": False, "mean_window": []})
         e["vs_dense"].append(r["loss_final"] / d["loss_final"])
         if none is not None:
             e["vs_none"].append(r["loss_final"] / none["loss_final"])
@@ -136,21 +149,22 @@ def summarize(results):
 
 def print_table(groups, out=sys.stdout):
     windows = list(WINDOWS)
-    for p in PROBLEMS:
-        for g in REGIMES:
-            rows = [e for e in groups.values() if e["problem"] == p and e["regime"] == g]
-            if not rows:
-                continue
-            print(f"\n{p} / {g}: final loss / dense AdamW's, mean over seeds (! = a loss above the start; "
-                  f"worst ratio to 'none' in brackets)", file=out)
-            print(f"{'window':12}" + "".join(f"{r:>19}" for r in RULES), file=out)
-            for w in windows:
-                line = f"{w:12}"
-                for rule in RULES:
-                    e = groups.get(f"{p}/{g}/{w}/{rule}")
-                    line += f"{'':>20}" if e is None else \
-                        f"{e['mean_vs_dense']:>9.4f} [{e['worst_vs_none']:.3f}]{'!' if e['spike'] else ' '}"
-                print(line, file=out)
+    for mo in ("per_step", "per_window"):
+        for p in PROBLEMS:
+            for g in REGIMES:
+                rows = [e for e in groups.values() if e["problem"] == p and e["regime"] == g and e["moments"] == mo]
+                if not rows:
+                    continue
+                print(f"\n{p} / {g}, host moments {mo}: final loss / dense AdamW's, mean over seeds (! = a loss "
+                      f"above the start; worst ratio to 'none' in brackets)", file=out)
+                print(f"{'window':12}" + "".join(f"{r:>19}" for r in RULES), file=out)
+                for w in windows:
+                    line = f"{w:12}"
+                    for rule in RULES:
+                        e = groups.get(f"{p}/{g}/{w}/{rule}/{mo}")
+                        line += f"{'':>20}" if e is None else \
+                            f"{e['mean_vs_dense']:>9.4f} [{e['worst_vs_none']:.3f}]{'!' if e['spike'] else ' '}"
+                    print(line, file=out)
 
 
 def plot(results, plots_dir, seed):
@@ -172,7 +186,7 @@ def plot(results, plots_dir, seed):
                         continue
                     if r["mode"] == "dense":
                         label, style = "dense AdamW", dict(color="black", lw=2)
-                    elif r["window"] == window:
+                    elif r["window"] == window and moments(r) == "per_step":
                         label, style = f"{r['rule']}", dict(lw=1.2)
                     else:
                         continue
@@ -202,6 +216,10 @@ def main():
     ap.add_argument("--plots", default=os.path.join(root, "docs"), help="folder of the PNGs")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--problems", nargs="+", default=PROBLEMS, choices=PROBLEMS)
+    ap.add_argument("--moments", nargs="+", default=["per_step"], choices=["per_step", "per_window"],
+                    help="host_moments_per_step true (per_step) and/or false (per_window) for the runs")
+    ap.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=list(WINDOWS),
+                    help="the windows to run (default: all)")
     ap.add_argument("--report-only", action="store_true", help="no new runs: summarize CELLS")
     args = ap.parse_args()
     charlm = os.path.join(args.build, "examples", "charlm_train")
@@ -215,7 +233,7 @@ def main():
                     r = json.loads(line)
                     done[key(r)] = r
     if not args.report_only:
-        todo = [c for c in cells(args.seeds, args.problems) if key(c) not in done]
+        todo = [c for c in cells(args.seeds, args.problems, args.moments, args.windows) if key(c) not in done]
         print(f"host_lr_sweep.py: {len(done)} cells done, {len(todo)} to run", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory() as tmp, open(args.cells, "a") as out:
             for n, c in enumerate(todo):

@@ -89,7 +89,7 @@ TEST(config, default_config_is_valid_and_matches_spec_defaults) {
   EXPECT_TRUE(c.overlap_step);
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
-  EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::snr);
+  EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::linear);
   EXPECT_TRUE(c.host_moments_per_step);
   EXPECT_EQ(c.importance, zenflow::channel_norm::sq_l2);
   EXPECT_EQ(c.adam.lr, 1e-3f);

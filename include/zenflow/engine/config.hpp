@@ -134,9 +134,9 @@ struct config {
   std::int64_t steps_per_epoch = 0;                    ///< 0 = unknown ("epoch" then rejected)
 
   // --- zenflow_ext (zenflow's own keys, a top-level block DeepSpeed ignores) ---
-  host_lr_scaling host_lr_scale = host_lr_scaling::snr; ///< the host job's lr x f(n_w) (docs/defaults.md)
-  std::int64_t max_update_interval = 2;                 ///< Zen-auto's longest window (docs/defaults.md)
-  std::int64_t min_update_interval = 1;                 ///< Zen-auto's shortest window
+  host_lr_scaling host_lr_scale = host_lr_scaling::linear; ///< the host job's lr x f(n_w) (docs/defaults.md)
+  std::int64_t max_update_interval = 2;                    ///< Zen-auto's longest window (docs/defaults.md)
+  std::int64_t min_update_interval = 1;                    ///< Zen-auto's shortest window
   /// true: a host window's moments decay by beta^n_w and its channels' counts advance by n_w (a
   /// window stands for its n_w steps, docs/defaults.md); false: by beta and 1, once per window.
   bool host_moments_per_step = true;
