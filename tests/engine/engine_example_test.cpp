@@ -212,9 +212,9 @@ TEST(engine_convergence, zenflow_loss_within_two_percent_of_dense_adamw) {
   EXPECT_GT(l_zen_none, 1.2 * l_dense);
 }
 
-// The library's defaults as a new user gets them (docs/defaults.md: host_lr_scale "snr", Zen-auto
-// with windows of at most 2 steps, no warm-up, overlap on, selection "auto"), nothing set but the
-// learning rate: within the measured margin of dense AdamW, never above the starting loss, and
+// The library's defaults as a new user gets them (docs/defaults.md: host_lr_scale "linear", host
+// moments per step, Zen-auto windows of at most 2 steps, no warm-up, overlap on, selection "auto"), nothing
+// set but the learning rate: within the measured margin of dense AdamW, never above the starting loss, and
 // not worse than DeepSpeed's "none" with the same windows. Over several seeds.
 TEST(engine_convergence, library_defaults_stay_close_to_dense_adamw) {
   zenflow::config defaults;
@@ -238,7 +238,7 @@ TEST(engine_convergence, library_defaults_stay_close_to_dense_adamw) {
     const double l_none = train(none, steps, seed);
     std::printf("held-out loss: start %g, dense %g, defaults %g (%+.2f%%), none %g\n", l_start, l_dense,
                 l_default, 100.0 * (l_default / l_dense - 1.0), l_none);
-    EXPECT_LT(l_default, 1.01 * l_dense); // measured: within 0.03% over these seeds
+    EXPECT_LT(l_default, 1.01 * l_dense); // measured: +0.08% to +0.10% over these seeds
     EXPECT_LT(l_default, 1.01 * l_none);
     EXPECT_LT(l_default, l_start);
   }

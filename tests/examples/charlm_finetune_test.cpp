@@ -122,8 +122,9 @@ TEST(CharlmFinetune, DefaultsStayCloseToDenseAndNeverSpike) {
   std::printf("fine-tune eval loss: start %.4f, dense %.4f, zenflow defaults %.4f, host_lr_scale none %.4f\n",
               m.dense.eval_loss_initial, m.dense.eval_loss_final, m.zen_default.eval_loss_final,
               m.zen_none.eval_loss_final);
-  // Issue 15 asks for 2% with Zen-auto; with host_moments_per_step the defaults are within 1%
-  // (measured -0.09% to +0.27% over 7 seeds; it was +0.05% to +1.0% with per-window moments).
+  // Issue 15 asks for 2% with Zen-auto; the defaults ("linear", per-step host moments) are within
+  // 1%: measured 3.1% to 4.5% *below* dense AdamW over 7 seeds ("snr" with per-window moments, the
+  // defaults before 2026-11-24: +0.05% to +1.0%).
   EXPECT_LT(m.zen_default.eval_loss_final, 1.01 * m.dense.eval_loss_final);
   // The default rule is not worse than DeepSpeed's "none" (docs/defaults.md: never by more than 1%).
   EXPECT_LT(m.zen_default.eval_loss_final, 1.01 * m.zen_none.eval_loss_final);
