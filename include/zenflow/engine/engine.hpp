@@ -1,24 +1,15 @@
 /// @file
-/// The ZenFlow engine: ZenFlow's step (docs/design.md; exact reading: docs/engine-semantics.md) composed from
-/// the primitives, over a backend: `zenflow::host_backend` (host pointers, this header) or
-/// `zenflow::cuda_backend` (device pointers, <zenflow/engine/engine.cuh>).
-///
-/// Threads: the training thread calls everything; host windows run on the window queue's
-/// executor (overlap_step) and, on the CUDA backend, a consumer thread drains the D2H ring. Results
-/// never depend on timing. Not thread-safe: one training thread per engine.
+/// The ZenFlow engine: ZenFlow's step (docs/design.md; exact reading: docs/engine-semantics.md), the
+/// schedule over named states (detail/schedule.hpp), over a backend (docs/engine.md, "Backends").
+/// Threads: the training thread calls everything; host windows run on the window queue's executor
+/// (overlap_step) and, on device backends, a consumer thread drains the D2H ring. Results never
+/// depend on timing. Not thread-safe: one training thread per engine.
 #pragma once
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <exception>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -31,26 +22,22 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
-#include <zenflow/core/log.hpp>
-#include <zenflow/core/views.hpp>
-#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/d2h_stream.hpp>
 #include <zenflow/engine/detail/data_parallel.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/host_jobs.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/registration.hpp>
 #include <zenflow/engine/detail/schedule.hpp>
-#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/detail/selection.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
+#include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
-#include <zenflow/optim/cpu_adamw.hpp>
 #include <zenflow/optim/types.hpp>
-#include <zenflow/transport/copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
-#include <zenflow/transport/window_queue.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -58,12 +45,6 @@ namespace detail {
 template <class Engine>
 struct engine_checkpoint; // save / load (detail/engine_checkpoint.hpp)
 } // namespace detail
-
-/// The full optimizer state of one parameter, gathered from wherever it lives (tests, checkpoints).
-struct param_state {
-  std::vector<float> master, m, v;  ///< channels x channel_len, channel-major
-  std::vector<std::int32_t> counts; ///< one per channel (one for a vector)
-};
 
 /// `Comm`: the data-parallel communicator (docs/data-parallel.md), of the backend's memory: by
 /// default one rank (`local_communicator`, `local_device_communicator`); `mpi_communicator` for
@@ -89,12 +70,7 @@ public:
   /// it reports what it dropped through the log hook (core/log.hpp): a warning for a window of
   /// updates, naming its steps and pointing to flush(); info for an open window's gradients.
   ~engine() {
-    if (queue_) {
-      try {
-        queue_->shutdown(shutdown_mode::drain);
-      } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing
-      }
-    }
+    jobs_.stop();
     d2h_.close(); // the consumer drains what was published, then stops
     host_.stop_consumer();
     report_dropped_updates();
@@ -245,15 +221,12 @@ public:
       }
     }
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is pool_
+    host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
       host_.start_consumer(d2h_.ring());
     }
-    pool_ = std::make_unique<worker_pool>(cfg_.resolved_host_threads(hw));
-    if (overlap) {
-      queue_ = std::make_unique<window_queue>(1);
-    }
+    jobs_.start(cfg_.resolved_host_threads(hw), overlap);
     life_ = detail::lifecycle::training;
   }
 
@@ -408,38 +381,12 @@ public:
   /// running host job first (its rows are being written). Blocking; for tests and checkpoints.
   [[nodiscard]] param_state state(param_id param, cudaStream_t stream = nullptr) {
     const std::size_t p = index(param);
-    if (queue_) {
-      queue_->drain();
-    }
+    jobs_.wait_idle();
     const auto& pi = params_[p];
-    const auto& h = host_[p];
-    param_state out;
-    if (pi.host_side) {
-      out.master = h.master;
-      out.m = h.m;
-      out.v = h.v;
-      out.counts = h.counts;
-    } else {
-      out.master.assign(static_cast<std::size_t>(pi.elements()), 0.0f);
-      out.m = out.master;
-      out.v = out.master;
-      out.counts.assign(static_cast<std::size_t>(pi.channels), 0);
-    }
-    std::vector<float> dm, d1, d2;
-    std::vector<std::int32_t> dc, ds;
-    plan_.read_device_state(p, dm, d1, d2, dc, ds, stream);
-    const auto L = static_cast<std::size_t>(pi.channel_len);
-    for (std::size_t r = 0; r < ds.size(); ++r) {
-      const auto c = static_cast<std::size_t>(ds[r]);
-      std::copy_n(dm.begin() + static_cast<std::ptrdiff_t>(r * L), L,
-                  out.master.begin() + static_cast<std::ptrdiff_t>(c * L));
-      std::copy_n(d1.begin() + static_cast<std::ptrdiff_t>(r * L), L,
-                  out.m.begin() + static_cast<std::ptrdiff_t>(c * L));
-      std::copy_n(d2.begin() + static_cast<std::ptrdiff_t>(r * L), L,
-                  out.v.begin() + static_cast<std::ptrdiff_t>(c * L));
-      out.counts[c] = dc[r];
-    }
-    return out;
+    auto& h = host_[p];
+    const channel_state host_rows{h.master.data(), h.m.data(),  h.v.data(),
+                                  h.counts.data(), pi.channels, pi.channel_len};
+    return plan_.read_full_state(p, pi.host_side ? &host_rows : nullptr, stream);
   }
 
   /// The communicator the engine steps with (rank(), size()).
@@ -486,25 +433,8 @@ private:
 
   /// The destructor's report of the updates it drops (after every thread stopped). Never throws.
   void report_dropped_updates() noexcept {
-    try {
-      if (sched_.job && job_.produced) {
-        const auto& job = *sched_.job;
-        std::string msg = "zenflow::engine destroyed with 1 host window of updates not applied (window " +
-                          std::to_string(job.window) + ", steps " + std::to_string(job.first_step) + ".." +
-                          std::to_string(job.last_step) +
-                          "): its new weights of the host-side channels are dropped; call flush() before "
-                          "destroying the engine to apply them";
-        log(log_level::warning, msg);
-      }
-      const std::int32_t open_steps = host_.n_w(sched_.accumulator);
-      if (sched_.window && open_steps > 0) {
-        log(log_level::info, "zenflow::engine destroyed with " + std::to_string(open_steps) +
-                                 " step(s) of gradients accumulated in the open window (from step " +
-                                 std::to_string(sched_.window->start) +
-                                 "): dropped, as a window that never closes has no host update");
-      }
-    } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing more
-    }
+    detail::report_dropped_updates(sched_, sched_.job && jobs_.outcome().produced,
+                                   sched_.window ? host_.n_w(sched_.accumulator) : 0);
   }
 
   static config checked(const config& cfg) {
@@ -523,16 +453,6 @@ private:
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
-  /// Packs and pushes the host-set gradients of every host-side parameter (those that
-  /// grad_ready() already pushed excepted).
-  void stream_gradients(std::int64_t t, cudaStream_t stream, call_cost& cost) {
-    for (std::size_t p = 0; p < params_.size(); ++p) {
-      if (announced_[p] != detail::announcement::streamed) {
-        d2h_.push_gradients(t, p, detail::grad_slot, sched_.accumulator, stream, cost);
-      }
-    }
-  }
-
   /// grad_ready() starts work on this step: the selection of the coming step is known and fixed.
   [[nodiscard]] bool early_stream_step() const {
     const std::int64_t t = sched_.step;
@@ -541,90 +461,10 @@ private:
            !cfg_.is_selection_step(t) && sched_.selection_fixed() && !dp_.active();
   }
 
-  // ---- host windows -------------------------------------------------------------------------
+  // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------
 
-  /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
-  /// weights is enqueued. Runs on the queue's executor or inline.
-  void run_job(std::size_t a, std::int32_t n_w, float lr) {
-    const std::int64_t t0 = detail::pipeline_trace::now();
-    job_.seconds = host_.run_window(a, n_w, lr, pool_.get());
-    upload_job();
-    trace_.span(detail::trace_track::host_job, "window AdamW", "host_job", t0, detail::pipeline_trace::now(),
-                "\"n_w\": " + std::to_string(n_w));
-  }
-
-  /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
-  /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window).
-  void upload_job() {
-    plan_.begin_uploads();
-    for (std::size_t p = 0; p < params_.size(); ++p) {
-      const auto& h = host_[p];
-      if (params_[p].host_side && !h.host_set.empty()) {
-        (void)plan_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
-      }
-    }
-    plan_.end_uploads();
-  }
-
-  /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
-  /// working weights (device to device, on `stream`, after the copies: no host wait).
-  void apply_uploads(cudaStream_t stream, call_cost& cost) {
-    plan_.begin_apply(stream);
-    for (std::size_t p = 0; p < params_.size(); ++p) {
-      const auto& h = host_[p];
-      if (params_[p].host_side && !h.host_set.empty()) {
-        cost.h2d += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
-      }
-    }
-    plan_.end_apply(stream);
-  }
-
-  void account_job() {
-    stats_.host_window_s += job_.seconds;
-    stats_.last_host_window_s = job_.seconds;
-    ++stats_.host_jobs;
-  }
-
-  /// Waits for the submitted job (if any) and writes its weights.
   void drain(cudaStream_t stream, call_cost& cost) {
-    if (!sched_.job) {
-      return;
-    }
-    const detail::submitted_job job = *sched_.job;
-    try {
-      if (queue_->applied(job.queue_window)) {
-        queue_->wait_applied(job.queue_window); // done already: no stall (rethrows its error)
-      } else {
-        detail::timed_stall(cost, "host job not done", [&] { queue_->wait_applied(job.queue_window); });
-      }
-    } catch (...) {
-      detail::rethrow_with_context("zenflow::engine: the host job of window " + std::to_string(job.window) +
-                                   " (steps " + std::to_string(job.first_step) + ".." +
-                                   std::to_string(job.last_step) + ") failed");
-    }
-    if (job_.produced) {
-      account_job();
-      apply_uploads(stream, cost);
-      stats_.max_staleness_windows =
-          std::max(stats_.max_staleness_windows, sched_.windows_closed - 1 - job.window);
-    }
-    sched_.job.reset();
-  }
-
-  /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
-  /// pushed so far consumed, the host AdamW, the new weights up and scattered (all a stall).
-  void synchronous_window(std::size_t a, float lr, cudaStream_t stream, call_cost& cost) {
-    std::int32_t n_w = 0;
-    detail::timed_stall(cost, "synchronous window: gradients down",
-                        [&] { n_w = host_.take_n_w(a, d2h_.pushed()); });
-    if (n_w > 0) {
-      detail::timed_stall(cost, "synchronous window: host AdamW", [&] {
-        plan_.wait_upload_done();
-        run_job(a, n_w, lr);
-      });
-      account_job();
-      apply_uploads(stream, cost);
-    }
+    jobs_.drain(sched_.job, sched_.windows_closed, stream, cost);
   }
 
   /// Closes the open window at the end of step t (docs/engine-semantics.md, 6).
@@ -633,19 +473,11 @@ private:
     const detail::open_window window = *sched_.window;
     const std::int64_t w = sched_.windows_closed++;
     if (!cfg_.overlap_step) {
-      synchronous_window(a, lr, stream, cost);
+      jobs_.run_now(a, lr, d2h_.pushed(), stream, cost);
     } else {
       drain(stream, cost);
-      const std::uint64_t seq = d2h_.pushed();
       // The job waits for the window's last slots itself, so the training thread does not.
-      const std::int64_t qw = queue_->submit([this, a, lr, seq] {
-        const std::int32_t n_w = host_.take_n_w(a, seq);
-        job_.produced = n_w > 0;
-        if (n_w > 0) {
-          plan_.wait_upload_done();
-          run_job(a, n_w, lr);
-        }
-      });
+      const std::int64_t qw = jobs_.submit(a, lr, d2h_.pushed());
       sched_.job = detail::submitted_job{qw, w, window.start, window.start + window.length - 1};
       sched_.accumulator ^= 1u;
     }
@@ -663,8 +495,8 @@ private:
       plan_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
     }
     d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
-    stream_gradients(t, stream, cost);
-    synchronous_window(sched_.accumulator, lr, stream, cost);
+    d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
+    jobs_.run_now(sched_.accumulator, lr, d2h_.pushed(), stream, cost);
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {
@@ -693,7 +525,7 @@ private:
     }
     plan_.update(lr, cfg_.adam, stream);
     d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
-    stream_gradients(t, stream, cost);
+    d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
     d2h_.push_record(t, detail::record_last_slot, sched_.accumulator, stream, cost);
     const std::int64_t length = ++sched_.window->length;
     rep.window_length = length;
@@ -731,31 +563,7 @@ private:
   void perform_selection(cudaStream_t stream, call_cost& cost) {
     detail::timed_stall(cost, "selection: top-k and migration", [&] {
       host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
-      for (std::size_t p = 0; p < params_.size(); ++p) {
-        const auto& pi = params_[p];
-        auto& h = host_[p];
-        std::vector<std::int32_t> new_sel;
-        if (pi.matrix) {
-          cost.d2h += plan_.select(p, cfg_.importance, new_sel, stream);
-        } else if (pi.device_dense) {
-          new_sel = {0};
-        } else {
-          continue;
-        }
-        if (new_sel == h.sel) {
-          continue;
-        }
-        if (pi.host_side) {
-          const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
-                                   h.counts.data(), pi.channels, pi.channel_len};
-          const auto [down, up] = plan_.migrate(p, h.sel, new_sel, rows, stream);
-          cost.d2h += down;
-          cost.h2d += up;
-          h.host_set = detail::complement(new_sel, pi.channels);
-          cost.h2d += plan_.set_host_set(p, h.host_set, stream);
-        }
-        h.sel = std::move(new_sel);
-      }
+      detail::select_and_migrate(plan_, params_, host_, cfg_.importance, stream, cost);
     });
   }
 
@@ -766,14 +574,12 @@ private:
   detail::pipeline_trace trace_; // before host_: its consumer thread writes spans here
   detail::host_side<typename Backend::template host_buffer<std::byte>> host_{cfg_, params_};
   detail::d2h_stream<Backend> d2h_{plan_, params_, host_};
-  std::unique_ptr<worker_pool> pool_;
-  std::unique_ptr<window_queue> queue_;
   std::optional<detail::zen_auto_voter> voter_;
   zenflow::stats stats_{};
+  detail::host_jobs<Backend> jobs_{plan_, params_, host_, stats_, trace_}; // destroyed first: its threads
 
   detail::lifecycle life_ = detail::lifecycle::registering;
   detail::schedule sched_;
-  detail::job_outcome job_;                   // written by the job, read after the queue says it is done
   std::uint64_t pushed_before_last_step_ = 0; // slots pushed up to the end of the previous step
   std::uint64_t pushed_before_prev_step_ = 0; // ... and of the one before (Zen-auto's lag)
 

@@ -20,6 +20,7 @@
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>
+#include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
@@ -129,6 +130,20 @@ public:
       push_slot(staging, bytes, meta, cost);
       plan_.staging_pushed(slot, copies_->get());
       pushed(bytes, cost);
+    }
+  }
+
+  /// push_gradients() of every host-side parameter in step(), those grad_ready() already pushed
+  /// (`announced[p] == streamed`) excepted.
+  void push_all_gradients(std::int64_t t,
+                          const std::vector<announcement>& announced,
+                          std::size_t acc,
+                          cudaStream_t stream,
+                          call_cost& cost) {
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      if (announced[p] != announcement::streamed) {
+        push_gradients(t, p, grad_slot, acc, stream, cost);
+      }
     }
   }
 

@@ -30,6 +30,7 @@
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
 #include <zenflow/select/types.hpp>
@@ -171,6 +172,10 @@ public:
   void end_apply(cudaStream_t stream);
   /// Blocks until the last upload copies have read the host upload buffers.
   void wait_upload_done();
+
+  /// The full state of `p`: the host rows (`host_rows`, or zeros where the parameter has none)
+  /// with the device-resident rows written over their channels. Blocking.
+  param_state read_full_state(std::size_t p, const channel_state* host_rows, cudaStream_t stream);
 
   /// The device-resident state of `p` (compact rows in device-set order). Blocking.
   void read_device_state(std::size_t p,

@@ -132,7 +132,7 @@ struct engine_checkpoint {
     need(in, "engine/scalars", sizeof s);
     in.read("engine/scalars", &s, sizeof s);
     const auto M = static_cast<std::int64_t>(eng.voter_->matrices());
-    const bool overlap = eng.queue_ != nullptr;
+    const bool overlap = eng.jobs_.overlapped();
     if (s.layout != ckpt_layout) {
       checkpoint::fail(checkpoint_errc::wrong_version, in.name(),
                        "engine state layout " + std::to_string(s.layout) + ", this build reads " +
@@ -269,12 +269,7 @@ struct engine_checkpoint {
       // The saved job as a job of this engine's queue that has already run: it only uploads the
       // saved weights, which the next drain applies, at the step the saved run would have.
       const bool produced = s.job_produced != 0;
-      const std::int64_t qw = eng.queue_->submit([&eng, produced] {
-        eng.job_ = job_outcome{produced, 0.0};
-        if (produced) {
-          eng.upload_job();
-        }
-      });
+      const std::int64_t qw = eng.jobs_.submit_finished(produced);
       sched.job = submitted_job{qw, s.pending_window, s.pending_first, s.pending_last};
     }
   }
@@ -325,9 +320,7 @@ private:
 
   /// The host job in flight finished, every pushed slot consumed (no thread touches the state).
   static void settle(Engine& eng) {
-    if (eng.queue_) {
-      eng.queue_->drain();
-    }
+    eng.jobs_.wait_idle();
     eng.host_.wait_consumed(eng.d2h_.pushed());
   }
 
@@ -348,7 +341,7 @@ private:
       s.pending_window = sched.job->window;
       s.pending_first = sched.job->first_step;
       s.pending_last = sched.job->last_step;
-      s.job_produced = eng.job_.produced ? 1 : 0;
+      s.job_produced = eng.jobs_.outcome().produced ? 1 : 0;
     }
     s.n_w = eng.host_.n_w(sched.accumulator);
     s.matrices = static_cast<std::int64_t>(eng.voter_->matrices());

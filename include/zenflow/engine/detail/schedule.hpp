@@ -7,8 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/log.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -62,6 +64,31 @@ struct schedule {
   /// A step whose device set is known before it starts (grad_ready() may start packing).
   [[nodiscard]] bool selection_fixed() const noexcept { return selection == selection_phase::current; }
 };
+
+/// The engine destructor's report of what it drops (docs/engine.md): a warning for a submitted
+/// window whose job produced weights that were never applied (`job_produced`), naming its steps
+/// and pointing to flush(); info for the open window's `open_steps` steps of gradients. Never
+/// throws.
+inline void
+report_dropped_updates(const schedule& sched, bool job_produced, std::int32_t open_steps) noexcept {
+  try {
+    if (sched.job && job_produced) {
+      const auto& job = *sched.job;
+      log(log_level::warning, "zenflow::engine destroyed with 1 host window of updates not applied (window " +
+                                  std::to_string(job.window) + ", steps " + std::to_string(job.first_step) +
+                                  ".." + std::to_string(job.last_step) +
+                                  "): its new weights of the host-side channels are dropped; call flush() "
+                                  "before destroying the engine to apply them");
+    }
+    if (sched.window && open_steps > 0) {
+      log(log_level::info, "zenflow::engine destroyed with " + std::to_string(open_steps) +
+                               " step(s) of gradients accumulated in the open window (from step " +
+                               std::to_string(sched.window->start) +
+                               "): dropped, as a window that never closes has no host update");
+    }
+  } catch (...) { // NOLINT(bugprone-empty-catch): a destructor reports nothing more
+  }
+}
 
 } // namespace detail
 ZF_NAMESPACE_END

@@ -1,0 +1,238 @@
+/// @file
+/// The device plan's selection steps and state transfers: the top-k of a matrix's scores, the
+/// migration of the rows that change sides (in place), the host set's upload, and the reads and
+/// writes of the device-resident state (engine::state(), checkpoints). Written once over the
+/// backend; included by device_plan_impl.hpp.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <zenflow/engine/detail/device_plan.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Backend>
+std::size_t device_plan<Backend>::select(std::size_t p,
+                                         channel_norm kind,
+                                         std::vector<std::int32_t>& out,
+                                         cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  if (kind == channel_norm::l1) {
+    dispatch_dtype(pi.type, [&](auto tag) {
+      using T = decltype(tag);
+      const channel_matrix<const T> g = pi.grad_matrix<T>();
+      b_.run(stream, static_cast<std::size_t>(g.elements()) * sizeof(T), "zenflow::engine: channel_norms",
+             [g, scores = d.scores.data(), temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+               std::size_t temp_bytes = bytes;
+               return prim.template channel_norms<channel_norm::l1>(temp, temp_bytes, g.data, g.channels,
+                                                                    g.channel_len, g.ld, g.layout, scores,
+                                                                    channel_norm_extras{}, on);
+             });
+    });
+  }
+  b_.run(stream, static_cast<std::size_t>(pi.channels) * 4, "zenflow::engine: topk",
+         [scores = d.scores.data(), n = pi.channels, k = pi.device_capacity, idx = idx_.data(),
+          temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+           std::size_t temp_bytes = bytes;
+           return prim.topk(temp, temp_bytes, scores, n, k, idx, nullptr, topk_order::ascending_index, on);
+         });
+  const auto k = static_cast<std::size_t>(pi.device_capacity);
+  b_.copy_d2h(h_idx_.data(), idx_.data(), k * 4, stream);
+  b_.synchronize(stream);
+  out.assign(h_idx_.data(), h_idx_.data() + k);
+  return k * 4;
+}
+
+template <class Backend>
+std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
+                                                                  const std::vector<std::int32_t>& old_sel,
+                                                                  const std::vector<std::int32_t>& new_sel,
+                                                                  const channel_state& host_rows,
+                                                                  cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  const std::int64_t L = pi.channel_len;
+  const std::int64_t cap = pi.device_capacity;
+  std::vector<std::int32_t> leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch;
+  diff_selection(old_sel, new_sel, leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch);
+  const auto nl = static_cast<std::int64_t>(leave_pos.size());
+  const auto nk = static_cast<std::int64_t>(keep_old.size());
+  const auto ne = static_cast<std::int64_t>(enter_pos.size());
+  // Index lists up in one copy: [leave_pos | keep_old | keep_new | enter_pos | new_sel].
+  std::int32_t* hi = h_idx_.data();
+  std::int64_t o = 0;
+  const auto put = [&](const std::vector<std::int32_t>& v) {
+    std::copy(v.begin(), v.end(), hi + o);
+    const std::int64_t at = o;
+    o += static_cast<std::int64_t>(v.size());
+    return at;
+  };
+  const std::int64_t o_leave = put(leave_pos), o_keep_old = put(keep_old), o_keep_new = put(keep_new),
+                     o_enter = put(enter_pos), o_sel = put(new_sel);
+  if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
+    b_.copy_d2d(d.counts.data(), counts_of(p), 4, stream);
+  }
+  b_.copy_h2d(idx_.data(), hi, static_cast<std::size_t>(o) * 4, stream);
+  const std::int32_t* di = idx_.data();
+  const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
+  // 1. Leaving rows go home.
+  if (nl > 0) {
+    float* st[3] = {stage_.data(), stage_.data() + nl * L, stage_.data() + 2 * nl * L};
+    const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
+    for (int a = 0; a < 3; ++a) {
+      gather(compact(src[a], cap, L), di + o_leave, nl, st[a], nullptr, stream);
+    }
+    move_counts(d.counts.data(), di + o_leave, stage_counts_.data(), nullptr, nl, stream);
+    b_.copy_d2h(h_stage_.data(), stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
+    b_.copy_d2h(h_stage_counts_.data(), stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
+    b_.synchronize(stream);
+    for (std::int64_t r = 0; r < nl; ++r) {
+      const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
+      std::memcpy(host_rows.master + c * L, h_stage_.data() + r * L, row_bytes);
+      std::memcpy(host_rows.m + c * L, h_stage_.data() + (nl + r) * L, row_bytes);
+      std::memcpy(host_rows.v + c * L, h_stage_.data() + (2 * nl + r) * L, row_bytes);
+      host_rows.counts[c] = h_stage_counts_[static_cast<std::size_t>(r)];
+    }
+  }
+  // 2. Kept rows move to their new positions, in place: each array's kept rows are all gathered
+  // into the stage before the scatter writes any of them (stream order), and the rows they land
+  // on were kept rows (already gathered) or leaving rows (already home). No second set of
+  // buffers: the stage holds the largest matrix's selected state, not every matrix's.
+  float* dst[3] = {d.master.data(), d.m.data(), d.v.data()};
+  if (nk > 0) {
+    for (int a = 0; a < 3; ++a) {
+      gather(compact(static_cast<const float*>(dst[a]), cap, L), di + o_keep_old, nk, stage_.data(), nullptr,
+             stream);
+      scatter(stage_.data(), di + o_keep_new, nk, compact(dst[a], cap, L), stream);
+    }
+    move_counts(d.counts.data(), di + o_keep_old, stage_counts_.data(), nullptr, nk, stream);
+    move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_keep_new, nk, stream);
+  }
+  // 3. Entering rows come up from the host rows.
+  if (ne > 0) {
+    for (std::int64_t r = 0; r < ne; ++r) {
+      const std::int64_t c = enter_ch[static_cast<std::size_t>(r)];
+      std::memcpy(h_stage_.data() + r * L, host_rows.master + c * L, row_bytes);
+      std::memcpy(h_stage_.data() + (ne + r) * L, host_rows.m + c * L, row_bytes);
+      std::memcpy(h_stage_.data() + (2 * ne + r) * L, host_rows.v + c * L, row_bytes);
+      h_stage_counts_[static_cast<std::size_t>(r)] = host_rows.counts[c];
+    }
+    b_.copy_h2d(stage_.data(), h_stage_.data(), static_cast<std::size_t>(3 * ne) * row_bytes, stream);
+    b_.copy_h2d(stage_counts_.data(), h_stage_counts_.data(), static_cast<std::size_t>(ne) * 4, stream);
+    for (int a = 0; a < 3; ++a) {
+      scatter(stage_.data() + a * ne * L, di + o_enter, ne, compact(dst[a], cap, L), stream);
+    }
+    move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_enter, ne, stream);
+  }
+  if (dense_slot_[p] >= 0) {
+    b_.copy_d2d(counts_of(p), d.counts.data(), 4, stream);
+  }
+  b_.copy_d2d(d.sel.data(), di + o_sel, new_sel.size() * 4, stream);
+  d.k = static_cast<std::int64_t>(new_sel.size());
+  b_.synchronize(stream); // the host staging is reused next
+  const std::size_t row = static_cast<std::size_t>(L) * 12 + 4;
+  return {static_cast<std::size_t>(nl) * row,
+          static_cast<std::size_t>(ne) * row + static_cast<std::size_t>(o) * 4};
+}
+
+template <class Backend>
+std::size_t device_plan<Backend>::set_host_set(std::size_t p,
+                                               const std::vector<std::int32_t>& host_set,
+                                               cudaStream_t stream) {
+  auto& d = dev_[p];
+  std::copy(host_set.begin(), host_set.end(), h_idx_.data());
+  b_.copy_h2d(d.host_set.data(), h_idx_.data(), host_set.size() * 4, stream);
+  b_.synchronize(stream); // the host staging is reused next
+  return host_set.size() * 4;
+}
+
+template <class Backend>
+param_state
+device_plan<Backend>::read_full_state(std::size_t p, const channel_state* host_rows, cudaStream_t stream) {
+  const param_info& pi = info(p);
+  const auto n = static_cast<std::size_t>(pi.elements());
+  const auto channels = static_cast<std::size_t>(pi.channels);
+  param_state out;
+  if (host_rows != nullptr) {
+    out.master.assign(host_rows->master, host_rows->master + n);
+    out.m.assign(host_rows->m, host_rows->m + n);
+    out.v.assign(host_rows->v, host_rows->v + n);
+    out.counts.assign(host_rows->counts, host_rows->counts + channels);
+  } else {
+    out.master.assign(n, 0.0f);
+    out.m = out.master;
+    out.v = out.master;
+    out.counts.assign(channels, 0);
+  }
+  std::vector<float> dm, d1, d2;
+  std::vector<std::int32_t> dc, ds;
+  read_device_state(p, dm, d1, d2, dc, ds, stream);
+  const auto L = static_cast<std::size_t>(pi.channel_len);
+  for (std::size_t r = 0; r < ds.size(); ++r) {
+    const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(ds[r]) * L);
+    const auto from = static_cast<std::ptrdiff_t>(r * L);
+    std::copy_n(dm.begin() + from, L, out.master.begin() + at);
+    std::copy_n(d1.begin() + from, L, out.m.begin() + at);
+    std::copy_n(d2.begin() + from, L, out.v.begin() + at);
+    out.counts[static_cast<std::size_t>(ds[r])] = dc[r];
+  }
+  return out;
+}
+
+template <class Backend>
+void device_plan<Backend>::read_device_state(std::size_t p,
+                                             std::vector<float>& master,
+                                             std::vector<float>& m,
+                                             std::vector<float>& v,
+                                             std::vector<std::int32_t>& counts,
+                                             std::vector<std::int32_t>& sel,
+                                             cudaStream_t stream) {
+  const auto& d = dev_[p];
+  const auto n = static_cast<std::size_t>(d.k * info(p).channel_len);
+  const auto k = static_cast<std::size_t>(d.k);
+  master.resize(n);
+  m.resize(n);
+  v.resize(n);
+  counts.resize(k);
+  sel.resize(k);
+  // Pageable destinations: the copies complete before the synchronize returns on every backend.
+  b_.copy_d2h(master.data(), d.master.data(), n * 4, stream);
+  b_.copy_d2h(m.data(), d.m.data(), n * 4, stream);
+  b_.copy_d2h(v.data(), d.v.data(), n * 4, stream);
+  b_.copy_d2h(counts.data(), dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), k * 4, stream);
+  b_.copy_d2h(sel.data(), d.sel.data(), k * 4, stream);
+  b_.synchronize(stream);
+}
+
+template <class Backend>
+void device_plan<Backend>::write_device_state(std::size_t p,
+                                              std::int64_t k,
+                                              const float* master,
+                                              const float* m,
+                                              const float* v,
+                                              const std::int32_t* counts,
+                                              const std::int32_t* sel,
+                                              cudaStream_t stream) {
+  auto& d = dev_[p];
+  const auto n = static_cast<std::size_t>(k * info(p).channel_len);
+  if (k > 0) {
+    b_.copy_h2d(d.master.data(), master, n * 4, stream);
+    b_.copy_h2d(d.m.data(), m, n * 4, stream);
+    b_.copy_h2d(d.v.data(), v, n * 4, stream);
+    b_.copy_h2d(dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), counts, static_cast<std::size_t>(k) * 4,
+                stream);
+    b_.copy_h2d(d.sel.data(), sel, static_cast<std::size_t>(k) * 4, stream);
+  }
+  d.k = k;
+  b_.synchronize(stream);
+}
+
+} // namespace detail
+ZF_NAMESPACE_END

@@ -1,0 +1,201 @@
+/// @file
+/// The engine's host windows as jobs: the window queue and the pool they run on, a window's job
+/// (the host AdamW of host_side::run_window, then its new weights up), the drain that waits for
+/// the submitted job and applies its weights at a boundary, and the synchronous window of the
+/// modes that do not overlap. What a job wrote for the training thread (`job_outcome`) is read
+/// only after the queue says the job is done.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/backend.hpp>
+#include <zenflow/engine/detail/d2h_stream.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/host_side.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/pipeline_trace.hpp>
+#include <zenflow/engine/detail/schedule.hpp>
+#include <zenflow/engine/stats.hpp>
+#include <zenflow/transport/window_queue.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <engine_backend Backend>
+class host_jobs {
+public:
+  using host_side_type = host_side<typename Backend::template host_buffer<std::byte>>;
+
+  host_jobs(device_plan<Backend>& plan,
+            const std::vector<param_info>& params,
+            host_side_type& host,
+            zenflow::stats& stats,
+            pipeline_trace& trace)
+      : plan_(plan), params_(params), host_(host), stats_(stats), trace_(trace) {}
+
+  /// The pool of `threads` threads the window's AdamW runs on, and with `overlap` the queue that
+  /// runs the jobs one window behind (staleness bound 1).
+  void start(unsigned threads, bool overlap) {
+    pool_ = std::make_unique<worker_pool>(threads);
+    if (overlap) {
+      queue_ = std::make_unique<window_queue>(1);
+    }
+  }
+
+  /// Runs the queued job to its end (its results are dropped by the caller). Never throws.
+  void stop() noexcept {
+    if (queue_) {
+      try {
+        queue_->shutdown(shutdown_mode::drain);
+      } catch (...) { // NOLINT(bugprone-empty-catch): the engine's destructor reports nothing
+      }
+    }
+  }
+
+  [[nodiscard]] bool overlapped() const noexcept { return queue_ != nullptr; }
+  [[nodiscard]] const job_outcome& outcome() const noexcept { return outcome_; }
+
+  /// Waits for the job in flight (its rows are being written), without applying it.
+  void wait_idle() {
+    if (queue_) {
+      queue_->drain();
+    }
+  }
+
+  /// Submits the host window of accumulator `a` once the consumer has taken in the first `seq`
+  /// slots (the window's last ones): the training thread does not wait for them. Returns the
+  /// queue's window index.
+  std::int64_t submit(std::size_t a, float lr, std::uint64_t seq) {
+    return queue_->submit([this, a, lr, seq] {
+      const std::int32_t n_w = host_.take_n_w(a, seq);
+      outcome_.produced = n_w > 0;
+      if (n_w > 0) {
+        plan_.wait_upload_done();
+        run(a, n_w, lr);
+      }
+    });
+  }
+
+  /// A job that already ran (a checkpoint's): it only uploads the weights in the host buffers, for
+  /// the next drain to apply. Returns the queue's window index.
+  std::int64_t submit_finished(bool produced) {
+    return queue_->submit([this, produced] {
+      outcome_ = job_outcome{produced, 0.0};
+      if (produced) {
+        upload();
+      }
+    });
+  }
+
+  /// Waits for the submitted `job` (if any), applies its weights on `stream` and forgets it;
+  /// `windows_closed` gives the staleness it reached. A failed job's error is rethrown naming its
+  /// window and steps.
+  void drain(std::optional<submitted_job>& job,
+             std::int64_t windows_closed,
+             cudaStream_t stream,
+             call_cost& cost) {
+    if (!job) {
+      return;
+    }
+    const submitted_job j = *job;
+    try {
+      if (queue_->applied(j.queue_window)) {
+        queue_->wait_applied(j.queue_window); // done already: no stall (rethrows its error)
+      } else {
+        timed_stall(cost, "host job not done", [&] { queue_->wait_applied(j.queue_window); });
+      }
+    } catch (...) {
+      rethrow_with_context("zenflow::engine: the host job of window " + std::to_string(j.window) +
+                           " (steps " + std::to_string(j.first_step) + ".." + std::to_string(j.last_step) +
+                           ") failed");
+    }
+    if (outcome_.produced) {
+      account();
+      apply(stream, cost);
+      stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_closed - 1 - j.window);
+    }
+    job.reset();
+  }
+
+  /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
+  /// pushed so far (`pushed`) consumed, the host AdamW, the new weights up and scattered (all a
+  /// stall).
+  void run_now(std::size_t a, float lr, std::uint64_t pushed, cudaStream_t stream, call_cost& cost) {
+    std::int32_t n_w = 0;
+    timed_stall(cost, "synchronous window: gradients down", [&] { n_w = host_.take_n_w(a, pushed); });
+    if (n_w > 0) {
+      timed_stall(cost, "synchronous window: host AdamW", [&] {
+        plan_.wait_upload_done();
+        run(a, n_w, lr);
+      });
+      account();
+      apply(stream, cost);
+    }
+  }
+
+private:
+  /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
+  /// weights is enqueued. Runs on the queue's executor or inline.
+  void run(std::size_t a, std::int32_t n_w, float lr) {
+    const std::int64_t t0 = pipeline_trace::now();
+    outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get());
+    upload();
+    trace_.span(trace_track::host_job, "window AdamW", "host_job", t0, pipeline_trace::now(),
+                "\"n_w\": " + std::to_string(n_w));
+  }
+
+  /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
+  /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window).
+  void upload() {
+    plan_.begin_uploads();
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& h = host_[p];
+      if (params_[p].host_side && !h.host_set.empty()) {
+        (void)plan_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
+      }
+    }
+    plan_.end_uploads();
+  }
+
+  /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
+  /// working weights (device to device, on `stream`, after the copies: no host wait).
+  void apply(cudaStream_t stream, call_cost& cost) {
+    plan_.begin_apply(stream);
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& h = host_[p];
+      if (params_[p].host_side && !h.host_set.empty()) {
+        cost.h2d += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+      }
+    }
+    plan_.end_apply(stream);
+  }
+
+  void account() {
+    stats_.host_window_s += outcome_.seconds;
+    stats_.last_host_window_s = outcome_.seconds;
+    ++stats_.host_jobs;
+  }
+
+  device_plan<Backend>& plan_;
+  const std::vector<param_info>& params_;
+  host_side_type& host_;
+  zenflow::stats& stats_;
+  pipeline_trace& trace_;
+  std::unique_ptr<worker_pool> pool_;
+  std::unique_ptr<window_queue> queue_;
+  job_outcome outcome_; // written by the job, read after the queue says it is done
+};
+
+} // namespace detail
+ZF_NAMESPACE_END

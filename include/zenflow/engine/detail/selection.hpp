@@ -1,0 +1,63 @@
+/// @file
+/// A selection step's host-side work: the new device set of every matrix from the device plan's
+/// top-k, and the migration of the rows that change sides (their master, moments and count), the
+/// host sets following. The caller has made sure the consumer reads no host set meanwhile.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/backend.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/d2h_stream.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/optim/types.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// Selects every matrix's device set (`importance` scores, top-k by the plan) and migrates the
+/// rows that leave or enter it between `host` and the device; vectors on the device keep {0}.
+/// Bytes copied go to `cost`.
+template <engine_backend Backend, class HostSide>
+void select_and_migrate(device_plan<Backend>& plan,
+                        const std::vector<param_info>& params,
+                        HostSide& host,
+                        channel_norm importance,
+                        cudaStream_t stream,
+                        call_cost& cost) {
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& pi = params[p];
+    auto& h = host[p];
+    std::vector<std::int32_t> new_sel;
+    if (pi.matrix) {
+      cost.d2h += plan.select(p, importance, new_sel, stream);
+    } else if (pi.device_dense) {
+      new_sel = {0};
+    } else {
+      continue;
+    }
+    if (new_sel == h.sel) {
+      continue;
+    }
+    if (pi.host_side) {
+      const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
+                               h.counts.data(), pi.channels, pi.channel_len};
+      const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows, stream);
+      cost.d2h += down;
+      cost.h2d += up;
+      h.host_set = complement(new_sel, pi.channels);
+      cost.h2d += plan.set_host_set(p, h.host_set, stream);
+    }
+    h.sel = std::move(new_sel);
+  }
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
