@@ -21,6 +21,7 @@
 #include <zenflow/comm/hash.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
 
+#include "support/mpi_gtest_main.hpp"
 #include "support/random.hpp"
 
 namespace {
@@ -540,35 +541,8 @@ TEST(mpi_communicator, a_missing_rank_is_a_timeout_not_a_hang) {
   MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
 }
 
-// Only rank 0 prints the usual report; the others print their failures, with their rank.
-class rank_failures : public ::testing::EmptyTestEventListener {
-public:
-  explicit rank_failures(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed()) {
-      std::printf("[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?", r.line_number(),
-                  r.summary());
-    }
-  }
-
-private:
-  int rank_;
-};
-
 } // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new rank_failures(rank));
-  }
-  const int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
+  return zf_test::mpi_gtest_main(argc, argv);
 }
