@@ -59,6 +59,7 @@ struct options {
   std::string only;  // run only modes whose label contains this
   std::string trace; // write the engine's pipeline trace (Chrome JSON) of this mode's steady state
   std::string trace_mode = "zenflow S=4 r=0.1";
+  bool chunk_ring = false; // --upload chunk_ring
 };
 
 struct mode_spec {
@@ -75,6 +76,10 @@ struct result {
   double d2h_bytes_per_step = 0, h2d_bytes_per_step = 0;
   double host_window_ms_per_step = 0, accumulate_ms = 0;
   double bound_ms = 0, ratio_to_bound = 0;
+  // Device memory per parameter: the user's bf16 weights and gradients (4 B) plus every buffer the
+  // engine owns on the device; dense AdamW on the GPU holds 16 B (4 + fp32 master, m, v).
+  double device_bytes_per_param = 0;
+  zenflow::memory_usage memory{}; // the engine's buffers, by kind
   std::string bound_term;
   std::vector<double> step_ms;
   std::vector<double> stall_ms;
@@ -147,6 +152,9 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   if (o.ring_slot_bytes > 0) {
     cfg.ring_slot_bytes = o.ring_slot_bytes;
   }
+  if (o.chunk_ring) {
+    cfg.upload = zenflow::upload_policy::chunk_ring;
+  }
   const auto n = static_cast<std::size_t>(hidden * hidden);
   std::vector<std::vector<bf16>> w(static_cast<std::size_t>(o.layers)), g(static_cast<std::size_t>(o.layers));
   std::uint64_t seed = 12345;
@@ -205,6 +213,9 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     res.d2h_bytes_per_step = static_cast<double>(s.d2h_bytes - at_warm.d2h_bytes) / steps;
     res.h2d_bytes_per_step = static_cast<double>(s.h2d_bytes - at_warm.h2d_bytes) / steps;
     res.host_window_ms_per_step = (s.host_window_s - at_warm.host_window_s) * 1e3 / steps;
+    const double params = static_cast<double>(n) * o.layers;
+    res.device_bytes_per_param = (4.0 * params + static_cast<double>(s.memory.device_total())) / params;
+    res.memory = s.memory;
     zf.flush(stream);
     device.synchronize();
     if (tracing) {
@@ -238,7 +249,8 @@ std::string json_array(const std::vector<double>& v) {
 void usage() {
   std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
             "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
-            "                  [--only LABEL-SUBSTRING] [--trace FILE [--trace-mode LABEL]] [--json FILE]");
+            "                  [--upload whole_window|chunk_ring] [--only LABEL-SUBSTRING]\n"
+            "                  [--trace FILE [--trace-mode LABEL]] [--json FILE]");
 }
 
 } // namespace
@@ -272,6 +284,13 @@ int main(int argc, char** argv) {
       o.ring_slots = std::stoi(next());
     } else if (a == "--ring-slot-bytes") {
       o.ring_slot_bytes = std::stoll(next());
+    } else if (a == "--upload") {
+      const std::string v = next();
+      if (v != "whole_window" && v != "chunk_ring") {
+        usage();
+        return 2;
+      }
+      o.chunk_ring = v == "chunk_ring";
     } else if (a == "--only") {
       o.only = next();
     } else if (a == "--trace") {
@@ -313,8 +332,11 @@ int main(int argc, char** argv) {
       static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
       o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
       static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s\n", "mode", "median", "mean", "stall%",
-              "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound");
+  std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
+              "engine's device buffers; dense AdamW: 16)\n",
+              o.chunk_ring ? "chunk_ring" : "whole_window");
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s\n", "mode", "median", "mean", "stall%",
+              "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound", "dev B/p");
   std::vector<result> results;
   for (const auto& spec : specs) {
     if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
@@ -322,10 +344,11 @@ int main(int argc, char** argv) {
     }
     results.push_back(run_mode(o, spec, hidden, B, acc_threads));
     const result& r = results.back();
-    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f\n", spec.label.c_str(),
-                r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share, r.d2h_bytes_per_step / 1e6,
-                r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step, r.accumulate_ms, r.bound_ms,
-                r.bound_term.c_str(), r.ratio_to_bound);
+    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f\n",
+                spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
+                r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
+                r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound,
+                r.device_bytes_per_param);
     std::fflush(stdout);
   }
   const result* gpu = nullptr;
@@ -342,7 +365,8 @@ int main(int argc, char** argv) {
       << ",\n  \"host_threads\": " << o.host_threads << ",\n  \"accumulate_threads\": " << acc_threads
       << ",\n  \"ring_slots\": " << (o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots)
       << ",\n  \"ring_slot_bytes\": "
-      << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes)
+      << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes) << ",\n  \"upload\": \""
+      << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
@@ -356,7 +380,12 @@ int main(int argc, char** argv) {
         << ", \"pcie_model_ratio\": " << (r.d2h_bytes_per_step + r.h2d_bytes_per_step) / model_bytes
         << ", \"host_window_ms_per_step\": " << r.host_window_ms_per_step
         << ", \"accumulate_ms\": " << r.accumulate_ms << ", \"bound_ms\": " << r.bound_ms
-        << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound;
+        << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound
+        << ", \"device_bytes_per_param\": " << r.device_bytes_per_param
+        << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
+        << ", \"vector_state\": " << r.memory.device_vector_state
+        << ", \"staging\": " << r.memory.device_staging << ", \"upload\": " << r.memory.device_upload
+        << ", \"scratch\": " << r.memory.device_scratch << "}";
     if (gpu != nullptr) {
       out << ", \"x_gpu_adamw\": " << r.step_ms_mean / gpu->step_ms_mean;
     }

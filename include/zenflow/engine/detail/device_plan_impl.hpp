@@ -43,7 +43,9 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
       mem.device_scratch += d.host_set.size() * 4;
     }
     max_rows = std::max(max_rows, pi.channels);
-    max_cap_elems = std::max<std::int64_t>(max_cap_elems, pi.device_capacity * pi.channel_len);
+    if (pi.host_side) { // the stage carries a migration's rows: only parameters with a host side migrate
+      max_cap_elems = std::max<std::int64_t>(max_cap_elems, pi.device_capacity * pi.channel_len);
+    }
   }
   layout_.matrices = matrices;
   if (upload_chunk_bytes_ > 0) {
