@@ -351,11 +351,17 @@ private:
 
   void run(detail::pool_job& job) {
     job_ = &job;
+#if defined(__linux__)
+    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
+#endif
     gate_.store(gate_open, std::memory_order_release);
     // seq_cst on epoch_ and sleepers_ (here and in wait_for_epoch): either this load sees a
     // worker going to sleep, or that worker's next look at epoch_ sees the new job.
     epoch_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    // One wake-up call per sleep: a worker woken but not yet running (on a virtual machine that
+    // can take longer than many short jobs) must not cost every following job a system call.
+    if (sleepers_.load(std::memory_order_seq_cst) > 0 &&
+        !wake_sent_.exchange(true, std::memory_order_acq_rel)) {
       { std::lock_guard lock(sleep_mutex_); }
       wake_.notify_all();
     }
@@ -394,14 +400,23 @@ private:
 
   /// Polls `done` for spin_us_, then sleeps on `cv` until it holds (`flag` counts sleepers,
   /// so that the side that makes `done` true knows whether to notify).
+  /// `sent`, when given, is the waker's "a wake-up is on its way" flag, cleared once awake.
   template <class Done>
-  void spin_then_sleep(Done&& done, std::condition_variable& cv, std::atomic<unsigned>& flag) {
+  void spin_then_sleep(Done&& done,
+                       std::condition_variable& cv,
+                       std::atomic<unsigned>& flag,
+                       std::atomic<bool>* sent = nullptr) {
     if (spin_us_ > 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
       for (unsigned i = 1; !done(); ++i) {
         detail::cpu_relax();
-        if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) {
-          break;
+        if (i % 64 == 0) {
+          if (std::chrono::steady_clock::now() >= until) {
+            break;
+          }
+          // A spinning thread on the same CPU as the one it waits for would keep it from running
+          // (seen: a woken worker placed on the caller's CPU stalled every job by its whole spin).
+          std::this_thread::yield();
         }
       }
     }
@@ -412,16 +427,44 @@ private:
     flag.fetch_add(1, std::memory_order_seq_cst);
     cv.wait(lock, done);
     flag.fetch_sub(1, std::memory_order_relaxed);
+    if (sent != nullptr) {
+      // A worker that fell asleep after the last wake-up call is woken by the next job's call.
+      sent->store(false, std::memory_order_release);
+    }
   }
 
   /// Waits for the epoch to move past `seen` and returns the new one.
   std::uint32_t wait_for_epoch(std::uint32_t seen) {
-    spin_then_sleep([&] { return epoch_.load(std::memory_order_seq_cst) != seen; }, wake_, sleepers_);
+    spin_then_sleep([&] { return epoch_.load(std::memory_order_seq_cst) != seen; }, wake_, sleepers_,
+                    &wake_sent_);
     return epoch_.load(std::memory_order_acquire);
   }
 
   void wait_for_workers_to_leave() {
     spin_then_sleep([&] { return gate_.load(std::memory_order_seq_cst) == 0; }, left_, caller_sleeping_);
+  }
+
+  /// Linux may place a woken worker on the CPU of the thread that woke it, even with another CPU
+  /// idle (seen on a 2-vCPU virtual machine: the two then share one CPU for milliseconds, and the
+  /// pool runs slower than one thread). An unpinned worker that finds itself on the caller's CPU
+  /// narrows its affinity to the pool's other cores: a few microseconds, paid only then. Its
+  /// affinity is always the pool's cores less at most one, so it follows a caller that moves.
+  void move_off_caller_cpu([[maybe_unused]] unsigned self) {
+#if defined(__linux__)
+    const int caller = caller_cpu_.load(std::memory_order_relaxed);
+    if (pinned_ || split_.workers.size() < 2 || caller < 0 || sched_getcpu() != caller) {
+      return;
+    }
+    std::vector<int> others;
+    for (int c : split_.workers) {
+      if (c != caller) {
+        others.push_back(c);
+      }
+    }
+    if (!others.empty()) {
+      (void)detail::set_thread_affinity(pthread_self(), others);
+    }
+#endif
   }
 
   void worker_loop(unsigned self) {
@@ -432,6 +475,7 @@ private:
       if (stopping_.load(std::memory_order_acquire)) {
         return;
       }
+      move_off_caller_cpu(self);
       // Enter only while the gate is open; job_ is read after entering, so a worker that woke
       // for an earlier job and enters a later one works on the later one.
       std::uint32_t g = gate_.load(std::memory_order_relaxed);
@@ -466,9 +510,11 @@ private:
   std::atomic<bool> stopping_{false};
   std::atomic<bool> busy_{false};
   std::mutex sleep_mutex_;
-  std::condition_variable wake_;      // workers: a new epoch
-  std::condition_variable left_;      // the caller: the last worker left the closed gate
-  std::atomic<unsigned> sleepers_{0}; // workers asleep on wake_
+  std::condition_variable wake_;       // workers: a new epoch
+  std::condition_variable left_;       // the caller: the last worker left the closed gate
+  std::atomic<unsigned> sleepers_{0};  // workers asleep on wake_
+  std::atomic<int> caller_cpu_{-1};    // the CPU of the last parallel_for's caller (Linux)
+  std::atomic<bool> wake_sent_{false}; // wake_ notified, and no woken worker has run since
   std::atomic<unsigned> caller_sleeping_{0};
 };
 
