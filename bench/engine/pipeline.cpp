@@ -60,6 +60,10 @@ struct options {
   std::string trace; // write the engine's pipeline trace (Chrome JSON) of this mode's steady state
   std::string trace_mode = "zenflow S=4 r=0.1";
   bool chunk_ring = false; // --upload chunk_ring
+  // The modelled pass: a forward of (1 - backward_share) x C, then one backward op per matrix
+  // (last layer first), so that with --grad-ready each matrix is announced as its backward ends.
+  double backward_share = 2.0 / 3.0;
+  bool grad_ready = false;
 };
 
 struct mode_spec {
@@ -81,6 +85,9 @@ struct result {
   double device_bytes_per_param = 0;
   zenflow::memory_usage memory{}; // the engine's buffers, by kind
   std::string bound_term;
+  // The D2H tail: from the end of a step's backward to the end of that step's last D2H copy
+  // (median over the timed steps), against one layer's backward.
+  double d2h_tail_ms = 0, layer_backward_ms = 0;
   std::vector<double> step_ms;
   std::vector<double> stall_ms;
 };
@@ -132,12 +139,54 @@ double time_accumulation(std::int64_t hidden, int layers, double r, unsigned thr
   return median(t);
 }
 
+/// Median over the traced steps of (end of the step's last D2H copy) - (end of its backward), in
+/// ms. A step's backward ends with the last "backward" op before a "forward"; its D2H copies are
+/// those that start before the next step's forward has ended (no gradient of the next step exists
+/// before then).
+double d2h_tail_ms(const std::vector<zenflow::emulated_op>& ops, double forward_ns) {
+  using kind = zenflow::emulated_op::kind;
+  std::vector<std::int64_t> backward_end;
+  std::int64_t last_backward = -1;
+  std::vector<const zenflow::emulated_op*> sorted;
+  for (const auto& op : ops) {
+    sorted.push_back(&op);
+  }
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
+  for (const auto* op : sorted) {
+    if (op->what != kind::compute) {
+      continue;
+    }
+    if (op->name == "forward" && last_backward >= 0) {
+      backward_end.push_back(last_backward);
+      last_backward = -1;
+    } else if (op->name == "backward") {
+      last_backward = std::max(last_backward, op->end_ns);
+    }
+  }
+  if (last_backward >= 0) {
+    backward_end.push_back(last_backward);
+  }
+  std::vector<double> tails;
+  for (const std::int64_t e : backward_end) {
+    std::int64_t last_copy = e;
+    for (const auto* op : sorted) {
+      if (op->what == kind::copy_d2h && op->start_ns < e + static_cast<std::int64_t>(forward_ns) &&
+          op->end_ns > e - static_cast<std::int64_t>(forward_ns)) {
+        last_copy = std::max(last_copy, op->end_ns);
+      }
+    }
+    tails.push_back(static_cast<double>(last_copy - e) * 1e-6);
+  }
+  return median(tails);
+}
+
 result
 run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B, unsigned acc_threads) {
   zenflow::emulated_timing timing;
   timing.d2h_bytes_per_second = B;
   timing.h2d_bytes_per_second = B;
   zenflow::emulated_device device(timing);
+  device.set_tracing(false);
   const bool tracing = !o.trace.empty() && spec.label == o.trace_mode;
   cudaStream_t stream = device.create_stream();
 
@@ -174,12 +223,17 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   res.spec = spec;
   {
     zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device});
+    std::vector<zenflow::param_id> ids;
     for (int l = 0; l < o.layers; ++l) {
-      zf.add_matrix(w[static_cast<std::size_t>(l)].data(), g[static_cast<std::size_t>(l)].data(), hidden,
-                    hidden);
+      ids.push_back(zf.add_matrix(w[static_cast<std::size_t>(l)].data(),
+                                  g[static_cast<std::size_t>(l)].data(), hidden, hidden));
     }
     zf.initialize(stream);
-    const auto C = std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * 1e6));
+    const auto forward =
+        std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * (1.0 - o.backward_share) * 1e6));
+    const auto layer_backward =
+        std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * o.backward_share / o.layers * 1e6));
+    res.layer_backward_ms = static_cast<double>(layer_backward.count()) * 1e-6;
     zenflow::stats at_warm{};
     clock_type::time_point warm_t0{};
     for (int t = 0; t < o.warmup + o.steps; ++t) {
@@ -190,9 +244,16 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
         if (tracing) {
           zf.start_trace(); // the engine's pipeline trace, with the device's streams
         }
+        device.set_tracing(true); // the device's ops, for the D2H tail
       }
       const auto t0 = clock_type::now();
-      device.compute(stream, C, "forward+backward");
+      device.compute(stream, forward, "forward");
+      for (int l = o.layers - 1; l >= 0; --l) {
+        device.compute(stream, layer_backward, "backward");
+        if (o.grad_ready) {
+          zf.grad_ready(ids[static_cast<std::size_t>(l)], stream);
+        }
+      }
       const zenflow::step_report rep = zf.step(1e-4f, stream);
       device.synchronize_stream(stream); // the trainer reads its loss
       const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
@@ -216,8 +277,11 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     const double params = static_cast<double>(n) * o.layers;
     res.device_bytes_per_param = (4.0 * params + static_cast<double>(s.memory.device_total())) / params;
     res.memory = s.memory;
+    device.synchronize();
+    device.set_tracing(false);
     zf.flush(stream);
     device.synchronize();
+    res.d2h_tail_ms = d2h_tail_ms(device.trace(), static_cast<double>(forward.count()));
     if (tracing) {
       zf.write_trace(o.trace); // Chrome trace JSON (bench/engine/plot_trace.py renders it)
     }
@@ -249,7 +313,8 @@ std::string json_array(const std::vector<double>& v) {
 void usage() {
   std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
             "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
-            "                  [--upload whole_window|chunk_ring] [--only LABEL-SUBSTRING]\n"
+            "                  [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
+            "                  [--only LABEL-SUBSTRING]\n"
             "                  [--trace FILE [--trace-mode LABEL]] [--json FILE]");
 }
 
@@ -291,6 +356,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.chunk_ring = v == "chunk_ring";
+    } else if (a == "--grad-ready") {
+      o.grad_ready = true;
+    } else if (a == "--backward-share") {
+      o.backward_share = std::stod(next());
     } else if (a == "--only") {
       o.only = next();
     } else if (a == "--trace") {
@@ -335,8 +404,12 @@ int main(int argc, char** argv) {
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s\n", "mode", "median", "mean", "stall%",
-              "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound", "dev B/p");
+  std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
+              "step's last D2H copy after the end of its backward (median)\n",
+              100.0 * o.backward_share, o.layers, o.compute_ms * o.backward_share / o.layers,
+              o.grad_ready ? ", each matrix announced with grad_ready() as its backward ends" : "");
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %8s\n", "mode", "median", "mean", "stall%",
+              "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound", "dev B/p", "tail ms");
   std::vector<result> results;
   for (const auto& spec : specs) {
     if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
@@ -344,11 +417,11 @@ int main(int argc, char** argv) {
     }
     results.push_back(run_mode(o, spec, hidden, B, acc_threads));
     const result& r = results.back();
-    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f\n",
+    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %8.2f\n",
                 spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
                 r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
-                r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound,
-                r.device_bytes_per_param);
+                r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
+                r.d2h_tail_ms);
     std::fflush(stdout);
   }
   const result* gpu = nullptr;
@@ -367,7 +440,9 @@ int main(int argc, char** argv) {
       << ",\n  \"ring_slot_bytes\": "
       << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes) << ",\n  \"upload\": \""
       << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
-      << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
+      << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false")
+      << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"steps\": " << o.steps
+      << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
     out << (i ? "," : "") << "\n    {\"label\": \"" << r.spec.label << "\", \"topk_ratio\": " << r.spec.r
@@ -382,6 +457,7 @@ int main(int argc, char** argv) {
         << ", \"accumulate_ms\": " << r.accumulate_ms << ", \"bound_ms\": " << r.bound_ms
         << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound
         << ", \"device_bytes_per_param\": " << r.device_bytes_per_param
+        << ", \"d2h_tail_ms\": " << r.d2h_tail_ms << ", \"layer_backward_ms\": " << r.layer_backward_ms
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
         << ", \"vector_state\": " << r.memory.device_vector_state
         << ", \"staging\": " << r.memory.device_staging << ", \"upload\": " << r.memory.device_upload
