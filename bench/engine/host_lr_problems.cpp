@@ -4,7 +4,7 @@
 //   host_lr_problems --problem regression|drift --regime scratch|finetune --seed N
 //                    [--mode dense|zenflow] [--rule none|sqrt|linear|capped|snr]
 //                    [--interval N|auto] [--max-interval N] [--warm-up N] [--overlap true|false]
-//                    [--moments-per-step true|false]
+//                    [--moments-per-step true|false] [--select-interval N|auto]
 //                    [--steps N]
 //
 // Prints one JSON object: the held-out loss every 20 steps, its start, end and maximum.
@@ -36,6 +36,7 @@ struct options {
   std::string problem = "regression", regime = "scratch", mode = "zenflow", rule = "linear";
   std::uint64_t seed = 1;
   std::int64_t interval = 0, max_interval = 16, warm_up = 0, steps = 400;
+  std::int64_t select_interval = 0; // 0: the library's auto
   bool overlap = true;
   bool moments_per_step = true; // config::host_moments_per_step
 };
@@ -156,6 +157,8 @@ options parse(int argc, char** argv) {
       o.interval = v == "auto" ? 0 : std::stoll(v);
     } else if (f == "--max-interval") {
       o.max_interval = std::stoll(v);
+    } else if (f == "--select-interval") {
+      o.select_interval = v == "auto" ? 0 : std::stoll(v);
     } else if (f == "--warm-up") {
       o.warm_up = std::stoll(v);
     } else if (f == "--overlap" && (v == "true" || v == "false")) {
@@ -187,6 +190,10 @@ nlohmann::json run(const options& o) {
   cfg.full_warm_up_rounds = o.warm_up;
   cfg.overlap_step = o.overlap;
   cfg.host_moments_per_step = o.moments_per_step;
+  if (o.select_interval > 0) {
+    cfg.select = zenflow::select_strategy::step;
+    cfg.select_interval = o.select_interval;
+  }
   nlohmann::json rule = o.rule;
   nlohmann::json ds = cfg.to_deepspeed_json();
   ds["zenflow_ext"]["host_lr_scale"] = rule; // the config's own reader names a bad rule
@@ -238,6 +245,7 @@ nlohmann::json run(const options& o) {
   j["seed"] = o.seed;
   j["interval"] = o.interval;
   j["max_interval"] = o.max_interval;
+  j["select_interval"] = o.select_interval;
   j["warm_up"] = o.warm_up;
   j["overlap"] = o.overlap;
   j["moments_per_step"] = o.moments_per_step;

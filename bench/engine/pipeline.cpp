@@ -64,6 +64,7 @@ struct options {
   // (last layer first), so that with --grad-ready each matrix is announced as its backward ends.
   double backward_share = 2.0 / 3.0;
   bool grad_ready = false;
+  std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
 };
 
 struct mode_spec {
@@ -204,6 +205,10 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   if (o.chunk_ring) {
     cfg.upload = zenflow::upload_policy::chunk_ring;
   }
+  if (o.select_interval > 0) {
+    cfg.select = zenflow::select_strategy::step;
+    cfg.select_interval = o.select_interval;
+  }
   const auto n = static_cast<std::size_t>(hidden * hidden);
   std::vector<std::vector<bf16>> w(static_cast<std::size_t>(o.layers)), g(static_cast<std::size_t>(o.layers));
   std::uint64_t seed = 12345;
@@ -314,6 +319,7 @@ void usage() {
   std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
             "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
             "                  [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
+            "                  [--select-interval N]\n"
             "                  [--only LABEL-SUBSTRING]\n"
             "                  [--trace FILE [--trace-mode LABEL]] [--json FILE]");
 }
@@ -356,6 +362,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.chunk_ring = v == "chunk_ring";
+    } else if (a == "--select-interval") {
+      o.select_interval = std::stoll(next());
     } else if (a == "--grad-ready") {
       o.grad_ready = true;
     } else if (a == "--backward-share") {
@@ -441,8 +449,8 @@ int main(int argc, char** argv) {
       << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes) << ",\n  \"upload\": \""
       << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
       << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false")
-      << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"steps\": " << o.steps
-      << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
+      << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
+      << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
     out << (i ? "," : "") << "\n    {\"label\": \"" << r.spec.label << "\", \"topk_ratio\": " << r.spec.r
