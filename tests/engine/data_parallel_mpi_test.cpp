@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <mpi.h>
 #include <random>
@@ -107,11 +108,11 @@ std::vector<T> mean_of(const std::vector<std::vector<T>>& per_rank) {
 }
 
 template <class T>
-std::vector<std::vector<T>> initial_weights() {
+std::vector<std::vector<T>> initial_weights(const std::vector<shape>& shapes = kShapes) {
   std::mt19937_64 gen(zf_test::base_seed() + 17u); // the same on every rank: replicas start equal
   std::normal_distribution<float> nd(0.0f, 0.5f);
   std::vector<std::vector<T>> w;
-  for (const auto& sh : kShapes) {
+  for (const auto& sh : shapes) {
     std::vector<T> v(static_cast<std::size_t>(sh.channels * sh.len));
     for (auto& x : v) {
       x = zenflow::from_float<T>(nd(gen));
@@ -122,20 +123,22 @@ std::vector<std::vector<T>> initial_weights() {
 }
 
 template <class T, class Engine>
-std::vector<zenflow::param_id>
-register_all(Engine& e, std::vector<std::vector<T>>& w, std::vector<std::vector<T>>& g) {
+std::vector<zenflow::param_id> register_all(Engine& e,
+                                            std::vector<std::vector<T>>& w,
+                                            std::vector<std::vector<T>>& g,
+                                            const std::vector<shape>& shapes = kShapes) {
   std::vector<zenflow::param_id> ids;
-  for (std::size_t p = 0; p < kShapes.size(); ++p) {
-    const auto& sh = kShapes[p];
+  for (std::size_t p = 0; p < shapes.size(); ++p) {
+    const auto& sh = shapes[p];
     ids.push_back(sh.matrix ? e.add_matrix(w[p].data(), g[p].data(), sh.channels, sh.len)
                             : e.add_vector(w[p].data(), g[p].data(), sh.len));
   }
   return ids;
 }
 
-std::uint64_t total_elements() {
+std::uint64_t total_elements(const std::vector<shape>& shapes) {
   std::uint64_t n = 0;
-  for (const auto& sh : kShapes) {
+  for (const auto& sh : shapes) {
     n += static_cast<std::uint64_t>(sh.channels * sh.len);
   }
   return n;
@@ -144,13 +147,16 @@ std::uint64_t total_elements() {
 // `Emulated`: the data-parallel engine on the emulated backend (a host communicator on an
 // asynchronous device); the reference is always the host backend with one rank.
 template <class T, bool Emulated = false>
-void run_against_one_rank(const zenflow::config& cfg, int steps, std::int64_t nan_step) {
+void run_against_one_rank(const zenflow::config& cfg,
+                          int steps,
+                          std::int64_t nan_step,
+                          const std::vector<shape>& shapes = kShapes) {
   const int rank = world_rank();
   const int n = world_size();
-  auto w = initial_weights<T>();
+  auto w = initial_weights<T>(shapes);
   auto ref_w = w;
-  std::vector<std::vector<T>> g(kShapes.size()), ref_g(kShapes.size());
-  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+  std::vector<std::vector<T>> g(shapes.size()), ref_g(shapes.size());
+  for (std::size_t p = 0; p < shapes.size(); ++p) {
     g[p].resize(w[p].size());
     ref_g[p].resize(w[p].size());
   }
@@ -167,20 +173,27 @@ void run_against_one_rank(const zenflow::config& cfg, int steps, std::int64_t na
   };
   zenflow::engine<backend, zenflow::mpi_communicator> dp(cfg, make_backend(), make_comm());
   zenflow::engine<zenflow::host_backend> ref(cfg);
-  const auto ids = register_all(dp, w, g);
-  const auto ref_ids = register_all(ref, ref_w, ref_g);
+  const auto ids = register_all(dp, w, g, shapes);
+  const auto ref_ids = register_all(ref, ref_w, ref_g, shapes);
   dp.initialize(stream);
   ref.initialize();
   ASSERT_EQ(dp.comm().size(), n);
+  const auto& part = dp.partition();
   std::int64_t skipped = 0;
+  // Independent bookkeeping from what the reference shows (its device sets after every step):
+  // the rows that entered the device (their state crosses the wire from the owners), and the
+  // gradient bytes this rank does not copy down (the unselected channels of the other blocks).
+  std::vector<std::vector<std::int32_t>> prev_sel(shapes.size());
+  std::uint64_t entered_bytes = 0;
+  std::uint64_t others_bytes = 0;
   for (std::int64_t t = 0; t < steps; ++t) {
     if constexpr (Emulated) {
       device.synchronize_stream(stream); // the step before has read the gradients
     }
-    for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    for (std::size_t p = 0; p < shapes.size(); ++p) {
       std::vector<std::vector<T>> all;
       for (int r = 0; r < n; ++r) {
-        all.push_back(grad_of<T>(r, t, p, kShapes[p]));
+        all.push_back(grad_of<T>(r, t, p, shapes[p]));
       }
       if (t == nan_step && p == 0) {
         all[static_cast<std::size_t>(n - 1)][3] =
@@ -197,7 +210,26 @@ void run_against_one_rank(const zenflow::config& cfg, int steps, std::int64_t na
     const auto b = ref.step(lr);
     EXPECT_EQ(a.selection, b.selection) << "step " << t;
     EXPECT_EQ(a.window_closed, b.window_closed) << "step " << t;
-    EXPECT_EQ(a.comm_bytes, 4 * total_elements());
+    EXPECT_GE(a.comm_bytes, 4 * total_elements(shapes)); // the mean, then migrations and windows
+    for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
+      if (!shapes[p].matrix) {
+        continue;
+      }
+      const auto sel = ref.selected(ref_ids[p]);
+      std::vector<std::int32_t> entered;
+      std::set_difference(sel.begin(), sel.end(), prev_sel[p].begin(), prev_sel[p].end(),
+                          std::back_inserter(entered));
+      const auto len = static_cast<std::uint64_t>(shapes[p].len);
+      entered_bytes += entered.size() * (12 * len + 4);
+      prev_sel[p] = sel;
+      std::int64_t mine = 0; // this rank's unselected channels
+      for (std::int64_t c = part.begin(m, rank); c < part.end(m, rank); ++c) {
+        mine += std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c)) ? 0 : 1;
+      }
+      const auto unselected = shapes[p].channels - static_cast<std::int64_t>(sel.size());
+      others_bytes += static_cast<std::uint64_t>(unselected - mine) * len * sizeof(T);
+      ++m;
+    }
     if (!Emulated) {
       EXPECT_EQ(a.skipped, b.skipped) << "step " << t;
       skipped += a.skipped ? 1 : 0;
@@ -214,10 +246,48 @@ void run_against_one_rank(const zenflow::config& cfg, int steps, std::int64_t na
   EXPECT_EQ(dp.stats().skipped_steps, ref.stats().skipped_steps);
   EXPECT_EQ(dp.stats().selections, ref.stats().selections);
   EXPECT_EQ(dp.stats().windows_closed, ref.stats().windows_closed);
-  // Bytes per rank: the two hashes of initialize(), then every gradient in fp32 once per step.
-  EXPECT_EQ(dp.stats().comm_bytes, 16 + static_cast<std::uint64_t>(steps) * 4 * total_elements());
   EXPECT_EQ(ref.stats().comm_bytes, 0u);
-  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+  // Down per rank: the reference's bytes but the other blocks' unselected gradients.
+  EXPECT_EQ(dp.stats().d2h_bytes, ref.stats().d2h_bytes - others_bytes);
+  // Host memory per rank: its block of every matrix (vectors, on the host in the warm-up, whole).
+  const auto summed = dp.stats_over_ranks(stream);
+  const std::uint64_t accs = cfg.overlap_step ? 2 : 1;
+  std::uint64_t state = 0, acc = 0, vec_state = 0, vec_acc = 0, all_host = 0, unselected = 0;
+  for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
+    const auto len = static_cast<std::uint64_t>(shapes[p].len);
+    if (!shapes[p].matrix) {
+      vec_state += cfg.full_warm_up_rounds > 0 ? len * 12 + 4 : 0;
+      vec_acc += cfg.full_warm_up_rounds > 0 ? len * 4 * accs : 0;
+      continue;
+    }
+    const auto own = static_cast<std::uint64_t>(part.count(m, rank));
+    state += own * (12 * len + 4);
+    acc += own * len * 4 * accs;
+    const auto c = shapes[p].channels;
+    all_host += static_cast<std::uint64_t>(c) * len * sizeof(T);
+    unselected += static_cast<std::uint64_t>(c - cfg.topk(c)) * len * sizeof(T);
+    ++m;
+  }
+  EXPECT_EQ(dp.stats().memory.host_state, state + vec_state);
+  EXPECT_EQ(dp.stats().memory.host_accumulators, acc + vec_acc);
+  const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
+  EXPECT_EQ(summed.memory.host_state, ref.stats().memory.host_state + copies * vec_state);
+  EXPECT_EQ(summed.memory.host_accumulators, ref.stats().memory.host_accumulators + copies * vec_acc);
+  // Bytes on the wire, summed over the ranks: the two hashes and every gradient in fp32 per step
+  // from every rank, each entering row's state once (from its owner), each window's weights once
+  // (every owner its share): all unselected channels, or every channel in the warm-up.
+  const auto warm = static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.full_warm_up_rounds, steps));
+  const auto jobs = static_cast<std::uint64_t>(dp.stats().host_jobs);
+  EXPECT_EQ(summed.comm_bytes, static_cast<std::uint64_t>(n) *
+                                       (16 + static_cast<std::uint64_t>(steps) * 4 * total_elements(shapes)) +
+                                   entered_bytes + warm * all_host + (jobs - warm) * unselected);
+  EXPECT_EQ(summed.d2h_bytes, [&] {
+    std::uint64_t s = 0; // plain MPI, not the communicator under test
+    const auto mine = static_cast<std::uint64_t>(dp.stats().d2h_bytes);
+    MPI_Allreduce(&mine, &s, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return s;
+  }());
+  for (std::size_t p = 0; p < shapes.size(); ++p) {
     EXPECT_EQ(std::memcmp(w[p].data(), ref_w[p].data(), w[p].size() * sizeof(T)), 0)
         << "weights of param " << p;
     EXPECT_TRUE(same_on_every_rank(w[p])) << "param " << p;
@@ -254,6 +324,17 @@ TEST(engine_data_parallel, no_overlap_clipping_loss_scale_fp16) {
   cfg.gradient_clipping = 0.5f;
   cfg.loss_scale = 64.0f;
   run_against_one_rank<zenflow::half>(cfg, 18, 7);
+}
+
+// Wide matrices: a D2H slot holds 64 and 25 channels, so slots straddle the owners' blocks (every
+// slot is packed for the rest mass, only this rank's rows of it go down).
+TEST(engine_data_parallel, slots_straddle_the_blocks_bf16) {
+  auto cfg = small_config();
+  cfg.update_interval = 0; // Zen-auto: its rest masses must have the one-rank bits
+  cfg.max_update_interval = 5;
+  cfg.auto_ratio = 0.5;
+  cfg.select_interval = 7;
+  run_against_one_rank<zenflow::bfloat16>(cfg, 16, 5, {{true, 301, 32}, {false, 1, 7}, {true, 77, 80}});
 }
 
 TEST(engine_data_parallel, emulated_backend_float) {
@@ -392,8 +473,13 @@ TEST(engine_data_parallel, a_training_loop_each_rank_on_its_shard) {
     zf.step(cfg.adam.lr); // the gradients' mean over the ranks first, then the ZenFlow step
   }
   zf.flush();
+  const zenflow::stats mine = zf.stats();           // this rank: its bytes, its block's host state
+  const zenflow::stats all = zf.stats_over_ranks(); // summed over the ranks (every rank calls it)
   // example-end engine-data-parallel
   EXPECT_LT(held_out_loss(), 0.25 * before);
+  // The host state of the one matrix (fp32 master, m, v and a count per channel), split by owner.
+  EXPECT_EQ(all.memory.host_state, static_cast<std::size_t>(in * (12 * out + 4)));
+  EXPECT_EQ(mine.memory.host_state, static_cast<std::size_t>(zf.partition().count(0, rank) * (12 * out + 4)));
   EXPECT_TRUE(same_on_every_rank(w));
 }
 
@@ -457,8 +543,12 @@ TEST(engine_data_parallel, a_missing_rank_is_a_timeout_in_step_not_a_hang) {
   const int rank = world_rank();
   auto w = initial_weights<float>();
   auto g = w;
+  // gpu_adamw: step() makes one collective (the mean); in zenflow mode the others' step would go
+  // on to the next one (a migration's all-gather) and time out there too.
+  auto cfg = small_config();
+  cfg.mode = zenflow::optimizer_mode::gpu_adamw;
   zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(
-      small_config(), {}, zenflow::mpi_communicator(MPI_COMM_WORLD, {rank == 0 ? 300ms : 20000ms}));
+      cfg, {}, zenflow::mpi_communicator(MPI_COMM_WORLD, {rank == 0 ? 300ms : 20000ms}));
   register_all(e, w, g);
   e.initialize();
   if (rank == 0) {

@@ -203,19 +203,16 @@ public:
         continue;
       }
       if (pi.host_side) {
-        const auto n = static_cast<std::size_t>(pi.elements());
-        h.master.resize(n);
-        (void)plan_.download_weights(p, h.master.data(), stream);
+        (void)dp_.init_host_rows(plan_, p, pi, h, stream); // data parallel: this rank's block
+        const std::size_t n = h.master.size();
         h.m.assign(n, 0.0f);
         h.v.assign(n, 0.0f);
-        h.counts.assign(static_cast<std::size_t>(pi.channels), 0);
+        h.counts.assign(static_cast<std::size_t>(h.own_channels), 0);
         h.acc[0].assign(n, 0.0f);
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
         h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
-        h.host_set = detail::complement({}, pi.channels);
-        stats_.model_bytes += 0;
         stats_.memory.host_state += n * 12 + h.counts.size() * 4;
         stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
         stats_.memory.host_upload += h.upload.size();
@@ -233,6 +230,9 @@ public:
       host_.start_consumer(d2h_.ring());
     }
     jobs_.start(cfg_.resolved_host_threads(hw), overlap);
+    if (dp_.partitioned()) { // each rank's share of a window's weights, gathered at the boundary
+      jobs_.set_gather([this] { return dp_.gather_uploads(params_, host_); });
+    }
     life_ = detail::lifecycle::training;
   }
 
@@ -317,6 +317,7 @@ public:
     rep.d2h_bytes = cost.d2h;
     rep.h2d_bytes = cost.h2d;
     rep.stall_s = cost.stall_s;
+    rep.comm_bytes += cost.comm; // data parallel: migrations and the windows' weights
     stats_.comm_bytes += rep.comm_bytes;
     rep.selection_age = sched_.selection_step >= 0 ? t - sched_.selection_step : 0;
     stats_.last = rep;
@@ -344,6 +345,7 @@ public:
                           [&] { host_.wait_consumed(d2h_.pushed()); });
     }
     stats_.skipped_steps = host_.skipped();
+    stats_.comm_bytes += cost.comm;
     account(cost);
   }
 
@@ -385,14 +387,18 @@ public:
 
   /// The full optimizer state of `param`, from the host rows and the device rows. Waits for a
   /// running host job first (its rows are being written). Blocking; for tests and checkpoints.
+  /// Data parallel over a host communicator: a collective (every rank calls it; the owners'
+  /// blocks are all-gathered), the same full state on every rank.
   [[nodiscard]] param_state state(param_id param, cudaStream_t stream = nullptr) {
     const std::size_t p = index(param);
     jobs_.wait_idle();
-    const auto& pi = params_[p];
-    auto& h = host_[p];
-    const channel_state host_rows{h.master.data(), h.m.data(),  h.v.data(),
-                                  h.counts.data(), pi.channels, pi.channel_len};
-    return plan_.read_full_state(p, pi.host_side ? &host_rows : nullptr, stream);
+    return dp_.read_state(plan_, p, params_[p], host_[p], stream);
+  }
+
+  /// stats() with the byte, stall and host-memory counters summed over the ranks (a collective:
+  /// every rank calls it). One rank: stats().
+  [[nodiscard]] zenflow::stats stats_over_ranks(cudaStream_t stream = nullptr) {
+    return dp_.active() ? dp_.summed(stats_, stream) : stats_;
   }
 
   /// The communicator the engine steps with (rank(), size()).
@@ -569,7 +575,7 @@ private:
   void perform_selection(cudaStream_t stream, call_cost& cost) {
     detail::timed_stall(cost, "selection: top-k and migration", [&] {
       host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
-      detail::select_and_migrate(plan_, params_, host_, cfg_.importance, stream, cost);
+      detail::select_and_migrate(plan_, params_, host_, dp_, cfg_.importance, stream, cost);
     });
   }
 

@@ -35,6 +35,7 @@ struct call_cost {
   double stall_s = 0.0;
   std::uint64_t d2h = 0;
   std::uint64_t h2d = 0;
+  std::uint64_t comm = 0;          ///< bytes this rank put into collectives (data parallel)
   pipeline_trace* trace = nullptr; ///< the engine's trace while it records (stalls with their cause)
 };
 
@@ -117,17 +118,25 @@ public:
       const std::int64_t e = std::min(n, b + per_slot);
       const std::size_t slot = staging_next_++ % plan_.staging_slots();
       std::byte* staging = plan_.staging(slot, stream);
+      // Every slot is packed, with one rank's slot boundaries, so that the rest mass (summed per
+      // pack call) has a one-rank run's bits on every rank; only this rank's positions
+      // [own_pos, own_end) go down (data parallel: its block; all of them with one rank).
       plan_.pack(p, b, e, staging, tag == grad_early_slot, stream);
+      const std::int64_t ob = std::max(b, h.own_pos);
+      const std::int64_t oe = std::min(e, h.own_end());
+      if (ob >= oe) {
+        continue;
+      }
       ring_meta meta{};
       meta.step = t;
       meta.matrix = static_cast<std::int32_t>(p);
       meta.tag = tag;
-      meta.begin = b;
-      meta.end = e;
+      meta.begin = ob;
+      meta.end = oe;
       meta.user = static_cast<std::uint64_t>(acc);
       copies_->wait_for(stream);
-      const std::size_t bytes = static_cast<std::size_t>(e - b) * pi.channel_bytes();
-      push_slot(staging, bytes, meta, cost);
+      const std::size_t bytes = static_cast<std::size_t>(oe - ob) * pi.channel_bytes();
+      push_slot(staging + static_cast<std::size_t>(ob - b) * pi.channel_bytes(), bytes, meta, cost);
       plan_.staging_pushed(slot, copies_->get());
       pushed(bytes, cost);
     }

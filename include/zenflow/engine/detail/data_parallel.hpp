@@ -20,7 +20,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,7 +39,11 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/param_state.hpp>
+#include <zenflow/engine/stats.hpp>
+#include <zenflow/optim/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -83,6 +91,12 @@ public:
       h.add_f64(pi.lr_scale).add_f64(pi.weight_decay);
     }
     comm_.verify_same(h.value(), "the parameter list", stream);
+    // "snr" compares a window's accumulator with every host channel's mass: with the owner
+    // partition that needs the other ranks' accumulators inside the window job (not built).
+    require(!(active() && !Comm::is_device && cfg.host_lr_scale == host_lr_scaling::snr),
+            "zenflow::engine::initialize", "host_lr_scale",
+            "\"snr\" is not supported data parallel over a host communicator (use \"linear\", \"sqrt\" or "
+            "\"none\")");
     return active() ? 2u * 8u : 0u; // two 8-byte hashes (one rank sends nothing)
   }
 
@@ -90,14 +104,208 @@ public:
   /// a channel's bytes its fp32 master and two moments (docs/data-parallel.md).
   void set_partition(const std::vector<param_info>& params) {
     std::vector<partition_matrix> list;
-    for (const auto& pi : params) {
+    part_index_.assign(params.size(), -1);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
       if (pi.matrix && pi.host_side) {
+        part_index_[p] = static_cast<std::int64_t>(list.size());
         list.push_back({pi.channels, static_cast<std::uint64_t>(pi.channel_len) * 12u});
       }
     }
     if (!list.empty()) {
       partition_ = partition_channels(list, comm_.size());
     }
+  }
+
+  /// More than one rank over a host communicator: each rank keeps the host state of its block of
+  /// every host-side matrix only. A device communicator (NCCL) keeps the replicated host state
+  /// for now: its all-gather would need the device upload buffer, which chunk_ring does not have.
+  [[nodiscard]] bool partitioned() const noexcept { return active() && !Comm::is_device; }
+
+  /// Channels [first, first + count) of `p` whose host state rank `r` keeps.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t>
+  block(std::size_t p, const param_info& pi, int r) const {
+    if (!partitioned() || part_index_[p] < 0) {
+      return {0, pi.channels}; // a vector on the host: small, replicated
+    }
+    const auto m = static_cast<std::size_t>(part_index_[p]);
+    return {partition_.begin(m, r), partition_.count(m, r)};
+  }
+
+  /// initialize(), a host-side parameter: its block, the host set of every channel, and the fp32
+  /// masters of the block from the working weights (blocking). Returns the bytes copied down.
+  template <class HostParam>
+  std::size_t init_host_rows(
+      device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
+    std::tie(h.own_first, h.own_channels) = block(p, pi, comm_.rank());
+    h.set_host_set(complement({}, pi.channels));
+    const auto n = static_cast<std::size_t>(h.own_channels * pi.channel_len);
+    h.master.resize(n);
+    if (h.own_channels == pi.channels) {
+      return plan.download_weights(p, h.master.data(), stream);
+    }
+    std::vector<float> full(static_cast<std::size_t>(pi.elements()));
+    const std::size_t bytes = plan.download_weights(p, full.data(), stream);
+    std::copy_n(full.begin() + h.own_first * pi.channel_len, n, h.master.begin());
+    return bytes;
+  }
+
+  /// A re-selection of `p` (device set h.sel -> new_sel): plan.migrate on the host rows. With the
+  /// owner partition the rows that enter come from their owners first (an all-gather by owner of
+  /// their master, m, v, count: the same bits on every rank), the device state is replicated, and
+  /// a row that leaves is kept by its owner only. Returns {device->host, host->device} bytes.
+  template <class HostParam>
+  std::pair<std::size_t, std::size_t> migrate(device_plan<Backend>& plan,
+                                              std::size_t p,
+                                              const param_info& pi,
+                                              HostParam& h,
+                                              const std::vector<std::int32_t>& new_sel,
+                                              cudaStream_t stream,
+                                              std::uint64_t& comm_bytes) {
+    if (h.own_channels == pi.channels) {
+      const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
+                               h.counts.data(), pi.channels, pi.channel_len};
+      return plan.migrate(p, h.sel, new_sel, rows, stream);
+    }
+    const auto L = static_cast<std::size_t>(pi.channel_len);
+    std::vector<std::int32_t> enter, leave;
+    std::set_difference(new_sel.begin(), new_sel.end(), h.sel.begin(), h.sel.end(),
+                        std::back_inserter(enter));
+    std::set_difference(h.sel.begin(), h.sel.end(), new_sel.begin(), new_sel.end(),
+                        std::back_inserter(leave));
+    // Full-size rows that plan.migrate indexes by channel; only the moving rows are ever touched
+    // (left uninitialized: the pages of the others are never mapped).
+    const auto n = static_cast<std::size_t>(pi.elements());
+    auto master = std::make_unique_for_overwrite<float[]>(n);
+    auto m = std::make_unique_for_overwrite<float[]>(n);
+    auto v = std::make_unique_for_overwrite<float[]>(n);
+    auto counts = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(pi.channels));
+    const std::size_t row = 3 * L * 4 + 4; // master, m, v, count
+    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+    for (int r = 0; r < comm_.size(); ++r) {
+      const auto [first, count] = block(p, pi, r);
+      sizes[static_cast<std::size_t>(r)] =
+          row * static_cast<std::size_t>(std::lower_bound(enter.begin(), enter.end(), first + count) -
+                                         std::lower_bound(enter.begin(), enter.end(), first));
+    }
+    std::vector<std::byte> rows(row * enter.size()); // ascending channels = blocks in rank order
+    std::size_t at = 0;
+    for (int r = 0; r < comm_.rank(); ++r) {
+      at += sizes[static_cast<std::size_t>(r)];
+    }
+    for (std::size_t o = at; o < at + sizes[static_cast<std::size_t>(comm_.rank())]; o += row) {
+      const std::size_t c = static_cast<std::size_t>(enter[o / row] - h.own_first);
+      std::memcpy(rows.data() + o, h.master.data() + c * L, L * 4);
+      std::memcpy(rows.data() + o + L * 4, h.m.data() + c * L, L * 4);
+      std::memcpy(rows.data() + o + 2 * L * 4, h.v.data() + c * L, L * 4);
+      std::memcpy(rows.data() + o + 3 * L * 4, &h.counts[c], 4);
+    }
+    comm_.all_gather_bytes(rows.data() + at, rows.data(), sizes, stream);
+    comm_bytes += sizes[static_cast<std::size_t>(comm_.rank())];
+    for (std::size_t e = 0; e < enter.size(); ++e) {
+      const auto c = static_cast<std::size_t>(enter[e]);
+      std::memcpy(master.get() + c * L, rows.data() + e * row, L * 4);
+      std::memcpy(m.get() + c * L, rows.data() + e * row + L * 4, L * 4);
+      std::memcpy(v.get() + c * L, rows.data() + e * row + 2 * L * 4, L * 4);
+      std::memcpy(&counts[c], rows.data() + e * row + 3 * L * 4, 4);
+    }
+    const channel_state full{master.get(), m.get(), v.get(), counts.get(), pi.channels, pi.channel_len};
+    const auto bytes = plan.migrate(p, h.sel, new_sel, full, stream);
+    for (const std::int32_t c : leave) { // the owner keeps what leaves
+      if (c >= h.own_first && c < h.own_first + h.own_channels) {
+        const auto o = static_cast<std::size_t>(c - h.own_first);
+        std::copy_n(master.get() + c * L, L, h.master.data() + o * L);
+        std::copy_n(m.get() + c * L, L, h.m.data() + o * L);
+        std::copy_n(v.get() + c * L, L, h.v.data() + o * L);
+        h.counts[o] = counts[static_cast<std::size_t>(c)];
+      }
+    }
+    return bytes;
+  }
+
+  /// At a window's boundary (owner partition): every rank's share of the new weights of every
+  /// host-side matrix into every rank's upload buffer, in place. The host set in ascending order
+  /// is the blocks in rank order, so the result is the host-set order a one-rank window writes.
+  /// Returns the bytes this rank sent.
+  template <class HostSide>
+  std::uint64_t gather_uploads(const std::vector<param_info>& params, HostSide& host) {
+    std::uint64_t sent = 0;
+    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      auto& h = host[p];
+      if (!pi.host_side || h.own_channels == pi.channels || h.host_set.empty()) {
+        continue;
+      }
+      for (int r = 0; r < comm_.size(); ++r) {
+        const auto [first, count] = block(p, pi, r);
+        const auto lo = std::lower_bound(h.host_set.begin(), h.host_set.end(), first);
+        const auto hi = std::lower_bound(lo, h.host_set.end(), first + count);
+        sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(hi - lo) * pi.channel_bytes();
+      }
+      std::byte* buf = h.upload.data();
+      comm_.all_gather_bytes(buf + static_cast<std::size_t>(h.own_pos) * pi.channel_bytes(), buf, sizes,
+                             nullptr);
+      sent += sizes[static_cast<std::size_t>(comm_.rank())];
+    }
+    return sent;
+  }
+
+  /// The full state of `p` (param_state): the host rows, with the owner partition every rank's
+  /// block all-gathered first (a collective: every rank calls it), and the device rows over them.
+  template <class HostParam>
+  param_state read_state(
+      device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
+    if (!pi.host_side || h.own_channels == pi.channels) {
+      const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
+                               h.counts.data(), pi.channels, pi.channel_len};
+      return plan.read_full_state(p, pi.host_side ? &rows : nullptr, stream);
+    }
+    const auto L = static_cast<std::size_t>(pi.channel_len);
+    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+    auto gather = [&](const auto& mine, auto& all, std::size_t per_channel) {
+      for (int r = 0; r < comm_.size(); ++r) {
+        sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
+      }
+      all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(mine[0]));
+      comm_.all_gather_bytes(mine.data(), all.data(), sizes, stream);
+    };
+    std::vector<float> master, m, v;
+    std::vector<std::int32_t> counts;
+    gather(h.master, master, L * 4);
+    gather(h.m, m, L * 4);
+    gather(h.v, v, L * 4);
+    gather(h.counts, counts, 4);
+    const channel_state rows{master.data(), m.data(), v.data(), counts.data(), pi.channels, pi.channel_len};
+    return plan.read_full_state(p, &rows, stream);
+  }
+
+  /// Sums of the byte, stall and host-memory counters of `s` over the ranks (a collective; double
+  /// sums in rank order, exact for byte counts below 2^53).
+  [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t stream) {
+    zenflow::stats out = s;
+    double v[] = {static_cast<double>(s.d2h_bytes),
+                  static_cast<double>(s.h2d_bytes),
+                  static_cast<double>(s.comm_bytes),
+                  s.stall_s,
+                  s.host_window_s,
+                  static_cast<double>(s.memory.host_state),
+                  static_cast<double>(s.memory.host_accumulators),
+                  static_cast<double>(s.memory.host_ring),
+                  static_cast<double>(s.memory.host_upload),
+                  static_cast<double>(s.memory.host_landing)};
+    comm_.all_reduce_sum(v, std::size(v), stream);
+    out.d2h_bytes = static_cast<std::uint64_t>(v[0]);
+    out.h2d_bytes = static_cast<std::uint64_t>(v[1]);
+    out.comm_bytes = static_cast<std::uint64_t>(v[2]);
+    out.stall_s = v[3];
+    out.host_window_s = v[4];
+    out.memory.host_state = static_cast<std::size_t>(v[5]);
+    out.memory.host_accumulators = static_cast<std::size_t>(v[6]);
+    out.memory.host_ring = static_cast<std::size_t>(v[7]);
+    out.memory.host_upload = static_cast<std::size_t>(v[8]);
+    out.memory.host_landing = static_cast<std::size_t>(v[9]);
+    return out;
   }
 
   /// When active: allocates the fp32 reduction buffer and one mean-gradient buffer per parameter
@@ -183,6 +391,7 @@ private:
 
   Comm comm_;
   channel_partition partition_{};
+  std::vector<std::int64_t> part_index_; // per parameter: its matrix in partition_, or -1
   std::vector<slot> slots_;
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;

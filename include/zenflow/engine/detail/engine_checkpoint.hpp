@@ -96,7 +96,7 @@ struct engine_checkpoint {
       const auto& h = eng.host_[p];
       out.section(tag(p, "sel"), h.sel.data(), h.sel.size() * 4);
       if (pi.host_side) {
-        const std::size_t n = static_cast<std::size_t>(pi.elements());
+        const std::size_t n = h.master.size(); // data parallel: this rank's block
         out.section(tag(p, "master"), h.master.data(), n * 4);
         out.section(tag(p, "m"), h.m.data(), n * 4);
         out.section(tag(p, "v"), h.v.data(), n * 4);
@@ -155,7 +155,8 @@ struct engine_checkpoint {
     std::vector<std::vector<std::int32_t>> sels(eng.params_.size()), dev_sels(eng.params_.size());
     for (std::size_t p = 0; p < eng.params_.size(); ++p) {
       const auto& pi = eng.params_[p];
-      const auto n = static_cast<std::size_t>(pi.elements());
+      const auto& h = eng.host_[p];
+      const std::size_t n = h.master.size(); // data parallel: this rank's block
       sels[p] = read_set(in, tag(p, "sel"), pi);
       dev_sels[p] = read_set(in, tag(p, "dev_sel"), pi);
       const std::size_t k = dev_sels[p].size();
@@ -165,7 +166,7 @@ struct engine_checkpoint {
         for (const char* t : {"master", "m", "v", "acc"}) {
           need(in, tag(p, t), n * 4);
         }
-        need(in, tag(p, "counts"), static_cast<std::size_t>(pi.channels) * 4);
+        need(in, tag(p, "counts"), h.counts.size() * 4);
         need(in, tag(p, "rest_l1"), 8);
         const std::size_t host_channels = static_cast<std::size_t>(pi.channels) - sels[p].size();
         if (upload && host_channels > 0) {
@@ -182,7 +183,7 @@ struct engine_checkpoint {
     for (std::size_t p = 0; p < eng.params_.size(); ++p) {
       const auto& pi = eng.params_[p];
       auto& h = eng.host_[p];
-      const auto n = static_cast<std::size_t>(pi.elements());
+      const std::size_t n = h.master.size();
       h.sel = sels[p];
       if (pi.host_side) {
         in.read(tag(p, "master"), h.master.data(), n * 4);
@@ -193,7 +194,7 @@ struct engine_checkpoint {
         in.read(tag(p, "acc"), h.acc[a].data(), n * 4);
         in.read(tag(p, "rest_l1"), &h.rest_l1[a], 8);
         h.rest_l1[a ^ 1u] = 0.0;
-        h.host_set = complement(h.sel, pi.channels);
+        h.set_host_set(complement(h.sel, pi.channels));
         (void)eng.plan_.set_host_set(p, h.host_set, stream);
         if (upload && !h.host_set.empty()) {
           in.read(tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());

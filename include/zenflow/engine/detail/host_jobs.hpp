@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,12 @@ public:
     }
   }
 
+  /// Data parallel (the owner partition): `gather` fills the upload buffers with every rank's
+  /// share of a job's weights and returns the bytes this rank sent. A collective, so it runs on
+  /// the training thread at the boundary (the same point on every rank), and the copy up follows
+  /// it there instead of starting on the job's thread.
+  void set_gather(std::function<std::uint64_t()> gather) { gather_ = std::move(gather); }
+
   [[nodiscard]] bool overlapped() const noexcept { return queue_ != nullptr; }
   [[nodiscard]] const job_outcome& outcome() const noexcept { return outcome_; }
 
@@ -92,7 +99,7 @@ public:
   std::int64_t submit_finished(bool produced) {
     return queue_->submit([this, produced] {
       outcome_ = job_outcome{produced, 0.0};
-      if (produced) {
+      if (produced && !gather_) {
         upload();
       }
     });
@@ -122,6 +129,7 @@ public:
     }
     if (outcome_.produced) {
       account();
+      gathered(cost);
       apply(stream, cost);
       stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_closed - 1 - j.window);
     }
@@ -140,6 +148,7 @@ public:
         run(a, n_w, lr);
       });
       account();
+      gathered(cost);
       apply(stream, cost);
     }
   }
@@ -150,7 +159,9 @@ private:
   void run(std::size_t a, std::int32_t n_w, float lr) {
     const std::int64_t t0 = pipeline_trace::now();
     outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get());
-    upload();
+    if (!gather_) {
+      upload();
+    }
     trace_.span(trace_track::host_job, "window AdamW", "host_job", t0, pipeline_trace::now(),
                 "\"n_w\": " + std::to_string(n_w));
   }
@@ -166,6 +177,14 @@ private:
       }
     }
     plan_.end_uploads();
+  }
+
+  /// Data parallel: the ranks' shares gathered, then copied up (training thread, at the boundary).
+  void gathered(call_cost& cost) {
+    if (gather_) {
+      cost.comm += gather_();
+      upload();
+    }
   }
 
   /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
@@ -195,6 +214,7 @@ private:
   std::unique_ptr<worker_pool> pool_;
   std::unique_ptr<window_queue> queue_;
   job_outcome outcome_; // written by the job, read after the queue says it is done
+  std::function<std::uint64_t()> gather_;
 };
 
 } // namespace detail

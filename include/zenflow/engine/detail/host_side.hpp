@@ -77,6 +77,29 @@ public:
     // Gradients announced early, packed (host-set order, working type), until the step's coef
     // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
     std::vector<std::byte> land;
+    // Data parallel, the owner partition: the host state above (master, m, v, counts, acc) holds
+    // channels [own_first, own_first + own_channels) only, this rank's block (all of them with
+    // one rank). The device's host set stays every unselected channel (the all-gathered weights
+    // are applied to all of them); this rank's are positions [own_pos, own_pos + own_rows.size())
+    // of it (blocks are contiguous and in rank order), own_rows their channels minus own_first.
+    std::int64_t own_first = 0;
+    std::int64_t own_channels = 0;
+    std::int64_t own_pos = 0;
+    std::vector<std::int32_t> own_rows;
+
+    /// The host set becomes `hs` (ascending); this rank's share of it follows.
+    void set_host_set(std::vector<std::int32_t> hs) {
+      host_set = std::move(hs);
+      const auto first = std::lower_bound(host_set.begin(), host_set.end(), own_first);
+      const auto last = std::lower_bound(first, host_set.end(), own_first + own_channels);
+      own_pos = first - host_set.begin();
+      own_rows.resize(static_cast<std::size_t>(last - first));
+      std::transform(first, last, own_rows.begin(),
+                     [&](std::int32_t c) { return static_cast<std::int32_t>(c - own_first); });
+    }
+    [[nodiscard]] std::int64_t own_end() const noexcept {
+      return own_pos + static_cast<std::int64_t>(own_rows.size());
+    }
   };
 
   host_side(const config& cfg, const std::vector<param_info>& params) : cfg_(&cfg), params_(&params) {}
@@ -154,7 +177,10 @@ private:
       // accumulator now, row by row exactly as if their slots came after the record.
       for (const std::size_t p : landed_) {
         if (!skip_) {
-          accumulate(a, p, host_[p].land.data(), 0, static_cast<std::int64_t>(host_[p].host_set.size()));
+          const auto& h = host_[p];
+          accumulate(a, p,
+                     h.land.data() + static_cast<std::size_t>(h.own_pos) * (*params_)[p].channel_bytes(),
+                     h.own_pos, h.own_end());
         }
       }
       landed_.clear();
@@ -324,18 +350,19 @@ public:
       // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
       adamw_hparams hp = pi.hparams(cfg_->adam, lr);
       const double coherence = cfg_->host_lr_scale == host_lr_scaling::snr
-                                   ? l1_norm(h.acc[a], h.host_set, pi.channel_len, pool) / rest_l1
+                                   ? l1_norm(h.acc[a], h.own_rows, pi.channel_len, pool) / rest_l1
                                    : 1.0;
       hp.lr = static_cast<float>(static_cast<double>(hp.lr) *
                                  host_lr_factor(cfg_->host_lr_scale, n_w, coherence));
-      const channel_state st{h.master.data(), h.m.data(),  h.v.data(),
-                             h.counts.data(), pi.channels, pi.channel_len};
+      // This rank's share only (data parallel: its block; the others' weights come by all-gather).
+      const channel_state st{h.master.data(), h.m.data(),     h.v.data(),
+                             h.counts.data(), h.own_channels, pi.channel_len};
       dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
-        check(host::adamw_window<T, T>(st, h.acc[a].data(), h.host_set.data(),
-                                       static_cast<std::int64_t>(h.host_set.size()), nullptr, 1.0f, n_w, hp,
-                                       reinterpret_cast<T*>(h.upload.data()), pool, host::window_acc::keep,
-                                       cfg_->host_moments_per_step && n_w > 0 ? n_w : 1),
+        check(host::adamw_window<T, T>(
+                  st, h.acc[a].data(), h.own_rows.data(), static_cast<std::int64_t>(h.own_rows.size()),
+                  nullptr, 1.0f, n_w, hp, reinterpret_cast<T*>(h.upload.data()) + h.own_pos * pi.channel_len,
+                  pool, host::window_acc::keep, cfg_->host_moments_per_step && n_w > 0 ? n_w : 1),
               "zenflow::engine: adamw_window");
       });
     }
@@ -343,16 +370,17 @@ public:
   }
 
 private:
-  /// acc[a] += coef_ * rows [begin, end) of `p`'s packed host-set gradients at `rows`.
+  /// acc[a] += coef_ * host-set positions [begin, end) of `p`'s packed gradients at `rows`, all of
+  /// them this rank's (data parallel: the D2H stream sends only those).
   void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
     const auto& pi = (*params_)[p];
     auto& h = host_[p];
     const auto mode = assign_ ? host::accumulate_mode::assign : host::accumulate_mode::add;
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
-      check(host::accumulate_channels<T>(h.acc[a].data(), pi.channels, pi.channel_len,
-                                         reinterpret_cast<const T*>(rows), h.host_set.data() + begin,
-                                         end - begin, coef_, consume_pool_.get(), mode),
+      check(host::accumulate_channels<T>(
+                h.acc[a].data(), h.own_channels, pi.channel_len, reinterpret_cast<const T*>(rows),
+                h.own_rows.data() + (begin - h.own_pos), end - begin, coef_, consume_pool_.get(), mode),
             "zenflow::engine: accumulate_channels");
     });
   }

@@ -23,12 +23,13 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 /// Selects every matrix's device set (`importance` scores, top-k by the plan) and migrates the
-/// rows that leave or enter it between `host` and the device; vectors on the device keep {0}.
-/// Bytes copied go to `cost`.
-template <engine_backend Backend, class HostSide>
+/// rows that leave or enter it between `host` and the device (through `dp`, which knows which
+/// rank keeps which rows); vectors on the device keep {0}. Bytes copied go to `cost`.
+template <engine_backend Backend, class HostSide, class DataParallel>
 void select_and_migrate(device_plan<Backend>& plan,
                         const std::vector<param_info>& params,
                         HostSide& host,
+                        DataParallel& dp,
                         channel_norm importance,
                         cudaStream_t stream,
                         call_cost& cost) {
@@ -47,12 +48,10 @@ void select_and_migrate(device_plan<Backend>& plan,
       continue;
     }
     if (pi.host_side) {
-      const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
-                               h.counts.data(), pi.channels, pi.channel_len};
-      const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows, stream);
+      const auto [down, up] = dp.migrate(plan, p, pi, h, new_sel, stream, cost.comm);
       cost.d2h += down;
       cost.h2d += up;
-      h.host_set = complement(new_sel, pi.channels);
+      h.set_host_set(complement(new_sel, pi.channels));
       cost.h2d += plan.set_host_set(p, h.host_set, stream);
     }
     h.sel = std::move(new_sel);
