@@ -1,0 +1,269 @@
+// zf_bench_dp_wire: bytes on the wire per step, data parallel (docs/data-parallel.md, "Bytes on
+// the wire"). Run under mpiexec (any N >= 1); rank 0 prints one JSON object:
+//
+//   mpiexec -np 2 build/cpu/bench/engine/zf_bench_dp_wire [--steps 24] > dp_wire.json
+//
+// "computed": for our shape lists (charlm's presets, a LLaMA-7B-like list) and N in {2, 8}, the
+// selection traffic (one fp32 score per channel) against gathering the gradients, and the
+// per-step bytes each rank sends in four schemes, from their arithmetic (ring collectives: an
+// all-reduce sends 2 (N-1)/N x n, a reduce-scatter or all-gather (N-1)/N x n; N pipelined
+// broadcasts, one per owner, of n/N each, (N-1)/N x n):
+//   zenflow_engine_now  this engine: mean all-reduce of every gradient (fp32) each step, the
+//                       window's weights all-gathered by owner once per window;
+//   zenflow_design      SPEC's design: scores all-reduced on a selection step, the selected
+//                       gradients and vectors all-reduced (fp32), the unselected reduce-scattered
+//                       by owner (fp32), the weights all-gathered once per window;
+//   deepspeed_stage12   DeepSpeed's ZenFlow on ZeRO 1/2 (deepspeed/runtime/zenflow/
+//                       zenflow_stage_1_and_2.py): ZeRO's reduce-scatter of every gradient (bf16),
+//                       the owners' broadcast of the selected gradient slices (bf16) every step,
+//                       the selected indices (int32) on a selection step, the bf16 weights
+//                       all-gathered after each host update (once per window);
+//   deepspeed_stage3    the same with ZeRO 3's selection (engine_stage3.py): an all-gather of the
+//                       per-column sums (model dtype, bf16) instead of the index broadcast (the per-layer
+//                       parameter all-gathers of ZeRO 3's forward and backward are not counted).
+// "measured": the engine (host backend, mpi_communicator) on charlm's "cpu" shapes with random
+// gradients: each rank's comm_bytes and d2h_bytes from stats() per step, against the formulas.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <mpi.h>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <zenflow/comm/mpi_communicator.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
+
+namespace {
+
+struct tensor {
+  std::int64_t channels = 1, len = 0; // a vector: 1 x len
+  bool matrix = false;
+};
+
+// charlm's parameter list (examples/charlm/model.hpp's param_table): emb V x E, layer 0 C*E x H,
+// layers 1.. H x H, w_out H x V, a bias per layer and the output. V = 48 (the corpus sets it).
+std::vector<tensor> charlm(std::int64_t context, std::int64_t embed, std::int64_t hidden, int layers) {
+  const std::int64_t vocab = 48;
+  std::vector<tensor> t{{vocab, embed, true}};
+  for (int l = 0; l < layers; ++l) {
+    t.push_back({l == 0 ? context * embed : hidden, hidden, true});
+    t.push_back({1, hidden, false});
+  }
+  t.push_back({hidden, vocab, true});
+  t.push_back({1, vocab, false});
+  return t;
+}
+
+// LLaMA-7B's shapes: 32 blocks of q, k, v, o (4096 x 4096), gate and up (4096 -> 11008), down
+// (11008 -> 4096), two RMSNorm vectors; the embedding and the output head (32000 x 4096). A
+// matrix's channels are its inputs (nn.Linear [out, in] stored transposed).
+std::vector<tensor> llama7b() {
+  std::vector<tensor> t{{32000, 4096, true}};
+  for (int l = 0; l < 32; ++l) {
+    for (int i = 0; i < 4; ++i) {
+      t.push_back({4096, 4096, true});
+    }
+    t.push_back({4096, 11008, true});
+    t.push_back({4096, 11008, true});
+    t.push_back({11008, 4096, true});
+    t.push_back({1, 4096, false});
+    t.push_back({1, 4096, false});
+  }
+  t.push_back({4096, 32000, true});
+  t.push_back({1, 4096, false});
+  return t;
+}
+
+nlohmann::json computed(const std::string& name,
+                        const std::vector<tensor>& list,
+                        double r,
+                        int n,
+                        double window,
+                        double select_every) {
+  double P = 0, V = 0, C = 0, K = 0, KL = 0; // elements, vector elements, channels, selected
+  for (const auto& t : list) {
+    if (t.matrix) {
+      const auto k =
+          static_cast<double>(std::max<std::int64_t>(1, static_cast<std::int64_t>(r * t.channels)));
+      P += static_cast<double>(t.channels * t.len);
+      C += static_cast<double>(t.channels);
+      K += k;
+      KL += k * static_cast<double>(t.len);
+    } else {
+      V += static_cast<double>(t.len);
+    }
+  }
+  const double N = n, ring = (N - 1) / N, all = P + V, U = P - KL; // U: unselected elements
+  nlohmann::json j;
+  j["shapes"] = name;
+  j["ranks"] = n;
+  j["topk_ratio"] = r;
+  j["window_steps"] = window;
+  j["select_interval"] = select_every;
+  j["parameters"] = all;
+  j["matrix_channels"] = C;
+  // Selection traffic: one fp32 score per channel, against the gradients themselves.
+  j["selection_bytes"] = 4 * C;
+  j["gradient_bytes_bf16"] = 2 * P;
+  j["gradient_bytes_fp32"] = 4 * P;
+  j["gradients_over_selection_bf16"] = 2 * P / (4 * C);
+  j["gradients_over_selection_fp32"] = 4 * P / (4 * C);
+  // Per step, per rank, bytes sent (ring model), amortized over the window and selection interval.
+  j["per_step_sent"] = {
+      {"zenflow_engine_now", 2 * ring * 4 * all + ring * 2 * U / window},
+      {"zenflow_design",
+       2 * ring * 4 * C / select_every + 2 * ring * 4 * (KL + V) + ring * 4 * U + ring * 2 * U / window},
+      {"deepspeed_stage12",
+       ring * 2 * all + ring * 2 * (KL + V) + ring * 4 * K / select_every + ring * 2 * all / window},
+      {"deepspeed_stage3",
+       ring * 2 * all + ring * 2 * (KL + V) + ring * 2 * C / select_every + ring * 2 * all / window},
+  };
+  j["dense_allreduce_bf16"] = 2 * ring * 2 * all; // plain data parallel, for scale
+  return j;
+}
+
+nlohmann::json measured(int steps) {
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const auto list = charlm(8, 16, 512, 4); // the "cpu" preset
+  zenflow::config cfg;
+  cfg.topk_ratio = 0.1;
+  cfg.select = zenflow::select_strategy::step;
+  cfg.select_interval = 8;
+  cfg.update_interval = 4;
+  cfg.overlap_step = true;
+  std::vector<std::vector<float>> w, g;
+  std::mt19937_64 gen(7); // the same weights on every rank
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  for (const auto& t : list) {
+    w.emplace_back(static_cast<std::size_t>(t.channels * t.len));
+    g.emplace_back(w.back().size());
+    for (auto& x : w.back()) {
+      x = nd(gen);
+    }
+  }
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(
+      cfg, {}, zenflow::mpi_communicator(MPI_COMM_WORLD));
+  std::vector<zenflow::param_id> ids;
+  for (std::size_t p = 0; p < list.size(); ++p) {
+    ids.push_back(list[p].matrix ? e.add_matrix(w[p].data(), g[p].data(), list[p].channels, list[p].len)
+                                 : e.add_vector(w[p].data(), g[p].data(), list[p].len));
+  }
+  e.initialize();
+  std::uint64_t elements = 0;
+  for (const auto& t : list) {
+    elements += static_cast<std::uint64_t>(t.channels * t.len);
+  }
+  std::mt19937_64 ggen(100 + static_cast<std::uint64_t>(rank)); // every rank its own gradients
+  nlohmann::json per_step = nlohmann::json::array();
+  for (int t = 0; t < steps; ++t) {
+    for (auto& v : g) {
+      for (auto& x : v) {
+        x = nd(ggen);
+      }
+    }
+    const auto rep = e.step(1e-3f);
+    per_step.push_back({{"step", t},
+                        {"selection", rep.selection},
+                        {"window_closed", rep.window_closed},
+                        {"comm_bytes", rep.comm_bytes},
+                        {"d2h_bytes", rep.d2h_bytes}});
+  }
+  e.flush();
+  const auto summed = e.stats_over_ranks();
+  // This rank's share of the unselected gradient bytes (fp32 here), per step after the first
+  // selection: its block of every matrix minus the device set.
+  std::uint64_t own_grad_bytes = 0, all_unselected_bytes = 0, model_bytes = 0;
+  for (std::size_t p = 0, m = 0; p < list.size(); ++p) {
+    model_bytes += static_cast<std::uint64_t>(list[p].channels * list[p].len) * 4;
+    if (!list[p].matrix) {
+      continue;
+    }
+    const auto sel = e.selected(ids[p]);
+    std::int64_t own = 0;
+    for (std::int64_t c = e.partition().begin(m, rank); c < e.partition().end(m, rank); ++c) {
+      own += std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c)) ? 0 : 1;
+    }
+    own_grad_bytes += static_cast<std::uint64_t>(own * list[p].len) * 4;
+    all_unselected_bytes +=
+        static_cast<std::uint64_t>((list[p].channels - cfg.topk(list[p].channels)) * list[p].len) * 4;
+    ++m;
+  }
+  nlohmann::json j;
+  j["shapes"] = "charlm cpu (V=48, C=8, E=16, H=512, 4 layers), fp32, host backend";
+  j["ranks"] = n;
+  j["rank"] = rank;
+  j["parameters"] = elements;
+  j["config"] = {{"topk_ratio", cfg.topk_ratio},
+                 {"select_interval", cfg.select_interval},
+                 {"update_interval", cfg.update_interval}};
+  j["formula"] = {{"mean_allreduce_input_per_step", 4 * elements},
+                  {"window_allgather_input", own_grad_bytes},
+                  {"own_unselected_grad_bytes_per_step", own_grad_bytes},
+                  {"one_rank_unselected_grad_bytes_per_step", all_unselected_bytes},
+                  {"one_nth_of_unselected", static_cast<double>(all_unselected_bytes) / n},
+                  {"model_bytes", model_bytes}};
+  j["per_step"] = per_step;
+  j["stats"] = {{"comm_bytes", e.stats().comm_bytes},
+                {"d2h_bytes", e.stats().d2h_bytes},
+                {"host_state_bytes", e.stats().memory.host_state},
+                {"host_jobs", e.stats().host_jobs}};
+  j["summed_over_ranks"] = {{"comm_bytes", summed.comm_bytes},
+                            {"d2h_bytes", summed.d2h_bytes},
+                            {"host_state_bytes", summed.memory.host_state}};
+  return j;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int steps = 24;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--steps") {
+      steps = std::stoi(argv[i + 1]);
+    }
+  }
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  nlohmann::json out;
+  out["computed"] = nlohmann::json::array();
+  const double r = 0.1;
+  for (const int ranks : {2, 8}) {
+    for (const double window : {1.0, 4.0}) {
+      out["computed"].push_back(computed("charlm cpu", charlm(8, 16, 512, 4), r, ranks, window, 100));
+      out["computed"].push_back(computed("charlm h200", charlm(16, 64, 8192, 24), r, ranks, window, 100));
+      out["computed"].push_back(computed("llama-7b", llama7b(), r, ranks, window, 100));
+    }
+  }
+  // Every rank's measured figures, gathered to rank 0 as JSON text.
+  const std::string mine = measured(steps).dump();
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    offs[static_cast<std::size_t>(i)] = total;
+    total += lens[static_cast<std::size_t>(i)];
+  }
+  std::string all(static_cast<std::size_t>(rank == 0 ? total : 0), '\0');
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    out["measured"] = nlohmann::json::array();
+    for (int i = 0; i < n; ++i) {
+      out["measured"].push_back(
+          nlohmann::json::parse(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(i)]),
+                                           static_cast<std::size_t>(lens[static_cast<std::size_t>(i)]))));
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+  }
+  MPI_Finalize();
+  return 0;
+}
