@@ -508,7 +508,7 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
   };
   const auto cfg = small_config();
   zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> a(cfg, {}, make_comm());
-  register_all(a, w, g);
+  const auto ids_a = register_all(a, w, g);
   a.initialize();
   for (std::int64_t t = 0; t < 7; ++t) {
     feed(t);
@@ -523,7 +523,7 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
   }
   a.flush();
   zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> b(cfg, {}, make_comm());
-  register_all(b, w_saved, g);
+  const auto ids_b = register_all(b, w_saved, g);
   b.initialize();
   b.load(base);
   for (std::int64_t t = 7; t < 14; ++t) {
@@ -533,7 +533,15 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
   b.flush();
   for (std::size_t p = 0; p < kShapes.size(); ++p) {
     EXPECT_EQ(std::memcmp(w[p].data(), w_saved[p].data(), w[p].size() * 4), 0) << "param " << p;
+    // Each rank's file holds its block; the gathered state of the resumed run is the same.
+    const auto sa = a.state(ids_a[p]);
+    const auto sb = b.state(ids_b[p]);
+    EXPECT_EQ(std::memcmp(sa.master.data(), sb.master.data(), sa.master.size() * 4), 0) << "param " << p;
+    EXPECT_EQ(std::memcmp(sa.m.data(), sb.m.data(), sa.m.size() * 4), 0) << "param " << p;
+    EXPECT_EQ(std::memcmp(sa.v.data(), sb.v.data(), sa.v.size() * 4), 0) << "param " << p;
+    EXPECT_EQ(sa.counts, sb.counts) << "param " << p;
   }
+  EXPECT_EQ(a.stats().memory.host_state, b.stats().memory.host_state);
   std::remove(zenflow::checkpoint_rank_path(base, rank, n).c_str());
 }
 
