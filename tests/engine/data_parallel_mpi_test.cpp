@@ -251,13 +251,15 @@ void run_against_one_rank(const zenflow::config& cfg,
   EXPECT_EQ(dp.stats().d2h_bytes, ref.stats().d2h_bytes - others_bytes);
   // Host memory per rank: its block of every matrix (vectors, on the host in the warm-up, whole).
   const auto summed = dp.stats_over_ranks(stream);
-  const std::uint64_t accs = cfg.overlap_step ? 2 : 1;
+  const bool sync = cfg.mode == zenflow::optimizer_mode::offload_sync; // every channel on the host
+  const bool vectors_on_host = sync || cfg.full_warm_up_rounds > 0;
+  const std::uint64_t accs = cfg.overlap_step && !sync ? 2 : 1;
   std::uint64_t state = 0, acc = 0, vec_state = 0, vec_acc = 0, all_host = 0, unselected = 0;
   for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
     const auto len = static_cast<std::uint64_t>(shapes[p].len);
     if (!shapes[p].matrix) {
-      vec_state += cfg.full_warm_up_rounds > 0 ? len * 12 + 4 : 0;
-      vec_acc += cfg.full_warm_up_rounds > 0 ? len * 4 * accs : 0;
+      vec_state += vectors_on_host ? len * 12 + 4 : 0;
+      vec_acc += vectors_on_host ? len * 4 * accs : 0;
       continue;
     }
     const auto own = static_cast<std::uint64_t>(part.count(m, rank));
@@ -276,8 +278,9 @@ void run_against_one_rank(const zenflow::config& cfg,
   // Bytes on the wire, summed over the ranks: the two hashes and every gradient in fp32 per step
   // from every rank, each entering row's state once (from its owner), each window's weights once
   // (every owner its share): all unselected channels, or every channel in the warm-up.
-  const auto warm = static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.full_warm_up_rounds, steps));
   const auto jobs = static_cast<std::uint64_t>(dp.stats().host_jobs);
+  const auto warm =
+      sync ? jobs : static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.full_warm_up_rounds, steps));
   EXPECT_EQ(summed.comm_bytes, static_cast<std::uint64_t>(n) *
                                        (16 + static_cast<std::uint64_t>(steps) * 4 * total_elements(shapes)) +
                                    entered_bytes + warm * all_host + (jobs - warm) * unselected);
@@ -335,6 +338,26 @@ TEST(engine_data_parallel, slots_straddle_the_blocks_bf16) {
   cfg.auto_ratio = 0.5;
   cfg.select_interval = 7;
   run_against_one_rank<zenflow::bfloat16>(cfg, 16, 5, {{true, 301, 32}, {false, 1, 7}, {true, 77, 80}});
+}
+
+// offload_sync: every channel's state on the host, split by owner; every step a window.
+TEST(engine_data_parallel, offload_sync_float_with_a_nan_on_one_rank) {
+  auto cfg = small_config();
+  cfg.mode = zenflow::optimizer_mode::offload_sync;
+  cfg.overlap_step = false;
+  run_against_one_rank<float>(cfg, 10, 4);
+}
+
+// "snr" needs every block's accumulator inside the window job: refused on every rank, by name.
+TEST(engine_data_parallel, snr_is_refused_with_the_owner_partition) {
+  auto cfg = small_config();
+  cfg.host_lr_scale = zenflow::host_lr_scaling::snr;
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(cfg, {}, make_comm());
+  register_all(e, w, g);
+  zf_engine_test::expect_invalid([&] { e.initialize(); }, "host_lr_scale");
+  EXPECT_FALSE(e.initialized());
 }
 
 TEST(engine_data_parallel, emulated_backend_float) {
