@@ -117,6 +117,11 @@ namespace charlm {
   register_params(model, opt);
   opt.initialize(nullptr);
   run_result r = train(model, opt, data, o, nullptr, rank, ranks);
+  const zenflow::stats all = opt.stats_over_ranks(); // every rank calls it
+  r.ranks = ranks;
+  r.comm_bytes = opt.stats().comm_bytes;
+  r.comm_bytes_all = all.comm_bytes;
+  r.host_memory_all = all.memory.host_total();
   using weight_t = host_charlm::weight_t;
   std::vector<weight_t> w = model.all_weights();
   std::vector<weight_t> w0 = w;

@@ -62,6 +62,12 @@ struct run_result {
   double mean_window = 0;
   double total_s = 0;
   zenflow::memory_usage memory{};
+  // Data parallel (more than one rank): rank 0's figures above are its own; these are summed
+  // over the ranks (engine::stats_over_ranks()).
+  int ranks = 1;
+  std::uint64_t comm_bytes = 0;     ///< rank 0's bytes into collectives
+  std::uint64_t comm_bytes_all = 0; ///< summed over the ranks
+  std::size_t host_memory_all = 0;  ///< host memory summed over the ranks
   std::vector<progress_row> progress;
   std::vector<float> losses; ///< every step's training loss
 };
@@ -263,6 +269,13 @@ run_result train(Model& model,
                     {"window", p.window}});
   }
   j["progress"] = rows;
+  if (r.ranks > 1) {
+    j["data_parallel"] = {{"ranks", r.ranks},
+                          {"comm_bytes_rank0", r.comm_bytes},
+                          {"comm_bytes_all_ranks", r.comm_bytes_all},
+                          {"host_memory_bytes_rank0", r.memory.host_total()},
+                          {"host_memory_bytes_all_ranks", r.host_memory_all}};
+  }
   return j;
 }
 
