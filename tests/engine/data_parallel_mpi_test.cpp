@@ -330,7 +330,8 @@ TEST(engine_data_parallel, no_overlap_clipping_loss_scale_fp16) {
 }
 
 // Wide matrices: a D2H slot holds 64 and 25 channels, so slots straddle the owners' blocks (every
-// slot is packed for the rest mass, only this rank's rows of it go down).
+// slot is packed for the rest mass, only this rank's rows of it go down); a matrix of 2 channels
+// leaves a rank of 3 an empty block.
 TEST(engine_data_parallel, slots_straddle_the_blocks_bf16) {
   auto cfg = small_config();
   cfg.update_interval = 0; // Zen-auto: its rest masses must have the one-rank bits
@@ -338,7 +339,8 @@ TEST(engine_data_parallel, slots_straddle_the_blocks_bf16) {
   cfg.auto_ratio = 0.5;
   cfg.select_interval = 7;
   cfg.upload = zenflow::upload_policy::chunk_ring; // the gathered weights go up chunk by chunk
-  run_against_one_rank<zenflow::bfloat16>(cfg, 16, 5, {{true, 301, 32}, {false, 1, 7}, {true, 77, 80}});
+  run_against_one_rank<zenflow::bfloat16>(cfg, 16, 5,
+                                          {{true, 301, 32}, {false, 1, 7}, {true, 77, 80}, {true, 2, 8}});
 }
 
 // offload_sync: every channel's state on the host, split by owner; every step a window.
