@@ -3,13 +3,13 @@
 /// initialize() (the same configuration and parameter list on every rank), the channel partition,
 /// and the reduction of every rank's gradients to their mean before the step reads them.
 ///
-/// This is the replicated-host-state scheme: every rank keeps the full host state and every
-/// gradient is all-reduced (mean) at the start of step(), into engine-owned buffers that the
+/// Every gradient is all-reduced (mean) at the start of step(), into engine-owned buffers that the
 /// device plan then reads instead of the user's. Every later decision of the step (scores, top-k,
 /// the skip flag, the clipping norm, Zen-auto's masses) is computed from the same mean gradient on
-/// every rank, so an N-rank run is a one-rank run fed the mean gradient, bit for bit, and no other
-/// collective is needed. The owner partition of the host state (1/N per rank) is the next step;
-/// its partition is computed here already.
+/// every rank, so no other collective is needed for them. Over a host communicator the host state
+/// is partitioned by owner (`partitioned()`): each rank keeps its block of every host-side matrix,
+/// the window's weights and the rows entering the device are all-gathered. An N-rank run is a
+/// one-rank run fed the mean gradient, bit for bit.
 ///
 /// One code path for every backend: the gradients are widened into one fp32 buffer with the plan's
 /// own gather primitive, reduced in one call, and narrowed back with its scatter. A host
