@@ -275,6 +275,35 @@ namespace {
 
 /// An engine that trained already loads too: its state (a pending job and an open window included)
 /// is replaced whole, and it goes on as the saved run does.
+/// A file saved with the other host_moments is refused by that name (not only "another
+/// configuration"), both ways, and the engine is unchanged.
+TEST(engine_checkpoint, other_host_moments_are_named_and_change_nothing) {
+  const std::string file = temp_path("moments");
+  for (const auto saved : {zenflow::moment_precision::bf16, zenflow::moment_precision::fp32}) {
+    auto cs = small_config();
+    cs.host_moments = saved;
+    auto cl = cs;
+    cl.host_moments = saved == zenflow::moment_precision::bf16 ? zenflow::moment_precision::fp32
+                                                               : zenflow::moment_precision::bf16;
+    model<float> a(kPlanShapes, 31), b(kPlanShapes, 32);
+    trained(a, cs, 13)->save(file);
+    auto eb = trained(b, cl, 13);
+    const snapshot before = take(*eb, b);
+    try {
+      eb->load(file);
+      ADD_FAILURE() << "no error";
+    } catch (const zenflow::checkpoint_error& e) {
+      EXPECT_EQ(e.kind(), zenflow::checkpoint_errc::other_config) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("zenflow_ext.host_moments \"" + std::string(zenflow::to_string(saved)) + "\""),
+                std::string::npos)
+          << what;
+    }
+    EXPECT_TRUE(take(*eb, b) == before);
+  }
+  std::filesystem::remove(file);
+}
+
 TEST(engine_checkpoint, a_used_engine_loads_and_goes_on_as_the_saved_run) {
   const auto cfg = small_config();
   const std::string file = temp_path("used");

@@ -24,6 +24,47 @@
 
 namespace zf_engine_test {
 
+/// bf16 host moments: every host row's m and v is a bf16 value, and the reference's (rounded the
+/// documented way) equals it. The moments do not depend on the weights (decoupled decay), so the
+/// two differ only where the engine's fp32 update and the reference's float64 one fall on either
+/// side of a stochastic rounding threshold: rare (about 2^-16 per fp32 ulp between them per
+/// rounding), and then by one bf16 ulp. Allowed: 1% of the elements, one ulp (2^-7 relative).
+template <class Driver, class Engine, class Model>
+void expect_host_moments_match(Driver& d,
+                               Engine& eng,
+                               const std::vector<zenflow::param_id>& ids,
+                               const Model& m,
+                               const zf_test::zenflow_reference& ref) {
+  std::size_t compared = 0, differ = 0;
+  for (std::size_t p = 0; p < ids.size(); ++p) {
+    if (!m.shapes[p].matrix) {
+      continue; // vectors live on the device after warm-up: fp32 moments
+    }
+    const auto st = d.state(eng, ids[p]);
+    const auto& sel = ref.selected(p);
+    const auto len = st.m.size() / st.counts.size();
+    for (std::size_t e = 0; e < st.m.size(); ++e) {
+      if (std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(e / len))) {
+        continue; // a device row
+      }
+      const std::pair<float, double> mv[2] = {{st.m[e], ref.exp_avg(p)[e]}, {st.v[e], ref.exp_avg_sq(p)[e]}};
+      for (const auto& [got, want] : mv) {
+        ASSERT_EQ(zenflow::bit_pattern(got) & 0xffffu, 0u)
+            << "param " << p << " element " << e << ": not bf16";
+        ++compared;
+        if (static_cast<double>(got) != want) {
+          ++differ;
+          ASSERT_LE(std::fabs(got - want), std::ldexp(std::fabs(want), -7))
+              << "param " << p << " element " << e;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 100u);
+  EXPECT_LE(differ * 100, compared) << differ << " of " << compared
+                                    << " host moments differ from the reference";
+}
+
 /// Runs `steps` steps of the engine and the reference on the same gradients (one element
 /// poisoned, NaN or Inf, at each step of `bad_steps`); returns the worst weight distance (ulps of
 /// T) seen after any step.
@@ -89,6 +130,9 @@ double against_reference(const zenflow::config& cfg,
   EXPECT_GT(set_changes, 0);
   for (std::size_t p = 0; p < ids.size(); ++p) {
     EXPECT_EQ(d.state(eng, ids[p]).counts, ref.counts(p)) << "param " << p;
+  }
+  if (cfg.host_moments == zenflow::moment_precision::bf16) {
+    expect_host_moments_match(d, eng, ids, m, ref);
   }
   return worst;
 }
@@ -243,6 +287,22 @@ inline std::vector<reference_case> reference_cases() {
        32,
        12,
        {0, 4, 8, 9, 10, 11, 20}},
+      // bf16 host moments (host_moments "bf16"): stochastically rounded after every host update
+      // (warm-up, windows), rounded to nearest when a row leaves the device, widened exactly when
+      // one enters it; the reference rounds the same way (tests/support/bf16_moments_reference.hpp).
+      // A bf16 working type: the weights agree within the rounding of their own type even where
+      // the engine's fp32 moment and the reference's float64 one straddle a rounding threshold.
+      {"bf16_host_moments_warm_up_overlap_reselection_bf16",
+       dtype::bf16,
+       [](zenflow::config& c) {
+         c.host_moments = zenflow::moment_precision::bf16;
+         c.full_warm_up_rounds = 3;
+         c.update_interval = 3;
+         c.select_interval = 6;
+       },
+       45,
+       13,
+       {7}},
   };
 }
 

@@ -169,6 +169,21 @@ inline std::vector<plan_scenario> resume_scenarios() {
     out.push_back(
         {"fixed windows, overlap, NaN at a selection step", c, zenflow::dtype::f32, false, false, {16}});
   }
+  {
+    // bf16 host moments: saved as bf16, loaded bit for bit (a resumed run rounds with the same
+    // hashes, so it stays bit-identical); warm-up, re-selections and a NaN step.
+    auto c = small_config();
+    c.host_moments = zenflow::moment_precision::bf16;
+    c.full_warm_up_rounds = 4;
+    c.update_interval = 3;
+    c.select_interval = 6;
+    out.push_back({"bf16 host moments, warm-up, fixed windows of 3, overlap",
+                   c,
+                   zenflow::dtype::bf16,
+                   false,
+                   false,
+                   {20}});
+  }
   for (auto& sc : out) {
     sc.steps = 40;
   }

@@ -37,6 +37,11 @@
 ///    matrix with k == c always votes); close when len >= max_update_interval, or
 ///    len >= min_update_interval and double(votes) / double(matrices) >= auto_ratio (1 with no
 ///    matrix).
+///  - host_moments "bf16" (docs/primitives.md, "Fewer bytes per parameter"): a moment stored on the
+///    host is a bf16 value. After each host update (host window, warm-up, offload_sync) m and v are
+///    rounded double -> float (nearest) -> bf16 stochastically with the documented hash of (element
+///    index in the parameter, the update's count, 0 for m / 1 for v); a row leaving the device set
+///    rounds float -> bf16 to nearest; the device holds what it gets (exact widening).
 #pragma once
 
 #include <algorithm>
@@ -50,6 +55,8 @@
 
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/config.hpp>
+
+#include "support/bf16_moments_reference.hpp"
 
 namespace zf_test {
 
@@ -183,8 +190,9 @@ public:
 
     if (cfg_.mode != zenflow::optimizer_mode::zenflow || t < cfg_.full_warm_up_rounds) {
       if (!bad) {
+        const bool host = cfg_.mode != zenflow::optimizer_mode::gpu_adamw; // warm-up runs on the host
         for (std::size_t i = 0; i < params_.size(); ++i) {
-          dense_update(params_[i], grads[i], coef, lr * params_[i].lr_scale);
+          dense_update(params_[i], grads[i], coef, lr * params_[i].lr_scale, host);
         }
       }
       return;
@@ -375,14 +383,25 @@ private:
     return params_.size() - 1;
   }
 
-  void dense_update(param& p, const std::vector<float>& g, double coef, double lr) {
+  void dense_update(param& p, const std::vector<float>& g, double coef, double lr, bool host = false) {
     for (std::int64_t j = 0; j < p.channels; ++j) {
       const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
       for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
         const auto u = static_cast<std::size_t>(e);
         reference_adam(p.master[u], p.m[u], p.v[u], coef * static_cast<double>(g[u]), lr, c, p.adam);
+        if (host) {
+          store_host_moments(p, u, c);
+        }
         p.w[u] = round_to_dtype(p.master[u], p.dt);
       }
+    }
+  }
+
+  /// Element u's moments as the host stores them after an update of count `c`.
+  void store_host_moments(param& p, std::size_t u, std::int32_t c) const {
+    if (cfg_.host_moments == zenflow::moment_precision::bf16) {
+      p.m[u] = host_moment_bf16(p.m[u], u, static_cast<std::uint32_t>(c), 0);
+      p.v[u] = host_moment_bf16(p.v[u], u, static_cast<std::uint32_t>(c), 1);
     }
   }
 
@@ -411,9 +430,19 @@ private:
       const auto k = static_cast<std::size_t>(cfg_.topk(p.channels));
       p.sel.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
       std::sort(p.sel.begin(), p.sel.end());
+      std::vector<char> was = p.is_sel;
       std::fill(p.is_sel.begin(), p.is_sel.end(), 0);
       for (const std::int32_t j : p.sel) {
         p.is_sel[static_cast<std::size_t>(j)] = 1;
+      }
+      for (std::int64_t j = 0; j < p.channels; ++j) { // rows going home narrow to the host's moments
+        if (was[static_cast<std::size_t>(j)] != 0 && p.is_sel[static_cast<std::size_t>(j)] == 0 &&
+            cfg_.host_moments == zenflow::moment_precision::bf16) {
+          for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
+            p.m[static_cast<std::size_t>(e)] = moment_bf16_nearest(p.m[static_cast<std::size_t>(e)]);
+            p.v[static_cast<std::size_t>(e)] = moment_bf16_nearest(p.v[static_cast<std::size_t>(e)]);
+          }
+        }
       }
       // State moves with the channel (master, m, v, count stay as they are); the accumulator
       // is empty here: the window started at this selection step and held only skipped steps.
@@ -529,6 +558,7 @@ private:
           for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
             const auto u = static_cast<std::size_t>(e);
             reference_adam(p.master[u], p.m[u], p.v[u], p.acc[u] / n, host_lr * p.lr_scale, c, p.adam, steps);
+            store_host_moments(p, u, c);
             job.w[i][u] = round_to_dtype(p.master[u], p.dt);
           }
         }

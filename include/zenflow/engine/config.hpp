@@ -95,6 +95,12 @@ enum class optimizer_mode : std::uint8_t {
 /// How a host window's new weights travel up. JSON: "whole_window" | "chunk_ring".
 enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 
+/// How the host keeps the Adam moments m and v of its channels; the arithmetic is fp32 either way.
+/// JSON (`zenflow_ext.host_moments`): "fp32" | "bf16". bf16 halves them (8 instead of 12 bytes
+/// of host state, 20 instead of 28 bytes moved per parameter per host update), stored with
+/// stochastic rounding (docs/primitives.md, "Fewer bytes per parameter"); the device keeps fp32.
+enum class moment_precision : std::uint8_t { fp32, bf16 };
+
 /// Per-parameter hyper-parameters for the parameters whose registration name matches `match`
 /// (`zenflow_ext.param_groups`; docs/config.md). `match` with a `*` or `?` is a glob over
 /// the whole name, else a substring of it; the first group that matches a name wins. A field
@@ -140,6 +146,7 @@ struct config {
   /// true: a host window's moments decay by beta^n_w and its channels' counts advance by n_w (a
   /// window stands for its n_w steps, docs/defaults.md); false: by beta and 1, once per window.
   bool host_moments_per_step = true;
+  moment_precision host_moments = moment_precision::fp32; ///< storage of the host's m and v
   channel_norm importance = channel_norm::sq_l2; ///< "sq_l2" | "l1"
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
@@ -258,6 +265,7 @@ struct config_sources {
 [[nodiscard]] std::string_view to_string(host_lr_scaling v) noexcept;
 [[nodiscard]] std::string_view to_string(optimizer_mode v) noexcept;
 [[nodiscard]] std::string_view to_string(upload_policy v) noexcept;
+[[nodiscard]] std::string_view to_string(moment_precision v) noexcept;
 
 ZF_NAMESPACE_END
 

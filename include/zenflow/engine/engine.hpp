@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -178,7 +179,7 @@ public:
       stats_.model_bytes += pi.bytes();
     }
     voter_.emplace(ks, cs);
-    dp_.set_partition(params_);
+    dp_.set_partition(params_, cfg_.host_moments == moment_precision::bf16 ? 8u : 12u);
     stats_.memory.device_scratch +=
         dp_.setup(plan_.backend(), params_, stream); // before the plan reads grads
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
@@ -205,15 +206,14 @@ public:
       if (pi.host_side) {
         (void)dp_.init_host_rows(plan_, p, pi, h, stream); // data parallel: this rank's block
         const std::size_t n = h.master.size();
-        h.m.assign(n, 0.0f);
-        h.v.assign(n, 0.0f);
+        h.moments.assign(n, cfg_.host_moments);
         h.counts.assign(static_cast<std::size_t>(h.own_channels), 0);
         h.acc[0].assign(n, 0.0f);
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
         h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
-        stats_.memory.host_state += n * 12 + h.counts.size() * 4;
+        stats_.memory.host_state += n * (4 + 2 * h.moments.element_bytes()) + h.counts.size() * 4;
         stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
         stats_.memory.host_upload += h.upload.size();
         (void)plan_.set_host_set(p, h.host_set, stream);

@@ -111,6 +111,9 @@ template <class G, class T = float, class M = float>
 /// @param after  `keep` leaves acc as it is (the next window's first step assigns it).
 /// @param moment_steps how many steps the update stands for (>= 1): 1 is one plain AdamW step;
 ///               n_w makes the moments' memory and the counts run in steps (docs/defaults.md).
+/// @param first_channel the index in the whole matrix of `state`'s channel 0: the bf16 moments'
+///               rounding hash uses whole-matrix element indices, so that a caller holding one
+///               block of the matrix (data parallel) rounds exactly as one holding all of it.
 /// Bit-identical to accumulate_channels + adamw_span on the rows + packing (the unfused sequence),
 /// and whatever the thread count or SIMD path.
 template <class S, class T, class M = float>
@@ -125,7 +128,8 @@ template <class S, class T, class M = float>
                                        T* upload,
                                        worker_pool* pool,
                                        window_acc after = window_acc::zero,
-                                       std::int32_t moment_steps = 1) {
+                                       std::int32_t moment_steps = 1,
+                                       std::int64_t first_channel = 0) {
   static_assert(is_working_type_v<S> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
   static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16>,
                 "zenflow: moments are float or bfloat16");
@@ -146,6 +150,7 @@ template <class S, class T, class M = float>
   ZF_EXPECT_ARG(steps > 0 || last_slot == nullptr, fn, "last_slot", "must be null when steps == 0");
   ZF_EXPECT_ARG(std::isfinite(last_coef), fn, "last_coef", "must be finite");
   ZF_EXPECT_ARG(moment_steps >= 1, fn, "moment_steps", "must be >= 1");
+  ZF_EXPECT_ARG(first_channel >= 0, fn, "first_channel", "must be >= 0");
   if (const cudaError_t e = detail::check_hparams(fn, hp); e != cudaSuccess) {
     return e;
   }
@@ -168,8 +173,8 @@ template <class S, class T, class M = float>
       const adam_constants k = make_window_constants(hp, t, moment_steps);
       detail::cpu::window_span<S, T, M>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
                                         last_coef, state.master + off, state.m + off, state.v + off,
-                                        upload + r * L, L, k, scale, off, static_cast<std::uint32_t>(t),
-                                        after == window_acc::keep);
+                                        upload + r * L, L, k, scale, (c + first_channel) * L,
+                                        static_cast<std::uint32_t>(t), after == window_acc::keep);
       state.counts[c] = t;
     }
   });

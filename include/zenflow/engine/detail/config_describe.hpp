@@ -95,6 +95,7 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
       {"min_update_interval", std::to_string(c.min_update_interval), std::to_string(d.min_update_interval)},
       {"importance", norm(c.importance), norm(d.importance)},
       {"host_moments_per_step", b(c.host_moments_per_step), b(d.host_moments_per_step)},
+      {"host_moments", std::string(to_string(c.host_moments)), std::string(to_string(d.host_moments))},
       {"upload", std::string(to_string(c.upload)), std::string(to_string(d.upload))},
       {"ring_slot_bytes", std::to_string(c.ring_slot_bytes), std::to_string(d.ring_slot_bytes)},
       {"ring_slots", std::to_string(c.ring_slots), std::to_string(d.ring_slots)},

@@ -53,7 +53,8 @@ inline constexpr std::string_view extension_keys[] = {"host_lr_scale",
                                                       "ring_slots",
                                                       "host_threads",
                                                       "param_groups",
-                                                      "host_moments_per_step"};
+                                                      "host_moments_per_step",
+                                                      "host_moments"};
 
 /// DeepSpeed's top-level keys (deepspeed/runtime/config.py and the configs it reads), for the
 /// warning on an unknown one. Names only; a key missing here costs a warning, not an error.
@@ -383,6 +384,16 @@ inline std::string_view to_string(upload_policy v) noexcept {
   return "?";
 }
 
+inline std::string_view to_string(moment_precision v) noexcept {
+  switch (v) {
+  case moment_precision::fp32:
+    return "fp32";
+  case moment_precision::bf16:
+    return "bf16";
+  }
+  return "?";
+}
+
 inline std::int64_t config::select_interval_steps() const noexcept {
   std::int64_t s = 1;
   switch (select) {
@@ -537,6 +548,9 @@ inline void config::validate() const {
           detail::param_group_key(i, "weight_decay"),
           "must be finite and >= 0, got " + value_text(g.weight_decay.value_or(0)));
   }
+
+  check(host_moments == moment_precision::fp32 || host_moments == moment_precision::bf16,
+        ext_key("host_moments"), "is not a valid moment_precision (\"fp32\" or \"bf16\")");
 
   // Transport.
   check(upload == upload_policy::whole_window || upload == upload_policy::chunk_ring, ext_key("upload"),

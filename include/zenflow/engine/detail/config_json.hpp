@@ -128,6 +128,9 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
     c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
   } else if (name == "host_moments_per_step") {
     c.host_moments_per_step = json_bool(v, key);
+  } else if (name == "host_moments") {
+    c.host_moments = json_enum<moment_precision>(
+        v, key, {{"fp32", moment_precision::fp32}, {"bf16", moment_precision::bf16}});
   } else if (name == "importance") {
     c.importance =
         json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});
@@ -230,8 +233,8 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
       config_fail(key, "is not a known key of " + std::string(extension_block) +
                            did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
                            " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
-                           "host_moments_per_step, mode, upload, ring_slot_bytes, ring_slots, host_threads, "
-                           "param_groups)");
+                           "host_moments_per_step, host_moments, mode, upload, ring_slot_bytes, ring_slots, "
+                           "host_threads, param_groups)");
     }
     if (name == "mode") {
       r.mode_key = key;
@@ -485,6 +488,7 @@ inline nlohmann::json config::to_deepspeed_json() const {
   ext["min_update_interval"] = min_update_interval;
   ext["importance"] = importance == channel_norm::l1 ? "l1" : "sq_l2";
   ext["host_moments_per_step"] = host_moments_per_step;
+  ext["host_moments"] = std::string(to_string(host_moments));
   ext["upload"] = std::string(to_string(upload));
   ext["ring_slot_bytes"] = ring_slot_bytes;
   ext["ring_slots"] = ring_slots;

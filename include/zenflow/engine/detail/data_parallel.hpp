@@ -101,15 +101,16 @@ public:
   }
 
   /// Which rank owns which channels' host state: the host-side matrices in registration order,
-  /// a channel's bytes its fp32 master and two moments (docs/data-parallel.md).
-  void set_partition(const std::vector<param_info>& params) {
+  /// a channel's bytes its fp32 master and two moments (`state_bytes` per element: 12 with fp32
+  /// moments, 8 with bf16; docs/data-parallel.md).
+  void set_partition(const std::vector<param_info>& params, std::uint64_t state_bytes) {
     std::vector<partition_matrix> list;
     part_index_.assign(params.size(), -1);
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
       if (pi.matrix && pi.host_side) {
         part_index_[p] = static_cast<std::int64_t>(list.size());
-        list.push_back({pi.channels, static_cast<std::uint64_t>(pi.channel_len) * 12u});
+        list.push_back({pi.channels, static_cast<std::uint64_t>(pi.channel_len) * state_bytes});
       }
     }
     if (!list.empty()) {
@@ -162,65 +163,15 @@ public:
                                               const std::vector<std::int32_t>& new_sel,
                                               cudaStream_t stream,
                                               std::uint64_t& comm_bytes) {
-    if (h.own_channels == pi.channels) {
-      const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
-                               h.counts.data(), pi.channels, pi.channel_len};
-      return plan.migrate(p, h.sel, new_sel, rows, stream);
-    }
-    const auto L = static_cast<std::size_t>(pi.channel_len);
-    std::vector<std::int32_t> enter, leave;
-    std::set_difference(new_sel.begin(), new_sel.end(), h.sel.begin(), h.sel.end(),
-                        std::back_inserter(enter));
-    std::set_difference(h.sel.begin(), h.sel.end(), new_sel.begin(), new_sel.end(),
-                        std::back_inserter(leave));
-    // Full-size rows that plan.migrate indexes by channel; only the moving rows are ever touched
-    // (left uninitialized: the pages of the others are never mapped).
-    const auto n = static_cast<std::size_t>(pi.elements());
-    auto master = std::make_unique_for_overwrite<float[]>(n);
-    auto m = std::make_unique_for_overwrite<float[]>(n);
-    auto v = std::make_unique_for_overwrite<float[]>(n);
-    auto counts = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(pi.channels));
-    const std::size_t row = 3 * L * 4 + 4; // master, m, v, count
-    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
-    for (int r = 0; r < comm_.size(); ++r) {
-      const auto [first, count] = block(p, pi, r);
-      sizes[static_cast<std::size_t>(r)] =
-          row * static_cast<std::size_t>(std::lower_bound(enter.begin(), enter.end(), first + count) -
-                                         std::lower_bound(enter.begin(), enter.end(), first));
-    }
-    std::vector<std::byte> rows(row * enter.size()); // ascending channels = blocks in rank order
-    std::size_t at = 0;
-    for (int r = 0; r < comm_.rank(); ++r) {
-      at += sizes[static_cast<std::size_t>(r)];
-    }
-    for (std::size_t o = at; o < at + sizes[static_cast<std::size_t>(comm_.rank())]; o += row) {
-      const std::size_t c = static_cast<std::size_t>(enter[o / row] - h.own_first);
-      std::memcpy(rows.data() + o, h.master.data() + c * L, L * 4);
-      std::memcpy(rows.data() + o + L * 4, h.m.data() + c * L, L * 4);
-      std::memcpy(rows.data() + o + 2 * L * 4, h.v.data() + c * L, L * 4);
-      std::memcpy(rows.data() + o + 3 * L * 4, &h.counts[c], 4);
-    }
-    comm_.all_gather_bytes(rows.data() + at, rows.data(), sizes, stream);
-    comm_bytes += sizes[static_cast<std::size_t>(comm_.rank())];
-    for (std::size_t e = 0; e < enter.size(); ++e) {
-      const auto c = static_cast<std::size_t>(enter[e]);
-      std::memcpy(master.get() + c * L, rows.data() + e * row, L * 4);
-      std::memcpy(m.get() + c * L, rows.data() + e * row + L * 4, L * 4);
-      std::memcpy(v.get() + c * L, rows.data() + e * row + 2 * L * 4, L * 4);
-      std::memcpy(&counts[c], rows.data() + e * row + 3 * L * 4, 4);
-    }
-    const channel_state full{master.get(), m.get(), v.get(), counts.get(), pi.channels, pi.channel_len};
-    const auto bytes = plan.migrate(p, h.sel, new_sel, full, stream);
-    for (const std::int32_t c : leave) { // the owner keeps what leaves
-      if (c >= h.own_first && c < h.own_first + h.own_channels) {
-        const auto o = static_cast<std::size_t>(c - h.own_first);
-        std::copy_n(master.get() + c * L, L, h.master.data() + o * L);
-        std::copy_n(m.get() + c * L, L, h.m.data() + o * L);
-        std::copy_n(v.get() + c * L, L, h.v.data() + o * L);
-        h.counts[o] = counts[static_cast<std::size_t>(c)];
+    return h.moments.visit([&](auto* hm, auto* hv) {
+      using M = std::remove_pointer_t<decltype(hm)>;
+      if (h.own_channels == pi.channels) {
+        const basic_channel_state<M> rows{h.master.data(), hm,          hv,
+                                          h.counts.data(), pi.channels, pi.channel_len};
+        return plan.migrate(p, h.sel, new_sel, rows, stream);
       }
-    }
-    return bytes;
+      return migrate_partitioned<M>(plan, p, pi, h, hm, hv, new_sel, stream, comm_bytes);
+    });
   }
 
   /// At a window's boundary (owner partition): every rank's share of the new weights of every
@@ -256,28 +207,33 @@ public:
   template <class HostParam>
   param_state read_state(
       device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
-    if (!pi.host_side || h.own_channels == pi.channels) {
-      const channel_state rows{h.master.data(), h.m.data(),  h.v.data(),
-                               h.counts.data(), pi.channels, pi.channel_len};
-      return plan.read_full_state(p, pi.host_side ? &rows : nullptr, stream);
-    }
-    const auto L = static_cast<std::size_t>(pi.channel_len);
-    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
-    auto gather = [&](const auto& mine, auto& all, std::size_t per_channel) {
-      for (int r = 0; r < comm_.size(); ++r) {
-        sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
+    return h.moments.visit([&](auto* hm, auto* hv) {
+      using M = std::remove_pointer_t<decltype(hm)>;
+      if (!pi.host_side || h.own_channels == pi.channels) {
+        const basic_channel_state<M> rows{h.master.data(), hm,          hv,
+                                          h.counts.data(), pi.channels, pi.channel_len};
+        return plan.read_full_state(p, pi.host_side ? &rows : nullptr, stream);
       }
-      all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(mine[0]));
-      comm_.all_gather_bytes(mine.data(), all.data(), sizes, stream);
-    };
-    std::vector<float> master, m, v;
-    std::vector<std::int32_t> counts;
-    gather(h.master, master, L * 4);
-    gather(h.m, m, L * 4);
-    gather(h.v, v, L * 4);
-    gather(h.counts, counts, 4);
-    const channel_state rows{master.data(), m.data(), v.data(), counts.data(), pi.channels, pi.channel_len};
-    return plan.read_full_state(p, &rows, stream);
+      const auto L = static_cast<std::size_t>(pi.channel_len);
+      std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+      auto gather = [&](const auto* mine, auto& all, std::size_t per_channel) {
+        for (int r = 0; r < comm_.size(); ++r) {
+          sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
+        }
+        all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(all[0]));
+        comm_.all_gather_bytes(mine, all.data(), sizes, stream);
+      };
+      std::vector<float> master;
+      std::vector<M> m, v;
+      std::vector<std::int32_t> counts;
+      gather(h.master.data(), master, L * 4);
+      gather(hm, m, L * sizeof(M));
+      gather(hv, v, L * sizeof(M));
+      gather(h.counts.data(), counts, 4);
+      const basic_channel_state<M> rows{master.data(), m.data(),    v.data(),
+                                        counts.data(), pi.channels, pi.channel_len};
+      return plan.read_full_state(p, &rows, stream);
+    });
   }
 
   /// Sums of the byte, stall and host-memory counters of `s` over the ranks (a collective; double
@@ -383,6 +339,75 @@ public:
   }
 
 private:
+  /// migrate() with the owner partition, moments of type M (hm, hv: this rank's block).
+  template <class M, class HostParam>
+  std::pair<std::size_t, std::size_t> migrate_partitioned(device_plan<Backend>& plan,
+                                                          std::size_t p,
+                                                          const param_info& pi,
+                                                          HostParam& h,
+                                                          M* hm,
+                                                          M* hv,
+                                                          const std::vector<std::int32_t>& new_sel,
+                                                          cudaStream_t stream,
+                                                          std::uint64_t& comm_bytes) {
+    const auto L = static_cast<std::size_t>(pi.channel_len);
+    const std::size_t mb = L * sizeof(M); // one moment row
+    std::vector<std::int32_t> enter, leave;
+    std::set_difference(new_sel.begin(), new_sel.end(), h.sel.begin(), h.sel.end(),
+                        std::back_inserter(enter));
+    std::set_difference(h.sel.begin(), h.sel.end(), new_sel.begin(), new_sel.end(),
+                        std::back_inserter(leave));
+    // Full-size rows that plan.migrate indexes by channel; only the moving rows are ever touched
+    // (left uninitialized: the pages of the others are never mapped).
+    const auto n = static_cast<std::size_t>(pi.elements());
+    auto master = std::make_unique_for_overwrite<float[]>(n);
+    auto m = std::make_unique_for_overwrite<M[]>(n);
+    auto v = std::make_unique_for_overwrite<M[]>(n);
+    auto counts = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(pi.channels));
+    const std::size_t row = L * 4 + 2 * mb + 4; // master, m, v, count
+    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+    for (int r = 0; r < comm_.size(); ++r) {
+      const auto [first, count] = block(p, pi, r);
+      sizes[static_cast<std::size_t>(r)] =
+          row * static_cast<std::size_t>(std::lower_bound(enter.begin(), enter.end(), first + count) -
+                                         std::lower_bound(enter.begin(), enter.end(), first));
+    }
+    std::vector<std::byte> rows(row * enter.size()); // ascending channels = blocks in rank order
+    std::size_t at = 0;
+    for (int r = 0; r < comm_.rank(); ++r) {
+      at += sizes[static_cast<std::size_t>(r)];
+    }
+    for (std::size_t o = at; o < at + sizes[static_cast<std::size_t>(comm_.rank())]; o += row) {
+      const std::size_t c = static_cast<std::size_t>(enter[o / row] - h.own_first);
+      std::memcpy(rows.data() + o, h.master.data() + c * L, L * 4);
+      std::memcpy(rows.data() + o + L * 4, hm + c * L, mb);
+      std::memcpy(rows.data() + o + L * 4 + mb, hv + c * L, mb);
+      std::memcpy(rows.data() + o + L * 4 + 2 * mb, &h.counts[c], 4);
+    }
+    comm_.all_gather_bytes(rows.data() + at, rows.data(), sizes, stream);
+    comm_bytes += sizes[static_cast<std::size_t>(comm_.rank())];
+    for (std::size_t e = 0; e < enter.size(); ++e) {
+      const auto c = static_cast<std::size_t>(enter[e]);
+      std::memcpy(master.get() + c * L, rows.data() + e * row, L * 4);
+      std::memcpy(m.get() + c * L, rows.data() + e * row + L * 4, mb);
+      std::memcpy(v.get() + c * L, rows.data() + e * row + L * 4 + mb, mb);
+      std::memcpy(&counts[c], rows.data() + e * row + L * 4 + 2 * mb, 4);
+    }
+    const basic_channel_state<M> full{master.get(), m.get(),     v.get(),
+                                      counts.get(), pi.channels, pi.channel_len};
+    const auto bytes = plan.migrate(p, h.sel, new_sel, full, stream);
+    for (const std::int32_t c : leave) { // the owner keeps what leaves
+      if (c >= h.own_first && c < h.own_first + h.own_channels) {
+        const auto o = static_cast<std::size_t>(c - h.own_first);
+        std::copy_n(master.get() + c * L, L, h.master.data() + o * L);
+        std::copy_n(m.get() + c * L, L, hm + o * L);
+        std::copy_n(v.get() + c * L, L, hv + o * L);
+        h.counts[o] = counts[static_cast<std::size_t>(c)];
+      }
+    }
+    return bytes;
+  }
+
   struct slot {
     const void* user = nullptr; // the user's gradient (the plan reads `mean`)
     dbuf<std::byte> mean;

@@ -117,11 +117,13 @@ public:
   /// Moves optimizer state between the host's full-size rows `host_rows` and the device's compact
   /// rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending; `old_sel` empty
   /// the first time): leaving rows go home, entering rows come up, kept rows move on the device.
-  /// Blocking. Returns {device->host, host->device} bytes.
+  /// Blocking. Returns {device->host, host->device} bytes. Host moments M may be bf16
+  /// (host_moments.hpp): leaving rows round to nearest, entering rows widen exactly.
+  template <class M>
   std::pair<std::size_t, std::size_t> migrate(std::size_t p,
                                               const std::vector<std::int32_t>& old_sel,
                                               const std::vector<std::int32_t>& new_sel,
-                                              const channel_state& host_rows,
+                                              const basic_channel_state<M>& host_rows,
                                               cudaStream_t stream);
   /// Installs `p`'s ascending host-set channels (blocking). Returns the bytes copied up.
   std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);
@@ -175,7 +177,8 @@ public:
 
   /// The full state of `p`: the host rows (`host_rows`, or zeros where the parameter has none)
   /// with the device-resident rows written over their channels. Blocking.
-  param_state read_full_state(std::size_t p, const channel_state* host_rows, cudaStream_t stream);
+  template <class M = float>
+  param_state read_full_state(std::size_t p, const basic_channel_state<M>* host_rows, cudaStream_t stream);
 
   /// The device-resident state of `p` (compact rows in device-set order). Blocking.
   void read_device_state(std::size_t p,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/host_moments.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -51,10 +52,11 @@ std::size_t device_plan<Backend>::select(std::size_t p,
 }
 
 template <class Backend>
+template <class M>
 std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
                                                                   const std::vector<std::int32_t>& old_sel,
                                                                   const std::vector<std::int32_t>& new_sel,
-                                                                  const channel_state& host_rows,
+                                                                  const basic_channel_state<M>& host_rows,
                                                                   cudaStream_t stream) {
   const param_info& pi = info(p);
   auto& d = dev_[p];
@@ -96,8 +98,8 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     for (std::int64_t r = 0; r < nl; ++r) {
       const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
       std::memcpy(host_rows.master + c * L, h_stage_.data() + r * L, row_bytes);
-      std::memcpy(host_rows.m + c * L, h_stage_.data() + (nl + r) * L, row_bytes);
-      std::memcpy(host_rows.v + c * L, h_stage_.data() + (2 * nl + r) * L, row_bytes);
+      store_moment_row(host_rows.m + c * L, h_stage_.data() + (nl + r) * L, static_cast<std::size_t>(L));
+      store_moment_row(host_rows.v + c * L, h_stage_.data() + (2 * nl + r) * L, static_cast<std::size_t>(L));
       host_rows.counts[c] = h_stage_counts_[static_cast<std::size_t>(r)];
     }
   }
@@ -120,8 +122,8 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     for (std::int64_t r = 0; r < ne; ++r) {
       const std::int64_t c = enter_ch[static_cast<std::size_t>(r)];
       std::memcpy(h_stage_.data() + r * L, host_rows.master + c * L, row_bytes);
-      std::memcpy(h_stage_.data() + (ne + r) * L, host_rows.m + c * L, row_bytes);
-      std::memcpy(h_stage_.data() + (2 * ne + r) * L, host_rows.v + c * L, row_bytes);
+      load_moment_row(h_stage_.data() + (ne + r) * L, host_rows.m + c * L, static_cast<std::size_t>(L));
+      load_moment_row(h_stage_.data() + (2 * ne + r) * L, host_rows.v + c * L, static_cast<std::size_t>(L));
       h_stage_counts_[static_cast<std::size_t>(r)] = host_rows.counts[c];
     }
     b_.copy_h2d(stage_.data(), h_stage_.data(), static_cast<std::size_t>(3 * ne) * row_bytes, stream);
@@ -154,16 +156,20 @@ std::size_t device_plan<Backend>::set_host_set(std::size_t p,
 }
 
 template <class Backend>
-param_state
-device_plan<Backend>::read_full_state(std::size_t p, const channel_state* host_rows, cudaStream_t stream) {
+template <class M>
+param_state device_plan<Backend>::read_full_state(std::size_t p,
+                                                  const basic_channel_state<M>* host_rows,
+                                                  cudaStream_t stream) {
   const param_info& pi = info(p);
   const auto n = static_cast<std::size_t>(pi.elements());
   const auto channels = static_cast<std::size_t>(pi.channels);
   param_state out;
   if (host_rows != nullptr) {
     out.master.assign(host_rows->master, host_rows->master + n);
-    out.m.assign(host_rows->m, host_rows->m + n);
-    out.v.assign(host_rows->v, host_rows->v + n);
+    out.m.resize(n);
+    out.v.resize(n);
+    load_moment_row(out.m.data(), host_rows->m, n); // bf16 host moments widen exactly
+    load_moment_row(out.v.data(), host_rows->v, n);
     out.counts.assign(host_rows->counts, host_rows->counts + channels);
   } else {
     out.master.assign(n, 0.0f);

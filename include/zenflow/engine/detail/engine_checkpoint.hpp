@@ -10,7 +10,8 @@
 ///     engine/masses    the Zen-auto masses of the last two steps (step, valid, crit[M], rest[M]) x 2
 ///     engine/voter     Zen-auto's statistics: crit_steps, crit_sum[M], rest_sum[M] (doubles)
 ///     p<i>/sel         the device set the engine reports (int32, ascending)
-///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only)
+///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only);
+///                      m and v as the host stores them: fp32, or bf16 with host_moments "bf16"
 ///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only)
 ///     p<i>/dev_sel, dev_rows, dev_counts         the device rows (master | m | v), k rows each
 ///
@@ -98,8 +99,8 @@ struct engine_checkpoint {
       if (pi.host_side) {
         const std::size_t n = h.master.size(); // data parallel: this rank's block
         out.section(tag(p, "master"), h.master.data(), n * 4);
-        out.section(tag(p, "m"), h.m.data(), n * 4);
-        out.section(tag(p, "v"), h.v.data(), n * 4);
+        out.section(tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
+        out.section(tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
         out.section(tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
         out.section(tag(p, "acc"), h.acc[eng.sched_.accumulator].data(), n * 4);
         out.section(tag(p, "rest_l1"), &h.rest_l1[eng.sched_.accumulator], 8);
@@ -125,6 +126,7 @@ struct engine_checkpoint {
     constexpr const char* fn = "zenflow::engine::load";
     between_steps(eng, fn, path);
     const checkpoint_reader in(rank_path(eng, path)); // structure and checksums
+    same_host_moments(eng, in); // before the config hash: an error that names the setting
     in.expect(identity(eng));
 
     // 1. Check everything; change nothing.
@@ -163,8 +165,11 @@ struct engine_checkpoint {
       need(in, tag(p, "dev_rows"), 3 * k * static_cast<std::size_t>(pi.channel_len) * 4);
       need(in, tag(p, "dev_counts"), k * 4);
       if (pi.host_side) {
-        for (const char* t : {"master", "m", "v", "acc"}) {
+        for (const char* t : {"master", "acc"}) {
           need(in, tag(p, t), n * 4);
+        }
+        for (const char* t : {"m", "v"}) {
+          need(in, tag(p, t), n * h.moments.element_bytes());
         }
         need(in, tag(p, "counts"), h.counts.size() * 4);
         need(in, tag(p, "rest_l1"), 8);
@@ -187,8 +192,8 @@ struct engine_checkpoint {
       h.sel = sels[p];
       if (pi.host_side) {
         in.read(tag(p, "master"), h.master.data(), n * 4);
-        in.read(tag(p, "m"), h.m.data(), n * 4);
-        in.read(tag(p, "v"), h.v.data(), n * 4);
+        in.read(tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
+        in.read(tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
         in.read(tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
         std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
         in.read(tag(p, "acc"), h.acc[a].data(), n * 4);
@@ -360,6 +365,32 @@ private:
     s.host_window_s = st.host_window_s;
     s.last_host_window_s = st.last_host_window_s;
     return s;
+  }
+
+  /// A file whose host moments have the other precision (its first host-side parameter's m holds
+  /// 2 bytes per element where this engine keeps 4, or the reverse) was saved under the other
+  /// host_moments: say so by name (the config hash alone would only say "another configuration").
+  static void same_host_moments(const Engine& eng, const checkpoint_reader& in) {
+    for (std::size_t p = 0; p < eng.params_.size(); ++p) {
+      const auto& pi = eng.params_[p];
+      const checkpoint_section* s = pi.host_side ? in.find(tag(p, "m")) : nullptr;
+      if (s == nullptr) {
+        continue;
+      }
+      const auto n = static_cast<std::uint64_t>(pi.elements());
+      const moment_precision mine = eng.cfg_.host_moments;
+      const moment_precision other =
+          mine == moment_precision::fp32 ? moment_precision::bf16 : moment_precision::fp32;
+      if (n > 0 && s->bytes == n * (mine == moment_precision::fp32 ? 2u : 4u)) {
+        checkpoint::fail(checkpoint_errc::other_config, in.name(),
+                         "holds " + std::string(to_string(other)) +
+                             " host moments (saved with zenflow_ext.host_moments \"" +
+                             std::string(to_string(other)) + "\"), this engine keeps " +
+                             std::string(to_string(mine)) +
+                             ": load it with the host_moments it was saved with");
+      }
+      return;
+    }
   }
 
   static std::string tag(std::size_t p, const char* what) { return "p" + std::to_string(p) + "/" + what; }

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/host_moments.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
@@ -64,7 +66,8 @@ class host_side {
 public:
   /// One parameter's host state (empty for a parameter that lives on the device only).
   struct param {
-    std::vector<float> master, m, v;
+    std::vector<float> master;
+    host_moments moments; // m and v, fp32 or bf16 (config::host_moments)
     std::vector<std::int32_t> counts;
     std::vector<float> acc[2];
     // Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
@@ -355,15 +358,19 @@ public:
       hp.lr = static_cast<float>(static_cast<double>(hp.lr) *
                                  host_lr_factor(cfg_->host_lr_scale, n_w, coherence));
       // This rank's share only (data parallel: its block; the others' weights come by all-gather).
-      const channel_state st{h.master.data(), h.m.data(),     h.v.data(),
-                             h.counts.data(), h.own_channels, pi.channel_len};
-      dispatch_dtype(pi.type, [&](auto tag) {
-        using T = decltype(tag);
-        check(host::adamw_window<T, T>(
-                  st, h.acc[a].data(), h.own_rows.data(), static_cast<std::int64_t>(h.own_rows.size()),
-                  nullptr, 1.0f, n_w, hp, reinterpret_cast<T*>(h.upload.data()) + h.own_pos * pi.channel_len,
-                  pool, host::window_acc::keep, cfg_->host_moments_per_step && n_w > 0 ? n_w : 1),
-              "zenflow::engine: adamw_window");
+      h.moments.visit([&](auto* m, auto* v) {
+        using M = std::remove_pointer_t<decltype(m)>;
+        const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.own_channels,
+                                        pi.channel_len};
+        dispatch_dtype(pi.type, [&](auto tag) {
+          using T = decltype(tag);
+          check(host::adamw_window<T, T, M>(
+                    st, h.acc[a].data(), h.own_rows.data(), static_cast<std::int64_t>(h.own_rows.size()),
+                    nullptr, 1.0f, n_w, hp,
+                    reinterpret_cast<T*>(h.upload.data()) + h.own_pos * pi.channel_len, pool,
+                    host::window_acc::keep, cfg_->host_moments_per_step && n_w > 0 ? n_w : 1, h.own_first),
+                "zenflow::engine: adamw_window");
+        });
       });
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

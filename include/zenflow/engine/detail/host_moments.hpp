@@ -1,0 +1,113 @@
+/// @file
+/// The Adam moments m and v of one host-side parameter, in the storage `config::host_moments`
+/// picks: fp32, or bf16 (half the bytes; the arithmetic stays fp32). The host window and the
+/// migration take the typed arrays through `visit`; everything else (state(), checkpoints) reads
+/// them through the two conversions below, so that no caller handles the precision itself.
+///
+/// Rounding: the host window stores its moments with stochastic rounding (optim/cpu_adamw.hpp,
+/// core/detail/moment_rounding.hpp), because each update moves v by less than half a bf16 ulp.
+/// `store_row` (rows coming home from the device at a re-selection) rounds to nearest even: a
+/// single conversion accumulates nothing, and nearest is its smallest error. Widening is exact.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/engine/config.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// Row `n` of fp32 values `src` into moments of type M at `dst` (bf16: round to nearest even).
+template <class M>
+void store_moment_row(M* dst, const float* src, std::size_t n) {
+  if constexpr (std::is_same_v<M, float>) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[i] = from_float<bfloat16>(src[i]);
+    }
+  }
+}
+
+/// Row `n` of moments of type M at `src` widened to fp32 at `dst` (exact).
+template <class M>
+void load_moment_row(float* dst, const M* src, std::size_t n) {
+  if constexpr (std::is_same_v<M, float>) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[i] = to_float(src[i]);
+    }
+  }
+}
+
+/// m and v of one parameter, fp32 or bf16.
+class host_moments {
+public:
+  /// `n` zeros of precision `p` (the other precision's arrays released).
+  void assign(std::size_t n, moment_precision p) {
+    precision_ = p;
+    if (p == moment_precision::bf16) {
+      m32_ = {};
+      v32_ = {};
+      m16_.assign(n, from_raw_bits<bfloat16>(0));
+      v16_.assign(n, from_raw_bits<bfloat16>(0));
+    } else {
+      m16_ = {};
+      v16_ = {};
+      m32_.assign(n, 0.0f);
+      v32_.assign(n, 0.0f);
+    }
+  }
+
+  [[nodiscard]] moment_precision precision() const noexcept { return precision_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bf16() ? m16_.size() : m32_.size(); }
+  /// Bytes of one element of one moment (4 or 2).
+  [[nodiscard]] std::size_t element_bytes() const noexcept { return bf16() ? 2 : 4; }
+
+  /// f(m, v) with the typed arrays (float* or bfloat16*).
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    return bf16() ? f(m16_.data(), v16_.data()) : f(m32_.data(), v32_.data());
+  }
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return bf16() ? f(m16_.data(), v16_.data()) : f(m32_.data(), v32_.data());
+  }
+
+  /// The stored bytes of m or v (`which` 0 or 1), size() * element_bytes() of them: checkpoints
+  /// save and load them as they are, so that a resumed run has the same bits.
+  [[nodiscard]] void* bytes(int which) noexcept {
+    return bf16() ? static_cast<void*>(which == 0 ? m16_.data() : v16_.data())
+                  : static_cast<void*>(which == 0 ? m32_.data() : v32_.data());
+  }
+  [[nodiscard]] const void* bytes(int which) const noexcept {
+    return const_cast<host_moments*>(this)->bytes(which);
+  }
+
+  /// m and v widened to fp32 (engine::state()).
+  void widen(std::vector<float>& m, std::vector<float>& v) const {
+    m.resize(size());
+    v.resize(size());
+    visit([&](const auto* sm, const auto* sv) {
+      load_moment_row(m.data(), sm, m.size());
+      load_moment_row(v.data(), sv, v.size());
+    });
+  }
+
+private:
+  [[nodiscard]] bool bf16() const noexcept { return precision_ == moment_precision::bf16; }
+
+  moment_precision precision_ = moment_precision::fp32;
+  std::vector<float> m32_, v32_;
+  std::vector<bfloat16> m16_, v16_;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
