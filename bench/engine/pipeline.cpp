@@ -65,6 +65,7 @@ struct options {
   double backward_share = 2.0 / 3.0;
   bool grad_ready = false;
   std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
+  zenflow::moment_precision host_moments = zenflow::moment_precision::fp32; // --host-moments
 };
 
 struct mode_spec {
@@ -84,6 +85,9 @@ struct result {
   // Device memory per parameter: the user's bf16 weights and gradients (4 B) plus every buffer the
   // engine owns on the device; dense AdamW on the GPU holds 16 B (4 + fp32 master, m, v).
   double device_bytes_per_param = 0;
+  // Host optimizer state per parameter (fp32 master + m, v + counts: ~12 B, ~8 B with bf16 moments)
+  // and the host AdamW's time per host job (a window, or an offload_sync step).
+  double host_state_bytes_per_param = 0, host_window_ms_per_job = 0;
   zenflow::memory_usage memory{}; // the engine's buffers, by kind
   std::string bound_term;
   // The D2H tail: from the end of a step's backward to the end of that step's last D2H copy
@@ -209,6 +213,7 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     cfg.select = zenflow::select_strategy::step;
     cfg.select_interval = o.select_interval;
   }
+  cfg.host_moments = o.host_moments;
   const auto n = static_cast<std::size_t>(hidden * hidden);
   std::vector<std::vector<bf16>> w(static_cast<std::size_t>(o.layers)), g(static_cast<std::size_t>(o.layers));
   std::uint64_t seed = 12345;
@@ -282,6 +287,11 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     const double params = static_cast<double>(n) * o.layers;
     res.device_bytes_per_param = (4.0 * params + static_cast<double>(s.memory.device_total())) / params;
     res.memory = s.memory;
+    res.host_state_bytes_per_param = static_cast<double>(s.memory.host_state) / params;
+    res.host_window_ms_per_job = s.host_jobs > at_warm.host_jobs
+                                     ? (s.host_window_s - at_warm.host_window_s) * 1e3 /
+                                           static_cast<double>(s.host_jobs - at_warm.host_jobs)
+                                     : 0.0;
     device.synchronize();
     device.set_tracing(false);
     zf.flush(stream);
@@ -319,7 +329,7 @@ void usage() {
   std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
             "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
             "                  [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
-            "                  [--select-interval N]\n"
+            "                  [--select-interval N] [--host-moments fp32|bf16]\n"
             "                  [--only LABEL-SUBSTRING]\n"
             "                  [--trace FILE [--trace-mode LABEL]] [--json FILE]");
 }
@@ -368,6 +378,13 @@ int main(int argc, char** argv) {
       o.grad_ready = true;
     } else if (a == "--backward-share") {
       o.backward_share = std::stod(next());
+    } else if (a == "--host-moments") {
+      const std::string v = next();
+      if (v != "fp32" && v != "bf16") {
+        usage();
+        return 2;
+      }
+      o.host_moments = v == "bf16" ? zenflow::moment_precision::bf16 : zenflow::moment_precision::fp32;
     } else if (a == "--only") {
       o.only = next();
     } else if (a == "--trace") {
@@ -409,6 +426,7 @@ int main(int argc, char** argv) {
       static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
       o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
       static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
+  std::printf("host moments %s; ", std::string(zenflow::to_string(o.host_moments)).c_str());
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");
@@ -416,8 +434,9 @@ int main(int argc, char** argv) {
               "step's last D2H copy after the end of its backward (median)\n",
               100.0 * o.backward_share, o.layers, o.compute_ms * o.backward_share / o.layers,
               o.grad_ready ? ", each matrix announced with grad_ready() as its backward ends" : "");
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %8s\n", "mode", "median", "mean", "stall%",
-              "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound", "dev B/p", "tail ms");
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %7s %9s %8s\n", "mode", "median", "mean",
+              "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound", "dev B/p",
+              "host B/p", "job ms", "tail ms");
   std::vector<result> results;
   for (const auto& spec : specs) {
     if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
@@ -425,11 +444,11 @@ int main(int argc, char** argv) {
     }
     results.push_back(run_mode(o, spec, hidden, B, acc_threads));
     const result& r = results.back();
-    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %8.2f\n",
+    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %7.2f %9.2f %8.2f\n",
                 spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
                 r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
                 r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
-                r.d2h_tail_ms);
+                r.host_state_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms);
     std::fflush(stdout);
   }
   const result* gpu = nullptr;
@@ -450,6 +469,7 @@ int main(int argc, char** argv) {
       << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
       << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false")
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
+      << ",\n  \"host_moments\": \"" << zenflow::to_string(o.host_moments) << "\""
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
@@ -466,6 +486,8 @@ int main(int argc, char** argv) {
         << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound
         << ", \"device_bytes_per_param\": " << r.device_bytes_per_param
         << ", \"d2h_tail_ms\": " << r.d2h_tail_ms << ", \"layer_backward_ms\": " << r.layer_backward_ms
+        << ", \"host_state_bytes_per_param\": " << r.host_state_bytes_per_param
+        << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
         << ", \"vector_state\": " << r.memory.device_vector_state
         << ", \"staging\": " << r.memory.device_staging << ", \"upload\": " << r.memory.device_upload
