@@ -1,8 +1,8 @@
 /// @file
 /// The Adam moments m and v of one host-side parameter, in the storage `config::host_moments`
-/// picks: fp32, or bf16 (half the bytes; the arithmetic stays fp32). The host window and the
-/// migration take the typed arrays through `visit`; everything else (state(), checkpoints) reads
-/// them through the two conversions below, so that no caller handles the precision itself.
+/// picks: fp32, or bf16 (half the bytes; the arithmetic stays fp32). The host window, the
+/// migration and state() take the typed arrays through `visit` (rows cross precisions with
+/// store_moment_row / load_moment_row); checkpoints save and load the stored bytes as they are.
 ///
 /// Rounding: the host window stores its moments with stochastic rounding (optim/cpu_adamw.hpp,
 /// core/detail/moment_rounding.hpp), because each update moves v by less than half a bf16 ulp.
@@ -89,16 +89,6 @@ public:
   }
   [[nodiscard]] const void* bytes(int which) const noexcept {
     return const_cast<host_moments*>(this)->bytes(which);
-  }
-
-  /// m and v widened to fp32 (engine::state()).
-  void widen(std::vector<float>& m, std::vector<float>& v) const {
-    m.resize(size());
-    v.resize(size());
-    visit([&](const auto* sm, const auto* sv) {
-      load_moment_row(m.data(), sm, m.size());
-      load_moment_row(v.data(), sv, v.size());
-    });
   }
 
 private:
