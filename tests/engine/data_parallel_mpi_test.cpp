@@ -185,6 +185,8 @@ void run_against_one_rank(const zenflow::config& cfg,
   // gradient bytes this rank does not copy down (the unselected channels of the other blocks).
   std::vector<std::vector<std::int32_t>> prev_sel(shapes.size());
   std::uint64_t entered_bytes = 0;
+  // fp32 master + m and v as the host keeps them
+  const std::uint64_t state_per_element = cfg.host_moments == zenflow::moment_precision::bf16 ? 8 : 12;
   std::uint64_t others_bytes = 0;
   for (std::int64_t t = 0; t < steps; ++t) {
     if constexpr (Emulated) {
@@ -220,7 +222,7 @@ void run_against_one_rank(const zenflow::config& cfg,
       std::set_difference(sel.begin(), sel.end(), prev_sel[p].begin(), prev_sel[p].end(),
                           std::back_inserter(entered));
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
-      entered_bytes += entered.size() * (12 * len + 4);
+      entered_bytes += entered.size() * (state_per_element * len + 4);
       prev_sel[p] = sel;
       std::int64_t mine = 0; // this rank's unselected channels
       for (std::int64_t c = part.begin(m, rank); c < part.end(m, rank); ++c) {
@@ -263,7 +265,7 @@ void run_against_one_rank(const zenflow::config& cfg,
       continue;
     }
     const auto own = static_cast<std::uint64_t>(part.count(m, rank));
-    state += own * (12 * len + 4);
+    state += own * (state_per_element * len + 4);
     acc += own * len * 4 * accs;
     const auto c = shapes[p].channels;
     all_host += static_cast<std::uint64_t>(c) * len * sizeof(T);
@@ -331,9 +333,11 @@ TEST(engine_data_parallel, no_overlap_clipping_loss_scale_fp16) {
 
 // Wide matrices: a D2H slot holds 64 and 25 channels, so slots straddle the owners' blocks (every
 // slot is packed for the rest mass, only this rank's rows of it go down); a matrix of 2 channels
-// leaves a rank of 3 an empty block.
+// leaves a rank of 3 an empty block. bf16 host moments: each rank rounds its block with the
+// whole-matrix indices (first_channel), and the entering rows cross as bf16.
 TEST(engine_data_parallel, slots_straddle_the_blocks_bf16) {
   auto cfg = small_config();
+  cfg.host_moments = zenflow::moment_precision::bf16;
   cfg.update_interval = 0; // Zen-auto: its rest masses must have the one-rank bits
   cfg.max_update_interval = 5;
   cfg.auto_ratio = 0.5;

@@ -377,7 +377,7 @@ private:
       if (s == nullptr) {
         continue;
       }
-      const auto n = static_cast<std::uint64_t>(pi.elements());
+      const auto n = static_cast<std::uint64_t>(eng.host_[p].master.size()); // data parallel: the block
       const moment_precision mine = eng.cfg_.host_moments;
       const moment_precision other =
           mine == moment_precision::fp32 ? moment_precision::bf16 : moment_precision::fp32;
