@@ -13,10 +13,13 @@
 /// writing them on the host and before reading the weights after a step.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +36,23 @@
 
 ZF_NAMESPACE_BEGIN
 
+/// What the engine asked of an emulated backend, counted (a test hook: the number of device
+/// operations and of host waits must not grow with the number of parameters). `runs`: operations
+/// of the plan (`run`: a primitive or a small kernel of the plan, what the CUDA backend launches);
+/// `waits`: host waits for the device (`synchronize` of a stream, `synchronize_all`). Event waits
+/// of the consumer and the host job are theirs, not the training thread's, and are not counted.
+struct emulated_backend_counts {
+  std::atomic<std::uint64_t> runs{0};
+  std::atomic<std::uint64_t> waits{0};
+  /// `runs` by the operation's name ("zenflow::engine: adamw_selective", ...).
+  [[nodiscard]] std::map<std::string, std::uint64_t> runs_by_name() const {
+    const std::lock_guard lock(mutex);
+    return by_name;
+  }
+  mutable std::mutex mutex;
+  std::map<std::string, std::uint64_t> by_name;
+};
+
 /// Emulated backend of `zenflow::engine`: see the file comment. The device must outlive every
 /// engine on it. A primitive that fails on the device's thread makes the device's error sticky;
 /// the engine sees it at its next synchronising call (as with an asynchronous CUDA error).
@@ -41,7 +61,9 @@ public:
   static constexpr bool is_device = true;
   using copy_backend_type = emulated_copy_backend;
 
-  explicit emulated_backend(emulated_device& device) noexcept : device_(&device) {}
+  /// `counts` (nullable, must outlive the engine): what the engine asks, counted.
+  explicit emulated_backend(emulated_device& device, emulated_backend_counts* counts = nullptr) noexcept
+      : device_(&device), counts_(counts) {}
 
   [[nodiscard]] emulated_device& device() const noexcept { return *device_; }
   [[nodiscard]] copy_backend_type copier() const noexcept { return copy_backend_type{*device_}; }
@@ -65,8 +87,14 @@ public:
         },
         bytes, "memset");
   }
-  void synchronize(cudaStream_t s) const { device_->synchronize_stream(s); }
-  void synchronize_all() const { device_->synchronize(); }
+  void synchronize(cudaStream_t s) const {
+    count(&emulated_backend_counts::waits);
+    device_->synchronize_stream(s);
+  }
+  void synchronize_all() const {
+    count(&emulated_backend_counts::waits);
+    device_->synchronize();
+  }
   [[nodiscard]] int current_device() const noexcept { return 0; }
   void bind_device(int) const noexcept {}
 
@@ -76,6 +104,11 @@ public:
   /// device's error sticky; the engine sees it at its next synchronising call.
   template <class Op>
   void run(cudaStream_t s, std::size_t bytes, const char* name, Op&& op) const {
+    count(&emulated_backend_counts::runs);
+    if (counts_ != nullptr) {
+      const std::lock_guard lock(counts_->mutex);
+      ++counts_->by_name[name];
+    }
     device_->launch(s, std::function<void()>([op = std::forward<Op>(op), name] {
                       detail::check(op(detail::host_primitives{}, static_cast<worker_pool*>(nullptr)), name);
                     }),
@@ -88,7 +121,14 @@ public:
   }
 
 private:
+  void count(std::atomic<std::uint64_t> emulated_backend_counts::*which) const noexcept {
+    if (counts_ != nullptr) {
+      (counts_->*which).fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
   emulated_device* device_;
+  emulated_backend_counts* counts_ = nullptr;
 };
 
 static_assert(engine_backend<emulated_backend>);
