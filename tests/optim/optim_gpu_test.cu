@@ -197,6 +197,107 @@ TEST_F(optim_gpu, selective_matches_host_twin_under_graph_capture) {
   check_selective_device<bfloat16>(zenflow::channel_layout::strided, 96, true);
 }
 
+/// The batched selective AdamW (one launch for several matrices, counts advanced in it) against
+/// its host twin, bit for bit: contiguous (L % 4 != 0, longer than a block's 4096 elements) and
+/// strided matrices (more than 32 rows), their own lr scale and weight decay.
+template <class T>
+void check_selective_batched_device(bool graph) {
+  const std::uint64_t seed = zf_test::base_seed() + 160;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  SCOPED_TRACE(std::string(type_name<T>()) + (graph ? " graph" : ""));
+  zenflow::stream s;
+  const std::int64_t channels = 203;
+  const std::int64_t lens[] = {61, 4099, 96, 256, 1};
+  struct mat {
+    std::int64_t len, ld;
+    zenflow::channel_layout layout;
+    std::vector<T> w, g;
+    std::vector<std::int32_t> idx, counts;
+    std::vector<float> master, m, v;
+    zenflow::device_buffer<T> dw, dg;
+    zenflow::device_buffer<std::int32_t> didx, dc;
+    zenflow::device_buffer<float> dmaster, dm, dv;
+  };
+  std::vector<mat> mats;
+  for (int i = 0; i < 5; ++i) {
+    mat x;
+    x.len = lens[i];
+    x.layout = i == 2 || i == 4 ? zenflow::channel_layout::strided : zenflow::channel_layout::contiguous;
+    x.ld = x.layout == zenflow::channel_layout::contiguous ? x.len : channels + 1;
+    const auto storage = static_cast<std::size_t>(
+        x.layout == zenflow::channel_layout::contiguous ? channels * x.ld : x.len * x.ld);
+    x.w = narrow<T>(uniform(storage, seed + 10 * i));
+    x.g = narrow<T>(uniform(storage, seed + 10 * i + 1));
+    for (std::int32_t c = i % 4; c < channels; c += 2 + i) {
+      x.idx.push_back(c);
+      x.counts.push_back(c % 13);
+    }
+    const std::size_t sn = x.idx.size() * static_cast<std::size_t>(x.len);
+    x.master = uniform(sn, seed + 10 * i + 2);
+    x.m = uniform(sn, seed + 10 * i + 3, 0.01f);
+    x.v = positive(sn, seed + 10 * i + 4);
+    x.dw = upload(x.w, s);
+    x.dg = upload(x.g, s);
+    x.didx = upload(x.idx, s);
+    x.dc = upload(x.counts, s);
+    x.dmaster = upload(x.master, s);
+    x.dm = upload(x.m, s);
+    x.dv = upload(x.v, s);
+    mats.push_back(std::move(x));
+  }
+  std::vector<zenflow::adamw_selective_item<T>> host_items, dev_items;
+  for (std::size_t i = 0; i < mats.size(); ++i) {
+    auto& x = mats[i];
+    const auto k = static_cast<std::int64_t>(x.idx.size());
+    const float lr_scale = 0.5f + 0.5f * static_cast<float>(i);
+    const float wd = 0.02f * static_cast<float>(i);
+    host_items.push_back({{x.w.data(), channels, x.len, x.ld, x.layout},
+                          {x.g.data(), channels, x.len, x.ld, x.layout},
+                          {x.idx.data(), k, x.master.data(), x.m.data(), x.v.data(), x.counts.data()},
+                          lr_scale,
+                          wd,
+                          0});
+    dev_items.push_back({{x.dw.data(), channels, x.len, x.ld, x.layout},
+                         {x.dg.data(), channels, x.len, x.ld, x.layout},
+                         {x.didx.data(), k, x.dmaster.data(), x.dm.data(), x.dv.data(), x.dc.data()},
+                         lr_scale,
+                         wd,
+                         0});
+  }
+  adamw_hparams hp;
+  hp.lr = 2e-3f;
+  const float scale = 0.75f;
+  ASSERT_EQ(zenflow::host::adamw_selective_batched(host_items.data(), static_cast<int>(host_items.size()), hp,
+                                                   {&scale, nullptr}),
+            cudaSuccess);
+  const std::int64_t blocks =
+      zenflow::adamw_selective_batch_blocks(dev_items.data(), static_cast<int>(dev_items.size()));
+  auto ditems = upload(dev_items, s);
+  auto dscale = upload(std::vector<float>{scale}, s);
+  run(s, graph, [&](cudaStream_t st) {
+    ZF_CUDA_TRY(zenflow::device::adamw_selective_batched<T>(ditems.data(), static_cast<int>(dev_items.size()),
+                                                            blocks, hp, {dscale.data(), nullptr}, st));
+  });
+  for (std::size_t i = 0; i < mats.size(); ++i) {
+    SCOPED_TRACE("matrix " + std::to_string(i));
+    auto& x = mats[i];
+    EXPECT_TRUE(same_bits(download(x.dw, s), x.w));
+    EXPECT_TRUE(same_bits(download(x.dmaster, s), x.master));
+    EXPECT_TRUE(same_bits(download(x.dm, s), x.m));
+    EXPECT_TRUE(same_bits(download(x.dv, s), x.v));
+    EXPECT_EQ(download(x.dc, s), x.counts);
+  }
+}
+
+TEST_F(optim_gpu, selective_batched_matches_host_twin_bit_for_bit) {
+  check_selective_batched_device<float>(false);
+  check_selective_batched_device<half>(false);
+  check_selective_batched_device<bfloat16>(false);
+}
+TEST_F(optim_gpu, selective_batched_matches_host_twin_under_graph_capture) {
+  check_selective_batched_device<bfloat16>(true);
+}
+
 TEST_F(optim_gpu, selective_skip_flag_in_device_memory_changes_nothing) {
   zenflow::stream s;
   const std::int64_t channels = 8, len = 64;

@@ -105,6 +105,38 @@ template <class T>
                                                  stream);
 }
 
+/// Selective AdamW on `count` matrices of one working type in one launch (the engine's step: one
+/// launch per working type however many matrices), the counts advanced in the same launch. Item i
+/// is adamw_selective(items[i].weights, items[i].grads, items[i].rows, hp_i, scalars) bit for bit,
+/// with hp_i = hp but lr float(hp.lr * lr_scale) and weight decay items[i].weight_decay (host
+/// twin: host::adamw_selective_batched). A block owns whole rows: one row of a contiguous matrix
+/// (16-byte access where aligned), 32 rows of a strided one. No Zen-auto mass here (the engine
+/// sums it apart in a fixed order).
+///
+/// @param d_items  device array of `count` descriptors, their `block_begin` written by
+///                 adamw_selective_batch_blocks() on the host copy they were uploaded from.
+/// @param blocks   what adamw_selective_batch_blocks() returned.
+/// The rows of different items must not overlap; an item's indices must be distinct (unchecked:
+/// device memory).
+template <class T>
+[[nodiscard]] cudaError_t adamw_selective_batched(const adamw_selective_item<T>* d_items,
+                                                  int count,
+                                                  std::int64_t blocks,
+                                                  const adamw_hparams& hp,
+                                                  step_scalars scalars = {},
+                                                  cudaStream_t stream = nullptr) {
+  static_assert(is_working_type_v<T>, "zenflow: float, half or bfloat16");
+  constexpr std::string_view fn = "zenflow::device::adamw_selective_batched";
+  ZF_EXPECT_ARG(count >= 0, fn, "count", "must be >= 0");
+  ZF_EXPECT_ARG(blocks >= 0, fn, "blocks", "must be >= 0");
+  ZF_EXPECT_ARG(d_items != nullptr || count == 0, fn, "d_items", "must not be null");
+  if (const cudaError_t e = detail::check_hparams(fn, hp); e != cudaSuccess) {
+    return e;
+  }
+  return detail::optim::dispatch_adamw_selective_batched(d_items, count, blocks, hp, scalars.grad_scale,
+                                                         scalars.skip, stream);
+}
+
 } // namespace device
 
 ZF_NAMESPACE_END

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
@@ -99,6 +100,67 @@ template <class T>
                                       rows.counts, hp, scalars.grad_scale, scalars.skip, l1_mass, pool);
 }
 
+/// Selective AdamW on several matrices of one working type in one call: item i is
+/// `adamw_selective(items[i].weights, items[i].grads, items[i].rows, hp_i, scalars, l1_masses[i])`
+/// with hp_i = hp but lr float(hp.lr * items[i].lr_scale) and weight decay items[i].weight_decay,
+/// bit for bit. Every item is validated before any is updated (an error names the item).
+///
+/// @param l1_masses nullable, else `count` nullable pointers: item i's mass as in adamw_selective.
+template <class T>
+[[nodiscard]] cudaError_t adamw_selective_batched(const adamw_selective_item<T>* items,
+                                                  int count,
+                                                  const adamw_hparams& hp,
+                                                  step_scalars scalars = {},
+                                                  float* const* l1_masses = nullptr,
+                                                  worker_pool* pool = nullptr) {
+  static_assert(is_working_type_v<T>, "zenflow: float, half or bfloat16");
+  constexpr std::string_view fn = "zenflow::host::adamw_selective_batched";
+  ZF_EXPECT_ARG(count >= 0, fn, "count", "must be >= 0");
+  ZF_EXPECT_ARG(items != nullptr || count == 0, fn, "items", "must not be null");
+  for (int i = 0; i < count; ++i) {
+    const adamw_selective_item<T>& it = items[i];
+    const std::string rows = "items[" + std::to_string(i) + "].rows.";
+    if (const cudaError_t e = detail::check_selective(fn, rows, it.weights, it.grads, it.rows.idx,
+                                                      it.rows.count, it.rows.master, it.rows.m, it.rows.v,
+                                                      it.rows.counts, detail::item_hparams(hp, it));
+        e != cudaSuccess) {
+      return e;
+    }
+    if (const cudaError_t e = detail::check_indices_host(fn, it.rows.idx, it.rows.count, it.weights.channels);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    const adamw_selective_item<T>& it = items[i];
+    const selected_rows& r = it.rows;
+    if (const cudaError_t e = detail::host_adamw_selective(
+            it.weights, it.grads, r.idx, r.count, r.master, r.m, r.v, r.counts, detail::item_hparams(hp, it),
+            scalars.grad_scale, scalars.skip, l1_masses != nullptr ? l1_masses[i] : nullptr, pool);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return cudaSuccess;
+}
+
 } // namespace host
+
+/// The blocks of `device::adamw_selective_batched`'s launch over `items` (host copies of the
+/// descriptors it will read): writes each item's `block_begin` and returns the total. A
+/// contiguous matrix takes one block per selected row, a strided one one block per 32 rows (each
+/// block owns its rows whole, so that it can advance their counts itself). Host arithmetic only.
+template <class T>
+[[nodiscard]] std::int64_t adamw_selective_batch_blocks(adamw_selective_item<T>* items, int count) noexcept {
+  std::int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    adamw_selective_item<T>& it = items[i];
+    it.block_begin = blocks;
+    const bool rows =
+        it.weights.layout == channel_layout::contiguous && it.grads.layout == channel_layout::contiguous;
+    blocks += rows ? it.rows.count : (it.rows.count + selective_batch_tile - 1) / selective_batch_tile;
+  }
+  return blocks;
+}
 
 ZF_NAMESPACE_END

@@ -6,6 +6,8 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/math/adam.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -45,6 +47,40 @@ struct step_scalars {
   const float* grad_scale = nullptr;
   const std::uint32_t* skip = nullptr;
 };
+
+/// One matrix of a batched selective AdamW call (`adamw_selective_batched`: every matrix of a step
+/// in one launch per working type). Its hyper-parameters are the call's with its own learning
+/// rate, float(hp.lr * lr_scale), and its own weight decay. Pointers: device memory for the
+/// device launcher (the descriptors themselves too), host memory for the host twin.
+template <class T>
+struct adamw_selective_item {
+  channel_matrix<T> weights;
+  channel_matrix<const T> grads;
+  selected_rows rows;
+  float lr_scale = 1.0f;
+  float weight_decay = 0.0f;
+  /// The device launch's first block for this matrix: written by
+  /// `adamw_selective_batch_blocks` (host arithmetic), read by the kernel.
+  std::int64_t block_begin = 0;
+};
+
+/// Rows per block of a strided matrix in `adamw_selective_batched` (the 32 x 32 tile).
+inline constexpr std::int64_t selective_batch_tile = 32;
+
+namespace detail {
+/// Item `it`'s hyper-parameters in a batched call with `hp`: its lr float(hp.lr * lr_scale) (one
+/// correctly rounded product on host and device) and its weight decay.
+template <class Item>
+ZF_HOST_DEVICE adamw_hparams item_hparams(adamw_hparams hp, const Item& it) {
+#if ZF_DEVICE_COMPILE
+  hp.lr = __fmul_rn(hp.lr, it.lr_scale);
+#else
+  hp.lr = hp.lr * it.lr_scale;
+#endif
+  hp.weight_decay = it.weight_decay;
+  return hp;
+}
+} // namespace detail
 
 /// Largest tensor a dense call accepts (2^40 elements).
 inline constexpr std::int64_t max_dense_tensor_size = std::int64_t{1} << 40;

@@ -19,10 +19,6 @@
 ZF_NAMESPACE_BEGIN
 
 namespace detail::optim {
-[[nodiscard]] inline bool aligned(const void* p, std::size_t bytes) {
-  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
-
 template <class M>
 [[nodiscard]] bool rows_vectorizable(const channel_matrix<M>& mat) {
   return mat.layout == channel_layout::contiguous && aligned(mat.data, 4 * sizeof(M)) && mat.ld % 4 == 0 &&
@@ -123,6 +119,24 @@ template <class T>
     return e;
   }
   return launch_counts(d_counts, k, d_skip, stream);
+}
+
+template <class T>
+[[nodiscard]] cudaError_t dispatch_adamw_selective_batched(const adamw_selective_item<T>* d_items,
+                                                           int count,
+                                                           std::int64_t blocks,
+                                                           const adamw_hparams& hp,
+                                                           const float* d_grad_scale,
+                                                           const std::uint32_t* d_skip,
+                                                           cudaStream_t stream) {
+  if (count == 0 || blocks == 0) {
+    return cudaSuccess;
+  }
+  // Grid-stride: a grid of at most 2^20 blocks covers any number of rows.
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(blocks, std::int64_t{1} << 20));
+  adamw_selective_batched_kernel<T>
+      <<<grid, block_threads, 0, stream>>>(d_items, count, blocks, hp, d_grad_scale, d_skip);
+  return cudaGetLastError();
 }
 
 template <class Tin, class Tout>

@@ -66,6 +66,10 @@ __device__ ZF_FORCEINLINE void store4(T* p, float4 x) {
   }
 }
 
+__host__ __device__ ZF_FORCEINLINE bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
 __device__ ZF_FORCEINLINE float abs_f(float x) {
   return fabsf(x);
 }
@@ -178,12 +182,9 @@ ZF_KERNEL void __launch_bounds__(block_threads)
   }
   const std::int64_t r = blockIdx.x / split;
   const std::int64_t part = blockIdx.x % split;
-  __shared__ adam_constants shared_c;
-  if (threadIdx.x == 0) {
-    shared_c = make_adam_constants(hp, counts[r] + 1);
-  }
-  __syncthreads();
-  const adam_constants c = shared_c;
+  // Every thread computes the row's constants (a few fp64 multiplies) at once instead of thread 0
+  // while the block waits at a barrier: the same bits, no serial section.
+  const adam_constants c = make_adam_constants(hp, counts[r] + 1);
   const float s = grad_scale != nullptr ? *grad_scale : 1.0f;
   const std::int64_t L = w.channel_len;
   const std::int64_t ch = idx[r];
@@ -285,6 +286,124 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows)
     if (tx == 0 && ty == 0) {
       atomicAdd(l1, sum);
     }
+  }
+}
+
+/// The row update of `adamw_selective_rows_kernel` for one whole row (block-stride over it).
+template <class T>
+__device__ ZF_FORCEINLINE void selective_row(const T* __restrict__ gr,
+                                             T* __restrict__ wr,
+                                             float* __restrict__ pr,
+                                             float* __restrict__ mr,
+                                             float* __restrict__ vr,
+                                             std::int64_t L,
+                                             float s,
+                                             const adam_constants& c,
+                                             bool vector_ok) {
+  if (vector_ok) {
+    for (std::int64_t i = 4 * threadIdx.x; i < L; i += 4 * blockDim.x) {
+      float4 p = *reinterpret_cast<const float4*>(pr + i);
+      float4 m = *reinterpret_cast<const float4*>(mr + i);
+      float4 v = *reinterpret_cast<const float4*>(vr + i);
+      update4(p, m, v, load4(gr + i), s, c);
+      *reinterpret_cast<float4*>(pr + i) = p;
+      *reinterpret_cast<float4*>(mr + i) = m;
+      *reinterpret_cast<float4*>(vr + i) = v;
+      store4(wr + i, p);
+    }
+  } else {
+    for (std::int64_t i = threadIdx.x; i < L; i += blockDim.x) {
+      wr[i] = from_float<T>(adam_update(pr[i], mr[i], vr[i], to_float(gr[i]), s, c));
+    }
+  }
+}
+
+/// Selective AdamW over a table of matrices (`adamw_selective_item`, device memory), one launch:
+/// virtual block b (grid-stride) is one row of a contiguous item or 32 rows of a strided one
+/// (`adamw_selective_batch_blocks`), whole, so that the block advances its rows' counts itself
+/// after every thread has read them (no second launch). The constants: every thread its own
+/// (contiguous), one thread per row in parallel (strided). Element-wise: the per-matrix kernels'
+/// bits.
+template <class T>
+ZF_KERNEL void __launch_bounds__(block_threads)
+    adamw_selective_batched_kernel(const adamw_selective_item<T>* __restrict__ items,
+                                   int count,
+                                   std::int64_t blocks,
+                                   adamw_hparams hp,
+                                   const float* __restrict__ grad_scale,
+                                   const std::uint32_t* __restrict__ skip) {
+  if (skip != nullptr && *skip != 0) {
+    return;
+  }
+  __shared__ float buf[tile][tile + 1]; // strided items: [element][channel]
+  __shared__ adam_constants consts[tile];
+  __shared__ std::int32_t chans[tile];
+  const float s = grad_scale != nullptr ? *grad_scale : 1.0f;
+  for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    int lo = 0;
+    int hi = count - 1;
+    while (lo < hi) { // the last item whose first block is <= b
+      const int mid = (lo + hi + 1) / 2;
+      if (items[mid].block_begin <= b) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const adamw_selective_item<T> it = items[lo];
+    const adamw_hparams ihp = item_hparams(hp, it);
+    const std::int64_t L = it.weights.channel_len;
+    const selected_rows& rows = it.rows;
+    if (it.weights.layout == channel_layout::contiguous && it.grads.layout == channel_layout::contiguous) {
+      const std::int64_t r = b - it.block_begin;
+      const adam_constants c = make_adam_constants(ihp, rows.counts[r] + 1);
+      const std::int64_t ch = rows.idx[r];
+      const bool vec = it.weights.ld % 4 == 0 && it.grads.ld % 4 == 0 && L % 4 == 0 &&
+                       aligned(it.weights.data, 4 * sizeof(T)) && aligned(it.grads.data, 4 * sizeof(T)) &&
+                       aligned(rows.master, 16) && aligned(rows.m, 16) && aligned(rows.v, 16);
+      selective_row(it.grads.data + ch * it.grads.ld, it.weights.data + ch * it.weights.ld,
+                    rows.master + r * L, rows.m + r * L, rows.v + r * L, L, s, c, vec);
+      __syncthreads(); // every thread has read counts[r]
+      if (threadIdx.x == 0) {
+        rows.counts[r] += 1;
+      }
+      continue;
+    }
+    const int tx = static_cast<int>(threadIdx.x) % tile;
+    const int ty = static_cast<int>(threadIdx.x) / tile;
+    const std::int64_t r0 = (b - it.block_begin) * tile;
+    const std::int64_t k = rows.count;
+    if (ty == 0 && r0 + tx < k) {
+      consts[tx] = make_adam_constants(ihp, rows.counts[r0 + tx] + 1);
+      chans[tx] = rows.idx[r0 + tx];
+    }
+    __syncthreads();
+    for (std::int64_t i0 = 0; i0 < L; i0 += tile) {
+      for (int j = ty; j < tile; j += tile_rows) { // read: threads along channels
+        if (r0 + tx < k && i0 + j < L) {
+          buf[j][tx] = to_float(it.grads(chans[tx], i0 + j));
+        }
+      }
+      __syncthreads();
+      for (int j = ty; j < tile; j += tile_rows) { // update: threads along elements
+        const std::int64_t r = r0 + j;
+        if (r < k && i0 + tx < L) {
+          const std::int64_t o = r * L + i0 + tx;
+          buf[tx][j] = adam_update(rows.master[o], rows.m[o], rows.v[o], buf[tx][j], s, consts[j]);
+        }
+      }
+      __syncthreads();
+      for (int j = ty; j < tile; j += tile_rows) { // write: threads along channels
+        if (r0 + tx < k && i0 + j < L) {
+          it.weights(chans[tx], i0 + j) = from_float<T>(buf[j][tx]);
+        }
+      }
+      __syncthreads(); // buf is read again by the next tile
+    }
+    if (ty == 0 && r0 + tx < k) {
+      rows.counts[r0 + tx] += 1; // the constants were read before the first barrier
+    }
+    __syncthreads(); // consts / chans are rewritten by the next virtual block
   }
 }
 
