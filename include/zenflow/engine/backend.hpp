@@ -48,6 +48,10 @@ struct no_op {
     return cudaSuccess;
   }
 };
+/// Host work that does nothing, for the concept's check of host_task() (a lambda there trips nvcc).
+struct no_task {
+  void operator()() const noexcept {}
+};
 } // namespace detail
 
 /// The requirements the device plan places on a backend `B` (beyond the primitive operations,
@@ -84,10 +88,11 @@ concept engine_backend_copies =
   b.bind_device(0);
 };
 
-/// Operations: enqueued (`run`) or answered now (`query`).
+/// Operations: enqueued (`run`; `host_task`: host work in stream order) or answered now (`query`).
 template <class B>
 concept engine_backend_operations = requires(const B b, std::size_t n, cudaStream_t s) {
   b.run(s, n, "op", detail::no_op{});
+  b.host_task(s, "op", detail::no_task{});
   { b.query(detail::no_op{}) } -> std::same_as<cudaError_t>;
 };
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 
 #include <cuda_runtime_api.h>
@@ -52,6 +53,35 @@ struct device_primitives {
       return e;
     }
     return l1_mass(mass, s);
+  }
+  /// Every matrix of one working type: one launch of the batched update (counts advanced in it),
+  /// then the masses of every item in two launches, in the host twins' order.
+  template <class T>
+  static cudaError_t adamw_selective_batched_mass(const adamw_selective_item<T>* items,
+                                                  int count,
+                                                  std::int64_t blocks,
+                                                  std::int64_t max_rows,
+                                                  const adamw_hparams& hp,
+                                                  step_scalars scalars,
+                                                  const l1_mass_args* masses,
+                                                  cudaStream_t s) {
+    if (const cudaError_t e = device::adamw_selective_batched(items, count, blocks, hp, scalars, s);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (masses == nullptr || count == 0 || max_rows == 0) {
+      return cudaSuccess;
+    }
+    const dim3 grid(static_cast<unsigned>((max_rows + engine_kernels::l1_rows_per_block - 1) /
+                                          engine_kernels::l1_rows_per_block),
+                    static_cast<unsigned>(count));
+    engine_kernels::l1_rows_batched_kernel<<<grid, 256, 0, s>>>(masses);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      return e;
+    }
+    engine_kernels::l1_add_rows_batched_kernel<<<static_cast<unsigned>((count + 31) / 32), 32, 0, s>>>(masses,
+                                                                                                       count);
+    return cudaGetLastError();
   }
   template <class Tin, class Tout>
   static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,
@@ -153,6 +183,28 @@ public:
   }
   /// The job's thread may not have made the engine's device current (the user's may not be 0).
   void bind_device(int d) const { detail::check(cudaSetDevice(d), "zenflow::cuda_backend: cudaSetDevice"); }
+
+  /// Host work in stream order (`f()`, copied): a host function on `s` (cudaLaunchHostFunc), run
+  /// by the driver's thread once what was enqueued before it is done; `f` makes no CUDA call.
+  template <class F>
+  void host_task(cudaStream_t s, const char* name, F&& f) const {
+    auto* task = new std::function<void()>(std::forward<F>(f));
+    const cudaError_t e = cudaLaunchHostFunc(
+        s,
+        [](void* arg) {
+          auto* t = static_cast<std::function<void()>*>(arg);
+          try {
+            (*t)();
+          } catch (...) { // NOLINT(bugprone-empty-catch): a host function cannot report; f copies memory
+          }
+          delete t;
+        },
+        task);
+    if (e != cudaSuccess) {
+      delete task;
+      detail::check(e, name);
+    }
+  }
 
   /// An operation of the plan, `op(primitives, exec)`: the device launchers, stream-ordered on `s`.
   template <class Op>

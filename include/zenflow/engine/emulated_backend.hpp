@@ -98,6 +98,13 @@ public:
   [[nodiscard]] int current_device() const noexcept { return 0; }
   void bind_device(int) const noexcept {}
 
+  /// Host work in stream order (`f()`, copied): on `s`'s thread once what was enqueued before it
+  /// has run (a host function, not a kernel: not counted in `runs`).
+  template <class F>
+  void host_task(cudaStream_t s, const char* name, F&& f) const {
+    device_->launch(s, std::function<void()>(std::forward<F>(f)), 0, name);
+  }
+
   /// An operation of the plan, `op(primitives, exec)`: the host twins, run later on `s`'s thread,
   /// in stream order, charged `bytes` of device bandwidth by the timing model. `op` is copied (it
   /// must capture by value: the caller's locals are gone by then). A failure there makes the

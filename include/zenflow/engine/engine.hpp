@@ -521,13 +521,13 @@ private:
       voter_->on_window_start();
     }
     if (sched_.selection == detail::selection_phase::pending) {
-      bool bad = false;
-      detail::timed_stall(cost, "selection: read the step's skip flag",
-                          [&] { bad = plan_.read_skip(stream); });
-      cost.d2h += sizeof(std::uint32_t); // the flag's copy
-      if (!bad) {                        // a selection waits for a step with finite gradients
+      bool bad = false; // every matrix's top-k and the skip flag in one readback: the one device wait
+      std::vector<std::vector<std::int32_t>> sets;
+      detail::timed_stall(cost, "selection: top-k of every matrix and the skip flag",
+                          [&] { bad = plan_.select_all(cfg_.importance, sets, cost.d2h, stream); });
+      if (!bad) { // a selection waits for a step with finite gradients
         drain(stream, cost);
-        perform_selection(stream, cost);
+        perform_selection(sets, stream, cost);
         sched_.selection = detail::selection_phase::current;
         sched_.selection_step = t;
         rep.selection = true;
@@ -571,11 +571,11 @@ private:
     }
   }
 
-  /// Selection (every matrix) and migration of state between host and device.
-  void perform_selection(cudaStream_t stream, call_cost& cost) {
-    detail::timed_stall(cost, "selection: top-k and migration", [&] {
+  /// The new sets (every matrix) installed and state migrated between host and device.
+  void perform_selection(std::vector<std::vector<std::int32_t>>& sets, cudaStream_t stream, call_cost& cost) {
+    detail::timed_stall(cost, "selection: migration", [&] {
       host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
-      detail::select_and_migrate(plan_, params_, host_, dp_, cfg_.importance, stream, cost);
+      detail::migrate_selection(plan_, params_, host_, dp_, sets, stream, cost);
     });
   }
 

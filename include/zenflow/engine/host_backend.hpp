@@ -50,6 +50,12 @@ public:
   [[nodiscard]] int current_device() const noexcept { return 0; }
   void bind_device(int) const noexcept {}
 
+  /// Host work in stream order (`f()`): here now, on the calling thread.
+  template <class F>
+  void host_task(cudaStream_t, const char* /*name*/, F&& f) const {
+    std::forward<F>(f)();
+  }
+
   /// An operation of the plan, `op(primitives, exec)`: here the host twins, on the calling thread,
   /// now. `bytes` (what it moves, for a timing model) is unused.
   template <class Op>

@@ -396,6 +396,10 @@ private:
     const basic_channel_state<M> full{master.get(), m.get(),     v.get(),
                                       counts.get(), pi.channels, pi.channel_len};
     const auto bytes = plan.migrate(p, h.sel, new_sel, full, stream);
+    // The migration writes the leaving rows into `full` from the stream (host work): wait for it
+    // before they are copied into this rank's block and the temporaries are freed (one wait per
+    // matrix, only where the host state is split across ranks).
+    plan.wait_migration();
     for (const std::int32_t c : leave) { // the owner keeps what leaves
       if (c >= h.own_first && c < h.own_first + h.own_channels) {
         const auto o = static_cast<std::size_t>(c - h.own_first);

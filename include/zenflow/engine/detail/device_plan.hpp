@@ -6,15 +6,17 @@
 /// emulated and CUDA backends run this same code; they differ only in where memory lives and
 /// when enqueued work runs.
 ///
-/// Blocking points (the engine counts them as stall): setup, download_weights, read_skip,
-/// select/migrate/set_host_set (a selection step's round trips), wait_upload_done, and
-/// read_device_state / write_device_state. Everything else is stream-ordered on the stream given.
+/// Blocking points (the engine counts them as stall): setup, download_weights, select_all (a
+/// selection step's one wait: every matrix's new set and the skip flag), wait_upload_done,
+/// wait_migration, and read_device_state / write_device_state. Everything else, a selection's
+/// migration included, is stream-ordered on the stream given.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,16 +55,16 @@ public:
   device_plan(const device_plan&) = delete;
   device_plan& operator=(const device_plan&) = delete;
   ~device_plan() {
-    try {
-      b_.synchronize_all(); // nothing may still use what is freed next
-    } catch (...) {         // NOLINT(bugprone-empty-catch): a destructor reports nothing
-    }
+    wait_own_work(); // nothing may still use what is freed next
     const copier_type c = b_.copier();
     for (auto& e : events_) {
       c.destroy_event(e);
     }
     c.destroy_event(copied_);
     c.destroy_event(scattered_);
+    c.destroy_event(batch_copied_);
+    c.destroy_event(migrated_);
+    c.destroy_event(tail_);
     if (upload_stream_created_) {
       c.destroy_stream(upload_stream_);
     }
@@ -109,24 +111,38 @@ public:
   /// per-tensor squared totals (overflow-safe for finite gradients), then coef_t and bad_t into
   /// the record, its masses zeroed.
   void prologue(float loss_scale, float max_norm, cudaStream_t stream);
-  /// The step's skip flag, read on the host (blocking; only while a selection is pending).
-  [[nodiscard]] bool read_skip(cudaStream_t stream);
-  /// Top-k (ascending indices) of matrix `p`'s importance into `out` (blocking). Returns the
-  /// bytes copied down.
-  std::size_t select(std::size_t p, channel_norm kind, std::vector<std::int32_t>& out, cudaStream_t stream);
+  /// A selection step's device work up to its one wait (P5): every matrix's importance (the
+  /// prologue's squared L2, or the L1 norms here: one batched call per dtype), one segmented top-k
+  /// of every matrix, then the new sets and this step's skip flag read back together (blocking).
+  /// Returns the skip flag (the sets are not to be used then); `sets[p]`: matrix p's ascending
+  /// new set. Bytes copied down into `d2h`.
+  bool select_all(channel_norm kind,
+                  std::vector<std::vector<std::int32_t>>& sets,
+                  std::size_t& d2h,
+                  cudaStream_t stream);
   /// Moves optimizer state between the host's full-size rows `host_rows` and the device's compact
   /// rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending; `old_sel` empty
   /// the first time): leaving rows go home, entering rows come up, kept rows move on the device.
-  /// Blocking. Returns {device->host, host->device} bytes. Host moments M may be bf16
-  /// (host_moments.hpp): leaving rows round to nearest, entering rows widen exactly.
+  /// Stream-ordered, no wait: the host rows are written and read by host work on `stream`
+  /// (host_task), so the host reads them only after the stream has passed that point (the
+  /// consumer's slots of this step, wait_migration()). Returns {device->host, host->device} bytes.
+  /// Host moments M may be bf16 (host_moments.hpp): leaving rows round to nearest, entering rows
+  /// widen exactly.
   template <class M>
   std::pair<std::size_t, std::size_t> migrate(std::size_t p,
                                               const std::vector<std::int32_t>& old_sel,
                                               const std::vector<std::int32_t>& new_sel,
                                               const basic_channel_state<M>& host_rows,
                                               cudaStream_t stream);
-  /// Installs `p`'s ascending host-set channels (blocking). Returns the bytes copied up.
+  /// Installs `p`'s ascending host-set channels (stream-ordered). Returns the bytes copied up.
   std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);
+  /// Blocks until the last migration's host work is done (before the host reads host rows on a
+  /// path not ordered after the step's slots: state(), a checkpoint's restore).
+  void wait_migration() {
+    if (migration_recorded_) {
+      b_.copier().synchronize(migrated_);
+    }
+  }
 
   /// Fused selective AdamW on the device channels of every matrix (crit masses into the record)
   /// and dense AdamW on the device-resident vectors, with the record's coef_t and skip flag.
@@ -211,6 +227,58 @@ private:
     dbuf<std::byte> upload;                // whole_window: the device upload buffer
     const std::byte* upload_src = nullptr; // chunk_ring: the host upload buffer, read at the boundary
   };
+
+  /// The batched update's table for the matrices of working type T (P4): one descriptor per
+  /// matrix whose rows live on the device, rebuilt on the host when a device set changes and
+  /// copied up on the step's stream (`batch_copied_` guards the host copy).
+  template <class T>
+  struct batch_table {
+    dbuf<adamw_selective_item<T>> d;
+    hbuf<adamw_selective_item<T>> h;
+    int count = 0;
+    std::int64_t blocks = 0;    // of the launch (adamw_selective_batch_blocks)
+    std::int64_t max_rows = 0;  // of one matrix (the masses' grid)
+    std::size_t bytes = 0;      // moved (the emulated device's timing model)
+    std::size_t mass_first = 0; // its first entry in the mass tables
+  };
+  template <class T>
+  batch_table<T>& table() {
+    if constexpr (std::is_same_v<T, float>) {
+      return batch_f32_;
+    } else if constexpr (std::is_same_v<T, half>) {
+      return batch_f16_;
+    } else {
+      return batch_bf16_;
+    }
+  }
+  /// The parameters the batched update covers (rows on the device, not a dense vector).
+  [[nodiscard]] bool batched(std::size_t p) const { return dev_[p].k != 0 && !info(p).device_dense; }
+  void build_batch(cudaStream_t stream);
+
+  /// Waits for the plan's own work only (not the whole device: other work of the user's may run
+  /// there): every event it records (staging slots and records on the copy stream, which follow
+  /// the step's work on the user's stream; the uploads, the scatter, the batch tables, the
+  /// migration; `tail_` after the work that no copy follows) and its upload stream.
+  void wait_own_work() noexcept {
+    if (!upload_stream_created_) {
+      return; // never set up: nothing was enqueued
+    }
+    const copier_type c = b_.copier();
+    // Each wait apart: after a device error the first would throw, and the rest must still wait.
+    const auto quietly = [](auto&& wait) {
+      try {
+        wait();
+      } catch (...) { // NOLINT(bugprone-empty-catch): the error was reported where it happened
+      }
+    };
+    for (auto& e : events_) {
+      quietly([&] { c.synchronize(e); });
+    }
+    for (event_type* e : {&copied_, &scattered_, &batch_copied_, &migrated_, &tail_}) {
+      quietly([&] { c.synchronize(*e); });
+    }
+    quietly([&] { b_.synchronize(upload_stream_); });
+  }
 
   [[nodiscard]] const param_info& info(std::size_t p) const { return (*params_)[p]; }
   [[nodiscard]] float* record_words() { return record_[cur_record_].data(); }
@@ -327,6 +395,28 @@ private:
   bool scatter_recorded_ = false;
   std::size_t upload_chunk_bytes_ = 0; // chunk_ring: the device chunk's size (0: whole_window)
   dbuf<std::byte> upload_chunk_;
+  // The batched update (build_batch): a table per working type, Zen-auto's mass calls per record
+  // parity (they point into the record), the per-row masses of every matrix side by side.
+  // A selection step (select_all, migrate): the new sets of every matrix and the skip flag read
+  // back in one copy; the migration's index lists, each matrix's at its own offset (`lists_at_`,
+  // from 0 at each selection), so that no host buffer is rewritten before its copy ran.
+  dbuf<std::int32_t> sel_idx_;
+  hbuf<std::int32_t> h_sel_;
+  dbuf<std::int32_t> lists_;
+  hbuf<std::int32_t> h_lists_;
+  std::size_t lists_at_ = 0;
+  event_type migrated_{};
+  bool migration_recorded_ = false;
+  event_type tail_{}; // recorded after init_device_state and update (wait_own_work)
+  batch_table<float> batch_f32_;
+  batch_table<half> batch_f16_;
+  batch_table<bfloat16> batch_bf16_;
+  dbuf<l1_mass_args> batch_mass_[2];
+  hbuf<l1_mass_args> h_batch_mass_[2];
+  dbuf<float> batch_row_l1_;
+  bool batch_dirty_ = true;
+  bool batch_recorded_ = false;
+  event_type batch_copied_{};
 };
 
 } // namespace detail

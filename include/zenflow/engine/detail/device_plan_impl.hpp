@@ -150,6 +150,71 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     });
   }
   temp_ = dbuf<std::byte>(std::max<std::size_t>(need, 256));
+  {
+    // The batched update's tables, sized for every parameter that may have rows on the device.
+    std::size_t all = 0;
+    std::size_t rows = 0;
+    for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
+      using T = decltype(tag);
+      std::size_t n = 0;
+      for (const std::size_t p : members) {
+        if (!params[p].device_dense && params[p].device_capacity > 0) {
+          ++n;
+          rows += static_cast<std::size_t>(params[p].device_capacity);
+        }
+      }
+      table<T>().d = dbuf<adamw_selective_item<T>>(std::max<std::size_t>(n, 1));
+      table<T>().h = hbuf<adamw_selective_item<T>>(std::max<std::size_t>(n, 1));
+      mem.device_scratch += table<T>().d.size() * sizeof(adamw_selective_item<T>);
+      all += n;
+    });
+    for (int r = 0; r < 2; ++r) {
+      batch_mass_[r] = dbuf<l1_mass_args>(std::max<std::size_t>(all, 1));
+      h_batch_mass_[r] = hbuf<l1_mass_args>(std::max<std::size_t>(all, 1));
+    }
+    batch_row_l1_ = dbuf<float>(std::max<std::size_t>(rows, 1));
+    mem.device_scratch += 2 * batch_mass_[0].size() * sizeof(l1_mass_args) + batch_row_l1_.size() * 4;
+    c.create_event(batch_copied_);
+  }
+  {
+    // A selection's buffers: every matrix's new set (and the skip flag) in one readback; the
+    // migrations' index lists ([leave | keep old | keep new | enter | new set]: at most 3 x k) and
+    // host sets side by side.
+    std::size_t sets = 1;
+    std::size_t lists = 1;
+    std::vector<topk_item> items;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      if (pi.matrix) {
+        items.push_back({dev_[p].scores.data(), pi.channels, pi.device_capacity, nullptr, nullptr});
+        sets += static_cast<std::size_t>(pi.device_capacity);
+      }
+      if (pi.host_side) {
+        lists += static_cast<std::size_t>(3 * pi.device_capacity + pi.channels);
+      }
+    }
+    sel_idx_ = dbuf<std::int32_t>(sets);
+    h_sel_ = hbuf<std::int32_t>(sets);
+    lists_ = dbuf<std::int32_t>(lists);
+    h_lists_ = hbuf<std::int32_t>(lists);
+    mem.device_scratch += (sets + lists) * 4;
+    std::size_t at = 0;
+    for (auto& it : items) {
+      it.indices = sel_idx_.data() + at;
+      at += static_cast<std::size_t>(it.k);
+    }
+    std::size_t bytes = 0;
+    check(b_.query([&](auto prim, auto on) {
+      return prim.topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()),
+                                 topk_order::ascending_index, on);
+    }),
+          "zenflow::engine: topk_segmented");
+    if (bytes > temp_.size()) {
+      temp_ = dbuf<std::byte>(bytes);
+    }
+    c.create_event(migrated_);
+    c.create_event(tail_);
+  }
   mem.device_staging += staging_.size();
   mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
                         3 * mass_rows_[0].size() * 4 + totals_.size() * 8 +
@@ -175,6 +240,8 @@ void device_plan<Backend>::init_device_state(std::size_t p, cudaStream_t stream)
     b_.zero(counts_of(p), 4, stream);
   }
   d.k = cap;
+  batch_dirty_ = true;
+  b_.copier().record(tail_, stream);
 }
 
 template <class Backend>
@@ -227,13 +294,6 @@ void device_plan<Backend>::prologue(float loss_scale, float max_norm, cudaStream
 }
 
 template <class Backend>
-bool device_plan<Backend>::read_skip(cudaStream_t stream) {
-  b_.copy_d2h(h_word_.data(), step_record_layout::skip(record_words()), 4, stream);
-  b_.synchronize(stream);
-  return h_word_[0] != 0;
-}
-
-template <class Backend>
 void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStream_t stream) {
   float* rec = record_words();
   const float* coef = step_record_layout::coef(rec);
@@ -275,26 +335,82 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
              });
     });
   }
-  for (std::size_t p = 0; p < dev_.size(); ++p) {
-    const param_info& pi = info(p);
-    auto& d = dev_[p];
-    if (d.k == 0 || pi.device_dense) {
-      continue;
-    }
-    dispatch_dtype(pi.type, [&](auto tag) {
-      using T = decltype(tag);
-      b_.run(
-          stream, static_cast<std::size_t>(d.k * pi.channel_len) * (24 + 2 * sizeof(T)),
-          "zenflow::engine: adamw_selective",
-          [w = pi.weight_matrix<T>(), g = pi.grad_matrix<T>(),
-           rows = selected_rows{d.sel.data(), d.k, d.master.data(), d.m.data(), d.v.data(), d.counts.data()},
-           hp = pi.hparams(base, lr), scalars = step_scalars{coef, skip},
-           mass = mass_args(p, d.sel.data(), d.k, mass_rows_[0].data(), skip,
-                            layout_.crit(rec, d.matrix_index))](auto prim, auto on) {
-            return prim.adamw_selective_mass(w, g, rows, hp, scalars, mass, on);
-          });
-    });
+  // The matrices: one batched selective AdamW per working type (P4; the counts advance in it),
+  // whatever the number of matrices, with their Zen-auto crit masses.
+  if (batch_dirty_) {
+    build_batch(stream);
   }
+  adamw_hparams hp = base;
+  hp.lr = lr;
+  const step_scalars scalars{coef, skip};
+  for_each_group([&](auto tag, const std::vector<std::size_t>&) {
+    using T = decltype(tag);
+    const batch_table<T>& bt = table<T>();
+    if (bt.count == 0) {
+      return;
+    }
+    b_.run(stream, bt.bytes, "zenflow::engine: adamw_selective",
+           [items = static_cast<const adamw_selective_item<T>*>(bt.d.data()), n = bt.count,
+            blocks = bt.blocks, rows = bt.max_rows, hp, scalars,
+            masses = static_cast<const l1_mass_args*>(batch_mass_[cur_record_].data()) +
+                     bt.mass_first](auto prim, auto on) {
+             return prim.adamw_selective_batched_mass(items, n, blocks, rows, hp, scalars, masses, on);
+           });
+  });
+  b_.copier().record(tail_, stream);
+}
+
+template <class Backend>
+void device_plan<Backend>::build_batch(cudaStream_t stream) {
+  const copier_type c = b_.copier();
+  if (batch_recorded_) {
+    // The last table's copy read the host tables. It ran long ago: a device set changes only at a
+    // selection step, whose readback waited for the stream (or at initialize / a restore, which wait).
+    c.synchronize(batch_copied_);
+  }
+  std::size_t mass = 0;
+  std::size_t row = 0;
+  for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
+    using T = decltype(tag);
+    batch_table<T>& bt = table<T>();
+    bt.count = 0;
+    bt.max_rows = 0;
+    bt.bytes = 0;
+    bt.mass_first = mass;
+    for (const std::size_t p : members) {
+      if (!batched(p)) {
+        continue;
+      }
+      const param_info& pi = info(p);
+      auto& d = dev_[p];
+      bt.h[static_cast<std::size_t>(bt.count)] = {
+          pi.weight_matrix<T>(),
+          pi.grad_matrix<T>(),
+          {d.sel.data(), d.k, d.master.data(), d.m.data(), d.v.data(), d.counts.data()},
+          pi.lr_scale,
+          pi.weight_decay,
+          0};
+      for (int r = 0; r < 2; ++r) {
+        float* rec = record_[r].data();
+        h_batch_mass_[r][mass] = mass_args(p, d.sel.data(), d.k, batch_row_l1_.data() + row,
+                                           step_record_layout::skip(rec), layout_.crit(rec, d.matrix_index));
+      }
+      ++bt.count;
+      ++mass;
+      row += static_cast<std::size_t>(d.k);
+      bt.max_rows = std::max(bt.max_rows, d.k);
+      bt.bytes += static_cast<std::size_t>(d.k * pi.channel_len) * (24 + 2 * sizeof(T));
+    }
+    bt.blocks = adamw_selective_batch_blocks(bt.h.data(), bt.count);
+    b_.copy_h2d(bt.d.data(), bt.h.data(),
+                static_cast<std::size_t>(bt.count) * sizeof(adamw_selective_item<T>), stream);
+  });
+  for (int r = 0; r < 2; ++r) {
+    b_.copy_h2d(batch_mass_[r].data(), h_batch_mass_[r].data(), mass * sizeof(l1_mass_args), stream);
+  }
+  c.record(batch_copied_, stream);
+  batch_recorded_ = true;
+  batch_dirty_ = false;
 }
 
 template <class Backend>

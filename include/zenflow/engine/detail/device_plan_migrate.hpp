@@ -19,36 +19,70 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 template <class Backend>
-std::size_t device_plan<Backend>::select(std::size_t p,
-                                         channel_norm kind,
-                                         std::vector<std::int32_t>& out,
-                                         cudaStream_t stream) {
-  const param_info& pi = info(p);
-  auto& d = dev_[p];
-  if (kind == channel_norm::l1) {
-    dispatch_dtype(pi.type, [&](auto tag) {
+bool device_plan<Backend>::select_all(channel_norm kind,
+                                      std::vector<std::vector<std::int32_t>>& sets,
+                                      std::size_t& d2h,
+                                      cudaStream_t stream) {
+  if (kind == channel_norm::l1) { // the prologue computed squared L2: L1 of every matrix instead
+    for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
       using T = decltype(tag);
-      const channel_matrix<const T> g = pi.grad_matrix<T>();
-      b_.run(stream, static_cast<std::size_t>(g.elements()) * sizeof(T), "zenflow::engine: channel_norms",
-             [g, scores = d.scores.data(), temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
-               std::size_t temp_bytes = bytes;
-               return prim.template channel_norms<channel_norm::l1>(temp, temp_bytes, g.data, g.channels,
-                                                                    g.channel_len, g.ld, g.layout, scores,
-                                                                    channel_norm_extras{}, on);
-             });
+      std::vector<std::size_t> matrices;
+      std::size_t moved = 0;
+      for (const std::size_t p : members) {
+        if (info(p).matrix) {
+          matrices.push_back(p);
+          moved += static_cast<std::size_t>(info(p).elements()) * sizeof(T);
+        }
+      }
+      if (matrices.empty()) {
+        return;
+      }
+      b_.run(
+          stream, moved, "zenflow::engine: channel_norms_batched",
+          [items = norm_items<T>(matrices), temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+            std::size_t temp_bytes = bytes;
+            return prim.template channel_norms_batched<channel_norm::l1>(
+                temp, temp_bytes, items.data(), static_cast<std::int64_t>(items.size()),
+                channel_norm_extras{}, on);
+          });
     });
   }
-  b_.run(stream, static_cast<std::size_t>(pi.channels) * 4, "zenflow::engine: topk",
-         [scores = d.scores.data(), n = pi.channels, k = pi.device_capacity, idx = idx_.data(),
-          temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
+  std::vector<topk_item> items;
+  std::vector<std::size_t> which;
+  std::size_t at = 0;
+  for (std::size_t p = 0; p < dev_.size(); ++p) {
+    const param_info& pi = info(p);
+    if (pi.matrix) {
+      items.push_back(
+          {dev_[p].scores.data(), pi.channels, pi.device_capacity, sel_idx_.data() + at, nullptr});
+      which.push_back(p);
+      at += static_cast<std::size_t>(pi.device_capacity);
+    }
+  }
+  std::size_t scanned = 0;
+  for (const auto& it : items) {
+    scanned += static_cast<std::size_t>(it.n) * 4;
+  }
+  b_.run(stream, scanned, "zenflow::engine: topk_segmented",
+         [items, temp = temp_.data(), bytes = temp_.size()](auto prim, auto on) {
            std::size_t temp_bytes = bytes;
-           return prim.topk(temp, temp_bytes, scores, n, k, idx, nullptr, topk_order::ascending_index, on);
+           return prim.topk_segmented(temp, temp_bytes, items.data(), static_cast<std::int64_t>(items.size()),
+                                      topk_order::ascending_index, on);
          });
-  const auto k = static_cast<std::size_t>(pi.device_capacity);
-  b_.copy_d2h(h_idx_.data(), idx_.data(), k * 4, stream);
+  // The sets and the flag in one readback: the selection step's one wait.
+  b_.copy_d2d(sel_idx_.data() + at, step_record_layout::skip(record_words()), 4, stream);
+  b_.copy_d2h(h_sel_.data(), sel_idx_.data(), (at + 1) * 4, stream);
   b_.synchronize(stream);
-  out.assign(h_idx_.data(), h_idx_.data() + k);
-  return k * 4;
+  d2h += (at + 1) * 4;
+  sets.assign(dev_.size(), {});
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::int32_t* first = h_sel_.data() + (items[i].indices - sel_idx_.data());
+    sets[which[i]].assign(first, first + items[i].k);
+  }
+  lists_at_ = 0; // the last selection's lists were copied before this wait
+  std::uint32_t skip = 0;
+  std::memcpy(&skip, h_sel_.data() + at, 4);
+  return skip != 0;
 }
 
 template <class Backend>
@@ -67,8 +101,10 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   const auto nl = static_cast<std::int64_t>(leave_pos.size());
   const auto nk = static_cast<std::int64_t>(keep_old.size());
   const auto ne = static_cast<std::int64_t>(enter_pos.size());
-  // Index lists up in one copy: [leave_pos | keep_old | keep_new | enter_pos | new_sel].
-  std::int32_t* hi = h_idx_.data();
+  // Index lists up in one copy: [leave_pos | keep_old | keep_new | enter_pos | new_sel], at this
+  // matrix's own place in the lists (the copy runs later; nothing rewrites it before).
+  const std::size_t base = lists_at_;
+  std::int32_t* hi = h_lists_.data() + base;
   std::int64_t o = 0;
   const auto put = [&](const std::vector<std::int32_t>& v) {
     std::copy(v.begin(), v.end(), hi + o);
@@ -78,13 +114,18 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   };
   const std::int64_t o_leave = put(leave_pos), o_keep_old = put(keep_old), o_keep_new = put(keep_new),
                      o_enter = put(enter_pos), o_sel = put(new_sel);
+  const std::int32_t* di = lists_.data() + base;
+  lists_at_ += static_cast<std::size_t>(o);
   if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
     b_.copy_d2d(d.counts.data(), counts_of(p), 4, stream);
   }
-  b_.copy_h2d(idx_.data(), hi, static_cast<std::size_t>(o) * 4, stream);
-  const std::int32_t* di = idx_.data();
+  b_.copy_h2d(lists_.data() + base, hi, static_cast<std::size_t>(o) * 4, stream);
   const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
-  // 1. Leaving rows go home.
+  // The host side of the stage (h_stage_, h_stage_counts_) is read and written only by the
+  // copies and host tasks of this stream, in stream order: the next matrix reuses it safely.
+  float* const hs = h_stage_.data();
+  std::int32_t* const hc = h_stage_counts_.data();
+  // 1. Leaving rows go home: gathered, copied down, written into the host rows by a host task.
   if (nl > 0) {
     float* st[3] = {stage_.data(), stage_.data() + nl * L, stage_.data() + 2 * nl * L};
     const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
@@ -92,16 +133,19 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
       gather(compact(src[a], cap, L), di + o_leave, nl, st[a], nullptr, stream);
     }
     move_counts(d.counts.data(), di + o_leave, stage_counts_.data(), nullptr, nl, stream);
-    b_.copy_d2h(h_stage_.data(), stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
-    b_.copy_d2h(h_stage_counts_.data(), stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
-    b_.synchronize(stream);
-    for (std::int64_t r = 0; r < nl; ++r) {
-      const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
-      std::memcpy(host_rows.master + c * L, h_stage_.data() + r * L, row_bytes);
-      store_moment_row(host_rows.m + c * L, h_stage_.data() + (nl + r) * L, static_cast<std::size_t>(L));
-      store_moment_row(host_rows.v + c * L, h_stage_.data() + (2 * nl + r) * L, static_cast<std::size_t>(L));
-      host_rows.counts[c] = h_stage_counts_[static_cast<std::size_t>(r)];
-    }
+    b_.copy_d2h(hs, stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
+    b_.copy_d2h(hc, stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
+    b_.host_task(stream, "zenflow::engine: migration, leaving rows home",
+                 [host_rows, hs, hc, L, nl, row_bytes, leave_ch = std::move(leave_ch)] {
+                   for (std::int64_t r = 0; r < nl; ++r) {
+                     const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
+                     std::memcpy(host_rows.master + c * L, hs + r * L, row_bytes);
+                     store_moment_row(host_rows.m + c * L, hs + (nl + r) * L, static_cast<std::size_t>(L));
+                     store_moment_row(host_rows.v + c * L, hs + (2 * nl + r) * L,
+                                      static_cast<std::size_t>(L));
+                     host_rows.counts[c] = hc[r];
+                   }
+                 });
   }
   // 2. Kept rows move to their new positions, in place: each array's kept rows are all gathered
   // into the stage before the scatter writes any of them (stream order), and the rows they land
@@ -117,17 +161,20 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     move_counts(d.counts.data(), di + o_keep_old, stage_counts_.data(), nullptr, nk, stream);
     move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_keep_new, nk, stream);
   }
-  // 3. Entering rows come up from the host rows.
+  // 3. Entering rows come up from the host rows (staged by a host task, in stream order).
   if (ne > 0) {
-    for (std::int64_t r = 0; r < ne; ++r) {
-      const std::int64_t c = enter_ch[static_cast<std::size_t>(r)];
-      std::memcpy(h_stage_.data() + r * L, host_rows.master + c * L, row_bytes);
-      load_moment_row(h_stage_.data() + (ne + r) * L, host_rows.m + c * L, static_cast<std::size_t>(L));
-      load_moment_row(h_stage_.data() + (2 * ne + r) * L, host_rows.v + c * L, static_cast<std::size_t>(L));
-      h_stage_counts_[static_cast<std::size_t>(r)] = host_rows.counts[c];
-    }
-    b_.copy_h2d(stage_.data(), h_stage_.data(), static_cast<std::size_t>(3 * ne) * row_bytes, stream);
-    b_.copy_h2d(stage_counts_.data(), h_stage_counts_.data(), static_cast<std::size_t>(ne) * 4, stream);
+    b_.host_task(stream, "zenflow::engine: migration, entering rows staged",
+                 [host_rows, hs, hc, L, ne, row_bytes, enter_ch = std::move(enter_ch)] {
+                   for (std::int64_t r = 0; r < ne; ++r) {
+                     const std::int64_t c = enter_ch[static_cast<std::size_t>(r)];
+                     std::memcpy(hs + r * L, host_rows.master + c * L, row_bytes);
+                     load_moment_row(hs + (ne + r) * L, host_rows.m + c * L, static_cast<std::size_t>(L));
+                     load_moment_row(hs + (2 * ne + r) * L, host_rows.v + c * L, static_cast<std::size_t>(L));
+                     hc[r] = host_rows.counts[c];
+                   }
+                 });
+    b_.copy_h2d(stage_.data(), hs, static_cast<std::size_t>(3 * ne) * row_bytes, stream);
+    b_.copy_h2d(stage_counts_.data(), hc, static_cast<std::size_t>(ne) * 4, stream);
     for (int a = 0; a < 3; ++a) {
       scatter(stage_.data() + a * ne * L, di + o_enter, ne, compact(dst[a], cap, L), stream);
     }
@@ -138,7 +185,9 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   }
   b_.copy_d2d(d.sel.data(), di + o_sel, new_sel.size() * 4, stream);
   d.k = static_cast<std::int64_t>(new_sel.size());
-  b_.synchronize(stream); // the host staging is reused next
+  batch_dirty_ = true;
+  b_.copier().record(migrated_, stream);
+  migration_recorded_ = true;
   const std::size_t row = static_cast<std::size_t>(L) * 12 + 4;
   return {static_cast<std::size_t>(nl) * row,
           static_cast<std::size_t>(ne) * row + static_cast<std::size_t>(o) * 4};
@@ -149,9 +198,16 @@ std::size_t device_plan<Backend>::set_host_set(std::size_t p,
                                                const std::vector<std::int32_t>& host_set,
                                                cudaStream_t stream) {
   auto& d = dev_[p];
-  std::copy(host_set.begin(), host_set.end(), h_idx_.data());
-  b_.copy_h2d(d.host_set.data(), h_idx_.data(), host_set.size() * 4, stream);
-  b_.synchronize(stream); // the host staging is reused next
+  if (lists_at_ + host_set.size() > h_lists_.size()) {
+    // Only outside a selection step (initialize, a restore), whose lists are sized for one pass:
+    // the copies of the earlier lists are done once the stream is.
+    b_.synchronize(stream);
+    lists_at_ = 0;
+  }
+  std::int32_t* h = h_lists_.data() + lists_at_; // its own place: the copy runs later
+  std::copy(host_set.begin(), host_set.end(), h);
+  lists_at_ += host_set.size();
+  b_.copy_h2d(d.host_set.data(), h, host_set.size() * 4, stream);
   return host_set.size() * 4;
 }
 
@@ -163,6 +219,7 @@ param_state device_plan<Backend>::read_full_state(std::size_t p,
   const param_info& pi = info(p);
   const auto n = static_cast<std::size_t>(pi.elements());
   const auto channels = static_cast<std::size_t>(pi.channels);
+  wait_migration(); // the host rows are final once the last migration's host tasks ran
   param_state out;
   if (host_rows != nullptr) {
     out.master.assign(host_rows->master, host_rows->master + n);
@@ -237,6 +294,7 @@ void device_plan<Backend>::write_device_state(std::size_t p,
     b_.copy_h2d(d.sel.data(), sel, static_cast<std::size_t>(k) * 4, stream);
   }
   d.k = k;
+  batch_dirty_ = true;
   b_.synchronize(stream);
 }
 

@@ -184,6 +184,7 @@ struct engine_checkpoint {
     settle(eng);
     eng.sched_.job.reset();
     eng.plan_.wait_upload_done(); // the host upload buffers are written next
+    eng.plan_.wait_migration();   // and the host rows: no migration's host task may still write them
     const std::size_t a = static_cast<std::size_t>(s.cur_acc);
     for (std::size_t p = 0; p < eng.params_.size(); ++p) {
       const auto& pi = eng.params_[p];
@@ -328,6 +329,7 @@ private:
   static void settle(Engine& eng) {
     eng.jobs_.wait_idle();
     eng.host_.wait_consumed(eng.d2h_.pushed());
+    eng.plan_.wait_migration(); // a selection's host tasks wrote the host rows (usually long done)
   }
 
   static ckpt_scalars scalars(Engine& eng) {

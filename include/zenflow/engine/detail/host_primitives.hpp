@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -35,6 +36,10 @@
   template <class... A>                                                                                      \
   static cudaError_t topk(A&&... a) {                                                                        \
     return NS::topk(std::forward<A>(a)...);                                                                  \
+  }                                                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t topk_segmented(A&&... a) {                                                              \
+    return NS::topk_segmented(std::forward<A>(a)...);                                                        \
   }                                                                                                          \
   template <class... A>                                                                                      \
   static cudaError_t adamw_dense(A&&... a) {                                                                 \
@@ -72,6 +77,23 @@ struct host_primitives {
                                           const l1_mass_args& mass,
                                           exec_type on) {
     return host::adamw_selective(w, g, rows, hp, scalars, mass.l1, on);
+  }
+  /// Every matrix of one working type (the batched update, P4): each item's mass fused with its
+  /// update as in adamw_selective_mass, `masses[i].l1` (`masses` nullable).
+  template <class T>
+  static cudaError_t adamw_selective_batched_mass(const adamw_selective_item<T>* items,
+                                                  int count,
+                                                  std::int64_t /*blocks*/,
+                                                  std::int64_t /*max_rows*/,
+                                                  const adamw_hparams& hp,
+                                                  step_scalars scalars,
+                                                  const l1_mass_args* masses,
+                                                  exec_type on) {
+    std::vector<float*> l1(static_cast<std::size_t>(count), nullptr);
+    for (int i = 0; masses != nullptr && i < count; ++i) {
+      l1[static_cast<std::size_t>(i)] = masses[i].l1;
+    }
+    return host::adamw_selective_batched(items, count, hp, scalars, l1.data(), on);
   }
   template <class Tin, class Tout>
   static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,

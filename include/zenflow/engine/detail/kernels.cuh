@@ -65,21 +65,22 @@ ZF_KERNEL void move_counts_kernel(count_moves m) {
 /// per row in the sequential order. Each row's sum goes to `a.row_l1`; no atomics.
 inline constexpr int l1_rows_per_block = 256 / l1_row_lanes;
 
-ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
+/// The rows of call `a` that block `block` takes (l1_rows_kernel's body, also batched).
+__device__ ZF_FORCEINLINE void
+l1_rows_block(const l1_mass_args& a, std::int64_t block, float (*lanes)[l1_row_lanes]) {
   if (a.skip != nullptr && *a.skip != 0) {
     return;
   }
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
   const int sub = static_cast<int>(threadIdx.x) / l1_row_lanes;
   const int lane = static_cast<int>(threadIdx.x) % l1_row_lanes;
   if (!a.lanes) {
-    const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    const std::int64_t r = block * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
     if (r < a.count) {
       a.row_l1[r] = with_grad_matrix<l1_sequential_op>(a, static_cast<std::int64_t>(a.idx[r]));
     }
     return;
   }
-  const std::int64_t r = blockIdx.x * static_cast<std::int64_t>(l1_rows_per_block) + sub;
+  const std::int64_t r = block * static_cast<std::int64_t>(l1_rows_per_block) + sub;
   if (r < a.count) {
     lanes[sub][lane] = with_grad_matrix<l1_lane_op>(a, static_cast<std::int64_t>(a.idx[r]), lane);
   }
@@ -88,6 +89,34 @@ ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
     a.row_l1[r] = with_grad_matrix<l1_finish_op>(a, static_cast<std::int64_t>(a.idx[r]),
                                                  static_cast<const float*>(lanes[sub]));
   }
+}
+
+ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
+  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  l1_rows_block(a, blockIdx.x, lanes);
+}
+
+/// l1_rows_kernel over a table of calls (device memory): blockIdx.y is the call, blockIdx.x its
+/// block (blocks past a call's rows do nothing).
+ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args* calls) {
+  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  const l1_mass_args a = calls[blockIdx.y];
+  if (a.l1 != nullptr) {
+    l1_rows_block(a, blockIdx.x, lanes);
+  }
+}
+
+/// One thread per call: its rows in order, that sum into its mass (l1_add_rows_kernel's order).
+ZF_KERNEL void l1_add_rows_batched_kernel(const l1_mass_args* calls, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) {
+    return;
+  }
+  const l1_mass_args& a = calls[i];
+  if (a.l1 == nullptr || a.count == 0 || (a.skip != nullptr && *a.skip != 0)) {
+    return;
+  }
+  l1_add_rows(a);
 }
 
 /// One thread: the rows in order, that sum into the mass (the host twins' order).

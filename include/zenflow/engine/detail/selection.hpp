@@ -1,6 +1,6 @@
 /// @file
 /// A selection step's host-side work: the new device set of every matrix from the device plan's
-/// top-k, and the migration of the rows that change sides (their master, moments and count), the
+/// segmented top-k, and the migration of the rows that change sides (their master, moments and count), the
 /// host sets following. The caller has made sure the consumer reads no host set meanwhile.
 #pragma once
 
@@ -23,23 +23,24 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// Selects every matrix's device set (`importance` scores, top-k by the plan) and migrates the
-/// rows that leave or enter it between `host` and the device (through `dp`, which knows which
-/// rank keeps which rows); vectors on the device keep {0}. Bytes copied go to `cost`.
+/// Installs every matrix's new device set `sets[p]` (from device_plan::select_all) and migrates
+/// the rows that leave or enter it between `host` and the device (through `dp`, which knows which
+/// rank keeps which rows), stream-ordered (no wait); vectors on the device keep {0}. Bytes copied
+/// go to `cost`.
 template <engine_backend Backend, class HostSide, class DataParallel>
-void select_and_migrate(device_plan<Backend>& plan,
-                        const std::vector<param_info>& params,
-                        HostSide& host,
-                        DataParallel& dp,
-                        channel_norm importance,
-                        cudaStream_t stream,
-                        call_cost& cost) {
+void migrate_selection(device_plan<Backend>& plan,
+                       const std::vector<param_info>& params,
+                       HostSide& host,
+                       DataParallel& dp,
+                       std::vector<std::vector<std::int32_t>>& sets,
+                       cudaStream_t stream,
+                       call_cost& cost) {
   for (std::size_t p = 0; p < params.size(); ++p) {
     const auto& pi = params[p];
     auto& h = host[p];
     std::vector<std::int32_t> new_sel;
     if (pi.matrix) {
-      cost.d2h += plan.select(p, importance, new_sel, stream);
+      new_sel = std::move(sets[p]);
     } else if (pi.device_dense) {
       new_sel = {0};
     } else {
