@@ -73,11 +73,9 @@ public:
   ~engine() {
     jobs_.stop();
     // The last window's upload copies (or chunk_ring's boundary copies) may still read the host
-    // upload buffers that host_ frees below: wait for them (our own events, not the device).
-    try {
-      plan_.wait_upload_done();
-    } catch (...) { // NOLINT(bugprone-empty-catch): a failed device has nothing left to copy
-    }
+    // upload buffers, a selection's host tasks the host rows, that host_ frees below: wait for
+    // them (our own events, not the device).
+    plan_.wait_host_reads();
     d2h_.close(); // the consumer drains what was published, then stops
     host_.stop_consumer();
     report_dropped_updates();
