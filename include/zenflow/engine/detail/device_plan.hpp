@@ -380,12 +380,10 @@ private:
   dbuf<float> record_[2];
   std::size_t cur_record_ = 0;
   dbuf<float> early_rest_;   // per matrix: rest mass of the packs done by grad_ready
-  dbuf<float> mass_rows_[3]; // per-row masses: the update's, step()'s packs', grad_ready()'s packs'
+  dbuf<float> mass_rows_[2]; // per-row masses: step()'s packs', grad_ready()'s packs'
   dbuf<double> totals_;      // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
   dbuf<std::uint32_t> flags_; // per parameter, in dtype-group order
-  dbuf<std::int32_t> idx_;
-  hbuf<std::int32_t> h_idx_;
   dbuf<float> stage_;
   dbuf<std::int32_t> stage_counts_;
   hbuf<float> h_stage_;

@@ -67,9 +67,9 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   early_rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
   b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
   {
-    // Zen-auto's per-row masses (detail/l1_mass.hpp): a call has at most `channels` rows; the
-    // update, step()'s packs and grad_ready()'s packs each have their own (they may run on
-    // different streams).
+    // Zen-auto's per-row masses (detail/l1_mass.hpp): a call has at most `channels` rows;
+    // step()'s packs and grad_ready()'s packs each have their own (they may run on different
+    // streams; the update's are batch_row_l1_).
     std::int64_t rows = 1;
     for (const auto& pi : params) {
       rows = pi.matrix ? std::max(rows, pi.channels) : rows;
@@ -91,8 +91,6 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
     b_.synchronize(nullptr); // `items` is freed next
   }
-  idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
-  h_idx_ = hbuf<std::int32_t>(static_cast<std::size_t>(5 * max_rows));
   stage_ = dbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
   stage_counts_ = dbuf<std::int32_t>(static_cast<std::size_t>(max_rows));
   h_stage_ = hbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
@@ -124,31 +122,24 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
           "zenflow::engine: channel_norms_batched");
     need = std::max(need, bytes);
   });
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const auto& pi = params[p];
-    if (!pi.matrix) {
-      continue;
+  // And the L1 importance of a selection step (select_all: the matrices of each dtype group).
+  for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
+    using T = decltype(tag);
+    std::vector<std::size_t> matrices;
+    for (const std::size_t p : members) {
+      if (params[p].matrix) {
+        matrices.push_back(p);
+      }
     }
+    std::vector<channel_norm_item<T>> items = norm_items<T>(matrices);
     std::size_t bytes = 0;
     check(b_.query([&](auto prim, auto on) {
-      return prim.topk(nullptr, bytes, dev_[p].scores.data(), pi.channels, pi.device_capacity, idx_.data(),
-                       nullptr, topk_order::ascending_index, on);
+      return prim.template channel_norms_batched<channel_norm::l1>(
+          nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()), channel_norm_extras{}, on);
     }),
-          "zenflow::engine: topk");
+          "zenflow::engine: channel_norms_batched");
     need = std::max(need, bytes);
-    dispatch_dtype(pi.type, [&](auto tag) {
-      using T = decltype(tag);
-      std::size_t nb = 0;
-      const channel_matrix<const T> g = pi.grad_matrix<T>();
-      check(b_.query([&](auto prim, auto on) {
-        return prim.template channel_norms<channel_norm::l1>(nullptr, nb, g.data, g.channels, g.channel_len,
-                                                             g.ld, g.layout, dev_[p].scores.data(),
-                                                             channel_norm_extras{}, on);
-      }),
-            "zenflow::engine: channel_norms");
-      need = std::max(need, nb);
-    });
-  }
+  });
   temp_ = dbuf<std::byte>(std::max<std::size_t>(need, 256));
   {
     // The batched update's tables, sized for every parameter that may have rows on the device.
@@ -217,9 +208,9 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   }
   mem.device_staging += staging_.size();
   mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
-                        3 * mass_rows_[0].size() * 4 + totals_.size() * 8 +
-                        sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 + idx_.size() * 4 +
-                        stage_.size() * 4 + stage_counts_.size() * 4;
+                        2 * mass_rows_[0].size() * 4 + totals_.size() * 8 +
+                        sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 + stage_.size() * 4 +
+                        stage_counts_.size() * 4;
   b_.synchronize_all(); // allocations and their first writes done
 }
 
@@ -420,7 +411,7 @@ void device_plan<Backend>::pack(
   auto& d = dev_[p];
   float* mass = early ? early_rest_.data() + d.matrix_index : layout_.rest(record_words(), d.matrix_index);
   const l1_mass_args m =
-      mass_args(p, d.host_set.data() + begin, end - begin, mass_rows_[early ? 2 : 1].data(), nullptr, mass);
+      mass_args(p, d.host_set.data() + begin, end - begin, mass_rows_[early ? 1 : 0].data(), nullptr, mass);
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
     const auto src = pi.grad_matrix<T>();
