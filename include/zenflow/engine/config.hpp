@@ -147,7 +147,7 @@ struct config {
   /// window stands for its n_w steps, docs/defaults.md); false: by beta and 1, once per window.
   bool host_moments_per_step = true;
   moment_precision host_moments = moment_precision::fp32; ///< storage of the host's m and v
-  channel_norm importance = channel_norm::sq_l2; ///< "sq_l2" | "l1"
+  channel_norm importance = channel_norm::sq_l2;          ///< "sq_l2" | "l1"
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
   /// "optimizer.params" (lr is informational: step() passes each step's lr). Defaults: DeepSpeed's
