@@ -85,6 +85,13 @@ TEST(local_communicator, gather_and_scatter_copy_the_one_block) {
   std::vector<float> eq(29, -1.0f);
   zenflow::reduce_scatter_sum(c, send.data(), eq.data(), 29, nullptr);
   EXPECT_TRUE(same_bits(eq, send));
+  // The mean over one rank is the value itself, bit for bit (x / 1 == x).
+  std::vector<float> mean(29, -1.0f);
+  c.reduce_scatter_mean(send.data(), mean.data(), counts, nullptr);
+  EXPECT_TRUE(same_bits(mean, send));
+  std::vector<float> mean_eq(29, -1.0f);
+  zenflow::reduce_scatter_mean(c, send.data(), mean_eq.data(), 29, nullptr);
+  EXPECT_TRUE(same_bits(mean_eq, send));
 
   auto b = send;
   c.broadcast_bytes(b.data(), b.size() * sizeof(float), 0, nullptr);
@@ -115,6 +122,8 @@ TEST(local_communicator, bad_arguments_name_the_argument_and_write_nothing) {
   expect_invalid([&] { c.all_gather_bytes(send.data(), recv.data(), two, nullptr); }, "'counts'");
   const std::vector<std::size_t> one = {2};
   expect_invalid([&] { c.reduce_scatter_sum(nullptr, recv.data(), one, nullptr); }, "'send' is null");
+  expect_invalid([&] { c.reduce_scatter_mean(send.data(), recv.data(), two, nullptr); },
+                 "zenflow::local_communicator::reduce_scatter_mean: argument 'counts' has 2 entries");
   expect_invalid([&] { c.all_gather_bytes(send.data(), nullptr, one, nullptr); }, "'recv' is null");
   expect_invalid([&] { c.all_reduce_sum(static_cast<float*>(nullptr), 3, nullptr); },
                  "zenflow::local_communicator::all_reduce_sum: argument 'buf'");

@@ -239,6 +239,53 @@ TEST(mpi_communicator, reduce_scatter_into_given_and_equal_blocks) {
   }
 }
 
+// The engine's reduction of the unselected rows: each owner receives the mean of its own block,
+// with the bits all_reduce_mean gives those elements (the float64 rank-order reference), whole and
+// in chunks (a 100-byte bound: several rounds, blocks that run out before the others).
+TEST(mpi_communicator, reduce_scatter_mean_has_the_all_reduce_means_bits) {
+  auto whole = make_comm();
+  auto chunked = mpi_communicator(MPI_COMM_WORLD, zenflow::mpi_options{10s, 100});
+  const auto N = static_cast<std::size_t>(whole.size());
+  std::vector<std::size_t> counts(N);
+  for (std::size_t r = 0; r < N; ++r) {
+    counts[r] = r == N - 1 ? 0 : 41 + 17 * r; // the last rank owns nothing (an empty block)
+  }
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + whole.rank(), std::size_t{0});
+  const std::size_t mine = counts[static_cast<std::size_t>(whole.rank())];
+  const auto send = inputs(whole.rank(), 12, total);
+  auto reduced = send;
+  whole.all_reduce_mean(reduced.data(), total, nullptr);
+  std::vector<float> a(mine + 1, -7.0f), b(mine + 1, -7.0f), sum(mine + 1, -7.0f);
+  whole.reduce_scatter_mean(send.data(), a.data(), counts, nullptr);
+  chunked.reduce_scatter_mean(send.data(), b.data(), counts, nullptr);
+  chunked.reduce_scatter_sum(send.data(), sum.data(), counts, nullptr);
+  for (std::size_t i = 0; i < mine; ++i) {
+    double acc = 0.0;
+    for (int r = 0; r < whole.size(); ++r) {
+      acc += static_cast<double>(inputs(r, 12, total)[offset + i]);
+    }
+    ASSERT_EQ(a[i], static_cast<float>(acc / whole.size())) << "element " << i;
+    ASSERT_EQ(std::memcmp(&a[i], &reduced[offset + i], 4), 0) << "element " << i;
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "element " << i;
+    ASSERT_EQ(sum[i], static_cast<float>(acc)) << "element " << i;
+  }
+  EXPECT_EQ(a[mine], -7.0f); // one past the block stays untouched
+  EXPECT_EQ(b[mine], -7.0f);
+  // Equal blocks through the front; every block empty is a collective that moves nothing.
+  const std::size_t block = 23;
+  const auto send_eq = inputs(whole.rank(), 13, block * N);
+  auto all_eq = send_eq;
+  whole.all_reduce_mean(all_eq.data(), all_eq.size(), nullptr);
+  std::vector<float> eq(block);
+  zenflow::reduce_scatter_mean(chunked, send_eq.data(), eq.data(), block, nullptr);
+  EXPECT_EQ(std::memcmp(eq.data(), all_eq.data() + static_cast<std::size_t>(whole.rank()) * block, block * 4),
+            0);
+  const std::vector<std::size_t> none(N, 0);
+  whole.reduce_scatter_mean(nullptr, nullptr, none, nullptr);
+  EXPECT_TRUE(whole.usable());
+}
+
 TEST(mpi_communicator, all_gather_of_uneven_blocks_and_in_place) {
   auto c = make_comm();
   const auto N = static_cast<std::size_t>(c.size());
@@ -306,6 +353,14 @@ TEST(mpi_communicator, bad_arguments_name_the_argument_and_write_nothing) {
     ADD_FAILURE() << "no throw";
   } catch (const zenflow::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("reduce_scatter_sum: argument 'counts' has"), std::string::npos)
+        << e.what();
+  }
+  try {
+    c.reduce_scatter_mean(nullptr, recv.data(),
+                          std::vector<std::size_t>(static_cast<std::size_t>(c.size()), 1), nullptr);
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce_scatter_mean: argument 'send' is null"), std::string::npos)
         << e.what();
   }
   try {

@@ -62,6 +62,7 @@ TEST_F(nccl_one_rank, collectives_over_one_rank_are_the_identity_direct_and_in_a
     auto u = zf_test::upload(u0, stream_);
     auto o = zf_test::upload(u0, stream_);
     zenflow::device_buffer<float> rs(f0.size(), stream_);
+    zenflow::device_buffer<float> rm(f0.size(), stream_);
     zenflow::device_buffer<float> ag(f0.size(), stream_);
     const std::vector<std::size_t> counts = {f0.size()};
     zf_test::run(stream_, graph, [&](cudaStream_t s) {
@@ -71,6 +72,7 @@ TEST_F(nccl_one_rank, collectives_over_one_rank_are_the_identity_direct_and_in_a
       c.all_reduce_max(u.data(), u0.size(), s);
       c.all_reduce_or(o.data(), u0.size(), s);
       c.reduce_scatter_sum(f.data(), rs.data(), counts, s);
+      c.reduce_scatter_mean(f.data(), rm.data(), counts, s);
       zenflow::all_gather(c, f.data(), ag.data(), std::span<const std::size_t>(counts), s);
       c.broadcast_bytes(f.data(), f0.size() * sizeof(float), 0, s);
     });
@@ -80,6 +82,7 @@ TEST_F(nccl_one_rank, collectives_over_one_rank_are_the_identity_direct_and_in_a
     EXPECT_EQ(zf_test::download(u, stream_), u0);
     EXPECT_EQ(zf_test::download(o, stream_), u0);
     EXPECT_TRUE(same_bits(zf_test::download(rs, stream_), f0));
+    EXPECT_TRUE(same_bits(zf_test::download(rm, stream_), f0)); // x / 1 == x
     EXPECT_TRUE(same_bits(zf_test::download(ag, stream_), f0));
     c.verify_same(0xfeedu, "the configuration", stream_);
   }

@@ -18,6 +18,9 @@
 /// - reduce_scatter_sum: `send` holds N blocks back to back, block r of `counts[r]` floats; rank r
 ///   receives the sum of every rank's block r in `recv` (`counts[r]` floats). Send and recv must
 ///   not overlap.
+/// - reduce_scatter_mean: reduce_scatter_sum's blocks, rank r receiving the mean of block r; each
+///   element has the bits that all_reduce_mean gives it on the same model (mpi_communicator: the
+///   same rank-order float64 fold and division; NCCL: its reduce-scatter's order, see the model).
 /// - all_gather_bytes: rank r contributes `counts[r]` bytes; every rank receives the N blocks
 ///   back to back in `recv`. `send` may point at the rank's own block inside `recv` (in place).
 /// - broadcast_bytes: root's bytes to every rank.
@@ -88,6 +91,7 @@ concept communicator = requires(C& c,
   c.all_reduce_max(u, n, s);
   c.all_reduce_or(u, n, s);
   c.reduce_scatter_sum(cf, f, counts, s);
+  c.reduce_scatter_mean(cf, f, counts, s);
   c.all_gather_bytes(cp, p, counts, s);
   c.broadcast_bytes(p, n, root, s);
   c.verify_same(hash, what, s);
@@ -98,6 +102,13 @@ template <communicator C>
 void reduce_scatter_sum(C& c, const float* send, float* recv, std::size_t block, cudaStream_t stream) {
   const std::vector<std::size_t> counts(static_cast<std::size_t>(c.size()), block);
   c.reduce_scatter_sum(send, recv, std::span<const std::size_t>(counts), stream);
+}
+
+/// reduce_scatter_mean into equal blocks of `block` floats (`send` holds size() x block).
+template <communicator C>
+void reduce_scatter_mean(C& c, const float* send, float* recv, std::size_t block, cudaStream_t stream) {
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(c.size()), block);
+  c.reduce_scatter_mean(send, recv, std::span<const std::size_t>(counts), stream);
 }
 
 /// all_gather of `counts[r]` elements of T per rank (a typed front of all_gather_bytes).

@@ -57,11 +57,14 @@ public:
                           float* recv,
                           std::span<const std::size_t> counts,
                           cudaStream_t stream) const {
-    const std::string fn = name("reduce_scatter_sum");
-    const std::size_t n = checked_total(fn, "counts", counts, 1);
-    expect_buffer(fn, "send", send, n);
-    expect_buffer(fn, "recv", recv, n);
-    copy(recv, send, n * sizeof(float), stream);
+    scatter_one(send, recv, counts, stream, "reduce_scatter_sum");
+  }
+  /// The mean over one rank is the value (x / 1 == x): the copy of reduce_scatter_sum.
+  void reduce_scatter_mean(const float* send,
+                           float* recv,
+                           std::span<const std::size_t> counts,
+                           cudaStream_t stream) const {
+    scatter_one(send, recv, counts, stream, "reduce_scatter_mean");
   }
 
   /// Copies the one block (`counts[0]` bytes) from `send` to `recv` (nothing when in place).
@@ -86,6 +89,17 @@ public:
   void verify_same(std::uint64_t, std::string_view, cudaStream_t) const {}
 
 private:
+  static void scatter_one(const float* send,
+                          float* recv,
+                          std::span<const std::size_t> counts,
+                          cudaStream_t stream,
+                          std::string_view op) {
+    const std::string fn = name(op);
+    const std::size_t n = checked_total(fn, "counts", counts, 1);
+    expect_buffer(fn, "send", send, n);
+    expect_buffer(fn, "recv", recv, n);
+    copy(recv, send, n * sizeof(float), stream);
+  }
   static std::string name(std::string_view op) {
     std::string s = Device ? "zenflow::local_device_communicator::" : "zenflow::local_communicator::";
     s += op;

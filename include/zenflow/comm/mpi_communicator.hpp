@@ -22,8 +22,10 @@
 ///   scores, Zen-auto masses, norms, the selected channels' gradients at CI sizes); large
 ///   buffers are processed in chunks of at most `mpi_options::max_gather_bytes` (64 MiB) of
 ///   gathered data.
-/// - reduce_scatter_sum is an `MPI_Ialltoallv` (each rank receives every rank's copy of its own
-///   block: the same (N-1)/N volume as a ring reduce-scatter) followed by the same fold.
+/// - reduce_scatter_sum / reduce_scatter_mean are `MPI_Ialltoallv` (each rank receives every
+///   rank's copy of its own block: the same (N-1)/N volume as a ring reduce-scatter) followed by
+///   the same fold, so an element's mean has the bits all_reduce_mean gives it; chunked like the
+///   reductions.
 /// - Threads: call from one thread at a time (MPI_THREAD_SERIALIZED, or FUNNELED from the main
 ///   thread, is enough). Messages are limited to 2^31-1 elements per block (MPI's int counts).
 #pragma once
@@ -192,37 +194,15 @@ public:
                           float* recv,
                           std::span<const std::size_t> counts,
                           cudaStream_t = nullptr) {
-    const std::string fn = name("reduce_scatter_sum");
-    const std::size_t total = detail::comm::checked_total(fn, "counts", counts, size_);
-    detail::comm::expect_buffer(fn, "send", send, total);
-    const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
-    detail::comm::expect_buffer(fn, "recv", recv, mine);
-    expect_int_total(fn, total);
-    if (mine > static_cast<std::size_t>(INT_MAX) / static_cast<std::size_t>(size_)) {
-      detail::comm::bad_argument(fn, "counts", "gives this rank more than 2^31-1 floats to receive in all");
-    }
-    expect_usable(fn);
-    std::vector<int> scounts(static_cast<std::size_t>(size_)), sdispls(scounts.size()),
-        rcounts(scounts.size()), rdispls(scounts.size());
-    std::size_t off = 0;
-    for (std::size_t r = 0; r < scounts.size(); ++r) {
-      scounts[r] = static_cast<int>(counts[r]);
-      sdispls[r] = static_cast<int>(off);
-      off += counts[r];
-      rcounts[r] = static_cast<int>(mine);
-      rdispls[r] = static_cast<int>(r * mine);
-    }
-    float* s = stage<float>(send_, total);
-    if (total > 0) {
-      std::memcpy(s, send, total * sizeof(float));
-    }
-    float* g = stage<float>(recv_, mine * static_cast<std::size_t>(size_));
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Ialltoallv(s, scounts.data(), sdispls.data(), MPI_FLOAT, g, rcounts.data(), rdispls.data(),
-                         MPI_FLOAT, comm_, &req),
-          fn + ": MPI_Ialltoallv");
-    wait(req, fn);
-    detail::comm::fold_rank_order(g, mine, size_, false, recv);
+    scatter_fold(send, recv, counts, false, "reduce_scatter_sum");
+  }
+  /// reduce_scatter_sum's blocks, `recv` receiving the mean: each element the bits all_reduce_mean
+  /// gives it (the same rank-order float64 fold, / size() in float64, rounded once).
+  void reduce_scatter_mean(const float* send,
+                           float* recv,
+                           std::span<const std::size_t> counts,
+                           cudaStream_t = nullptr) {
+    scatter_fold(send, recv, counts, true, "reduce_scatter_mean");
   }
 
   /// Rank r contributes counts[r] bytes from `send`; `recv` receives every block back to back.
@@ -368,6 +348,59 @@ private:
         detail::comm::fold_u32(gathered.data(), m, size_, alt, buf + first);
       } else {
         detail::comm::fold_rank_order(gathered.data(), m, size_, alt, buf + first);
+      }
+    }
+  }
+
+  /// The reduce-scatters: rounds of `MPI_Ialltoallv` (rank r receives every rank's copy of the
+  /// next piece of its own block: the (N-1)/N volume of a ring reduce-scatter; not
+  /// MPI_Reduce_scatter, whose order is the implementation's), each folded in rank order. A round
+  /// moves at most max_gather_bytes into a rank (chunk elements of each of its N copies); every
+  /// rank runs the same rounds (the counts are the same everywhere).
+  void scatter_fold(
+      const float* send, float* recv, std::span<const std::size_t> counts, bool mean, std::string_view op) {
+    const std::string fn = name(op);
+    const std::size_t total = detail::comm::checked_total(fn, "counts", counts, size_);
+    detail::comm::expect_buffer(fn, "send", send, total);
+    const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
+    detail::comm::expect_buffer(fn, "recv", recv, mine);
+    expect_usable(fn);
+    const std::size_t ranks = static_cast<std::size_t>(size_);
+    const std::size_t chunk =
+        std::max<std::size_t>(1, std::min<std::size_t>(options_.max_gather_bytes / sizeof(float) / ranks,
+                                                       static_cast<std::size_t>(INT_MAX) / ranks));
+    const std::size_t longest = *std::max_element(counts.begin(), counts.end());
+    std::vector<int> scounts(ranks), sdispls(ranks), rcounts(ranks), rdispls(ranks);
+    std::vector<std::size_t> offsets(ranks);
+    for (std::size_t r = 1; r < ranks; ++r) {
+      offsets[r] = offsets[r - 1] + counts[r - 1];
+    }
+    // One round even when every block is empty, so that the ranks meet in a collective.
+    for (std::size_t first = 0; first == 0 || first < longest; first += chunk) {
+      auto piece = [&](std::size_t n) { return n > first ? std::min(chunk, n - first) : std::size_t{0}; };
+      const std::size_t m = piece(mine);
+      std::size_t staged = 0;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        scounts[r] = static_cast<int>(piece(counts[r]));
+        sdispls[r] = static_cast<int>(staged);
+        staged += static_cast<std::size_t>(scounts[r]);
+        rcounts[r] = static_cast<int>(m);
+        rdispls[r] = static_cast<int>(r * m);
+      }
+      float* s = stage<float>(send_, staged);
+      for (std::size_t r = 0; r < ranks; ++r) {
+        if (scounts[r] > 0) {
+          std::memcpy(s + sdispls[r], send + offsets[r] + first, static_cast<std::size_t>(scounts[r]) * 4);
+        }
+      }
+      float* g = stage<float>(recv_, m * ranks);
+      MPI_Request req = MPI_REQUEST_NULL;
+      check(MPI_Ialltoallv(s, scounts.data(), sdispls.data(), MPI_FLOAT, g, rcounts.data(), rdispls.data(),
+                           MPI_FLOAT, comm_, &req),
+            fn + ": MPI_Ialltoallv");
+      wait(req, fn);
+      if (m > 0) {
+        detail::comm::fold_rank_order(g, m, size_, mean, recv + first);
       }
     }
   }

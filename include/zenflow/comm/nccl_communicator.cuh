@@ -12,8 +12,8 @@
 ///   and order; set NCCL_ALGO / NCCL_PROTO to pin it across machines. The order differs from
 ///   mpi_communicator's rank-order float64 fold, so the two models need not agree bit for bit
 ///   with each other (each agrees with itself on every rank).
-/// - all_reduce_mean: the float sum, then a division by size() (correctly rounded), not NCCL's
-///   ncclAvg (which scales each input first).
+/// - all_reduce_mean, reduce_scatter_mean: the float sum, then a division by size() (correctly
+///   rounded), not NCCL's ncclAvg (which scales each input first).
 /// - all_reduce_or: NCCL has no or: an all-gather into a scratch buffer (grown stream-ordered
 ///   with cudaMallocAsync) and an or kernel.
 /// - Uneven reduce-scatter / all-gather: a group of ncclReduce / ncclBroadcast calls, one per
@@ -148,30 +148,25 @@ public:
                           float* recv,
                           std::span<const std::size_t> counts,
                           cudaStream_t stream) {
-    const std::string fn = name("reduce_scatter_sum");
-    const std::size_t total = detail::comm::checked_total(fn, "counts", counts, size_);
-    detail::comm::expect_buffer(fn, "send", send, total);
-    detail::comm::expect_buffer(fn, "recv", recv, counts[static_cast<std::size_t>(rank_)]);
-    expect_usable(fn);
-    if (total == 0) {
-      return;
+    scatter_sum(send, recv, counts, stream, name("reduce_scatter_sum"));
+  }
+
+  /// reduce_scatter_sum, then / size() on the stream (as all_reduce_mean). The sums are NCCL's
+  /// (ncclReduceScatter, or a group of ncclReduce for uneven blocks): their order is NCCL's, not
+  /// necessarily the one its all-reduce takes, so an element's bits may differ from
+  /// all_reduce_mean's (the same on every rank either way: each element is reduced once).
+  void reduce_scatter_mean(const float* send,
+                           float* recv,
+                           std::span<const std::size_t> counts,
+                           cudaStream_t stream) {
+    const std::string fn = name("reduce_scatter_mean");
+    scatter_sum(send, recv, counts, stream, fn);
+    const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
+    if (size_ > 1 && mine > 0) {
+      detail::comm::divide_kernel<float>
+          <<<detail::comm::grid_for(mine), 256, 0, stream>>>(recv, mine, static_cast<float>(size_));
+      detail::check(cudaGetLastError(), fn + ": divide kernel");
     }
-    if (equal(counts)) {
-      nccl(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream),
-           fn + ": ncclReduceScatter");
-      return;
-    }
-    nccl(ncclGroupStart(), fn + ": ncclGroupStart");
-    std::size_t off = 0;
-    for (int r = 0; r < size_; ++r) {
-      const std::size_t c = counts[static_cast<std::size_t>(r)];
-      if (c > 0) {
-        // recvbuff is read only on the root (NCCL's contract for ncclReduce).
-        nccl(ncclReduce(send + off, recv, c, ncclFloat, ncclSum, r, comm_, stream), fn + ": ncclReduce");
-      }
-      off += c;
-    }
-    nccl(ncclGroupEnd(), fn + ": ncclGroupEnd");
   }
 
   void
@@ -231,6 +226,36 @@ public:
   }
 
 private:
+  void scatter_sum(const float* send,
+                   float* recv,
+                   std::span<const std::size_t> counts,
+                   cudaStream_t stream,
+                   const std::string& fn) {
+    const std::size_t total = detail::comm::checked_total(fn, "counts", counts, size_);
+    detail::comm::expect_buffer(fn, "send", send, total);
+    detail::comm::expect_buffer(fn, "recv", recv, counts[static_cast<std::size_t>(rank_)]);
+    expect_usable(fn);
+    if (total == 0) {
+      return;
+    }
+    if (equal(counts)) {
+      nccl(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream),
+           fn + ": ncclReduceScatter");
+      return;
+    }
+    nccl(ncclGroupStart(), fn + ": ncclGroupStart");
+    std::size_t off = 0;
+    for (int r = 0; r < size_; ++r) {
+      const std::size_t c = counts[static_cast<std::size_t>(r)];
+      if (c > 0) {
+        // recvbuff is read only on the root (NCCL's contract for ncclReduce).
+        nccl(ncclReduce(send + off, recv, c, ncclFloat, ncclSum, r, comm_, stream), fn + ": ncclReduce");
+      }
+      off += c;
+    }
+    nccl(ncclGroupEnd(), fn + ": ncclGroupEnd");
+  }
+
   static std::string name(std::string_view op) {
     std::string s = "zenflow::nccl_communicator::";
     s += op;
