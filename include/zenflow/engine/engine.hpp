@@ -294,9 +294,14 @@ public:
     const std::int64_t trace_t0 = detail::pipeline_trace::now();
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     cost.trace = tracing();
-    rep.comm_bytes = dp_.reduce_gradients(plan_.backend(), params_, stream);
+    // Data parallel: the host sets' rows by owner on a step whose device sets are fixed.
+    rep.comm_bytes =
+        dp_.reduce_gradients(plan_.backend(), params_, host_, detail::fixed_sets(cfg_, sched_), stream);
     plan_.begin_step(t, stream);
-    plan_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream);
+    plan_.prologue_norms(stream);
+    rep.comm_bytes += dp_.finish_norms(plan_, params_, host_, detail::zen_auto_masses(cfg_, t),
+                                       d2h_.ring().slot_bytes(), stream);
+    plan_.prologue_scalars(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (early_any_) {
       plan_.adopt_early(stream); // the announced matrices' rest masses into the record
     }
@@ -536,6 +541,7 @@ private:
     plan_.update(lr, cfg_.adam, stream);
     d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
     d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
+    dp_.write_rest(plan_, stream); // data parallel: the rest masses of the other blocks' rows
     d2h_.push_record(t, detail::record_last_slot, sched_.accumulator, stream, cost);
     const std::int64_t length = ++sched_.window->length;
     rep.window_length = length;

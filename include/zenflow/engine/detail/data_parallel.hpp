@@ -3,13 +3,16 @@
 /// initialize() (the same configuration and parameter list on every rank), the channel partition,
 /// and the reduction of every rank's gradients to their mean before the step reads them.
 ///
-/// Every gradient is all-reduced (mean) at the start of step(), into engine-owned buffers that the
-/// device plan then reads instead of the user's. Every later decision of the step (scores, top-k,
-/// the skip flag, the clipping norm, Zen-auto's masses) is computed from the same mean gradient on
-/// every rank, so no other collective is needed for them. Over a host communicator the host state
-/// is partitioned by owner (`partitioned()`): each rank keeps its block of every host-side matrix,
-/// the window's weights and the rows entering the device are all-gathered. An N-rank run is a
-/// one-rank run fed the mean gradient, bit for bit.
+/// The gradients are reduced (mean) at the start of step(), into engine-owned buffers that the
+/// device plan then reads instead of the user's. Over a host communicator the host state is
+/// partitioned by owner (`partitioned()`): each rank keeps its block of every host-side matrix,
+/// the window's weights and the rows entering the device are all-gathered. There, a step whose
+/// device sets are fixed (`fixed_sets`) reduce-scatters the host sets' rows by owner and
+/// all-reduces only the rest; the scores, the skip flag, the clipping norm and Zen-auto's rest
+/// masses then get one float per channel from the owners (owner_reduction.hpp). Any other step
+/// (a selection step; a device communicator) all-reduces every gradient, and every decision is
+/// computed from the same mean on every rank. An N-rank run is a one-rank run fed the mean
+/// gradient, bit for bit.
 ///
 /// One code path for every backend: the gradients are widened into one fp32 buffer with the plan's
 /// own gather primitive, reduced in one call, and narrowed back with its scatter. A host
@@ -40,7 +43,9 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/owner_reduction.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
@@ -55,6 +60,23 @@ using default_communicator_t = std::conditional_t<std::is_base_of_v<detail::host
                                                   local_device_communicator>;
 
 namespace detail {
+
+/// The coming step's device sets are known before its gradients are reduced (not a selection
+/// step, no selection pending; the warm-up and offload_sync have none), so the rows each rank
+/// needs are known and the host sets' rows can be reduce-scattered by owner.
+inline bool fixed_sets(const config& cfg, const schedule& sched) {
+  if (cfg.mode == optimizer_mode::gpu_adamw) {
+    return false; // no host side: every row is the device's
+  }
+  const std::int64_t t = sched.step;
+  return cfg.mode == optimizer_mode::offload_sync || t < cfg.full_warm_up_rounds ||
+         (!cfg.is_selection_step(t) && sched.selection_fixed());
+}
+
+/// Zen-auto reads step t's rest masses (zen_auto_lag steps later).
+inline bool zen_auto_masses(const config& cfg, std::int64_t t) {
+  return cfg.mode == optimizer_mode::zenflow && cfg.auto_update() && t >= cfg.full_warm_up_rounds;
+}
 
 template <class Backend, class Comm>
 class data_parallel {
@@ -299,9 +321,17 @@ public:
 
   /// At the start of step(), when active: every parameter's gradient replaced by the mean over the
   /// ranks (fp32 rank-order mean, rounded once to the working type). Stream-ordered on a device
-  /// communicator; a host communicator waits for `stream` first. Returns the bytes this rank sent.
-  std::uint64_t
-  reduce_gradients(const Backend& b, const std::vector<param_info>& params, cudaStream_t stream) {
+  /// communicator; a host communicator waits for `stream` first. With `split` (the owner
+  /// partition, a step whose device sets are fixed: owner_reduction.hpp) the host sets' rows are
+  /// reduce-scattered by owner instead, and only this rank's block of them holds the mean; then
+  /// finish_norms() after the prologue's norms. Returns the bytes this rank sent.
+  template <class HostSide>
+  std::uint64_t reduce_gradients(const Backend& b,
+                                 const std::vector<param_info>& params,
+                                 const HostSide& host,
+                                 bool split,
+                                 cudaStream_t stream) {
+    split_ = split && partitioned();
     if (!active()) {
       return 0;
     }
@@ -321,7 +351,20 @@ public:
     if constexpr (!Comm::is_device) {
       b.synchronize(stream); // a host communicator reads the buffer when called
     }
-    comm_.all_reduce_mean(wide_.data(), wide_.size(), stream);
+    std::uint64_t sent = wide_.size() * 4u;
+    if constexpr (!Comm::is_device) {
+      if (split_) {
+        std::vector<std::int64_t> offsets;
+        for (const auto& s : slots_) {
+          offsets.push_back(s.offset);
+        }
+        sent = owners_.reduce(comm_, params, host, owned(params), wide_.data(), offsets);
+      } else {
+        comm_.all_reduce_mean(wide_.data(), wide_.size(), stream);
+      }
+    } else {
+      comm_.all_reduce_mean(wide_.data(), wide_.size(), stream);
+    }
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
       const float* wide = wide_.data() + slots_[p].offset;
@@ -335,7 +378,35 @@ public:
               });
       });
     }
-    return wide_.size() * 4u;
+    return sent;
+  }
+
+  /// After the prologue's norms of a split step (reduce_gradients): the scores, flags and, with
+  /// `rest_masses`, Zen-auto's rest masses completed from the owners (owner_reduction.hpp); a
+  /// no-op otherwise. Returns the bytes this rank sent.
+  template <class HostSide>
+  std::uint64_t finish_norms(device_plan<Backend>& plan,
+                             const std::vector<param_info>& params,
+                             const HostSide& host,
+                             bool rest_masses,
+                             std::size_t slot_bytes,
+                             cudaStream_t stream) {
+    if constexpr (!Comm::is_device) {
+      if (split_) {
+        return owners_.finish_norms(comm_, plan.backend(), plan, params, host, owned(params), rest_masses,
+                                    slot_bytes, stream);
+      }
+    }
+    return 0;
+  }
+
+  /// After the packs of a split step: the rest masses of finish_norms() into the record.
+  void write_rest(device_plan<Backend>& plan, cudaStream_t stream) {
+    if constexpr (!Comm::is_device) {
+      if (split_) {
+        owners_.write_rest(plan.backend(), plan, stream);
+      }
+    }
   }
 
 private:
@@ -412,6 +483,12 @@ private:
     return bytes;
   }
 
+  /// block() over `params` for owner_reduction.
+  auto owned(const std::vector<param_info>& params) const {
+    return typename owner_reduction<Backend, Comm>::block_fn(
+        [this, &params](std::size_t p, int r) { return block(p, params[p], r); });
+  }
+
   struct slot {
     const void* user = nullptr; // the user's gradient (the plan reads `mean`)
     dbuf<std::byte> mean;
@@ -424,6 +501,8 @@ private:
   std::vector<slot> slots_;
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;
+  owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
+  bool split_ = false;                    // this step's reduction is split by owner
 };
 
 } // namespace detail

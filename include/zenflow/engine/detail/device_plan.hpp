@@ -110,7 +110,20 @@ public:
   /// The scores and NaN/Inf flags of every gradient (one batched call per dtype), the fp64
   /// per-tensor squared totals (overflow-safe for finite gradients), then coef_t and bad_t into
   /// the record, its masses zeroed.
-  void prologue(float loss_scale, float max_norm, cudaStream_t stream);
+  void prologue(float loss_scale, float max_norm, cudaStream_t stream) {
+    prologue_norms(stream);
+    prologue_scalars(loss_scale, max_norm, stream);
+  }
+  /// prologue() in two halves, for a data-parallel step that completes the scores and flags of
+  /// rows it does not hold in between (owner_reduction.hpp): the scores and flags, then the
+  /// totals and the record's header.
+  void prologue_norms(cudaStream_t stream);
+  void prologue_scalars(float loss_scale, float max_norm, cudaStream_t stream);
+  /// `p`'s per-channel scores, the NaN/Inf flags (one word per parameter) and the current
+  /// record's rest masses (one float per matrix): device memory, for the data-parallel step.
+  [[nodiscard]] float* scores(std::size_t p) noexcept { return dev_[p].scores.data(); }
+  [[nodiscard]] std::uint32_t* flags() noexcept { return flags_.data(); }
+  [[nodiscard]] float* record_rest() noexcept { return layout_.rest(record_words(), 0); }
   /// A selection step's device work up to its one wait (P5): every matrix's importance (the
   /// prologue's squared L2, or the L1 norms here: one batched call per dtype), one segmented top-k
   /// of every matrix, then the new sets and this step's skip flag read back together (blocking).

@@ -254,7 +254,7 @@ std::size_t device_plan<Backend>::download_weights(std::size_t p, float* dst, cu
 }
 
 template <class Backend>
-void device_plan<Backend>::prologue(float loss_scale, float max_norm, cudaStream_t stream) {
+void device_plan<Backend>::prologue_norms(cudaStream_t stream) {
   std::size_t offset = 0;
   for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
     using T = decltype(tag);
@@ -272,6 +272,11 @@ void device_plan<Backend>::prologue(float loss_scale, float max_norm, cudaStream
            });
     offset += members.size();
   });
+}
+
+template <class Backend>
+void device_plan<Backend>::prologue_scalars(float loss_scale, float max_norm, cudaStream_t stream) {
+  const auto offset = params_->size(); // every parameter has its flag
   const auto n = static_cast<int>(params_->size());
   b_.run(stream, 0, "zenflow::engine: sq_totals",
          [items = sq_items_.data(), n, totals = totals_.data()](auto prim, auto on) {

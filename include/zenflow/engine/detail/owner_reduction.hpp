@@ -1,0 +1,354 @@
+/// @file
+/// The gradients' reduction of a step whose device sets are fixed, with the owner partition
+/// (docs/data-parallel.md, "The engine, data parallel"): the rows every rank needs (the device
+/// set's, the vectors') are all-reduced (mean); the host set's rows are reduce-scattered by owner
+/// (mean), so each rank holds the mean of its own unselected rows only (all its D2H stream, its
+/// consumer and its window need). The step's decisions that read other rows get one float per
+/// channel instead, each with the bits a one-rank run fed the mean gradient computes:
+/// - the scores (per-channel squared L2 of the mean): each owner's block all-gathered; a score
+///   that is not finite makes the global norm rescan that row (math/norms.hpp), so such rows
+///   themselves come from their owners (all ranks see the same scores: they agree on which);
+/// - the NaN/Inf flags: or-reduced (exact; the other blocks' unselected rows are zeros here);
+/// - Zen-auto's rest masses: each owner's per-row L1 of its unselected rows all-gathered, then
+///   every rank adds them in the one-rank order (per D2H slot in row order, the slots in order)
+///   and writes them over the record's rest words after the step's packs.
+/// Host communicators only (host and emulated backends: the buffers are host memory, read after
+/// the stream is synchronized). Selection steps keep the full all-reduce: their new device set,
+/// known only after the scores, reads rows of every owner.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/math/norms.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Backend, class Comm>
+class owner_reduction {
+public:
+  /// Channels [first, first + count) of parameter p owned by rank r.
+  using block_fn = std::function<std::pair<std::int64_t, std::int64_t>(std::size_t, int)>;
+
+  /// Split by owner: the host-side matrices (their host set by owner, the rest all-reduced).
+  [[nodiscard]] static bool split(const param_info& pi) noexcept { return pi.matrix && pi.host_side; }
+
+  /// `wide`: every parameter's fp32 gradient, channel-major (row c of p at offsets[p] + c x len),
+  /// final (the stream synchronized). On return it holds the mean of every row this rank needs,
+  /// and zeros on the other blocks' host-set rows. Returns the bytes this rank sent: the
+  /// all-reduced rows in full (as every all-reduce is counted), of the reduce-scatter what
+  /// leaves the rank (the other blocks).
+  template <class HostSide>
+  std::uint64_t reduce(Comm& comm,
+                       const std::vector<param_info>& params,
+                       const HostSide& host,
+                       const block_fn& block,
+                       float* wide,
+                       const std::vector<std::int64_t>& offsets) {
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    const auto me = static_cast<std::size_t>(comm.rank());
+    dense_.clear();
+    counts_.assign(ranks, 0);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      each_row(params[p], host[p], [&](std::int64_t c, bool unselected) {
+        if (!unselected) {
+          const float* row = wide + offsets[p] + c * params[p].channel_len;
+          dense_.insert(dense_.end(), row, row + params[p].channel_len);
+        }
+      });
+    }
+    send_.clear(); // block r: rank r's host-set rows of every matrix, in order
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t start = send_.size();
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
+          const float* row = wide + offsets[p] + c * params[p].channel_len;
+          send_.insert(send_.end(), row, row + params[p].channel_len);
+        });
+      }
+      counts_[r] = send_.size() - start;
+    }
+    mine_.resize(counts_[me]);
+    comm.all_reduce_mean(dense_.data(), dense_.size(), nullptr);
+    comm.reduce_scatter_mean(send_.data(), mine_.data(), counts_, nullptr);
+    std::size_t d = 0;
+    std::size_t o = 0;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto len = static_cast<std::size_t>(params[p].channel_len);
+      const auto own = block(p, static_cast<int>(me));
+      each_row(params[p], host[p], [&](std::int64_t c, bool unselected) {
+        float* row = wide + offsets[p] + c * params[p].channel_len;
+        if (!unselected) {
+          std::copy_n(dense_.data() + d, len, row);
+          d += len;
+        } else if (c >= own.first && c < own.first + own.second) {
+          std::copy_n(mine_.data() + o, len, row);
+          o += len;
+        } else {
+          std::fill_n(row, len, 0.0f); // never read as a gradient: its owner has it
+        }
+      });
+    }
+    return 4u * (dense_.size() + send_.size() - mine_.size());
+  }
+
+  /// After the prologue's norms (scores and flags) on the rows of reduce(): the scores by owner,
+  /// the flags or-reduced, the rows of non-finite scores from their owners, and with `rest` (Zen-auto
+  /// after the warm-up) the rest masses of every matrix for write_rest(), with the D2H stream's
+  /// `slot_bytes`. Synchronizes `stream`. Returns the bytes this rank sent.
+  template <class HostSide>
+  std::uint64_t finish_norms(Comm& comm,
+                             const Backend& b,
+                             device_plan<Backend>& plan,
+                             const std::vector<param_info>& params,
+                             const HostSide& host,
+                             const block_fn& block,
+                             bool rest,
+                             std::size_t slot_bytes,
+                             cudaStream_t stream) {
+    b.synchronize(stream);
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    const auto me = comm.rank();
+    std::uint64_t sent = 0;
+    // Scores: one float per channel, each owner's block of every matrix, in rank order.
+    std::vector<std::size_t> sizes(ranks, 0);
+    std::vector<float> all;
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      at = static_cast<int>(r) == me ? all.size() : at;
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        if (split(params[p])) {
+          const auto [first, count] = block(p, static_cast<int>(r));
+          const float* s = plan.scores(p) + first;
+          all.insert(all.end(), s, s + count);
+          sizes[r] += static_cast<std::size_t>(count) * 4;
+        }
+      }
+    }
+    comm.all_gather_bytes(all.data() + at, all.data(), sizes, nullptr);
+    sent += sizes[static_cast<std::size_t>(me)];
+    std::size_t g = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        if (split(params[p])) {
+          const auto [first, count] = block(p, static_cast<int>(r));
+          std::copy_n(all.data() + g, count, plan.scores(p) + first);
+          g += static_cast<std::size_t>(count);
+        }
+      }
+    }
+    comm.all_reduce_or(plan.flags(), params.size(), nullptr);
+    sent += 4u * params.size();
+    sent += fetch_nonfinite_rows(comm, plan, params, host, block);
+    rest_ready_ = rest;
+    if (rest) {
+      sent += rest_masses(comm, params, host, block, slot_bytes);
+    }
+    return sent;
+  }
+
+  /// After the step's packs (which added masses of zeros on the other blocks' rows): the rest
+  /// masses of finish_norms() over the record's rest words, on `stream`.
+  void write_rest(const Backend& b, device_plan<Backend>& plan, cudaStream_t stream) {
+    if (!rest_ready_ || rest_.empty()) {
+      return;
+    }
+    if (h_rest_.size() < rest_.size()) {
+      h_rest_ = typename Backend::template host_buffer<float>(rest_.size());
+    }
+    // The copy reads h_rest_ when the stream runs it; the next write is after a synchronize.
+    std::copy(rest_.begin(), rest_.end(), h_rest_.data());
+    b.copy_h2d(plan.record_rest(), h_rest_.data(), rest_.size() * 4, stream);
+    rest_ready_ = false;
+  }
+
+private:
+  /// f(c, unselected) for every channel of a split matrix, or f(c, false) for every channel of
+  /// any other parameter (all-reduced whole).
+  template <class HostParam, class F>
+  static void each_row(const param_info& pi, const HostParam& h, F&& f) {
+    auto next = h.host_set.begin();
+    for (std::int64_t c = 0; c < pi.channels; ++c) {
+      const bool unselected = split(pi) && next != h.host_set.end() && *next == c;
+      next += unselected ? 1 : 0;
+      f(c, unselected);
+    }
+  }
+  /// f(c) for the host-set channels of split matrix `pi` inside `blk` (ascending).
+  template <class HostParam, class F>
+  static void for_owned_unselected(const param_info& pi,
+                                   const HostParam& h,
+                                   std::pair<std::int64_t, std::int64_t> blk,
+                                   F&& f) {
+    if (!split(pi)) {
+      return;
+    }
+    auto lo = std::lower_bound(h.host_set.begin(), h.host_set.end(), blk.first);
+    const auto hi = std::lower_bound(lo, h.host_set.end(), blk.first + blk.second);
+    for (; lo != hi; ++lo) {
+      f(static_cast<std::int64_t>(*lo));
+    }
+  }
+
+  /// Byte offset of element (c, i) of `pi`'s gradient.
+  static std::size_t element_at(const param_info& pi, std::int64_t c, std::int64_t i) {
+    const std::int64_t e = pi.layout == channel_layout::contiguous ? c * pi.ld + i : i * pi.ld + c;
+    return static_cast<std::size_t>(e) * pi.elem_bytes();
+  }
+
+  /// The host-set rows whose gathered score is not finite, copied from their owners into every
+  /// rank's gradient (the global norm rescans them). Nothing crosses when there is none (every
+  /// rank sees the same scores, so every rank skips the collective).
+  template <class HostSide>
+  std::uint64_t fetch_nonfinite_rows(Comm& comm,
+                                     device_plan<Backend>& plan,
+                                     const std::vector<param_info>& params,
+                                     const HostSide& host,
+                                     const block_fn& block) {
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> rows(ranks);
+    bool any = false;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
+          if (!is_finite(plan.scores(p)[c])) {
+            rows[r].emplace_back(p, c);
+            any = true;
+          }
+        });
+      }
+    }
+    if (!any) {
+      return 0;
+    }
+    std::vector<std::size_t> sizes(ranks, 0);
+    std::size_t total = 0;
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      at = static_cast<int>(r) == comm.rank() ? total : at;
+      for (const auto& [p, c] : rows[r]) {
+        sizes[r] += params[p].channel_bytes();
+      }
+      total += sizes[r];
+    }
+    std::vector<std::byte> buf(total);
+    auto walk = [&](std::size_t r, std::size_t o, bool out) {
+      for (const auto& [p, c] : rows[r]) {
+        const param_info& pi = params[p];
+        auto* g = static_cast<std::byte*>(const_cast<void*>(pi.grads));
+        for (std::int64_t i = 0; i < pi.channel_len; ++i, o += pi.elem_bytes()) {
+          std::byte* e = g + element_at(pi, c, i);
+          if (out) {
+            std::memcpy(buf.data() + o, e, pi.elem_bytes());
+          } else {
+            std::memcpy(e, buf.data() + o, pi.elem_bytes());
+          }
+        }
+      }
+    };
+    const auto me = static_cast<std::size_t>(comm.rank());
+    walk(me, at, true);
+    comm.all_gather_bytes(buf.data() + at, buf.data(), sizes, nullptr);
+    for (std::size_t r = 0, o = 0; r < ranks; o += sizes[r], ++r) {
+      if (r != me) {
+        walk(r, o, false);
+      }
+    }
+    return sizes[me];
+  }
+
+  /// Zen-auto's rest mass of every matrix with the one-rank bits: the owners' per-row L1 of their
+  /// host-set rows (l1_row: the packs' order) all-gathered, then per D2H slot the rows in order
+  /// from 0, the slots added in order into the mass from 0 (d2h_stream's push_gradients).
+  template <class HostSide>
+  std::uint64_t rest_masses(Comm& comm,
+                            const std::vector<param_info>& params,
+                            const HostSide& host,
+                            const block_fn& block,
+                            std::size_t slot_bytes) {
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    const auto me = comm.rank();
+    std::vector<std::size_t> sizes(ranks, 0);
+    std::vector<float> all;
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t start = all.size();
+      at = static_cast<int>(r) == me ? start : at;
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const param_info& pi = params[p];
+        const auto& h = host[p];
+        // Row `pos` of the host set, in the packs' order (lanes for contiguous channels).
+        const l1_mass_args a{pi.grads,
+                             pi.type,
+                             pi.channels,
+                             pi.channel_len,
+                             pi.ld,
+                             pi.layout,
+                             pi.layout == channel_layout::contiguous,
+                             h.host_set.data()};
+        const auto blk = block(p, static_cast<int>(r));
+        auto pos = static_cast<std::int64_t>(
+            std::lower_bound(h.host_set.begin(), h.host_set.end(), blk.first) - h.host_set.begin());
+        for_owned_unselected(pi, h, blk, [&](std::int64_t) {
+          all.push_back(static_cast<int>(r) == me ? l1_row(a, pos) : 0.0f); // others': gathered
+          ++pos;
+        });
+      }
+      sizes[r] = (all.size() - start) * 4;
+    }
+    comm.all_gather_bytes(all.data() + at, all.data(), sizes, nullptr);
+    // Back into host-set order per matrix: the blocks are contiguous and in rank order, so the
+    // gathered rows of a matrix are its host set in order, rank by rank.
+    rest_.clear();
+    std::vector<std::size_t> cursor(ranks, 0);
+    for (std::size_t r = 1; r < ranks; ++r) {
+      cursor[r] = cursor[r - 1] + sizes[r - 1] / 4;
+    }
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const param_info& pi = params[p];
+      if (!pi.matrix) {
+        continue;
+      }
+      std::vector<float> row_l1;
+      for (std::size_t r = 0; r < ranks; ++r) {
+        for_owned_unselected(pi, host[p], block(p, static_cast<int>(r)),
+                             [&](std::int64_t) { row_l1.push_back(all[cursor[r]++]); });
+      }
+      float mass = 0.0f;
+      const auto n = static_cast<std::int64_t>(row_l1.size());
+      const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
+      for (std::int64_t s = 0; s < n; s += per_slot) {
+        float sum = 0.0f;
+        for (std::int64_t r = s; r < std::min(n, s + per_slot); ++r) {
+          sum += row_l1[static_cast<std::size_t>(r)];
+        }
+        mass += sum;
+      }
+      rest_.push_back(mass);
+    }
+    return sizes[static_cast<std::size_t>(me)];
+  }
+
+  std::vector<float> dense_, send_, mine_;
+  std::vector<std::size_t> counts_;
+  std::vector<float> rest_; // per matrix, for write_rest()
+  bool rest_ready_ = false;
+  typename Backend::template host_buffer<float> h_rest_;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END

@@ -1,0 +1,175 @@
+// The data-parallel engine's checks under mpiexec (2 and 3 ranks; part of zf_engine_dp_mpi_tests,
+// whose main is in data_parallel_mpi_test.cpp): the partition, mismatched configurations and
+// parameter lists, per-rank checkpoints, and a missing rank as a timeout.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mpi.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/comm/mpi_communicator.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
+
+#include "data_parallel_support.hpp"
+#include "engine_harness.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace zf_dp_test;
+using zf_engine_test::kShapes;
+using zf_engine_test::small_config;
+
+TEST(engine_data_parallel, the_partition_splits_every_host_matrix) {
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(small_config(), {}, make_comm());
+  register_all(e, w, g);
+  e.initialize();
+  const auto& part = e.partition();
+  ASSERT_EQ(part.ranks(), world_size());
+  ASSERT_EQ(part.matrices(), 2u); // the two matrices of kShapes
+  std::size_t m = 0;
+  for (const auto& sh : kShapes) {
+    if (!sh.matrix) {
+      continue;
+    }
+    std::int64_t covered = 0;
+    for (int r = 0; r < world_size(); ++r) {
+      EXPECT_EQ(part.begin(m, r), covered);
+      EXPECT_GE(part.count(m, r), sh.channels / world_size());
+      EXPECT_LE(part.count(m, r), sh.channels / world_size() + 1);
+      covered = part.end(m, r);
+    }
+    EXPECT_EQ(covered, sh.channels);
+    ++m;
+  }
+}
+
+TEST(engine_data_parallel, a_different_configuration_fails_on_every_rank) {
+  auto cfg = small_config();
+  if (world_rank() == world_size() - 1) {
+    cfg.topk_ratio = 0.5;
+  }
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(cfg, {}, make_comm());
+  register_all(e, w, g);
+  zf_engine_test::expect_invalid([&] { e.initialize(); }, "the configuration");
+  EXPECT_FALSE(e.initialized()); // nothing changed: still registering
+}
+
+TEST(engine_data_parallel, a_different_parameter_list_fails_on_every_rank) {
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(small_config(), {}, make_comm());
+  register_all(e, w, g);
+  std::vector<float> extra(world_rank() == 0 ? 6 : 7, 1.0f), extra_g(extra.size(), 0.5f);
+  e.add_vector(extra.data(), extra_g.data(), static_cast<std::int64_t>(extra.size()));
+  zf_engine_test::expect_invalid([&] { e.initialize(); }, "the parameter list");
+  EXPECT_FALSE(e.initialized());
+}
+
+// Every rank saves its own file (checkpoint_rank_path); a fresh N-rank engine loaded from them
+// continues exactly as the uninterrupted run.
+TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
+  const int rank = world_rank();
+  const int n = world_size();
+  char name[256] = {};
+  if (rank == 0) { // one name for every rank (each file adds its rank)
+    std::snprintf(name, sizeof name, "%szf_dp_ckpt_%lld", ::testing::TempDir().c_str(),
+                  static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  }
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string base = name;
+  auto w = initial_weights<float>();
+  std::vector<std::vector<float>> g(kShapes.size());
+  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    g[p].resize(w[p].size());
+  }
+  auto feed = [&](std::int64_t t) {
+    for (std::size_t p = 0; p < kShapes.size(); ++p) {
+      const auto mine = grad_of<float>(rank, t, p, kShapes[p]);
+      std::copy(mine.begin(), mine.end(), g[p].begin());
+    }
+  };
+  const auto cfg = small_config();
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> a(cfg, {}, make_comm());
+  const auto ids_a = register_all(a, w, g);
+  a.initialize();
+  for (std::int64_t t = 0; t < 7; ++t) {
+    feed(t);
+    (void)a.step(1e-2f);
+  }
+  a.save(base);
+  EXPECT_TRUE(std::ifstream(zenflow::checkpoint_rank_path(base, rank, n)).good());
+  auto w_saved = w; // the working weights are the user's to save
+  for (std::int64_t t = 7; t < 14; ++t) {
+    feed(t);
+    (void)a.step(1e-2f);
+  }
+  a.flush();
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> b(cfg, {}, make_comm());
+  const auto ids_b = register_all(b, w_saved, g);
+  b.initialize();
+  b.load(base);
+  for (std::int64_t t = 7; t < 14; ++t) {
+    feed(t);
+    (void)b.step(1e-2f);
+  }
+  b.flush();
+  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    EXPECT_EQ(std::memcmp(w[p].data(), w_saved[p].data(), w[p].size() * 4), 0) << "param " << p;
+    // Each rank's file holds its block; the gathered state of the resumed run is the same.
+    const auto sa = a.state(ids_a[p]);
+    const auto sb = b.state(ids_b[p]);
+    EXPECT_EQ(std::memcmp(sa.master.data(), sb.master.data(), sa.master.size() * 4), 0) << "param " << p;
+    EXPECT_EQ(std::memcmp(sa.m.data(), sb.m.data(), sa.m.size() * 4), 0) << "param " << p;
+    EXPECT_EQ(std::memcmp(sa.v.data(), sb.v.data(), sa.v.size() * 4), 0) << "param " << p;
+    EXPECT_EQ(sa.counts, sb.counts) << "param " << p;
+  }
+  EXPECT_EQ(a.stats().memory.host_state, b.stats().memory.host_state);
+  std::remove(zenflow::checkpoint_rank_path(base, rank, n).c_str());
+}
+
+// A rank that does not reach step() (dead, stuck, or out of step) is an error on the others within
+// the communicator's bound, not a hang: rank 0 gives up after 300 ms; the others come 1.5 s late.
+TEST(engine_data_parallel, a_missing_rank_is_a_timeout_in_step_not_a_hang) {
+  const int rank = world_rank();
+  auto w = initial_weights<float>();
+  auto g = w;
+  // gpu_adamw: step() makes one collective (the mean); in zenflow mode the others' step would go
+  // on to the next one (a migration's all-gather) and time out there too.
+  auto cfg = small_config();
+  cfg.mode = zenflow::optimizer_mode::gpu_adamw;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(
+      cfg, {}, zenflow::mpi_communicator(MPI_COMM_WORLD, {rank == 0 ? 300ms : 20000ms}));
+  register_all(e, w, g);
+  e.initialize();
+  if (rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)e.step(1e-2f);
+      ADD_FAILURE() << "no timeout";
+    } catch (const zenflow::comm_timeout& err) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      EXPECT_GE(waited, 300ms);
+      EXPECT_LT(waited, 1200ms) << "the bound was not kept";
+      EXPECT_NE(std::string(err.what()).find("all_reduce_mean"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(e.steps(), 0); // the step did not happen
+  } else {
+    std::this_thread::sleep_for(1500ms);
+    (void)e.step(1e-2f); // completes with rank 0's posted contribution
+  }
+  MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
+}
+
+} // namespace
