@@ -8,8 +8,15 @@
 // per-step bytes each rank sends in four schemes, from their arithmetic (ring collectives: an
 // all-reduce sends 2 (N-1)/N x n, a reduce-scatter or all-gather (N-1)/N x n; N pipelined
 // broadcasts, one per owner, of n/N each, (N-1)/N x n):
-//   zenflow_engine_now  this engine: mean all-reduce of every gradient (fp32) each step, the
-//                       window's weights all-gathered by owner once per window;
+//   zenflow_engine_before  the engine before issue 12's reduce-scatter: mean all-reduce of every
+//                       gradient (fp32) each step, the window's weights all-gathered by owner once
+//                       per window (what a selection step still does: its device set is not known
+//                       before its gradients are reduced);
+//   zenflow_engine_now  this engine: on a step with fixed device sets the selected gradients and
+//                       vectors all-reduced (fp32), the unselected reduce-scattered by owner (fp32),
+//                       one float per channel all-gathered (the scores) and a flag per parameter;
+//                       a selection step (1 in select_interval) as before; the weights all-gathered
+//                       once per window (Zen-auto adds one float per unselected channel, not here);
 //   zenflow_design      SPEC's design: scores all-reduced on a selection step, the selected
 //                       gradients and vectors all-reduced (fp32), the unselected reduce-scattered
 //                       by owner (fp32), the weights all-gathered once per window;
@@ -113,8 +120,11 @@ nlohmann::json computed(const std::string& name,
   j["gradients_over_selection_bf16"] = 2 * P / (4 * C);
   j["gradients_over_selection_fp32"] = 4 * P / (4 * C);
   // Per step, per rank, bytes sent (ring model), amortized over the window and selection interval.
+  const double before = 2 * ring * 4 * all;                                   // every gradient's mean
+  const double split = 2 * ring * 4 * (KL + V) + ring * 4 * U + ring * 4 * C; // + the scores
   j["per_step_sent"] = {
-      {"zenflow_engine_now", 2 * ring * 4 * all + ring * 2 * U / window},
+      {"zenflow_engine_before", before + ring * 2 * U / window},
+      {"zenflow_engine_now", split + (before - split) / select_every + ring * 2 * U / window},
       {"zenflow_design",
        2 * ring * 4 * C / select_every + 2 * ring * 4 * (KL + V) + ring * 4 * U + ring * 2 * U / window},
       {"deepspeed_stage12",
@@ -177,22 +187,42 @@ nlohmann::json measured(int steps) {
   e.flush();
   const auto summed = e.stats_over_ranks();
   // This rank's share of the unselected gradient bytes (fp32 here), per step after the first
-  // selection: its block of every matrix minus the device set.
+  // selection: its block of every matrix minus the device set. And what a step with fixed device
+  // sets puts into collectives (the engine's counting: an all-reduce's whole input, of the
+  // reduce-scatter the other blocks' rows, this rank's block of scores, a flag per parameter).
   std::uint64_t own_grad_bytes = 0, all_unselected_bytes = 0, model_bytes = 0;
+  std::uint64_t dense = 0, others = 0, own_channels = 0;
   for (std::size_t p = 0, m = 0; p < list.size(); ++p) {
     model_bytes += static_cast<std::uint64_t>(list[p].channels * list[p].len) * 4;
     if (!list[p].matrix) {
+      dense += static_cast<std::uint64_t>(list[p].len);
       continue;
     }
     const auto sel = e.selected(ids[p]);
+    dense += sel.size() * static_cast<std::uint64_t>(list[p].len);
     std::int64_t own = 0;
     for (std::int64_t c = e.partition().begin(m, rank); c < e.partition().end(m, rank); ++c) {
       own += std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c)) ? 0 : 1;
     }
+    const auto unselected = static_cast<std::uint64_t>(list[p].channels) - sel.size();
+    others += (unselected - static_cast<std::uint64_t>(own)) * static_cast<std::uint64_t>(list[p].len);
+    own_channels += static_cast<std::uint64_t>(e.partition().count(m, rank));
     own_grad_bytes += static_cast<std::uint64_t>(own * list[p].len) * 4;
     all_unselected_bytes +=
         static_cast<std::uint64_t>((list[p].channels - cfg.topk(list[p].channels)) * list[p].len) * 4;
     ++m;
+  }
+  // The steps that reduced by owner and applied no window: their measured bytes, against the
+  // formula; a selection step reduces every gradient (the engine before issue 12 did so every step).
+  // (The formula takes the last selection's device sets: the steps after it.)
+  std::vector<std::uint64_t> plain, selection;
+  for (const auto& s : per_step) {
+    if (s["selection"].get<bool>()) {
+      selection.push_back(s["comm_bytes"].get<std::uint64_t>());
+      plain.clear();
+    } else if (!s["window_closed"].get<bool>()) {
+      plain.push_back(s["comm_bytes"].get<std::uint64_t>());
+    }
   }
   nlohmann::json j;
   j["shapes"] = "charlm cpu (V=48, C=8, E=16, H=512, 4 layers), fp32, host backend";
@@ -202,7 +232,13 @@ nlohmann::json measured(int steps) {
   j["config"] = {{"topk_ratio", cfg.topk_ratio},
                  {"select_interval", cfg.select_interval},
                  {"update_interval", cfg.update_interval}};
+  j["plain_step_comm_bytes"] = plain;         // measured, this engine, after the last selection
+  j["selection_step_comm_bytes"] = selection; // measured: every gradient's mean + migration + window
   j["formula"] = {{"mean_allreduce_input_per_step", 4 * elements},
+                  {"split_step_input", 4 * (dense + others + own_channels + list.size())},
+                  {"split_allreduce_input", 4 * dense},
+                  {"split_reduce_scatter_sent", 4 * others},
+                  {"split_scores_and_flags", 4 * (own_channels + list.size())},
                   {"window_allgather_input", own_grad_bytes},
                   {"own_unselected_grad_bytes_per_step", own_grad_bytes},
                   {"one_rank_unselected_grad_bytes_per_step", all_unselected_bytes},
