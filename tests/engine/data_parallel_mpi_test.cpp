@@ -42,7 +42,8 @@ template <class T, bool Emulated = false>
 void run_against_one_rank(const zenflow::config& cfg,
                           int steps,
                           std::int64_t nan_step,
-                          const std::vector<shape>& shapes = kShapes) {
+                          const std::vector<shape>& shapes = kShapes,
+                          std::int64_t big_step = -1) {
   const int rank = world_rank();
   const int n = world_size();
   auto w = initial_weights<T>(shapes);
@@ -88,6 +89,7 @@ void run_against_one_rank(const zenflow::config& cfg,
   // step, one with a selection pending) all-reduces every gradient.
   const bool zen = cfg.mode == zenflow::optimizer_mode::zenflow;
   const std::int64_t nan_channel = nan_step >= 0 ? 3 / shapes[0].len : -1;
+  std::int64_t big_channel = -1; // at big_step: param 0's, its score overflows (finite elements)
   bool pending = false;
   std::uint64_t wire = 0; // summed over the ranks
   auto step_bytes = [&](std::int64_t t, int r) -> std::uint64_t {
@@ -111,7 +113,8 @@ void run_against_one_rank(const zenflow::config& cfg,
           }
           others += q != r ? len : 0;
           rows += q == r ? 1 : 0;
-          nan_row += t == nan_step && p == 0 && c == nan_channel && q == r ? len * sizeof(T) : 0;
+          const bool nonfinite = (t == nan_step && c == nan_channel) || (t == big_step && c == big_channel);
+          nan_row += nonfinite && p == 0 && q == r ? len * sizeof(T) : 0;
         }
       }
       channels += static_cast<std::uint64_t>(part.count(m, r));
@@ -122,6 +125,13 @@ void run_against_one_rank(const zenflow::config& cfg,
   };
   for (std::int64_t t = 0; t < steps; ++t) {
     pending = pending || (zen && t >= cfg.full_warm_up_rounds && cfg.is_selection_step(t));
+    if (t == big_step) { // the last rank's first unselected channel: the others must fetch its row
+      for (std::int64_t c = part.begin(0, n - 1); c < part.end(0, n - 1) && big_channel < 0; ++c) {
+        big_channel =
+            std::binary_search(prev_sel[0].begin(), prev_sel[0].end(), static_cast<std::int32_t>(c)) ? -1 : c;
+      }
+      ASSERT_GE(big_channel, 0);
+    }
     std::uint64_t mine_wire = 0;
     for (int r = 0; r < n; ++r) {
       wire += step_bytes(t, r);
@@ -138,6 +148,10 @@ void run_against_one_rank(const zenflow::config& cfg,
       if (t == nan_step && p == 0) {
         all[static_cast<std::size_t>(n - 1)][3] =
             zenflow::from_float<T>(std::numeric_limits<float>::quiet_NaN());
+      }
+      for (int r = 0; t == big_step && p == 0 && r < n; ++r) { // 8 x (3e19)^2 overflows an fp32 score
+        std::fill_n(all[static_cast<std::size_t>(r)].begin() + big_channel * shapes[0].len, shapes[0].len,
+                    zenflow::from_float<T>(3e19f));
       }
       // Copied into the registered buffers (an assignment could move another buffer in).
       const auto& mine = all[static_cast<std::size_t>(rank)];
@@ -294,6 +308,15 @@ TEST(engine_data_parallel, offload_sync_float_with_a_nan_on_one_rank) {
   cfg.mode = zenflow::optimizer_mode::offload_sync;
   cfg.overlap_step = false;
   run_against_one_rank<float>(cfg, 10, 4);
+}
+
+// A finite gradient whose fp32 score overflows (3e19 x 8 elements, on a channel of the last rank's
+// block that is not selected): the step is not skipped, and the clipping norm rescans that row in
+// fp64, so every rank fetches it from its owner; a wrong norm on any rank changes every weight.
+TEST(engine_data_parallel, an_overflowing_score_with_clipping_float) {
+  auto cfg = small_config();
+  cfg.gradient_clipping = 1.0f;
+  run_against_one_rank<float>(cfg, 12, -1, kShapes, 5);
 }
 
 // "snr" needs every block's accumulator inside the window job: refused on every rank, by name.
