@@ -122,6 +122,7 @@ double against_reference(const zenflow::config& cfg,
   ref.flush();
   worst = std::max(worst, max_weight_ulps(m, ref));
   EXPECT_EQ(eng.stats().selections, ref.stats().selections);
+  EXPECT_EQ(eng.stats().mass_drop_selections, ref.stats().mass_drop_selections);
   EXPECT_EQ(eng.stats().windows_closed, ref.stats().windows_closed);
   // The engine also counts its synchronous warm-up steps as host jobs (one each).
   EXPECT_EQ(eng.stats().host_jobs, ref.stats().host_jobs + warm_jobs);
@@ -303,6 +304,33 @@ inline std::vector<reference_case> reference_cases() {
        45,
        13,
        {7}},
+      // select_on_mass_drop (docs/engine-semantics.md, 5): the harness's channel scales drift, so
+      // the device set loses its share; scheduled selections only at step 0. Bad steps inside the
+      // trigger's blocks, Zen-auto windows, then fixed windows without overlap.
+      {"mass_drop_trigger_zen_auto_nan_steps_float",
+       dtype::f32,
+       [](zenflow::config& c) {
+         c.update_interval = 0;
+         c.max_update_interval = 2;
+         c.select_interval = 1000;
+         c.select_on_mass_drop = 0.9;
+         c.min_select_interval = 12;
+       },
+       80,
+       14,
+       {20, 33, 47}},
+      {"mass_drop_trigger_fixed_windows_no_overlap_bf16",
+       dtype::bf16,
+       [](zenflow::config& c) {
+         c.overlap_step = false;
+         c.update_interval = 3;
+         c.select_interval = 1000;
+         c.select_on_mass_drop = 0.97;
+         c.min_select_interval = 11;
+       },
+       80,
+       15,
+       {}},
   };
 }
 

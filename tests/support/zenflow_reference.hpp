@@ -37,6 +37,10 @@
 ///    matrix with k == c always votes); close when len >= max_update_interval, or
 ///    len >= min_update_interval and double(votes) / double(matrices) >= auto_ratio (1 with no
 ///    matrix).
+///  - select_on_mass_drop f > 0: at the end of step t (set current, t+1 not scheduled, t+1 - the
+///    last selection step >= min_select_interval), t+1 is a selection step when the good steps s
+///    after the last selection with s <= t-2 make >= 2 blocks of 4 and the last complete block's
+///    sum crit / sum (crit + rest) (every matrix) < f x the first block's (both sums > 0).
 ///  - host_moments "bf16" (docs/primitives.md, "Fewer bytes per parameter"): a moment stored on the
 ///    host is a bf16 value. After each host update (host window, warm-up, offload_sync) m and v are
 ///    rounded double -> float (nearest) -> bf16 stochastically with the documented hash of (element
@@ -45,6 +49,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -119,6 +124,7 @@ public:
     std::int64_t steps = 0;                   ///< step() calls
     std::int64_t skipped_steps = 0;           ///< steps with a NaN/Inf gradient
     std::int64_t selections = 0;              ///< selections performed
+    std::int64_t mass_drop_selections = 0;    ///< of them, triggered by select_on_mass_drop
     std::int64_t drains = 0;                  ///< drains at scheduled selection steps
     std::int64_t windows_closed = 0;          ///< window closes (empty windows included)
     std::int64_t host_jobs = 0;               ///< non-empty host jobs (n_w > 0)
@@ -199,12 +205,15 @@ public:
     }
 
     // --- ZenFlow phase ---
-    if (cfg_.is_selection_step(t)) {
+    if (cfg_.is_selection_step(t) || t == triggered_) {
       drain();
       ++stats_.drains;
       selection_pending_ = true;
+      pending_triggered_ = !cfg_.is_selection_step(t);
     }
     if (selection_pending_ && !bad) {
+      stats_.mass_drop_selections += pending_triggered_ ? 1 : 0;
+      share_steps_.clear();
       sel_step_ = t;
       select(grads);
       selection_pending_ = false;
@@ -262,6 +271,14 @@ public:
         continue;
       }
       std::size_t m = 0;
+      if (sel_step_ >= 0 && h.step > sel_step_) { // select_on_mass_drop's per-step sums
+        double c = 0.0, n = 0.0;
+        for (std::size_t i = 0; i < h.crit.size(); ++i) {
+          c += h.crit[i];
+          n += h.crit[i] + h.rest[i];
+        }
+        share_steps_.push_back({c, n});
+      }
       for (param& p : params_) {
         if (!p.matrix) {
           continue;
@@ -281,6 +298,10 @@ public:
       held_.push_back(std::move(now));
     }
     bool close = cfg_.is_selection_step(t + 1);
+    if (!close && !selection_pending_ && mass_dropped(t)) {
+      triggered_ = t + 1;
+      close = true;
+    }
     if (!close) {
       if (cfg_.auto_update()) {
         close = zen_auto_closes();
@@ -451,6 +472,24 @@ private:
     }
   }
 
+  /// select_on_mass_drop's decision at the end of step t, from every landed step since the selection.
+  [[nodiscard]] bool mass_dropped(std::int64_t t) const {
+    const std::size_t blocks = share_steps_.size() / 4;
+    if (cfg_.select_on_mass_drop <= 0.0 || sel_step_ < 0 || t + 1 - sel_step_ < cfg_.min_select_interval ||
+        blocks < 2) {
+      return false;
+    }
+    double sum[2][2] = {};
+    for (std::size_t i = 0; i < 4; ++i) {
+      for (int k = 0; k < 2; ++k) {
+        sum[0][k] += share_steps_[i][k];
+        sum[1][k] += share_steps_[4 * (blocks - 1) + i][k];
+      }
+    }
+    return sum[0][1] > 0.0 && sum[1][1] > 0.0 &&
+           sum[1][0] / sum[1][1] < cfg_.select_on_mass_drop * (sum[0][0] / sum[0][1]);
+  }
+
   [[nodiscard]] bool zen_auto_closes() const {
     if (window_len_ >= cfg_.max_update_interval) {
       return true;
@@ -599,6 +638,9 @@ private:
     std::vector<double> crit, rest;
   };
   std::vector<held_masses> held_;
+  std::vector<std::array<double, 2>> share_steps_; ///< select_on_mass_drop: (crit, crit + rest) per good step
+  std::int64_t triggered_ = -1;                    ///< the step select_on_mass_drop made a selection step
+  bool pending_triggered_ = false;
   std::int64_t window_good_ = 0;
   bool last_selected_ = false;
   bool last_closed_ = false;

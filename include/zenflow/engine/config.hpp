@@ -148,6 +148,11 @@ struct config {
   bool host_moments_per_step = true;
   moment_precision host_moments = moment_precision::fp32; ///< storage of the host's m and v
   channel_norm importance = channel_norm::sq_l2;          ///< "sq_l2" | "l1"
+  /// (0, 1]: an extra selection when the device set's share of the gradient mass falls below this
+  /// fraction of its share just after the last selection (docs/engine-semantics.md, 5); 0 = off.
+  double select_on_mass_drop = 0.0;
+  /// The fewest steps from a selection to one that select_on_mass_drop triggers (>= 1).
+  std::int64_t min_select_interval = 16;
 
   // --- optimizer block and top-level gradient_clipping / fp16 / bf16 ---
   /// "optimizer.params" (lr is informational: step() passes each step's lr). Defaults: DeepSpeed's
@@ -183,6 +188,9 @@ struct config {
 
   /// Throws zenflow::invalid_argument naming the key (DeepSpeed's JSON path) on any invalid value.
   void validate() const;
+
+  /// True when the selection trigger of `select_on_mass_drop` is on.
+  [[nodiscard]] bool mass_trigger() const noexcept { return select_on_mass_drop > 0.0; }
 
   /// True when Zen-auto chooses the window lengths (`update_interval` "auto").
   [[nodiscard]] bool auto_update() const noexcept { return update_interval == 0; }

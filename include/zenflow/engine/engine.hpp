@@ -30,6 +30,7 @@
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host_jobs.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
+#include <zenflow/engine/detail/mass_trigger.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/registration.hpp>
 #include <zenflow/engine/detail/schedule.hpp>
@@ -473,7 +474,8 @@ private:
     const std::int64_t t = sched_.step;
     // Data parallel: the mean gradient exists only once step() reduced it.
     return cfg_.mode == optimizer_mode::zenflow && t >= cfg_.full_warm_up_rounds &&
-           !cfg_.is_selection_step(t) && sched_.selection_fixed() && !dp_.active();
+           !cfg_.is_selection_step(t) && sched_.triggered_step != t && sched_.selection_fixed() &&
+           !dp_.active();
   }
 
   // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------
@@ -515,9 +517,12 @@ private:
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {
-    if (cfg_.is_selection_step(t)) {
+    const bool scheduled = cfg_.is_selection_step(t);
+    if (scheduled || sched_.triggered_step == t) { // select_on_mass_drop decided it at step t-1
       drain(stream, cost);
       sched_.selection = detail::selection_phase::pending;
+      sched_.pending_from_trigger = !scheduled;
+      sched_.triggered_step = -1;
     }
     if (!sched_.window) {
       sched_.window = detail::open_window{t, 0};
@@ -534,8 +539,13 @@ private:
         sched_.selection = detail::selection_phase::current;
         sched_.selection_step = t;
         rep.selection = true;
+        rep.selection_reason =
+            sched_.pending_from_trigger ? selection_cause::mass_drop : selection_cause::schedule;
+        stats_.mass_drop_selections += sched_.pending_from_trigger ? 1 : 0;
+        sched_.pending_from_trigger = false;
         ++stats_.selections;
         voter_->on_selection();
+        trigger_.on_selection();
       }
     }
     plan_.update(lr, cfg_.adam, stream);
@@ -547,10 +557,11 @@ private:
     rep.window_length = length;
 
     bool close = cfg_.is_selection_step(t + 1);
-    if (cfg_.auto_update()) {
-      // Zen-auto: the data of step t-2 joins the statistics, then the vote (semantics, 7). A lag
-      // of two: step t-1's copies are usually still in flight when step() is called for step t
-      // (the training thread runs ahead of the device), and waiting for them cost ~75% stall.
+    if (cfg_.auto_update() || cfg_.mass_trigger()) {
+      // Zen-auto and the trigger: the data of step t-2 joins the statistics, then the vote
+      // (semantics, 5 and 7). A lag of two: step t-1's copies are usually still in flight when
+      // step() is called for step t (the training thread runs ahead of the device), and waiting
+      // for them cost ~75% stall.
       const std::int64_t s = t - detail::zen_auto_lag;
       if (s >= cfg_.full_warm_up_rounds) {
         if (host_.consumed(pushed_before_prev_step_)) {
@@ -561,9 +572,22 @@ private:
         }
         const auto& mass = host_.masses(s);
         if (mass.step == s && mass.valid && sched_.selection_step >= 0 && s >= sched_.selection_step) {
-          voter_->add_step(mass.crit.data(), mass.rest.data(), s >= sched_.window->start);
+          if (cfg_.auto_update()) {
+            voter_->add_step(mass.crit.data(), mass.rest.data(), s >= sched_.window->start);
+          }
+          if (cfg_.mass_trigger() && s > sched_.selection_step) { // the selection step's own share is biased
+            trigger_.add_step(mass.crit.data(), mass.rest.data(),
+                              static_cast<std::int64_t>(mass.crit.size()));
+          }
         }
       }
+    }
+    if (cfg_.mass_trigger() && !close && sched_.selection == detail::selection_phase::current &&
+        trigger_.fire(t, sched_.selection_step)) {
+      sched_.triggered_step = t + 1; // step t+1 selects, so this window closes now
+      close = true;
+    }
+    if (cfg_.auto_update()) {
       close = close || length >= cfg_.max_update_interval ||
               (length >= cfg_.min_update_interval && voter_->vote_share() >= cfg_.auto_ratio);
     } else {
@@ -591,6 +615,7 @@ private:
   detail::host_side<typename Backend::template host_buffer<std::byte>> host_{cfg_, params_};
   detail::d2h_stream<Backend> d2h_{plan_, params_, host_};
   std::optional<detail::zen_auto_voter> voter_;
+  detail::mass_trigger trigger_{cfg_.select_on_mass_drop, cfg_.min_select_interval};
   zenflow::stats stats_{};
   detail::host_jobs<Backend> jobs_{plan_, params_, host_, stats_, trace_}; // destroyed first: its threads
 

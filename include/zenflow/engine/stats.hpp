@@ -30,6 +30,13 @@ struct memory_usage {
   }
 };
 
+/// Why a selection was made (step_report::selection_reason).
+enum class selection_cause : std::uint8_t {
+  none,     ///< no selection at this step
+  schedule, ///< a scheduled selection step (select_strategy / select_interval), or one carried past bad steps
+  mass_drop ///< the trigger of select_on_mass_drop: the device set had lost its share of the mass
+};
+
 /// One step as the engine saw it when `step()` returned.
 struct step_report {
   std::int64_t step = -1;         ///< index t of the step (0-based, skipped steps included)
@@ -44,6 +51,7 @@ struct step_report {
   std::uint64_t comm_bytes = 0;   ///< bytes this rank put into collectives (data parallel)
   std::int64_t window_length = 0; ///< steps in the current window so far (this one included)
   std::int64_t selection_age = 0; ///< steps since the current selection was made (0 at it)
+  selection_cause selection_reason = selection_cause::none; ///< why `selection` (none when it is false)
 };
 
 /// Cumulative counters plus the last step.
@@ -53,6 +61,7 @@ struct stats {
   std::int64_t skipped_steps =
       0; ///< NaN/Inf steps seen so far (on the CUDA backend: as the host learns them)
   std::int64_t selections = 0;
+  std::int64_t mass_drop_selections = 0; ///< of `selections`, those select_on_mass_drop triggered
   std::int64_t windows_closed = 0;
   std::int64_t host_jobs = 0; ///< host windows run (warm-up and offload_sync steps included)
   std::uint64_t d2h_bytes = 0;

@@ -78,6 +78,7 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
   };
   const auto norm = [](channel_norm n) { return std::string(n == channel_norm::l1 ? "l1" : "sq_l2"); };
   const auto spe = [](std::int64_t v) { return v == 0 ? std::string("unknown") : std::to_string(v); };
+  const auto off_or = [](double v) { return v == 0.0 ? std::string("0 (off)") : shortest(v); };
   const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   return {
       {"mode", std::string(to_string(c.mode)), std::string(to_string(d.mode))},
@@ -96,6 +97,8 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
       {"importance", norm(c.importance), norm(d.importance)},
       {"host_moments_per_step", b(c.host_moments_per_step), b(d.host_moments_per_step)},
       {"host_moments", std::string(to_string(c.host_moments)), std::string(to_string(d.host_moments))},
+      {"select_on_mass_drop", off_or(c.select_on_mass_drop), off_or(d.select_on_mass_drop)},
+      {"min_select_interval", std::to_string(c.min_select_interval), std::to_string(d.min_select_interval)},
       {"upload", std::string(to_string(c.upload)), std::string(to_string(d.upload))},
       {"ring_slot_bytes", std::to_string(c.ring_slot_bytes), std::to_string(d.ring_slot_bytes)},
       {"ring_slots", std::to_string(c.ring_slots), std::to_string(d.ring_slots)},
@@ -181,7 +184,13 @@ inline std::string config::describe(const config_sources* sources) const {
     if (select == select_strategy::automatic && steps_per_epoch == 0) {
       os << ", no steps_per_epoch: every max(" << auto_select_fallback_steps << ", update_interval) steps";
     }
-    os << ")\n";
+    os << ")";
+    if (mass_trigger()) {
+      os << ", and when the device set's share of the gradient mass falls below "
+         << detail::shortest(select_on_mass_drop) << " x its share after the last selection, at least "
+         << min_select_interval << " steps after it (select_on_mass_drop)";
+    }
+    os << "\n";
     os << "  host lr: x "
        << (host_lr_scale == host_lr_scaling::linear ? "n_w (the window's steps)"
            : host_lr_scale == host_lr_scaling::sqrt ? "sqrt(n_w)"

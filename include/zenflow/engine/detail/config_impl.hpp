@@ -54,7 +54,9 @@ inline constexpr std::string_view extension_keys[] = {"host_lr_scale",
                                                       "host_threads",
                                                       "param_groups",
                                                       "host_moments_per_step",
-                                                      "host_moments"};
+                                                      "host_moments",
+                                                      "select_on_mass_drop",
+                                                      "min_select_interval"};
 
 /// DeepSpeed's top-level keys (deepspeed/runtime/config.py and the configs it reads), for the
 /// warning on an unknown one. Names only; a key missing here costs a warning, not an error.
@@ -488,6 +490,10 @@ inline void config::validate() const {
         ext_key("host_lr_scale"), "is not a valid host_lr_scaling");
   check(importance == channel_norm::sq_l2 || importance == channel_norm::l1, ext_key("importance"),
         "must be sq_l2 or l1");
+  check(std::isfinite(select_on_mass_drop) && select_on_mass_drop >= 0.0 && select_on_mass_drop <= 1.0,
+        ext_key("select_on_mass_drop"),
+        "must be in [0, 1] (0 = off), got " + value_text(select_on_mass_drop));
+  in_steps(min_select_interval, 1, ext_key("min_select_interval"));
 
   // The selection schedule (docs/config.md, "Selection schedule").
   switch (select) {

@@ -128,6 +128,10 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
     c.min_update_interval = json_integer_in(v, key, 1, config::max_steps_value);
   } else if (name == "host_moments_per_step") {
     c.host_moments_per_step = json_bool(v, key);
+  } else if (name == "select_on_mass_drop") {
+    c.select_on_mass_drop = json_number(v, key); // the range: validate()
+  } else if (name == "min_select_interval") {
+    c.min_select_interval = json_integer_in(v, key, 1, config::max_steps_value);
   } else if (name == "host_moments") {
     c.host_moments = json_enum<moment_precision>(
         v, key, {{"fp32", moment_precision::fp32}, {"bf16", moment_precision::bf16}});
@@ -234,7 +238,7 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
                            did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
                            " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
                            "host_moments_per_step, host_moments, mode, upload, ring_slot_bytes, ring_slots, "
-                           "host_threads, param_groups)");
+                           "host_threads, param_groups, select_on_mass_drop, min_select_interval)");
     }
     if (name == "mode") {
       r.mode_key = key;
@@ -489,6 +493,8 @@ inline nlohmann::json config::to_deepspeed_json() const {
   ext["importance"] = importance == channel_norm::l1 ? "l1" : "sq_l2";
   ext["host_moments_per_step"] = host_moments_per_step;
   ext["host_moments"] = std::string(to_string(host_moments));
+  ext["select_on_mass_drop"] = select_on_mass_drop;
+  ext["min_select_interval"] = min_select_interval;
   ext["upload"] = std::string(to_string(upload));
   ext["ring_slot_bytes"] = ring_slot_bytes;
   ext["ring_slots"] = ring_slots;

@@ -9,6 +9,7 @@
 ///                      accumulator, the pending host job), the open window's n_w, the counters
 ///     engine/masses    the Zen-auto masses of the last two steps (step, valid, crit[M], rest[M]) x 2
 ///     engine/voter     Zen-auto's statistics: crit_steps, crit_sum[M], rest_sum[M] (doubles)
+///     engine/trigger   select_on_mass_drop's state (only with the trigger on): ckpt_trigger
 ///     p<i>/sel         the device set the engine reports (int32, ascending)
 ///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only);
 ///                      m and v as the host stores them: fp32, or bf16 with host_moments "bf16"
@@ -57,6 +58,14 @@ struct ckpt_scalars {
 };
 static_assert(std::is_trivially_copyable_v<ckpt_scalars> && sizeof(ckpt_scalars) == 28 * 8);
 
+/// select_on_mass_drop's state (detail/mass_trigger.hpp) and the selection it scheduled.
+struct ckpt_trigger {
+  std::int64_t triggered_step = -1, pending_from_trigger = 0, mass_drop_selections = 0;
+  std::int64_t ref_steps = 0, cur_steps = 0, last_steps = 0;
+  double ref_crit = 0.0, ref_total = 0.0, cur_crit = 0.0, cur_total = 0.0, last_crit = 0.0, last_total = 0.0;
+};
+static_assert(std::is_trivially_copyable_v<ckpt_trigger> && sizeof(ckpt_trigger) == 12 * 8);
+
 // 2: the voter holds the masses of steps up to s-3 between steps and the saved masses are those
 //    of steps s-2 and s-1 (Zen-auto's lag of two); a layout-1 file's voter already holds s-2.
 inline constexpr std::int64_t ckpt_layout = 2;
@@ -91,6 +100,10 @@ struct engine_checkpoint {
     out.write(voter.crit_sums().data(), M * 8);
     out.write(voter.rest_sums().data(), M * 8);
     out.end_section();
+    if (eng.cfg_.mass_trigger()) { // the config hash already says whether a file has it
+      const ckpt_trigger tr = trigger_state(eng);
+      out.section("engine/trigger", &tr, sizeof tr);
+    }
     const bool upload = s.pending != 0 && s.job_produced != 0;
     for (std::size_t p = 0; p < eng.params_.size(); ++p) {
       const auto& pi = eng.params_[p];
@@ -153,6 +166,22 @@ struct engine_checkpoint {
     const auto Mz = static_cast<std::size_t>(M);
     need(in, "engine/masses", masses_bytes(Mz));
     need(in, "engine/voter", voter_bytes(Mz));
+    ckpt_trigger tr{};
+    if (eng.cfg_.mass_trigger()) {
+      need(in, "engine/trigger", sizeof tr);
+      in.read("engine/trigger", &tr, sizeof tr);
+      const auto blk = [](std::int64_t n, std::int64_t hi) { return n >= 0 && n <= hi; };
+      constexpr std::int64_t B = mass_trigger::block_steps;
+      if (!((tr.triggered_step == -1 || tr.triggered_step == s.step) && blk(tr.ref_steps, B) &&
+            blk(tr.cur_steps, B - 1) && (tr.last_steps == 0 || tr.last_steps == B) &&
+            (tr.pending_from_trigger == 0 || s.selection_pending != 0) && tr.mass_drop_selections >= 0 &&
+            tr.mass_drop_selections <= s.selections)) {
+        corrupt(in, "engine/trigger",
+                "holds a state the trigger cannot be in (triggered step " +
+                    std::to_string(tr.triggered_step) + ", block steps " + std::to_string(tr.ref_steps) +
+                    "/" + std::to_string(tr.cur_steps) + "/" + std::to_string(tr.last_steps) + ")");
+      }
+    }
     const bool upload = s.pending != 0 && s.job_produced != 0;
     std::vector<std::vector<std::int32_t>> sels(eng.params_.size()), dev_sels(eng.params_.size());
     for (std::size_t p = 0; p < eng.params_.size(); ++p) {
@@ -259,6 +288,11 @@ struct engine_checkpoint {
     }
     sched.windows_closed = s.windows;
     sched.accumulator = a;
+    sched.triggered_step = tr.triggered_step;
+    sched.pending_from_trigger = tr.pending_from_trigger != 0;
+    eng.stats_.mass_drop_selections = tr.mass_drop_selections;
+    eng.trigger_.restore({tr.ref_crit, tr.ref_total, tr.ref_steps}, {tr.cur_crit, tr.cur_total, tr.cur_steps},
+                         {tr.last_crit, tr.last_total, tr.last_steps});
     auto& st = eng.stats_;
     st.steps = s.steps;
     st.skipped_steps = s.skipped;
@@ -367,6 +401,24 @@ private:
     s.host_window_s = st.host_window_s;
     s.last_host_window_s = st.last_host_window_s;
     return s;
+  }
+
+  static ckpt_trigger trigger_state(const Engine& eng) {
+    const auto& t = eng.trigger_;
+    ckpt_trigger tr;
+    tr.triggered_step = eng.sched_.triggered_step;
+    tr.pending_from_trigger = eng.sched_.pending_from_trigger ? 1 : 0;
+    tr.mass_drop_selections = eng.stats_.mass_drop_selections;
+    tr.ref_steps = t.reference().steps;
+    tr.cur_steps = t.current().steps;
+    tr.last_steps = t.last().steps;
+    tr.ref_crit = t.reference().crit;
+    tr.ref_total = t.reference().total;
+    tr.cur_crit = t.current().crit;
+    tr.cur_total = t.current().total;
+    tr.last_crit = t.last().crit;
+    tr.last_total = t.last().total;
+    return tr;
   }
 
   /// A file whose host moments have the other precision (its first host-side parameter's m holds

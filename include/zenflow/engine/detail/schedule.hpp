@@ -56,6 +56,10 @@ struct schedule {
   std::int64_t step = 0; ///< the next step t
   selection_phase selection = selection_phase::none_yet;
   std::int64_t selection_step = -1; ///< the step of the last selection (-1: none yet)
+  /// A step that select_on_mass_drop made a selection step (decided at the end of the step before;
+  /// -1: none), and why the pending selection is pending (reported when it is performed).
+  std::int64_t triggered_step = -1;
+  bool pending_from_trigger = false;
   std::optional<open_window> window;
   std::int64_t windows_closed = 0;
   std::size_t accumulator = 0; ///< the accumulator the open (or next) window fills
