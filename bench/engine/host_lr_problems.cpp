@@ -5,7 +5,7 @@
 //                    [--mode dense|zenflow] [--rule none|sqrt|linear|capped|snr]
 //                    [--interval N|auto] [--max-interval N] [--warm-up N] [--overlap true|false]
 //                    [--moments-per-step true|false] [--select-interval N|auto]
-//                    [--steps N]
+//                    [--mass-drop F] [--min-select-interval N] [--steps N]
 //
 // Prints one JSON object: the held-out loss every 20 steps, its start, end and maximum.
 //
@@ -36,7 +36,9 @@ struct options {
   std::string problem = "regression", regime = "scratch", mode = "zenflow", rule = "linear";
   std::uint64_t seed = 1;
   std::int64_t interval = 0, max_interval = 16, warm_up = 0, steps = 400;
-  std::int64_t select_interval = 0; // 0: the library's auto
+  std::int64_t select_interval = 0;     // 0: the library's auto
+  double mass_drop = 0.0;               // config::select_on_mass_drop (0: off)
+  std::int64_t min_select_interval = 0; // 0: the library's default
   bool overlap = true;
   bool moments_per_step = true; // config::host_moments_per_step
 };
@@ -159,6 +161,10 @@ options parse(int argc, char** argv) {
       o.max_interval = std::stoll(v);
     } else if (f == "--select-interval") {
       o.select_interval = v == "auto" ? 0 : std::stoll(v);
+    } else if (f == "--mass-drop") {
+      o.mass_drop = std::stod(v);
+    } else if (f == "--min-select-interval") {
+      o.min_select_interval = std::stoll(v);
     } else if (f == "--warm-up") {
       o.warm_up = std::stoll(v);
     } else if (f == "--overlap" && (v == "true" || v == "false")) {
@@ -194,6 +200,10 @@ nlohmann::json run(const options& o) {
     cfg.select = zenflow::select_strategy::step;
     cfg.select_interval = o.select_interval;
   }
+  cfg.select_on_mass_drop = o.mass_drop;
+  if (o.min_select_interval > 0) {
+    cfg.min_select_interval = o.min_select_interval;
+  }
   nlohmann::json rule = o.rule;
   nlohmann::json ds = cfg.to_deepspeed_json();
   ds["zenflow_ext"]["host_lr_scale"] = rule; // the config's own reader names a bad rule
@@ -219,12 +229,17 @@ nlohmann::json run(const options& o) {
   double worst = start;
   curve.push_back({0, start});
   std::int64_t window_sum = 0, windows = 0;
+  nlohmann::json selections = nlohmann::json::array(); // [step, "schedule" | "mass_drop"]
   for (std::int64_t t = 0; t < o.steps; ++t) {
     p.sample(batch, t, p.gen, x, y);
     (void)problem::loss(w, b, x, y, &gw, &gb);
     const float lr = constant_lr ? cfg.adam.lr
                                  : cfg.adam.lr * (1.0f - static_cast<float>(t) / static_cast<float>(o.steps));
     const zenflow::step_report rep = zf.step(lr);
+    if (rep.selection) {
+      selections.push_back(
+          {t, rep.selection_reason == zenflow::selection_cause::mass_drop ? "mass_drop" : "schedule"});
+    }
     if (rep.window_closed) {
       window_sum += rep.window_length;
       ++windows;
@@ -246,6 +261,12 @@ nlohmann::json run(const options& o) {
   j["interval"] = o.interval;
   j["max_interval"] = o.max_interval;
   j["select_interval"] = o.select_interval;
+  j["mass_drop"] = o.mass_drop;
+  j["min_select_interval"] = cfg.min_select_interval;
+  j["selections"] = zf.stats().selections;
+  j["mass_drop_selections"] = zf.stats().mass_drop_selections;
+  j["selection_steps"] = selections;
+  j["stall_s"] = zf.stats().stall_s;
   j["warm_up"] = o.warm_up;
   j["overlap"] = o.overlap;
   j["moments_per_step"] = o.moments_per_step;

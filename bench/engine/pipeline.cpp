@@ -65,6 +65,7 @@ struct options {
   double backward_share = 2.0 / 3.0;
   bool grad_ready = false;
   std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
+  double mass_drop = 0.0;           // config::select_on_mass_drop (0: off)
   zenflow::moment_precision host_moments = zenflow::moment_precision::fp32; // --host-moments
 };
 
@@ -93,6 +94,7 @@ struct result {
   // The D2H tail: from the end of a step's backward to the end of that step's last D2H copy
   // (median over the timed steps), against one layer's backward.
   double d2h_tail_ms = 0, layer_backward_ms = 0;
+  std::int64_t selections = 0, mass_drop_selections = 0; // in the timed steps
   std::vector<double> step_ms;
   std::vector<double> stall_ms;
 };
@@ -214,6 +216,7 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     cfg.select_interval = o.select_interval;
   }
   cfg.host_moments = o.host_moments;
+  cfg.select_on_mass_drop = o.mass_drop;
   const auto n = static_cast<std::size_t>(hidden * hidden);
   std::vector<std::vector<bf16>> w(static_cast<std::size_t>(o.layers)), g(static_cast<std::size_t>(o.layers));
   std::uint64_t seed = 12345;
@@ -287,6 +290,8 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     const double params = static_cast<double>(n) * o.layers;
     res.device_bytes_per_param = (4.0 * params + static_cast<double>(s.memory.device_total())) / params;
     res.memory = s.memory;
+    res.selections = s.selections - at_warm.selections;
+    res.mass_drop_selections = s.mass_drop_selections - at_warm.mass_drop_selections;
     res.host_state_bytes_per_param = static_cast<double>(s.memory.host_state) / params;
     res.host_window_ms_per_job = s.host_jobs > at_warm.host_jobs
                                      ? (s.host_window_s - at_warm.host_window_s) * 1e3 /
@@ -329,7 +334,7 @@ void usage() {
   std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
             "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
             "                  [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
-            "                  [--select-interval N] [--host-moments fp32|bf16]\n"
+            "                  [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16]\n"
             "                  [--only LABEL-SUBSTRING]\n"
             "                  [--trace FILE [--trace-mode LABEL]] [--json FILE]");
 }
@@ -374,6 +379,8 @@ int main(int argc, char** argv) {
       o.chunk_ring = v == "chunk_ring";
     } else if (a == "--select-interval") {
       o.select_interval = std::stoll(next());
+    } else if (a == "--mass-drop") {
+      o.mass_drop = std::stod(next());
     } else if (a == "--grad-ready") {
       o.grad_ready = true;
     } else if (a == "--backward-share") {
@@ -469,7 +476,8 @@ int main(int argc, char** argv) {
       << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
       << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false")
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
-      << ",\n  \"host_moments\": \"" << zenflow::to_string(o.host_moments) << "\""
+      << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \""
+      << zenflow::to_string(o.host_moments) << "\""
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup << ",\n  \"modes\": [";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const result& r = results[i];
@@ -488,6 +496,7 @@ int main(int argc, char** argv) {
         << ", \"d2h_tail_ms\": " << r.d2h_tail_ms << ", \"layer_backward_ms\": " << r.layer_backward_ms
         << ", \"host_state_bytes_per_param\": " << r.host_state_bytes_per_param
         << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job
+        << ", \"selections\": " << r.selections << ", \"mass_drop_selections\": " << r.mass_drop_selections
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
         << ", \"vector_state\": " << r.memory.device_vector_state
         << ", \"staging\": " << r.memory.device_staging << ", \"upload\": " << r.memory.device_upload

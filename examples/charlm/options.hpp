@@ -123,6 +123,7 @@ usage: charlm_train [options]
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none|capped|snr
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
   --host-moments-per-step true|false  --host-moments fp32|bf16
+  --select-on-mass-drop X  --min-select-interval N
   --beta1 X --beta2 X --eps X --weight-decay X --adam-mode adamw|adam
   --gradient-clipping X  --loss-scale X
   --upload whole_window|chunk_ring  --ring-slot-bytes N  --ring-slots N  --host-threads N
@@ -223,7 +224,8 @@ inline std::string setting_of_flag(const std::string& flag) {
                                                           "importance",          "host_moments_per_step",
                                                           "gradient_clipping",   "upload",
                                                           "ring_slot_bytes",     "ring_slots",
-                                                          "host_threads",        "host_moments"};
+                                                          "host_threads",        "host_moments",
+                                                          "select_on_mass_drop", "min_select_interval"};
   std::string name = flag.substr(2);
   std::replace(name.begin(), name.end(), '-', '_');
   return std::find(same_name.begin(), same_name.end(), name) != same_name.end() ? name : std::string();
@@ -368,6 +370,8 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
        }},
       {"--max-update-interval", [&](S f, S v) { z.max_update_interval = parse_int(f, v); }},
       {"--min-update-interval", [&](S f, S v) { z.min_update_interval = parse_int(f, v); }},
+      {"--select-on-mass-drop", [&](S f, S v) { z.select_on_mass_drop = parse_real(f, v); }},
+      {"--min-select-interval", [&](S f, S v) { z.min_select_interval = parse_int(f, v); }},
       {"--steps-per-epoch", [&](S f, S v) { z.steps_per_epoch = parse_int(f, v); }},
       {"--host-moments-per-step", [&](S f, S v) { z.host_moments_per_step = detail::parse_bool(f, v); }},
       {"--host-moments",

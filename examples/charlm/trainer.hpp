@@ -56,6 +56,7 @@ struct run_result {
   double pcie_bytes_per_step = 0;
   double pcie_model_ratio = 0; ///< PCIe bytes per step / model bytes
   std::int64_t selections = 0;
+  std::int64_t mass_drop_selections = 0; ///< of `selections`, those select_on_mass_drop triggered
   std::int64_t windows_closed = 0;
   std::int64_t host_jobs = 0;
   std::int64_t skipped_steps = 0;
@@ -217,6 +218,7 @@ run_result train(Model& model,
   r.pcie_model_ratio = r.pcie_bytes_per_step / static_cast<double>(r.model_bytes);
   const zenflow::stats& st = opt.stats();
   r.selections = st.selections;
+  r.mass_drop_selections = st.mass_drop_selections;
   r.windows_closed = st.windows_closed;
   r.host_jobs = st.host_jobs;
   r.skipped_steps = st.skipped_steps;
@@ -252,6 +254,7 @@ run_result train(Model& model,
                   {"pcie_bytes_per_step", r.pcie_bytes_per_step},
                   {"pcie_model_ratio", r.pcie_model_ratio},
                   {"selections", r.selections},
+                  {"mass_drop_selections", r.mass_drop_selections},
                   {"windows_closed", r.windows_closed},
                   {"host_jobs", r.host_jobs},
                   {"skipped_steps", r.skipped_steps},
