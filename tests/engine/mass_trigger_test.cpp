@@ -28,9 +28,11 @@ using zenflow::detail::mass_trigger;
 
 // ---- the key ------------------------------------------------------------------------------------
 
-TEST(mass_trigger_config, off_by_default_read_written_and_described) {
-  EXPECT_EQ(zenflow::config{}.select_on_mass_drop, 0.0);
-  EXPECT_FALSE(zenflow::config{}.mass_trigger());
+TEST(mass_trigger_config, on_by_default_read_written_and_described) {
+  EXPECT_EQ(zenflow::config{}.select_on_mass_drop, 0.5);
+  EXPECT_EQ(zenflow::config::deepspeed_defaults().select_on_mass_drop, 0.5);
+  EXPECT_EQ(zenflow::config{}.min_select_interval, 16);
+  EXPECT_TRUE(zenflow::config{}.mass_trigger());
   zenflow::config_sources src;
   const auto c = zenflow::config::from_deepspeed_json_string(
       R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1}},

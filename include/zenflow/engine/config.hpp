@@ -150,7 +150,8 @@ struct config {
   channel_norm importance = channel_norm::sq_l2;          ///< "sq_l2" | "l1"
   /// (0, 1]: an extra selection when the device set's share of the gradient mass falls below this
   /// fraction of its share just after the last selection (docs/engine-semantics.md, 5); 0 = off.
-  double select_on_mass_drop = 0.0;
+  /// 0.5: never fired on charlm or the regression, re-selects where channels drift (docs/defaults.md).
+  double select_on_mass_drop = 0.5;
   /// The fewest steps from a selection to one that select_on_mass_drop triggers (>= 1).
   std::int64_t min_select_interval = 16;
 
