@@ -36,6 +36,10 @@ using zf_engine_test::kShapes;
 using zf_engine_test::shape;
 using zf_engine_test::small_config;
 
+// The reference's selections fired by select_on_mass_drop in the last run_against_one_rank (a
+// test that needs the trigger to fire checks that it did).
+std::int64_t last_run_mass_drop_selections = 0;
+
 // `Emulated`: the data-parallel engine on the emulated backend (a host communicator on an
 // asynchronous device); the reference is always the host backend with one rank.
 template <class T, bool Emulated = false>
@@ -132,11 +136,6 @@ void run_against_one_rank(const zenflow::config& cfg,
       }
       ASSERT_GE(big_channel, 0);
     }
-    std::uint64_t mine_wire = 0;
-    for (int r = 0; r < n; ++r) {
-      wire += step_bytes(t, r);
-      mine_wire = r == rank ? step_bytes(t, r) : mine_wire;
-    }
     if constexpr (Emulated) {
       device.synchronize_stream(stream); // the step before has read the gradients
     }
@@ -162,6 +161,14 @@ void run_against_one_rank(const zenflow::config& cfg,
     const float lr = 1e-2f * (1.0f - 0.5f * static_cast<float>(t) / static_cast<float>(steps));
     const auto a = dp.step(lr, stream);
     const auto b = ref.step(lr);
+    // A selection that select_on_mass_drop fired (decided at step t-1) all-reduces every gradient
+    // like a scheduled one: the reference's report says which step it was.
+    pending = pending || (b.selection && b.selection_reason == zenflow::selection_cause::mass_drop);
+    std::uint64_t mine_wire = 0;
+    for (int r = 0; r < n; ++r) {
+      wire += step_bytes(t, r);
+      mine_wire = r == rank ? step_bytes(t, r) : mine_wire;
+    }
     EXPECT_EQ(a.selection, b.selection) << "step " << t;
     EXPECT_EQ(a.window_closed, b.window_closed) << "step " << t;
     if (zen && t >= cfg.full_warm_up_rounds && !pending && !a.window_closed) { // no window's weights
@@ -203,6 +210,8 @@ void run_against_one_rank(const zenflow::config& cfg,
   }
   EXPECT_EQ(dp.stats().skipped_steps, ref.stats().skipped_steps);
   EXPECT_EQ(dp.stats().selections, ref.stats().selections);
+  EXPECT_EQ(dp.stats().mass_drop_selections, ref.stats().mass_drop_selections);
+  last_run_mass_drop_selections = ref.stats().mass_drop_selections;
   EXPECT_EQ(dp.stats().windows_closed, ref.stats().windows_closed);
   EXPECT_EQ(ref.stats().comm_bytes, 0u);
   // Down per rank: the reference's bytes but the other blocks' unselected gradients.
@@ -274,6 +283,22 @@ TEST(engine_data_parallel, zen_auto_with_warm_up_bf16) {
   cfg.full_warm_up_rounds = 3;
   cfg.select_interval = 12;
   run_against_one_rank<zenflow::bfloat16>(cfg, 24, -1);
+}
+
+// select_on_mass_drop fires selections between the scheduled ones: a triggered step must
+// all-reduce every gradient (its new device sets' rows are needed on every rank), like a scheduled
+// selection step; the steps between reduce-scatter by owner again.
+TEST(engine_data_parallel, selections_fired_by_the_mass_trigger_float) {
+  auto cfg = small_config();
+  cfg.update_interval = 0; // Zen-auto: the trigger reads the same lag-two masses
+  cfg.max_update_interval = 4;
+  cfg.auto_ratio = 0.5;
+  cfg.select_interval = 1000;    // only the first selection is scheduled
+  cfg.select_on_mass_drop = 1.0; // random gradients: fires whenever the share is below the first block's
+  cfg.min_select_interval = 6;
+  run_against_one_rank<float>(cfg, 90, -1);
+  // With the default seed it fires at step 87 on 2 ranks, 4 times in the first 50 steps on 3.
+  EXPECT_GE(last_run_mass_drop_selections, 1) << "the trigger must fire for this test to check anything";
 }
 
 TEST(engine_data_parallel, no_overlap_clipping_loss_scale_fp16) {

@@ -62,7 +62,8 @@ using default_communicator_t = std::conditional_t<std::is_base_of_v<detail::host
 namespace detail {
 
 /// The coming step's device sets are known before its gradients are reduced (not a selection
-/// step, no selection pending; the warm-up and offload_sync have none), so the rows each rank
+/// step, scheduled or triggered by `select_on_mass_drop` at the step before; no selection
+/// pending; the warm-up and offload_sync have none), so the rows each rank
 /// needs are known and the host sets' rows can be reduce-scattered by owner.
 inline bool fixed_sets(const config& cfg, const schedule& sched) {
   if (cfg.mode == optimizer_mode::gpu_adamw) {
@@ -70,7 +71,7 @@ inline bool fixed_sets(const config& cfg, const schedule& sched) {
   }
   const std::int64_t t = sched.step;
   return cfg.mode == optimizer_mode::offload_sync || t < cfg.full_warm_up_rounds ||
-         (!cfg.is_selection_step(t) && sched.selection_fixed());
+         (!cfg.is_selection_step(t) && sched.triggered_step != t && sched.selection_fixed());
 }
 
 /// Zen-auto reads step t's rest masses (zen_auto_lag steps later).
