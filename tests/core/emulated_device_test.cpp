@@ -112,6 +112,42 @@ TEST(emulated_device, query_and_synchronize_follow_the_last_record) {
   EXPECT_TRUE(dev.query(e));
 }
 
+/// One event recorded on a blocked stream, then re-recorded on a free one (a fork event shared by
+/// two producers, as the engine's copy stream waits for the training and pack streams): the wait
+/// enqueued after the first record waits for that record, not for the later one that completes
+/// first. (The device once kept a "highest record reached" counter, which let it through.)
+TEST(emulated_device, a_wait_is_for_the_record_it_saw_even_if_a_later_one_on_another_stream_completes) {
+  emulated_device dev;
+  cudaStream_t blocked = dev.create_stream();
+  cudaStream_t free_stream = dev.create_stream();
+  cudaStream_t waiter = dev.create_stream();
+  auto e = dev.create_event();
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  std::atomic<bool> first_done{false};
+  dev.launch(blocked, [opened, &first_done] {
+    opened.wait();
+    first_done = true;
+  });
+  dev.record(e, blocked);
+  dev.stream_wait(waiter, e); // for the record on `blocked`
+  std::atomic<bool> ran{false};
+  std::atomic<bool> saw_first{false};
+  dev.launch(waiter, [&] {
+    saw_first = first_done.load();
+    ran = true;
+  });
+  dev.record(e, free_stream); // completes at once
+  dev.synchronize_stream(free_stream);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_FALSE(ran.load()) << "the wait passed on the later record of another stream";
+  EXPECT_TRUE(dev.query(e));
+  gate.set_value();
+  dev.synchronize_stream(waiter);
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(saw_first.load());
+}
+
 TEST(emulated_device, copies_in_one_direction_share_one_engine_and_take_their_modelled_time) {
   emulated_timing t;
   t.d2h_bytes_per_second = 1e9; // 1 MB = 1 ms

@@ -11,7 +11,8 @@
 /// - work on one stream runs in enqueue order; streams run concurrently;
 /// - `record(e, s)` then `stream_wait(t, e)`: work enqueued on `t` afterwards starts once `s` has
 ///   reached the record; waiting on an event never recorded returns at once; a re-record moves
-///   the event to the new point (waits already enqueued keep the old one);
+///   the event to the new point, on any stream (waits already enqueued keep the old one, even
+///   when the new one, on another stream, completes first);
 /// - the null stream is an ordinary stream of the device (no legacy implicit synchronisation);
 /// - copies in one direction share one copy engine (they serialise across streams, as on a GPU
 ///   with one engine per direction), the two directions overlap; modelled kernels share one
@@ -37,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -82,12 +84,16 @@ struct emulated_op {
   std::string name; ///< the label given at enqueue, if any
 };
 
-/// An event's record/complete counters (shared by copies of an `emulated_device::event`).
+/// An event's records (shared by copies of an `emulated_device::event`). Each record is a point
+/// of its own stream: a wait is for the record it saw, and a later record that completes first
+/// (on another stream) does not complete it, as in CUDA (one fork event recorded on two streams).
 struct emulated_event_state {
   std::mutex mutex;
   std::condition_variable cv;
-  std::uint64_t recorded = 0;  ///< number of records so far
-  std::uint64_t completed = 0; ///< the highest record its stream has reached
+  std::uint64_t recorded = 0;        ///< number of records so far; record n is numbered n
+  std::set<std::uint64_t> unreached; ///< records their stream has not reached yet
+  /// Record `n` has completed (0: never recorded).
+  [[nodiscard]] bool reached(std::uint64_t n) const { return n == 0 || unreached.count(n) == 0; }
 };
 
 class emulated_device {
@@ -190,11 +196,12 @@ public:
     {
       std::lock_guard lock(st->mutex);
       target = ++st->recorded;
+      st->unreached.insert(target);
     }
     find(s).push([st, target] {
       {
         std::lock_guard lock(st->mutex);
-        st->completed = std::max(st->completed, target);
+        st->unreached.erase(target);
       }
       st->cv.notify_all();
     });
@@ -212,14 +219,14 @@ public:
     }
     find(s).push([st, target] {
       std::unique_lock lock(st->mutex);
-      st->cv.wait(lock, [&] { return st->completed >= target; });
+      st->cv.wait(lock, [&] { return st->reached(target); });
     });
   }
   /// True when the event's last record has completed (or it was never recorded).
   [[nodiscard]] bool query(const event& e) const {
     auto st = checked(e);
     std::lock_guard lock(st->mutex);
-    return st->completed >= st->recorded;
+    return st->reached(st->recorded);
   }
   /// Blocks until the event's last record has completed; rethrows the device's sticky error.
   void synchronize(const event& e) {
@@ -227,7 +234,7 @@ public:
     {
       std::unique_lock lock(st->mutex);
       const std::uint64_t target = st->recorded;
-      st->cv.wait(lock, [&] { return st->completed >= target; });
+      st->cv.wait(lock, [&] { return st->reached(target); });
     }
     host_jitter();
     rethrow_sticky();
