@@ -22,6 +22,7 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/engine/host_backend.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/math/adam.hpp>

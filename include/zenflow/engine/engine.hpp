@@ -36,6 +36,7 @@
 #include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/detail/selection.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
+#include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
@@ -238,24 +239,26 @@ public:
   /// Optional early announcement that `param`'s gradient for the coming step() is complete (the
   /// backward pass will not write it again before that step). On a step whose selection is
   /// already known (zenflow mode, after warm-up, not a selection step, no selection pending), a
-  /// matrix's unselected channels are packed into the staging ring (on `stream`, after the
-  /// copy that last read each slot) and copied down on the copy stream right away, so that
-  /// they travel while the rest of the backward runs; step() then does only what is left. The
-  /// host keeps the landed gradients until the step's coef_t arrives (it follows the step's
-  /// first record) and only then adds them into the accumulator: results are bit-identical
-  /// with or without announcements, in any order. Otherwise (warm-up, a selection step, a
-  /// vector, the baselines) a no-op: step() does everything.
+  /// matrix's unselected channels are packed into the staging ring (on the pack stream, after
+  /// `stream`'s work so far and the copy that last read each slot) and copied down on the copy
+  /// stream right away, so that they travel while the rest of the backward runs; step() then
+  /// does only what is left. The host keeps the landed gradients until the step's coef_t
+  /// arrives (it follows the step's first record) and only then adds them into the accumulator:
+  /// results are bit-identical with or without announcements, in any order. Otherwise
+  /// (warm-up, a selection step, a vector, the baselines) a no-op: step() does everything.
   ///
   /// Stream-ordered on `stream`, which must be the stream passed to the next step() or one
   /// that it is ordered after (the pack reads the gradient the backward wrote there). No host
   /// wait except back-pressure from a full D2H ring (a stall, counted in that step's report).
   ///
-  /// Throws zenflow::invalid_argument, changing nothing: 'this' before initialize(); 'param'
-  /// for an unregistered parameter, or one already announced for this step (once per
-  /// parameter per step; after step() returns, announcements are for the next step).
+  /// Throws zenflow::invalid_argument, changing nothing: 'this' before initialize() or before a
+  /// due release_gradients(); 'param' for an unregistered parameter, or one already announced
+  /// for this step (once per parameter per step; after step() returns, announcements are for
+  /// the next step).
   void grad_ready(param_id param, cudaStream_t stream = nullptr) {
     constexpr const char* fn = "zenflow::engine::grad_ready";
     detail::require(initialized(), fn, "this", "is not initialized (call initialize() first)");
+    d2h_.require_released(fn);
     detail::require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
                     "is not a registered parameter");
     const auto p = static_cast<std::size_t>(param.index);
@@ -282,6 +285,21 @@ public:
     d2h_.push_gradients(sched_.step, p, detail::grad_early_slot, sched_.accumulator, stream, early_cost_);
   }
 
+  /// Who orders your next gradient writes after a step's packs read them (docs/engine.md, "The
+  /// pack stream and your gradients"): gradient_release::at_step (the default) or ::by_caller.
+  /// Before initialize(); throws zenflow::invalid_argument naming 'this' after it, 'release' for a
+  /// value out of the enum.
+  void set_gradient_release(gradient_release release) {
+    d2h_.set_release(release, life_ == detail::lifecycle::registering);
+  }
+  /// by_caller: work enqueued on `stream` from now on waits (on the device, no host wait) until
+  /// the last step's packs have read the gradients. Call it after each step() and before the
+  /// backward writes a gradient again. Throws zenflow::invalid_argument ('this') before initialize().
+  void release_gradients(cudaStream_t stream = nullptr) {
+    detail::require(initialized(), "zenflow::engine::release_gradients", "this", "is not initialized");
+    d2h_.release(stream);
+  }
+
   /// One optimizer step after the user's backward, with learning rate `lr`. Stream-ordered on
   /// `stream`; blocks only where docs/engine-semantics.md says (synchronous modes, the drain at a
   /// selection step, a host job not done at the close that must apply it), all counted as stall.
@@ -289,6 +307,7 @@ public:
     constexpr const char* fn = "zenflow::engine::step";
     detail::require(initialized(), fn, "this", "is not initialized (call initialize() first)");
     detail::require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
+    d2h_.require_released(fn);
     step_report rep{};
     const std::int64_t t = sched_.step;
     rep.step = t;
@@ -303,9 +322,6 @@ public:
     rep.comm_bytes += dp_.finish_norms(plan_, params_, host_, detail::zen_auto_masses(cfg_, t),
                                        d2h_.ring().slot_bytes(), stream);
     plan_.prologue_scalars(cfg_.loss_scale, cfg_.gradient_clipping, stream);
-    if (early_any_) {
-      plan_.adopt_early(stream); // the announced matrices' rest masses into the record
-    }
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       plan_.update(lr, cfg_.adam, stream);
       d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
@@ -315,6 +331,7 @@ public:
     } else {
       zenflow_step(t, lr, stream, rep, cost);
     }
+    d2h_.end_step(stream); // at_step: `stream` waits for the packs (they read the user's gradients)
     rep.skip_known = !Backend::is_device;
     rep.skipped = !Backend::is_device && host_.last_skip();
     stats_.skipped_steps = host_.skipped();
@@ -512,6 +529,7 @@ private:
       plan_.update(lr, cfg_.adam, stream); // vectors that live on the device (no warm-up for them)
     }
     d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
+    d2h_.begin_packs(stream, false);
     d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
     jobs_.run_now(sched_.accumulator, lr, d2h_.pushed(), stream, cost);
   }
@@ -548,10 +566,13 @@ private:
         trigger_.on_selection();
       }
     }
-    plan_.update(lr, cfg_.adam, stream);
+    // The header goes down, and the packs start beside the update (announced masses first).
     d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
+    d2h_.begin_packs(stream, early_any_);
+    plan_.update(lr, cfg_.adam, stream);
     d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
-    dp_.write_rest(plan_, stream); // data parallel: the rest masses of the other blocks' rows
+    // Data parallel: the rest masses of the other blocks' rows, over the packs' (their stream).
+    dp_.write_rest(plan_, d2h_.pack_stream());
     d2h_.push_record(t, detail::record_last_slot, sched_.accumulator, stream, cost);
     const std::int64_t length = ++sched_.window->length;
     rep.window_length = length;

@@ -2,6 +2,13 @@
 /// The engine's D2H stream: step records and packed host-set gradients, from the device plan's
 /// staging slots into the pinned D2H ring on the copy stream, and the cost of each push. The
 /// producer half of the pipeline (the consumer is host_side's); training thread only.
+///
+/// Streams: the packs run on a pack stream of their own, after an event on the user's stream
+/// (the gradients exist); the copy stream waits for the pack stream before each slot's copy, the
+/// pack stream for the copy out of a staging slot before it packs into it again. So the packs do
+/// not queue the user's next work behind them; what keeps the user's next backward from
+/// overwriting gradients that a pack still reads is the gradient release (gradient_release.hpp):
+/// the user's stream waits for the packs at the end of step(), or where the caller says.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/error.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
@@ -22,6 +30,7 @@
 #include <zenflow/engine/detail/pipeline_trace.hpp>
 #include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 
@@ -60,12 +69,69 @@ public:
   d2h_stream(device_plan<Backend>& plan, const std::vector<param_info>& params, host_side_type& host)
       : plan_(plan), params_(params), host_(host) {}
 
-  /// Allocates the ring (`ring_slots` x `slot_bytes`, pinned) and the copy stream; returns the
-  /// ring's host footprint in bytes.
+  /// Allocates the ring (`ring_slots` x `slot_bytes`, pinned), the copy stream and the pack
+  /// stream; returns the ring's host footprint in bytes.
   std::size_t open(std::size_t ring_slots, std::size_t slot_bytes) {
     ring_ = std::make_unique<ring_type>(ring_slots, slot_bytes, plan_.backend().copier());
-    copies_ = std::make_unique<copy_stream<typename Backend::copy_backend_type>>(plan_.backend().copier());
+    copies_ = std::make_unique<stream_type>(plan_.backend().copier());
+    packs_ = std::make_unique<stream_type>(plan_.backend().copier());
     return ring_->footprint_bytes();
+  }
+
+  // ---- the pack stream and the gradient release ------------------------------------------------
+
+  /// engine::set_gradient_release(): `registering`, the engine is not initialized yet.
+  void set_release(gradient_release r, bool registering) {
+    constexpr const char* fn = "zenflow::engine::set_gradient_release";
+    require(registering, fn, "this", "is already initialized (choose the release before initialize())");
+    require(r == gradient_release::at_step || r == gradient_release::by_caller, fn, "release",
+            "is not a gradient_release value");
+    release_ = r;
+  }
+  [[nodiscard]] gradient_release release_mode() const noexcept { return release_; }
+  /// by_caller: step() and grad_ready() (`fn`) refuse to read gradients while the last step's packs
+  /// are unreleased (the backward may be overwriting what they read); nothing is changed.
+  void require_released(const char* fn) const {
+    require(released_, fn, "this",
+            "runs before release_gradients(): gradient_release::by_caller needs it after each step() and "
+            "before the backward writes the gradients that step's packs read");
+  }
+  /// The step's packs start after the work enqueued on `stream` so far (its gradients, the
+  /// record's scalars, a selection's new host sets); `adopt_early`: the rest masses of the packs
+  /// grad_ready() did join the record first, on the pack stream, in the order they had on one
+  /// stream.
+  void begin_packs(cudaStream_t stream, bool adopt_early) {
+    packs_->wait_for(stream);
+    if (adopt_early) {
+      plan_.adopt_early(packs_->get());
+    }
+    unjoined_ = true;
+  }
+  /// The end of step(): at_step, `stream` waits for the packs (no host wait); by_caller, the
+  /// caller owes a release().
+  void end_step(cudaStream_t stream) {
+    if (release_ == gradient_release::at_step) {
+      join(stream);
+    } else {
+      released_ = false;
+    }
+  }
+  /// Work enqueued on `stream` from now on starts after every pack enqueued so far (whichever
+  /// stream the caller names: not skipped when another stream was joined already).
+  void release(cudaStream_t stream) {
+    if (packs_) {
+      packs_->join_into(stream);
+    }
+    released_ = true;
+  }
+  /// The pack stream (after open()): work that must follow the step's packs, on the device.
+  [[nodiscard]] cudaStream_t pack_stream() const noexcept { return packs_->get(); }
+  /// Blocks until every pack enqueued so far has run (a checkpoint's settle: some packs of a
+  /// data-parallel run feed no copy that a later wait would cover).
+  void wait_packs() {
+    if (packs_) {
+      packs_->synchronize();
+    }
   }
 
   /// Closes the ring: the consumer drains what was published, then stops.
@@ -93,6 +159,9 @@ public:
     const std::size_t bytes =
         tag == record_first_slot ? step_record_layout::header_bytes() : plan_.record_layout().bytes();
     copies_->wait_for(stream);
+    if (tag != record_first_slot) {
+      copies_->wait_for(packs_->get()); // the rest masses, added by the packs
+    }
     push_slot(plan_.record(), bytes, meta, cost);
     plan_.record_pushed(copies_->get());
     pushed(bytes, cost);
@@ -112,16 +181,20 @@ public:
     if (!pi.host_side || h.host_set.empty()) {
       return;
     }
+    if (tag == grad_early_slot) {
+      begin_packs(stream, false); // after the backward wrote this gradient on `stream`
+    }
+    const cudaStream_t on = packs_->get();
     const auto n = static_cast<std::int64_t>(h.host_set.size());
     const auto per_slot = static_cast<std::int64_t>(ring_->slot_bytes() / pi.channel_bytes());
     for (std::int64_t b = 0; b < n; b += per_slot) {
       const std::int64_t e = std::min(n, b + per_slot);
       const std::size_t slot = staging_next_++ % plan_.staging_slots();
-      std::byte* staging = plan_.staging(slot, stream);
+      std::byte* staging = plan_.staging(slot, on);
       // Every slot is packed, with one rank's slot boundaries, so that the rest mass (summed per
       // pack call) has a one-rank run's bits on every rank; only this rank's positions
       // [own_pos, own_end) go down (data parallel: its block; all of them with one rank).
-      plan_.pack(p, b, e, staging, tag == grad_early_slot, stream);
+      plan_.pack(p, b, e, staging, tag == grad_early_slot, on);
       const std::int64_t ob = std::max(b, h.own_pos);
       const std::int64_t oe = std::min(e, h.own_end());
       if (ob >= oe) {
@@ -134,7 +207,7 @@ public:
       meta.begin = ob;
       meta.end = oe;
       meta.user = static_cast<std::uint64_t>(acc);
-      copies_->wait_for(stream);
+      copies_->wait_for(on);
       const std::size_t bytes = static_cast<std::size_t>(oe - ob) * pi.channel_bytes();
       push_slot(staging + static_cast<std::size_t>(ob - b) * pi.channel_bytes(), bytes, meta, cost);
       plan_.staging_pushed(slot, copies_->get());
@@ -143,7 +216,7 @@ public:
   }
 
   /// push_gradients() of every host-side parameter in step(), those grad_ready() already pushed
-  /// (`announced[p] == streamed`) excepted.
+  /// (`announced[p] == streamed`) excepted; after begin_packs().
   void push_all_gradients(std::int64_t t,
                           const std::vector<announcement>& announced,
                           std::size_t acc,
@@ -157,6 +230,15 @@ public:
   }
 
 private:
+  using stream_type = copy_stream<typename Backend::copy_backend_type>;
+
+  void join(cudaStream_t stream) {
+    if (unjoined_) {
+      packs_->join_into(stream);
+      unjoined_ = false;
+    }
+  }
+
   /// One slot into the ring, copied on the copy stream. A full ring blocks the producer, and that
   /// back-pressure is a stall, counted from the ring's own blocked time (a push that finds a free
   /// slot counts nothing). A ring closed by its consumer (which failed: a device error, say)
@@ -194,7 +276,11 @@ private:
   const std::vector<param_info>& params_;
   host_side_type& host_;
   std::unique_ptr<ring_type> ring_;
-  std::unique_ptr<copy_stream<typename Backend::copy_backend_type>> copies_;
+  std::unique_ptr<stream_type> copies_;
+  std::unique_ptr<stream_type> packs_; // destroyed first: it drains before the copies it feeds
+  gradient_release release_ = gradient_release::at_step;
+  bool released_ = true;  // by_caller: no step's packs are waiting for a release()
+  bool unjoined_ = false; // packs enqueued since the last join into a caller's stream
   std::size_t staging_next_ = 0;
   std::uint64_t pushed_ = 0;
 };

@@ -362,6 +362,7 @@ private:
   /// The host job in flight finished, every pushed slot consumed (no thread touches the state).
   static void settle(Engine& eng) {
     eng.jobs_.wait_idle();
+    eng.d2h_.wait_packs(); // a restore rewrites the host sets they read (by_caller: maybe unreleased)
     eng.host_.wait_consumed(eng.d2h_.pushed());
     eng.plan_.wait_migration(); // a selection's host tasks wrote the host rows (usually long done)
   }
