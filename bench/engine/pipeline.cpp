@@ -64,6 +64,9 @@ struct options {
   // (last layer first), so that with --grad-ready each matrix is announced as its backward ends.
   double backward_share = 2.0 / 3.0;
   bool grad_ready = false;
+  // --release-by-caller: gradient_release::by_caller, the trainer releasing the gradients after
+  // the forward, so that the forward runs beside the last step's packs (docs/engine.md).
+  bool release_by_caller = false;
   std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
   double mass_drop = 0.0;           // config::select_on_mass_drop (0: off)
   zenflow::moment_precision host_moments = zenflow::moment_precision::fp32; // --host-moments
@@ -236,6 +239,9 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   res.spec = spec;
   {
     zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device});
+    if (o.release_by_caller) {
+      zf.set_gradient_release(zenflow::gradient_release::by_caller);
+    }
     std::vector<zenflow::param_id> ids;
     for (int l = 0; l < o.layers; ++l) {
       ids.push_back(zf.add_matrix(w[static_cast<std::size_t>(l)].data(),
@@ -261,6 +267,9 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
       }
       const auto t0 = clock_type::now();
       device.compute(stream, forward, "forward");
+      if (o.release_by_caller) {
+        zf.release_gradients(stream); // the backward writes the gradients next
+      }
       for (int l = o.layers - 1; l >= 0; --l) {
         device.compute(stream, layer_backward, "backward");
         if (o.grad_ready) {
@@ -299,6 +308,7 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
                                      : 0.0;
     device.synchronize();
     device.set_tracing(false);
+    zf.release_gradients(stream);
     zf.flush(stream);
     device.synchronize();
     res.d2h_tail_ms = d2h_tail_ms(device.trace(), static_cast<double>(forward.count()));
@@ -335,6 +345,7 @@ void usage() {
             "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
             "                  [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
             "                  [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16]\n"
+            "                  [--release-by-caller]\n"
             "                  [--only LABEL-SUBSTRING]\n"
             "                  [--trace FILE [--trace-mode LABEL]] [--json FILE]");
 }
@@ -383,6 +394,8 @@ int main(int argc, char** argv) {
       o.mass_drop = std::stod(next());
     } else if (a == "--grad-ready") {
       o.grad_ready = true;
+    } else if (a == "--release-by-caller") {
+      o.release_by_caller = true;
     } else if (a == "--backward-share") {
       o.backward_share = std::stod(next());
     } else if (a == "--host-moments") {
@@ -437,6 +450,7 @@ int main(int argc, char** argv) {
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");
+  std::printf("gradient release: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step");
   std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
               "step's last D2H copy after the end of its backward (median)\n",
               100.0 * o.backward_share, o.layers, o.compute_ms * o.backward_share / o.layers,
@@ -474,7 +488,8 @@ int main(int argc, char** argv) {
       << ",\n  \"ring_slot_bytes\": "
       << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes) << ",\n  \"upload\": \""
       << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
-      << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false")
+      << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false") << ",\n  \"gradient_release\": \""
+      << (o.release_by_caller ? "by_caller" : "at_step") << "\""
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
       << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \""
       << zenflow::to_string(o.host_moments) << "\""
