@@ -35,6 +35,7 @@
 #include <zenflow/engine/detail/registration.hpp>
 #include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/detail/selection.hpp>
+#include <zenflow/engine/detail/window_close.hpp>
 #include <zenflow/engine/detail/zen_auto.hpp>
 #include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/engine/param_state.hpp>
@@ -577,44 +578,9 @@ private:
     const std::int64_t length = ++sched_.window->length;
     rep.window_length = length;
 
-    bool close = cfg_.is_selection_step(t + 1);
-    if (cfg_.auto_update() || cfg_.mass_trigger()) {
-      // Zen-auto and the trigger: the data of step t-2 joins the statistics, then the vote
-      // (semantics, 5 and 7). A lag of two: step t-1's copies are usually still in flight when
-      // step() is called for step t (the training thread runs ahead of the device), and waiting
-      // for them cost ~75% stall.
-      const std::int64_t s = t - detail::zen_auto_lag;
-      if (s >= cfg_.full_warm_up_rounds) {
-        if (host_.consumed(pushed_before_prev_step_)) {
-          host_.wait_consumed(pushed_before_prev_step_); // landed already: no stall
-        } else {
-          detail::timed_stall(cost, "Zen-auto: masses of step t-2 not landed",
-                              [&] { host_.wait_consumed(pushed_before_prev_step_); });
-        }
-        const auto& mass = host_.masses(s);
-        if (mass.step == s && mass.valid && sched_.selection_step >= 0 && s >= sched_.selection_step) {
-          if (cfg_.auto_update()) {
-            voter_->add_step(mass.crit.data(), mass.rest.data(), s >= sched_.window->start);
-          }
-          if (cfg_.mass_trigger() && s > sched_.selection_step) { // the selection step's own share is biased
-            trigger_.add_step(mass.crit.data(), mass.rest.data(),
-                              static_cast<std::int64_t>(mass.crit.size()));
-          }
-        }
-      }
-    }
-    if (cfg_.mass_trigger() && !close && sched_.selection == detail::selection_phase::current &&
-        trigger_.fire(t, sched_.selection_step)) {
-      sched_.triggered_step = t + 1; // step t+1 selects, so this window closes now
-      close = true;
-    }
-    if (cfg_.auto_update()) {
-      close = close || length >= cfg_.max_update_interval ||
-              (length >= cfg_.min_update_interval && voter_->vote_share() >= cfg_.auto_ratio);
-    } else {
-      close = close || length >= cfg_.update_interval;
-    }
-    if (close) {
+    // Zen-auto, select_on_mass_drop or the fixed length (semantics, 5 and 7).
+    if (detail::window_closes_after({cfg_, sched_, voter_, trigger_, pushed_before_prev_step_}, host_, t,
+                                    length, cost)) {
       close_window(lr, stream, cost);
       rep.window_closed = true;
     }
