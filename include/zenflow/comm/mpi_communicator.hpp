@@ -329,6 +329,14 @@ private:
     }
   }
 
+  /// Elements of `elem_bytes` per rank in one round of a gather or all-to-all: at most
+  /// max_gather_bytes arrive at a rank (one copy from each of the N ranks), and MPI's int counts hold.
+  [[nodiscard]] std::size_t round_elements(std::size_t elem_bytes) const {
+    const std::size_t ranks = static_cast<std::size_t>(size_);
+    return std::max<std::size_t>(1, std::min<std::size_t>(options_.max_gather_bytes / elem_bytes / ranks,
+                                                          static_cast<std::size_t>(INT_MAX) / ranks));
+  }
+
   /// All-gather + fold, in chunks of at most options_.max_gather_bytes of gathered values.
   template <class T>
   void fold_all(T* buf, std::size_t n, bool alt, std::string_view op) {
@@ -336,9 +344,7 @@ private:
     detail::comm::expect_buffer(fn, "buf", buf, n);
     expect_usable(fn);
     const std::size_t ranks = static_cast<std::size_t>(size_);
-    const std::size_t chunk =
-        std::max<std::size_t>(1, std::min<std::size_t>(options_.max_gather_bytes / sizeof(T) / ranks,
-                                                       static_cast<std::size_t>(INT_MAX) / ranks));
+    const std::size_t chunk = round_elements(sizeof(T));
     std::vector<T> gathered;
     for (std::size_t first = 0; first < n; first += chunk) {
       const std::size_t m = std::min(chunk, n - first);
@@ -366,9 +372,7 @@ private:
     detail::comm::expect_buffer(fn, "recv", recv, mine);
     expect_usable(fn);
     const std::size_t ranks = static_cast<std::size_t>(size_);
-    const std::size_t chunk =
-        std::max<std::size_t>(1, std::min<std::size_t>(options_.max_gather_bytes / sizeof(float) / ranks,
-                                                       static_cast<std::size_t>(INT_MAX) / ranks));
+    const std::size_t chunk = round_elements(sizeof(float));
     const std::size_t longest = *std::max_element(counts.begin(), counts.end());
     std::vector<int> scounts(ranks), sdispls(ranks), rcounts(ranks), rdispls(ranks);
     std::vector<std::size_t> offsets(ranks);
