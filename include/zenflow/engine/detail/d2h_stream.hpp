@@ -186,7 +186,7 @@ public:
     }
     const cudaStream_t on = packs_->get();
     const auto n = static_cast<std::int64_t>(h.host_set.size());
-    const auto per_slot = static_cast<std::int64_t>(ring_->slot_bytes() / pi.channel_bytes());
+    const std::int64_t per_slot = pi.rows_per_slot(ring_->slot_bytes());
     for (std::int64_t b = 0; b < n; b += per_slot) {
       const std::int64_t e = std::min(n, b + per_slot);
       const std::size_t slot = staging_next_++ % plan_.staging_slots();

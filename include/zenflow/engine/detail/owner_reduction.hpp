@@ -330,7 +330,7 @@ private:
       }
       float mass = 0.0f;
       const auto n = static_cast<std::int64_t>(row_l1.size());
-      const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
+      const std::int64_t per_slot = pi.rows_per_slot(slot_bytes); // the packs' calls, summed alike
       for (std::int64_t s = 0; s < n; s += per_slot) {
         float sum = 0.0f;
         for (std::int64_t r = s; r < std::min(n, s + per_slot); ++r) {

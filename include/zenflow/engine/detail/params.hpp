@@ -104,6 +104,11 @@ struct param_info {
   [[nodiscard]] std::size_t channel_bytes() const noexcept {
     return static_cast<std::size_t>(channel_len) * elem_bytes();
   }
+  /// Host-set rows per D2H slot of `slot_bytes`: the D2H stream's pack boundaries, which also fix
+  /// the order of the rest mass's sum (data parallel's owner reduction repeats that sum).
+  [[nodiscard]] std::int64_t rows_per_slot(std::size_t slot_bytes) const noexcept {
+    return static_cast<std::int64_t>(slot_bytes / channel_bytes());
+  }
   [[nodiscard]] std::size_t bytes() const noexcept {
     return static_cast<std::size_t>(elements()) * elem_bytes();
   }
@@ -140,7 +145,7 @@ resolve_d2h_slots(const config& cfg, const std::vector<param_info>& params, std:
   for (const auto& pi : params) {
     if (pi.host_side && (pi.matrix || !zen)) {
       const std::int64_t rows = zen ? pi.channels - cfg.topk(pi.channels) : pi.channels;
-      const auto per_slot = static_cast<std::int64_t>(slot_bytes / pi.channel_bytes());
+      const std::int64_t per_slot = pi.rows_per_slot(slot_bytes);
       step += static_cast<std::size_t>((rows + per_slot - 1) / per_slot);
     }
   }
