@@ -489,36 +489,15 @@ private:
 
   /// grad_ready() starts work on this step: the selection of the coming step is known and fixed.
   [[nodiscard]] bool early_stream_step() const {
-    const std::int64_t t = sched_.step;
     // Data parallel: the mean gradient exists only once step() reduced it.
-    return cfg_.mode == optimizer_mode::zenflow && t >= cfg_.full_warm_up_rounds &&
-           !cfg_.is_selection_step(t) && sched_.triggered_step != t && sched_.selection_fixed() &&
-           !dp_.active();
+    return cfg_.mode == optimizer_mode::zenflow && sched_.step >= cfg_.full_warm_up_rounds &&
+           sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) && !dp_.active();
   }
 
   // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------
 
   void drain(cudaStream_t stream, call_cost& cost) {
     jobs_.drain(sched_.job, sched_.windows_closed, stream, cost);
-  }
-
-  /// Closes the open window at the end of step t (docs/engine-semantics.md, 6).
-  void close_window(float lr, cudaStream_t stream, call_cost& cost) {
-    const std::size_t a = sched_.accumulator;
-    const detail::open_window window = *sched_.window;
-    const std::int64_t w = sched_.windows_closed++;
-    if (!cfg_.overlap_step) {
-      jobs_.run_now(a, lr, d2h_.pushed(), stream, cost);
-    } else {
-      drain(stream, cost);
-      // The job waits for the window's last slots itself, so the training thread does not.
-      const std::int64_t qw = jobs_.submit(a, lr, d2h_.pushed());
-      sched_.job = detail::submitted_job{qw, w, window.start, window.start + window.length - 1};
-      sched_.accumulator ^= 1u;
-    }
-    stats_.last_window_length = window.length;
-    ++stats_.windows_closed;
-    sched_.window.reset();
   }
 
   // ---- the step -----------------------------------------------------------------------------
@@ -536,12 +515,8 @@ private:
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {
-    const bool scheduled = cfg_.is_selection_step(t);
-    if (scheduled || sched_.triggered_step == t) { // select_on_mass_drop decided it at step t-1
+    if (sched_.begin_selection(cfg_.is_selection_step(t))) { // scheduled, or fired at step t-1
       drain(stream, cost);
-      sched_.selection = detail::selection_phase::pending;
-      sched_.pending_from_trigger = !scheduled;
-      sched_.triggered_step = -1;
     }
     if (!sched_.window) {
       sched_.window = detail::open_window{t, 0};
@@ -555,13 +530,9 @@ private:
       if (!bad) { // a selection waits for a step with finite gradients
         drain(stream, cost);
         perform_selection(sets, stream, cost);
-        sched_.selection = detail::selection_phase::current;
-        sched_.selection_step = t;
         rep.selection = true;
-        rep.selection_reason =
-            sched_.pending_from_trigger ? selection_cause::mass_drop : selection_cause::schedule;
-        stats_.mass_drop_selections += sched_.pending_from_trigger ? 1 : 0;
-        sched_.pending_from_trigger = false;
+        rep.selection_reason = sched_.selected(t);
+        stats_.mass_drop_selections += rep.selection_reason == selection_cause::mass_drop ? 1 : 0;
         ++stats_.selections;
         voter_->on_selection();
         trigger_.on_selection();
@@ -581,7 +552,7 @@ private:
     // Zen-auto, select_on_mass_drop or the fixed length (semantics, 5 and 7).
     if (detail::window_closes_after({cfg_, sched_, voter_, trigger_, pushed_before_prev_step_}, host_, t,
                                     length, cost)) {
-      close_window(lr, stream, cost);
+      jobs_.close_window(sched_, cfg_.overlap_step, lr, d2h_.pushed(), stream, cost);
       rep.window_closed = true;
     }
   }

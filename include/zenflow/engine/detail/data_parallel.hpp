@@ -71,7 +71,7 @@ inline bool fixed_sets(const config& cfg, const schedule& sched) {
   }
   const std::int64_t t = sched.step;
   return cfg.mode == optimizer_mode::offload_sync || t < cfg.full_warm_up_rounds ||
-         (!cfg.is_selection_step(t) && sched.triggered_step != t && sched.selection_fixed());
+         sched.sets_fixed_for_step(cfg.is_selection_step(t));
 }
 
 /// Zen-auto reads step t's rest masses (zen_auto_lag steps later).

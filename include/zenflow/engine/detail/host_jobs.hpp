@@ -136,6 +136,28 @@ public:
     job.reset();
   }
 
+  /// Closes the open window of `sched` at the end of a step (docs/engine-semantics.md, 6): without
+  /// overlap it runs now; with it the previous job is drained and this one submitted (it waits for
+  /// the window's last slots, the first `pushed`, itself, so the training thread does not), and
+  /// the next window fills the other accumulator.
+  void close_window(
+      schedule& sched, bool overlap, float lr, std::uint64_t pushed, cudaStream_t stream, call_cost& cost) {
+    const std::size_t a = sched.accumulator;
+    const open_window window = *sched.window;
+    const std::int64_t w = sched.windows_closed++;
+    if (!overlap) {
+      run_now(a, lr, pushed, stream, cost);
+    } else {
+      drain(sched.job, sched.windows_closed, stream, cost);
+      const std::int64_t qw = submit(a, lr, pushed);
+      sched.job = submitted_job{qw, w, window.start, window.start + window.length - 1};
+      sched.accumulator ^= 1u;
+    }
+    stats_.last_window_length = window.length;
+    ++stats_.windows_closed;
+    sched.window.reset();
+  }
+
   /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
   /// pushed so far (`pushed`) consumed, the host AdamW, the new weights up and scattered (all a
   /// stall).

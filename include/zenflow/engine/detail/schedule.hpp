@@ -11,6 +11,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/log.hpp>
+#include <zenflow/engine/stats.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -67,6 +68,33 @@ struct schedule {
 
   /// A step whose device set is known before it starts (grad_ready() may start packing).
   [[nodiscard]] bool selection_fixed() const noexcept { return selection == selection_phase::current; }
+
+  /// The coming step keeps the current device sets: a selection holds, none is pending, and the
+  /// step is neither a scheduled selection step (`scheduled`) nor one select_on_mass_drop fired.
+  [[nodiscard]] bool sets_fixed_for_step(bool scheduled) const noexcept {
+    return !scheduled && triggered_step != step && selection_fixed();
+  }
+
+  /// At the start of the coming step: true if a selection becomes pending (scheduled, or fired by
+  /// select_on_mass_drop at the step before), remembering which.
+  bool begin_selection(bool scheduled) noexcept {
+    if (!scheduled && triggered_step != step) {
+      return false;
+    }
+    selection = selection_phase::pending;
+    pending_from_trigger = !scheduled;
+    triggered_step = -1;
+    return true;
+  }
+
+  /// The pending selection was made at step `t`: why, for the step's report.
+  selection_cause selected(std::int64_t t) noexcept {
+    const selection_cause why = pending_from_trigger ? selection_cause::mass_drop : selection_cause::schedule;
+    selection = selection_phase::current;
+    selection_step = t;
+    pending_from_trigger = false;
+    return why;
+  }
 };
 
 /// The engine destructor's report of what it drops (docs/engine.md): a warning for a submitted
