@@ -124,7 +124,7 @@ void run_against_one_rank(const zenflow::config& cfg,
       channels += static_cast<std::uint64_t>(part.count(m, r));
       ++m;
     }
-    const bool rest = zen && cfg.auto_update() && t >= cfg.full_warm_up_rounds;
+    const bool rest = zen && (cfg.auto_update() || cfg.mass_trigger()) && t >= cfg.full_warm_up_rounds;
     return 4 * (dense + others + channels + shapes.size() + (rest ? rows : 0)) + nan_row;
   };
   for (std::int64_t t = 0; t < steps; ++t) {
@@ -298,6 +298,19 @@ TEST(engine_data_parallel, selections_fired_by_the_mass_trigger_float) {
   cfg.min_select_interval = 6;
   run_against_one_rank<float>(cfg, 90, -1);
   // With the default seed it fires at step 87 on 2 ranks, 4 times in the first 50 steps on 3.
+  EXPECT_GE(last_run_mass_drop_selections, 1) << "the trigger must fire for this test to check anything";
+}
+
+// The same with fixed windows (the default select_on_mass_drop with a fixed update_interval): the
+// trigger reads the rest masses as Zen-auto does, so every rank needs the one-rank masses, not
+// the partial ones of its own block.
+TEST(engine_data_parallel, selections_fired_by_the_mass_trigger_with_fixed_windows_float) {
+  auto cfg = small_config();
+  cfg.update_interval = 2;
+  cfg.select_interval = 1000;
+  cfg.select_on_mass_drop = 1.0;
+  cfg.min_select_interval = 6;
+  run_against_one_rank<float>(cfg, 90, -1);
   EXPECT_GE(last_run_mass_drop_selections, 1) << "the trigger must fire for this test to check anything";
 }
 

@@ -320,7 +320,7 @@ public:
         dp_.reduce_gradients(plan_.backend(), params_, host_, detail::fixed_sets(cfg_, sched_), stream);
     plan_.begin_step(t, stream);
     plan_.prologue_norms(stream);
-    rep.comm_bytes += dp_.finish_norms(plan_, params_, host_, detail::zen_auto_masses(cfg_, t),
+    rep.comm_bytes += dp_.finish_norms(plan_, params_, host_, detail::reads_rest_masses(cfg_, t),
                                        d2h_.ring().slot_bytes(), stream);
     plan_.prologue_scalars(cfg_.loss_scale, cfg_.gradient_clipping, stream);
     if (cfg_.mode == optimizer_mode::gpu_adamw) {

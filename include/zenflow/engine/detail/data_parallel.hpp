@@ -74,9 +74,11 @@ inline bool fixed_sets(const config& cfg, const schedule& sched) {
          sched.sets_fixed_for_step(cfg.is_selection_step(t));
 }
 
-/// Zen-auto reads step t's rest masses (zen_auto_lag steps later).
-inline bool zen_auto_masses(const config& cfg, std::int64_t t) {
-  return cfg.mode == optimizer_mode::zenflow && cfg.auto_update() && t >= cfg.full_warm_up_rounds;
+/// Zen-auto and select_on_mass_drop read step t's rest masses (zen_auto_lag steps later), so every
+/// rank needs the one-rank masses, not its own block's part.
+inline bool reads_rest_masses(const config& cfg, std::int64_t t) {
+  return cfg.mode == optimizer_mode::zenflow && (cfg.auto_update() || cfg.mass_trigger()) &&
+         t >= cfg.full_warm_up_rounds;
 }
 
 template <class Backend, class Comm>

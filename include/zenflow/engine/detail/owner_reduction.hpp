@@ -9,7 +9,8 @@
 ///   that is not finite makes the global norm rescan that row (math/norms.hpp), so such rows
 ///   themselves come from their owners (all ranks see the same scores: they agree on which);
 /// - the NaN/Inf flags: or-reduced (exact; the other blocks' unselected rows are zeros here);
-/// - Zen-auto's rest masses: each owner's per-row L1 of its unselected rows all-gathered, then
+/// - the rest masses (Zen-auto, select_on_mass_drop): each owner's per-row L1 of its unselected rows
+/// all-gathered, then
 ///   every rank adds them in the one-rank order (per D2H slot in row order, the slots in order)
 ///   and writes them over the record's rest words after the step's packs.
 /// Host communicators only (host and emulated backends: the buffers are host memory, read after
