@@ -77,31 +77,29 @@ void run_against_one_rank(const zenflow::config& cfg,
   ASSERT_EQ(dp.comm().size(), n);
   const auto& part = dp.partition();
   std::int64_t skipped = 0;
-  // Independent bookkeeping from what the reference shows (its device sets after every step):
-  // the rows that entered the device (their state crosses the wire from the owners), and the
-  // gradient bytes this rank does not copy down (the unselected channels of the other blocks).
+  // Independent bookkeeping from what the reference shows (its device sets after every step): the
+  // bytes on the wire, and the gradient bytes this rank does not copy down (the unselected
+  // channels of the other blocks).
   std::vector<std::vector<std::int32_t>> prev_sel(shapes.size());
-  std::uint64_t entered_bytes = 0;
   // fp32 master + m and v as the host keeps them
   const std::uint64_t state_per_element = cfg.host_moments == zenflow::moment_precision::bf16 ? 8 : 12;
   std::uint64_t others_bytes = 0;
   // Bytes on the wire per step (what each rank puts into collectives), from the same bookkeeping:
-  // a step whose device sets are fixed all-reduces the device sets' rows and the vectors, and
+  // every step all-reduces the device sets' rows (as they were at its start) and the vectors, and
   // reduce-scatters the host sets' rows by owner (a rank sends the other blocks' rows, (N-1)/N of
   // them on average), then one float per channel: the scores by owner, a flag per parameter, the
-  // rest masses' rows (Zen-auto), and a NaN row's bytes from its owner. Any other step (a selection
-  // step, one with a selection pending) all-reduces every gradient.
+  // rest masses' rows over the host sets after the step (Zen-auto, select_on_mass_drop), and a
+  // NaN row's bytes from its owner. A selection step (`selecting`) adds the L1 importance by owner
+  // (with importance "l1"), and each rank sends its entering rows (`now`: the sets after the
+  // step): their mean gradient, then their state (master, m, v, count).
   const bool zen = cfg.mode == zenflow::optimizer_mode::zenflow;
   const std::int64_t nan_channel = nan_step >= 0 ? 3 / shapes[0].len : -1;
   std::int64_t big_channel = -1; // at big_step: param 0's, its score overflows (finite elements)
   bool pending = false;
   std::uint64_t wire = 0; // summed over the ranks
-  auto step_bytes = [&](std::int64_t t, int r) -> std::uint64_t {
-    const bool warm = t < cfg.full_warm_up_rounds || !zen;
-    if (!warm && pending) {
-      return 4 * total_elements(shapes);
-    }
-    std::uint64_t dense = 0, others = 0, channels = 0, rows = 0, nan_row = 0;
+  auto step_bytes = [&](std::int64_t t, int r, bool selecting,
+                        const std::vector<std::vector<std::int32_t>>& now) -> std::uint64_t {
+    std::uint64_t dense = 0, others = 0, channels = 0, rows = 0, nan_row = 0, entering = 0;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
       if (!shapes[p].matrix) {
@@ -112,20 +110,24 @@ void run_against_one_rank(const zenflow::config& cfg,
       dense += sel.size() * len;
       for (int q = 0; q < n; ++q) {
         for (std::int64_t c = part.begin(m, q); c < part.end(m, q); ++c) {
-          if (std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c))) {
+          const auto ch = static_cast<std::int32_t>(c);
+          const bool selected_now = std::binary_search(now[p].begin(), now[p].end(), ch);
+          rows += q == r && !selected_now ? 1 : 0;
+          if (std::binary_search(sel.begin(), sel.end(), ch)) {
             continue;
           }
           others += q != r ? len : 0;
-          rows += q == r ? 1 : 0;
+          entering += q == r && selected_now ? len * sizeof(T) + state_per_element * len + 4 : 0;
           const bool nonfinite = (t == nan_step && c == nan_channel) || (t == big_step && c == big_channel);
           nan_row += nonfinite && p == 0 && q == r ? len * sizeof(T) : 0;
         }
       }
-      channels += static_cast<std::uint64_t>(part.count(m, r));
+      const bool l1 = selecting && cfg.importance == zenflow::channel_norm::l1;
+      channels += static_cast<std::uint64_t>(part.count(m, r)) * (l1 ? 2 : 1);
       ++m;
     }
     const bool rest = zen && (cfg.auto_update() || cfg.mass_trigger()) && t >= cfg.full_warm_up_rounds;
-    return 4 * (dense + others + channels + shapes.size() + (rest ? rows : 0)) + nan_row;
+    return 4 * (dense + others + channels + shapes.size() + (rest ? rows : 0)) + nan_row + entering;
   };
   for (std::int64_t t = 0; t < steps; ++t) {
     pending = pending || (zen && t >= cfg.full_warm_up_rounds && cfg.is_selection_step(t));
@@ -161,31 +163,34 @@ void run_against_one_rank(const zenflow::config& cfg,
     const float lr = 1e-2f * (1.0f - 0.5f * static_cast<float>(t) / static_cast<float>(steps));
     const auto a = dp.step(lr, stream);
     const auto b = ref.step(lr);
-    // A selection that select_on_mass_drop fired (decided at step t-1) all-reduces every gradient
-    // like a scheduled one: the reference's report says which step it was.
-    pending = pending || (b.selection && b.selection_reason == zenflow::selection_cause::mass_drop);
+    // A selection that select_on_mass_drop fired (decided at step t-1): the reference's report
+    // says which step it was.
+    const bool selecting = pending || b.selection;
+    std::vector<std::vector<std::int32_t>> now(shapes.size());
+    for (std::size_t p = 0; p < shapes.size(); ++p) {
+      now[p] = shapes[p].matrix ? ref.selected(ref_ids[p]) : std::vector<std::int32_t>{};
+    }
     std::uint64_t mine_wire = 0;
     for (int r = 0; r < n; ++r) {
-      wire += step_bytes(t, r);
-      mine_wire = r == rank ? step_bytes(t, r) : mine_wire;
+      const std::uint64_t bytes = step_bytes(t, r, selecting, now);
+      wire += bytes;
+      mine_wire = r == rank ? bytes : mine_wire;
     }
     EXPECT_EQ(a.selection, b.selection) << "step " << t;
     EXPECT_EQ(a.window_closed, b.window_closed) << "step " << t;
-    if (zen && t >= cfg.full_warm_up_rounds && !pending && !a.window_closed) { // no window's weights
+    // Exact where no window's weights cross (a close, or the drain of a selection step, applies
+    // the job before it); the sum over the run below counts those too.
+    if (zen && t >= cfg.full_warm_up_rounds && !selecting && !a.window_closed) {
       EXPECT_EQ(a.comm_bytes, mine_wire) << "step " << t;
     }
-    EXPECT_GE(a.comm_bytes, mine_wire) << "step " << t; // then migrations and windows
+    EXPECT_GE(a.comm_bytes, mine_wire) << "step " << t;
     pending = pending && !b.selection;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       if (!shapes[p].matrix) {
         continue;
       }
-      const auto sel = ref.selected(ref_ids[p]);
-      std::vector<std::int32_t> entered;
-      std::set_difference(sel.begin(), sel.end(), prev_sel[p].begin(), prev_sel[p].end(),
-                          std::back_inserter(entered));
+      const auto& sel = now[p];
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
-      entered_bytes += entered.size() * (state_per_element * len + 4);
       prev_sel[p] = sel;
       std::int64_t mine = 0; // this rank's unselected channels
       for (std::int64_t c = part.begin(m, rank); c < part.end(m, rank); ++c) {
@@ -243,13 +248,13 @@ void run_against_one_rank(const zenflow::config& cfg,
   EXPECT_EQ(summed.memory.host_state, ref.stats().memory.host_state + copies * vec_state);
   EXPECT_EQ(summed.memory.host_accumulators, ref.stats().memory.host_accumulators + copies * vec_acc);
   // Bytes on the wire, summed over the ranks: the two hashes from every rank, each step's
-  // reductions (above), each entering row's state once (from its owner), each window's weights
-  // once (every owner its share): all unselected channels, or every channel in the warm-up.
+  // reductions, entering rows and migrations (above), each window's weights once (every owner its
+  // share): all unselected channels, or every channel in the warm-up.
   const auto jobs = static_cast<std::uint64_t>(dp.stats().host_jobs);
   const auto warm =
       sync ? jobs : static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.full_warm_up_rounds, steps));
-  EXPECT_EQ(summed.comm_bytes, static_cast<std::uint64_t>(n) * 16 + wire + entered_bytes + warm * all_host +
-                                   (jobs - warm) * unselected);
+  EXPECT_EQ(summed.comm_bytes,
+            static_cast<std::uint64_t>(n) * 16 + wire + warm * all_host + (jobs - warm) * unselected);
   EXPECT_EQ(summed.d2h_bytes, [&] {
     std::uint64_t s = 0; // plain MPI, not the communicator under test
     const auto mine = static_cast<std::uint64_t>(dp.stats().d2h_bytes);
@@ -312,6 +317,16 @@ TEST(engine_data_parallel, selections_fired_by_the_mass_trigger_with_fixed_windo
   cfg.min_select_interval = 6;
   run_against_one_rank<float>(cfg, 90, -1);
   EXPECT_GE(last_run_mass_drop_selections, 1) << "the trigger must fire for this test to check anything";
+}
+
+// The L1 importance: a selection step computes it after the prologue, from zeros on the other
+// blocks' unselected rows, so the owners complete it as they do the scores.
+TEST(engine_data_parallel, selections_by_l1_importance_bf16) {
+  auto cfg = small_config();
+  cfg.importance = zenflow::channel_norm::l1;
+  cfg.select_interval = 3;
+  cfg.update_interval = 2;
+  run_against_one_rank<zenflow::bfloat16>(cfg, 16, -1);
 }
 
 TEST(engine_data_parallel, no_overlap_clipping_loss_scale_fp16) {

@@ -315,9 +315,9 @@ public:
     const std::int64_t trace_t0 = detail::pipeline_trace::now();
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     cost.trace = tracing();
-    // Data parallel: the host sets' rows by owner on a step whose device sets are fixed.
+    // Data parallel: the host sets' rows by owner.
     rep.comm_bytes =
-        dp_.reduce_gradients(plan_.backend(), params_, host_, detail::fixed_sets(cfg_, sched_), stream);
+        dp_.reduce_gradients(plan_.backend(), params_, host_, detail::split_by_owner(cfg_), stream);
     plan_.begin_step(t, stream);
     plan_.prologue_norms(stream);
     rep.comm_bytes += dp_.finish_norms(plan_, params_, host_, detail::reads_rest_masses(cfg_, t),
@@ -525,8 +525,9 @@ private:
     if (sched_.selection == detail::selection_phase::pending) {
       bool bad = false; // every matrix's top-k and the skip flag in one readback: the one device wait
       std::vector<std::vector<std::int32_t>> sets;
-      detail::timed_stall(cost, "selection: top-k of every matrix and the skip flag",
-                          [&] { bad = plan_.select_all(cfg_.importance, sets, cost.d2h, stream); });
+      detail::timed_stall(cost, "selection: top-k of every matrix and the skip flag", [&] {
+        bad = dp_.select(plan_, params_, host_, cfg_.importance, sets, cost.d2h, cost.comm, stream);
+      });
       if (!bad) { // a selection waits for a step with finite gradients
         drain(stream, cost);
         perform_selection(sets, stream, cost);
@@ -544,7 +545,7 @@ private:
     plan_.update(lr, cfg_.adam, stream);
     d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
     // Data parallel: the rest masses of the other blocks' rows, over the packs' (their stream).
-    dp_.write_rest(plan_, d2h_.pack_stream());
+    cost.comm += dp_.write_rest(plan_, params_, host_, d2h_.pack_stream());
     d2h_.push_record(t, detail::record_last_slot, sched_.accumulator, stream, cost);
     const std::int64_t length = ++sched_.window->length;
     rep.window_length = length;

@@ -6,11 +6,11 @@
 /// The gradients are reduced (mean) at the start of step(), into engine-owned buffers that the
 /// device plan then reads instead of the user's. Over a host communicator the host state is
 /// partitioned by owner (`partitioned()`): each rank keeps its block of every host-side matrix,
-/// the window's weights and the rows entering the device are all-gathered. There, a step whose
-/// device sets are fixed (`fixed_sets`) reduce-scatters the host sets' rows by owner and
-/// all-reduces only the rest; the scores, the skip flag, the clipping norm and Zen-auto's rest
-/// masses then get one float per channel from the owners (owner_reduction.hpp). Any other step
-/// (a selection step; a device communicator) all-reduces every gradient, and every decision is
+/// the window's weights and the rows entering the device are all-gathered. There every step
+/// reduce-scatters the host sets' rows by owner and all-reduces only the rest; the scores, the
+/// skip flag, the clipping norm, a selection's importance and the rest masses then get one float
+/// per channel from the owners, and a selection's entering rows come from theirs
+/// (owner_reduction.hpp). A device communicator all-reduces every gradient, and every decision is
 /// computed from the same mean on every rank. An N-rank run is a one-rank run fed the mean
 /// gradient, bit for bit.
 ///
@@ -61,17 +61,10 @@ using default_communicator_t = std::conditional_t<std::is_base_of_v<detail::host
 
 namespace detail {
 
-/// The coming step's device sets are known before its gradients are reduced (not a selection
-/// step, scheduled or triggered by `select_on_mass_drop` at the step before; no selection
-/// pending; the warm-up and offload_sync have none), so the rows each rank
-/// needs are known and the host sets' rows can be reduce-scattered by owner.
-inline bool fixed_sets(const config& cfg, const schedule& sched) {
-  if (cfg.mode == optimizer_mode::gpu_adamw) {
-    return false; // no host side: every row is the device's
-  }
-  const std::int64_t t = sched.step;
-  return cfg.mode == optimizer_mode::offload_sync || t < cfg.full_warm_up_rounds ||
-         sched.sets_fixed_for_step(cfg.is_selection_step(t));
+/// A step whose host sets' rows are reduce-scattered by owner (with the owner partition): every
+/// step with a host side (zenflow, its warm-up, offload_sync); gpu_adamw has none.
+inline bool split_by_owner(const config& cfg) {
+  return cfg.mode != optimizer_mode::gpu_adamw;
 }
 
 /// Zen-auto and select_on_mass_drop read step t's rest masses (zen_auto_lag steps later), so every
@@ -325,7 +318,7 @@ public:
   /// At the start of step(), when active: every parameter's gradient replaced by the mean over the
   /// ranks (fp32 rank-order mean, rounded once to the working type). Stream-ordered on a device
   /// communicator; a host communicator waits for `stream` first. With `split` (the owner
-  /// partition, a step whose device sets are fixed: owner_reduction.hpp) the host sets' rows are
+  /// partition, split_by_owner(): owner_reduction.hpp) the host sets' rows are
   /// reduce-scattered by owner instead, and only this rank's block of them holds the mean; then
   /// finish_norms() after the prologue's norms. Returns the bytes this rank sent.
   template <class HostSide>
@@ -384,9 +377,9 @@ public:
     return sent;
   }
 
-  /// After the prologue's norms of a split step (reduce_gradients): the scores, flags and, with
-  /// `rest_masses`, Zen-auto's rest masses completed from the owners (owner_reduction.hpp); a
-  /// no-op otherwise. Returns the bytes this rank sent.
+  /// After the prologue's norms of a split step (reduce_gradients): the scores and flags completed
+  /// from the owners, and with `rest_masses` the rest masses for write_rest() (owner_reduction.hpp);
+  /// a no-op otherwise. Returns the bytes this rank sent.
   template <class HostSide>
   std::uint64_t finish_norms(device_plan<Backend>& plan,
                              const std::vector<param_info>& params,
@@ -403,13 +396,46 @@ public:
     return 0;
   }
 
-  /// After the packs of a split step: the rest masses of finish_norms() into the record.
-  void write_rest(device_plan<Backend>& plan, cudaStream_t stream) {
+  /// A selection step's device sets (device_plan::select_all): on a split step the importance
+  /// and the entering rows are completed from the owners. Returns the skip flag; the bytes sent
+  /// go to `comm_bytes`.
+  template <class HostSide>
+  bool select(device_plan<Backend>& plan,
+              const std::vector<param_info>& params,
+              const HostSide& host,
+              channel_norm kind,
+              std::vector<std::vector<std::int32_t>>& sets,
+              std::size_t& d2h,
+              std::uint64_t& comm_bytes,
+              cudaStream_t stream) {
+    plan.importance(kind, stream);
     if constexpr (!Comm::is_device) {
       if (split_) {
-        owners_.write_rest(plan.backend(), plan, stream);
+        comm_bytes +=
+            owners_.complete_importance(comm_, plan.backend(), plan, params, owned(params), kind, stream);
+        const bool bad = plan.select_top(sets, d2h, stream);
+        if (!bad) {
+          comm_bytes += owners_.fetch_entering(comm_, params, host, owned(params), sets);
+        }
+        return bad;
       }
     }
+    return plan.select_top(sets, d2h, stream);
+  }
+
+  /// After the packs of a split step: the rest masses of finish_norms() over the host sets as
+  /// they are now, into the record on `stream` (the packs'). Returns the bytes sent.
+  template <class HostSide>
+  std::uint64_t write_rest(device_plan<Backend>& plan,
+                           const std::vector<param_info>& params,
+                           const HostSide& host,
+                           cudaStream_t stream) {
+    if constexpr (!Comm::is_device) {
+      if (split_) {
+        return owners_.write_rest(comm_, plan.backend(), plan, params, host, owned(params), stream);
+      }
+    }
+    return 0;
   }
 
 private:

@@ -132,7 +132,15 @@ public:
   bool select_all(channel_norm kind,
                   std::vector<std::vector<std::int32_t>>& sets,
                   std::size_t& d2h,
-                  cudaStream_t stream);
+                  cudaStream_t stream) {
+    importance(kind, stream);
+    return select_top(sets, d2h, stream);
+  }
+  /// select_all() in two halves, for data parallel's owners to complete the scores between them:
+  /// the importance into scores(p) (with sq_l2, the prologue's: nothing to do) ...
+  void importance(channel_norm kind, cudaStream_t stream);
+  /// ... and the top-k of every matrix over scores(p), read back with the skip flag (blocking).
+  bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
   /// Moves optimizer state between the host's full-size rows `host_rows` and the device's compact
   /// rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending; `old_sel` empty
   /// the first time): leaving rows go home, entering rows come up, kept rows move on the device.

@@ -19,10 +19,7 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 template <class Backend>
-bool device_plan<Backend>::select_all(channel_norm kind,
-                                      std::vector<std::vector<std::int32_t>>& sets,
-                                      std::size_t& d2h,
-                                      cudaStream_t stream) {
+void device_plan<Backend>::importance(channel_norm kind, cudaStream_t stream) {
   if (kind == channel_norm::l1) { // the prologue computed squared L2: L1 of every matrix instead
     for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
       using T = decltype(tag);
@@ -47,6 +44,12 @@ bool device_plan<Backend>::select_all(channel_norm kind,
           });
     });
   }
+}
+
+template <class Backend>
+bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& sets,
+                                      std::size_t& d2h,
+                                      cudaStream_t stream) {
   std::vector<topk_item> items;
   std::vector<std::size_t> which;
   std::size_t at = 0;

@@ -1,21 +1,22 @@
 /// @file
-/// The gradients' reduction of a step whose device sets are fixed, with the owner partition
-/// (docs/data-parallel.md, "The engine, data parallel"): the rows every rank needs (the device
-/// set's, the vectors') are all-reduced (mean); the host set's rows are reduce-scattered by owner
-/// (mean), so each rank holds the mean of its own unselected rows only (all its D2H stream, its
-/// consumer and its window need). The step's decisions that read other rows get one float per
-/// channel instead, each with the bits a one-rank run fed the mean gradient computes:
-/// - the scores (per-channel squared L2 of the mean): each owner's block all-gathered; a score
-///   that is not finite makes the global norm rescan that row (math/norms.hpp), so such rows
-///   themselves come from their owners (all ranks see the same scores: they agree on which);
+/// The gradients' reduction with the owner partition (docs/data-parallel.md, "The engine, data
+/// parallel"): the rows every rank needs (the device sets', the vectors') are all-reduced (mean);
+/// the host sets' rows are reduce-scattered by owner (mean), so each rank holds the mean of its
+/// own unselected rows only (all its D2H stream, its consumer and its window need). The step's
+/// decisions that read other rows get one float per channel instead, each with the bits a
+/// one-rank run fed the mean gradient computes:
+/// - the scores (per-channel squared L2 of the mean; a selection step's L1 importance likewise):
+///   each owner's block all-gathered; a score that is not finite makes the global norm rescan
+///   that row (math/norms.hpp), so such rows themselves come from their owners (all ranks see the
+///   same scores: they agree on which);
 /// - the NaN/Inf flags: or-reduced (exact; the other blocks' unselected rows are zeros here);
-/// - the rest masses (Zen-auto, select_on_mass_drop): each owner's per-row L1 of its unselected rows
-/// all-gathered, then
-///   every rank adds them in the one-rank order (per D2H slot in row order, the slots in order)
-///   and writes them over the record's rest words after the step's packs.
+/// - a selection step's entering rows (host-set rows that join a device set): from their owners,
+///   once the new sets are known, before the device update reads them;
+/// - the rest masses (Zen-auto, select_on_mass_drop): each owner's per-row L1 of its unselected
+///   rows all-gathered, then every rank adds them in the one-rank order (per D2H slot in row
+///   order, the slots in order) and writes them over the record's rest words after the packs.
 /// Host communicators only (host and emulated backends: the buffers are host memory, read after
-/// the stream is synchronized). Selection steps keep the full all-reduce: their new device set,
-/// known only after the scores, reads rows of every owner.
+/// the stream is synchronized).
 #pragma once
 
 #include <algorithm>
@@ -108,9 +109,9 @@ public:
   }
 
   /// After the prologue's norms (scores and flags) on the rows of reduce(): the scores by owner,
-  /// the flags or-reduced, the rows of non-finite scores from their owners, and with `rest` (Zen-auto
-  /// after the warm-up) the rest masses of every matrix for write_rest(), with the D2H stream's
-  /// `slot_bytes`. Synchronizes `stream`. Returns the bytes this rank sent.
+  /// the flags or-reduced, the rows of non-finite scores from their owners; with `rest` (Zen-auto
+  /// or select_on_mass_drop after the warm-up) write_rest() adds the rest masses, with the D2H
+  /// stream's `slot_bytes`. Synchronizes `stream`. Returns the bytes this rank sent.
   template <class HostSide>
   std::uint64_t finish_norms(Comm& comm,
                              const Backend& b,
@@ -122,51 +123,85 @@ public:
                              std::size_t slot_bytes,
                              cudaStream_t stream) {
     b.synchronize(stream);
-    const auto ranks = static_cast<std::size_t>(comm.size());
-    const auto me = comm.rank();
-    std::uint64_t sent = 0;
-    // Scores: one float per channel, each owner's block of every matrix, in rank order.
-    std::vector<std::size_t> sizes(ranks, 0);
-    std::vector<float> all;
-    std::size_t at = 0;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      at = static_cast<int>(r) == me ? all.size() : at;
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        if (split(params[p])) {
-          const auto [first, count] = block(p, static_cast<int>(r));
-          const float* s = plan.scores(p) + first;
-          all.insert(all.end(), s, s + count);
-          sizes[r] += static_cast<std::size_t>(count) * 4;
-        }
-      }
-    }
-    comm.all_gather_bytes(all.data() + at, all.data(), sizes, nullptr);
-    sent += sizes[static_cast<std::size_t>(me)];
-    std::size_t g = 0;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        if (split(params[p])) {
-          const auto [first, count] = block(p, static_cast<int>(r));
-          std::copy_n(all.data() + g, count, plan.scores(p) + first);
-          g += static_cast<std::size_t>(count);
-        }
-      }
-    }
+    std::uint64_t sent = gather_scores(comm, plan, params, block);
     comm.all_reduce_or(plan.flags(), params.size(), nullptr);
     sent += 4u * params.size();
-    sent += fetch_nonfinite_rows(comm, plan, params, host, block);
-    rest_ready_ = rest;
-    if (rest) {
-      sent += rest_masses(comm, params, host, block, slot_bytes);
+    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> nonfinite(
+        static_cast<std::size_t>(comm.size()));
+    for (std::size_t r = 0; r < nonfinite.size(); ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
+          if (!is_finite(plan.scores(p)[c])) {
+            nonfinite[r].emplace_back(p, c);
+          }
+        });
+      }
     }
+    sent += fetch_rows(comm, params, nonfinite);
+    rest_ready_ = rest;
+    slot_bytes_ = slot_bytes;
     return sent;
   }
 
-  /// After the step's packs (which added masses of zeros on the other blocks' rows): the rest
-  /// masses of finish_norms() over the record's rest words, on `stream`.
-  void write_rest(const Backend& b, device_plan<Backend>& plan, cudaStream_t stream) {
-    if (!rest_ready_ || rest_.empty()) {
-      return;
+  /// A selection step, between plan.importance() and plan.select_top(): with the L1 importance
+  /// (computed after the prologue, from zeros on the other blocks' host-set rows) the scores by
+  /// owner again; with sq_l2 finish_norms() did. Synchronizes `stream`. Returns the bytes sent.
+  std::uint64_t complete_importance(Comm& comm,
+                                    const Backend& b,
+                                    device_plan<Backend>& plan,
+                                    const std::vector<param_info>& params,
+                                    const block_fn& block,
+                                    channel_norm kind,
+                                    cudaStream_t stream) {
+    if (kind == channel_norm::sq_l2) {
+      return 0;
+    }
+    b.synchronize(stream);
+    return gather_scores(comm, plan, params, block);
+  }
+
+  /// A selection step, its new device sets `sets` chosen (before the migration): the rows that
+  /// enter a device set were host-set rows, so only their owners hold their mean; every rank
+  /// fetches them into its gradient (the device update reads them). Returns the bytes sent.
+  template <class HostSide>
+  std::uint64_t fetch_entering(Comm& comm,
+                               const std::vector<param_info>& params,
+                               const HostSide& host,
+                               const block_fn& block,
+                               const std::vector<std::vector<std::int32_t>>& sets) {
+    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> entering(
+        static_cast<std::size_t>(comm.size()));
+    for (std::size_t p = 0; p < params.size() && p < sets.size(); ++p) {
+      for (std::size_t r = 0; r < entering.size(); ++r) {
+        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
+          if (std::binary_search(sets[p].begin(), sets[p].end(), static_cast<std::int32_t>(c))) {
+            entering[r].emplace_back(p, c);
+          }
+        });
+      }
+    }
+    return fetch_rows(comm, params, entering);
+  }
+
+  /// After the step's packs (which added masses of zeros on the other blocks' rows), with the
+  /// `rest` of finish_norms(): the one-rank rest masses over the host sets as they are now (a
+  /// selection step's new ones), written over the record's rest words on `stream`. Returns the
+  /// bytes sent.
+  template <class HostSide>
+  std::uint64_t write_rest(Comm& comm,
+                           const Backend& b,
+                           device_plan<Backend>& plan,
+                           const std::vector<param_info>& params,
+                           const HostSide& host,
+                           const block_fn& block,
+                           cudaStream_t stream) {
+    if (!rest_ready_) {
+      return 0;
+    }
+    rest_ready_ = false;
+    const std::uint64_t sent = rest_masses(comm, params, host, block, slot_bytes_);
+    if (rest_.empty()) {
+      return sent;
     }
     if (h_rest_.size() < rest_.size()) {
       h_rest_ = typename Backend::template host_buffer<float>(rest_.size());
@@ -174,7 +209,7 @@ public:
     // The copy reads h_rest_ when the stream runs it; the next write is after a synchronize.
     std::copy(rest_.begin(), rest_.end(), h_rest_.data());
     b.copy_h2d(plan.record_rest(), h_rest_.data(), rest_.size() * 4, stream);
-    rest_ready_ = false;
+    return sent;
   }
 
 private:
@@ -211,29 +246,51 @@ private:
     return static_cast<std::size_t>(e) * pi.elem_bytes();
   }
 
-  /// The host-set rows whose gathered score is not finite, copied from their owners into every
-  /// rank's gradient (the global norm rescans them). Nothing crosses when there is none (every
-  /// rank sees the same scores, so every rank skips the collective).
-  template <class HostSide>
-  std::uint64_t fetch_nonfinite_rows(Comm& comm,
+  /// Each score of a split matrix from its owner's block (one float per channel, in rank order),
+  /// into every rank's scores(p). Returns the bytes sent.
+  static std::uint64_t gather_scores(Comm& comm,
                                      device_plan<Backend>& plan,
                                      const std::vector<param_info>& params,
-                                     const HostSide& host,
                                      const block_fn& block) {
     const auto ranks = static_cast<std::size_t>(comm.size());
-    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> rows(ranks);
-    bool any = false;
+    const auto me = comm.rank();
+    std::vector<std::size_t> sizes(ranks, 0);
+    std::vector<float> all;
+    std::size_t at = 0;
     for (std::size_t r = 0; r < ranks; ++r) {
+      at = static_cast<int>(r) == me ? all.size() : at;
       for (std::size_t p = 0; p < params.size(); ++p) {
-        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
-          if (!is_finite(plan.scores(p)[c])) {
-            rows[r].emplace_back(p, c);
-            any = true;
-          }
-        });
+        if (split(params[p])) {
+          const auto [first, count] = block(p, static_cast<int>(r));
+          const float* s = plan.scores(p) + first;
+          all.insert(all.end(), s, s + count);
+          sizes[r] += static_cast<std::size_t>(count) * 4;
+        }
       }
     }
-    if (!any) {
+    comm.all_gather_bytes(all.data() + at, all.data(), sizes, nullptr);
+    std::size_t g = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        if (split(params[p])) {
+          const auto [first, count] = block(p, static_cast<int>(r));
+          std::copy_n(all.data() + g, count, plan.scores(p) + first);
+          g += static_cast<std::size_t>(count);
+        }
+      }
+    }
+    return sizes[static_cast<std::size_t>(me)];
+  }
+
+  /// The gradient rows `rows[r]` ({parameter, channel}, owned by rank r) copied from their owners
+  /// into every rank's gradient (working type: the owner's bits). Nothing crosses when there is
+  /// none (every rank computes the same lists, so every rank skips the collective).
+  static std::uint64_t
+  fetch_rows(Comm& comm,
+             const std::vector<param_info>& params,
+             const std::vector<std::vector<std::pair<std::size_t, std::int64_t>>>& rows) {
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    if (std::all_of(rows.begin(), rows.end(), [](const auto& v) { return v.empty(); })) {
       return 0;
     }
     std::vector<std::size_t> sizes(ranks, 0);
@@ -348,6 +405,7 @@ private:
   std::vector<std::size_t> counts_;
   std::vector<float> rest_; // per matrix, for write_rest()
   bool rest_ready_ = false;
+  std::size_t slot_bytes_ = 0; // the D2H stream's, for rest_masses()
   typename Backend::template host_buffer<float> h_rest_;
 };
 
