@@ -10,13 +10,14 @@
 // broadcasts, one per owner, of n/N each, (N-1)/N x n):
 //   zenflow_engine_before  the engine before issue 12's reduce-scatter: mean all-reduce of every
 //                       gradient (fp32) each step, the window's weights all-gathered by owner once
-//                       per window (what a selection step still does: its device set is not known
-//                       before its gradients are reduced);
-//   zenflow_engine_now  this engine: on a step with fixed device sets the selected gradients and
-//                       vectors all-reduced (fp32), the unselected reduce-scattered by owner (fp32),
-//                       one float per channel all-gathered (the scores) and a flag per parameter;
-//                       a selection step (1 in select_interval) as before; the weights all-gathered
-//                       once per window (Zen-auto adds one float per unselected channel, not here);
+//                       per window;
+//   zenflow_engine_now  this engine: every step the selected gradients and vectors all-reduced
+//                       (fp32), the unselected reduce-scattered by owner (fp32), one float per
+//                       channel all-gathered (the scores) and a flag per parameter; a selection
+//                       step (1 in select_interval) adds the entering rows' gradients from their
+//                       owners (bf16; counted as if every selected row entered: an upper bound);
+//                       the weights all-gathered once per window (Zen-auto and
+//                       select_on_mass_drop add one float per unselected channel, not here);
 //   zenflow_design      SPEC's design: scores all-reduced on a selection step, the selected
 //                       gradients and vectors all-reduced (fp32), the unselected reduce-scattered
 //                       by owner (fp32), the weights all-gathered once per window;
@@ -124,7 +125,7 @@ nlohmann::json computed(const std::string& name,
   const double split = 2 * ring * 4 * (KL + V) + ring * 4 * U + ring * 4 * C; // + the scores
   j["per_step_sent"] = {
       {"zenflow_engine_before", before + ring * 2 * U / window},
-      {"zenflow_engine_now", split + (before - split) / select_every + ring * 2 * U / window},
+      {"zenflow_engine_now", split + ring * 2 * KL / select_every + ring * 2 * U / window},
       {"zenflow_design",
        2 * ring * 4 * C / select_every + 2 * ring * 4 * (KL + V) + ring * 4 * U + ring * 2 * U / window},
       {"deepspeed_stage12",
@@ -191,7 +192,7 @@ nlohmann::json measured(int steps) {
   // sets puts into collectives (the engine's counting: an all-reduce's whole input, of the
   // reduce-scatter the other blocks' rows, this rank's block of scores, a flag per parameter).
   std::uint64_t own_grad_bytes = 0, all_unselected_bytes = 0, model_bytes = 0;
-  std::uint64_t dense = 0, others = 0, own_channels = 0;
+  std::uint64_t dense = 0, others = 0, own_channels = 0, own_rows = 0;
   for (std::size_t p = 0, m = 0; p < list.size(); ++p) {
     model_bytes += static_cast<std::uint64_t>(list[p].channels * list[p].len) * 4;
     if (!list[p].matrix) {
@@ -207,14 +208,15 @@ nlohmann::json measured(int steps) {
     const auto unselected = static_cast<std::uint64_t>(list[p].channels) - sel.size();
     others += (unselected - static_cast<std::uint64_t>(own)) * static_cast<std::uint64_t>(list[p].len);
     own_channels += static_cast<std::uint64_t>(e.partition().count(m, rank));
+    own_rows += static_cast<std::uint64_t>(own);
     own_grad_bytes += static_cast<std::uint64_t>(own * list[p].len) * 4;
     all_unselected_bytes +=
         static_cast<std::uint64_t>((list[p].channels - cfg.topk(list[p].channels)) * list[p].len) * 4;
     ++m;
   }
-  // The steps that reduced by owner and applied no window: their measured bytes, against the
-  // formula; a selection step reduces every gradient (the engine before issue 12 did so every step).
-  // (The formula takes the last selection's device sets: the steps after it.)
+  // The steps that applied no window and made no selection: their measured bytes, against the
+  // formula (which takes the last selection's device sets: the steps after it). A selection step
+  // adds its entering rows (gradients and state) and applies the window before it.
   std::vector<std::uint64_t> plain, selection;
   for (const auto& s : per_step) {
     if (s["selection"].get<bool>()) {
@@ -233,12 +235,16 @@ nlohmann::json measured(int steps) {
                  {"select_interval", cfg.select_interval},
                  {"update_interval", cfg.update_interval}};
   j["plain_step_comm_bytes"] = plain;         // measured, this engine, after the last selection
-  j["selection_step_comm_bytes"] = selection; // measured: every gradient's mean + migration + window
+  j["selection_step_comm_bytes"] = selection; // measured: split + entering rows + migration + window
+  // The rest masses (one float per unselected row of its block) where Zen-auto or
+  // select_on_mass_drop read them.
+  const std::uint64_t rest = cfg.auto_update() || cfg.mass_trigger() ? own_rows : 0;
   j["formula"] = {{"mean_allreduce_input_per_step", 4 * elements},
-                  {"split_step_input", 4 * (dense + others + own_channels + list.size())},
+                  {"split_step_input", 4 * (dense + others + own_channels + list.size() + rest)},
                   {"split_allreduce_input", 4 * dense},
                   {"split_reduce_scatter_sent", 4 * others},
                   {"split_scores_and_flags", 4 * (own_channels + list.size())},
+                  {"split_rest_masses", 4 * rest},
                   {"window_allgather_input", own_grad_bytes},
                   {"own_unselected_grad_bytes_per_step", own_grad_bytes},
                   {"one_rank_unselected_grad_bytes_per_step", all_unselected_bytes},
