@@ -420,7 +420,7 @@ public:
   /// stats() with the byte, stall and host-memory counters summed over the ranks (a collective:
   /// every rank calls it). One rank: stats().
   [[nodiscard]] zenflow::stats stats_over_ranks(cudaStream_t stream = nullptr) {
-    return dp_.active() ? dp_.summed(stats_, stream) : stats_;
+    return dp_.active() ? dp_.summed(plan_.backend(), stats_, stream) : stats_;
   }
 
   /// The communicator the engine steps with (rank(), size()).

@@ -255,8 +255,9 @@ public:
   }
 
   /// Sums of the byte, stall and host-memory counters of `s` over the ranks (a collective; double
-  /// sums in rank order, exact for byte counts below 2^53).
-  [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t stream) {
+  /// sums, exact for byte counts below 2^53). A device communicator reduces them in device memory
+  /// (setup()'s buffer): blocking.
+  [[nodiscard]] zenflow::stats summed(const Backend& b, const zenflow::stats& s, cudaStream_t stream) {
     zenflow::stats out = s;
     double v[] = {static_cast<double>(s.d2h_bytes),
                   static_cast<double>(s.h2d_bytes),
@@ -268,7 +269,16 @@ public:
                   static_cast<double>(s.memory.host_ring),
                   static_cast<double>(s.memory.host_upload),
                   static_cast<double>(s.memory.host_landing)};
-    comm_.all_reduce_sum(v, std::size(v), stream);
+    static_assert(std::size(v) == summed_counters);
+    if constexpr (Comm::is_device) {
+      b.copy_h2d(sums_.data(), v, sizeof(v), stream);
+      comm_.all_reduce_sum(sums_.data(), std::size(v), stream);
+      b.copy_d2h(v, sums_.data(), sizeof(v), stream);
+      b.synchronize(stream);
+    } else {
+      (void)b;
+      comm_.all_reduce_sum(v, std::size(v), stream);
+    }
     out.d2h_bytes = static_cast<std::uint64_t>(v[0]);
     out.h2d_bytes = static_cast<std::uint64_t>(v[1]);
     out.comm_bytes = static_cast<std::uint64_t>(v[2]);
@@ -308,11 +318,12 @@ public:
       slots_.push_back(std::move(s));
     }
     wide_ = dbuf<float>(static_cast<std::size_t>(total));
+    sums_ = dbuf<double>(summed_counters);
     idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(widest));
     b.run(stream, static_cast<std::size_t>(widest) * 4, "zenflow::engine: iota",
           [out = idx_.data(), widest](auto prim, auto on) { return prim.iota(out, widest, on); });
     b.synchronize(stream);
-    return bytes + wide_.size() * 4 + idx_.size() * 4;
+    return bytes + wide_.size() * 4 + idx_.size() * 4 + sums_.size() * 8;
   }
 
   /// At the start of step(), when active: every parameter's gradient replaced by the mean over the
@@ -528,8 +539,10 @@ private:
   channel_partition partition_{};
   std::vector<std::int64_t> part_index_; // per parameter: its matrix in partition_, or -1
   std::vector<slot> slots_;
+  static constexpr std::size_t summed_counters = 10; // summed()'s doubles
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;
+  dbuf<double> sums_;                     // summed()'s, in device memory for a device communicator
   owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
   bool split_ = false;                    // this step's reduction is split by owner
 };
