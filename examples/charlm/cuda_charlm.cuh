@@ -231,6 +231,14 @@ public:
   [[nodiscard]] weight_t* weights(std::int32_t p) { return weights_.data() + t_[p].offset; }
   [[nodiscard]] weight_t* grads(std::int32_t p) { return grads_.data() + t_[p].offset; }
   [[nodiscard]] cudaStream_t stream() const { return stream_; }
+  /// Every weight, copied down (blocking; data parallel compares the replicas at the end).
+  [[nodiscard]] std::vector<weight_t> all_weights() const {
+    std::vector<weight_t> w(weights_.size());
+    cuda_check(cudaMemcpyAsync(w.data(), weights_.data(), weights_.bytes(), cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpyAsync(all_weights)");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return w;
+  }
 
   /// Copies a batch's tokens to the device (stream-ordered; the host batch must stay alive
   /// until the stream reaches the copy: the trainer synchronises every step).

@@ -15,7 +15,8 @@
 
 #if defined(CHARLM_HAS_MPI)
 namespace charlm {
-/// charlm_train under mpirun: the host backend, data parallel; rank 0 prints and writes the JSON.
+/// charlm_train under mpirun, data parallel: the host backend over MPI, or (`--backend cuda`, built
+/// with NCCL) the CUDA backend, one rank per GPU, over NCCL; rank 0 prints and writes the JSON.
 inline int main_data_parallel(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -28,16 +29,23 @@ inline int main_data_parallel(int argc, char** argv) {
       }
       return 0;
     }
+#  if !defined(CHARLM_HAS_NCCL)
     if (o.backend == "cuda") {
-      throw zenflow::invalid_argument("--backend: data parallel (mpirun) runs on the host backend");
+      throw zenflow::invalid_argument("--backend: built without NCCL, data parallel (mpirun) runs on the "
+                                      "host backend only");
     }
+#  endif
     zenflow::set_log_handler(zenflow::stderr_log_handler, o.log_level);
     if (rank == 0 && !o.quiet) {
       std::fputs(o.zf.describe(&o.zf_sources).c_str(), stdout);
       std::fputs("\n", stdout);
     }
     bool same = false;
+#  if defined(CHARLM_HAS_NCCL)
+    const run_result r = o.backend == "cuda" ? run_cuda_mpi(o, same) : run_host_mpi(o, same);
+#  else
     const run_result r = run_host_mpi(o, same);
+#  endif
     if (rank == 0) {
       print_summary(r);
       std::printf("data parallel: replicas %s\n", same ? "identical" : "DIFFER");

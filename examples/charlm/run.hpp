@@ -140,5 +140,10 @@ namespace charlm {
 /// The CUDA backend (train_cuda.cu).
 run_result run_cuda(options o);
 #endif
+#if defined(CHARLM_HAS_NCCL)
+/// The CUDA backend under mpirun, one rank per GPU over NCCL (train_cuda.cu); `replicas_same` as
+/// run_host_mpi's.
+run_result run_cuda_mpi(options o, bool& replicas_same);
+#endif
 
 } // namespace charlm

@@ -1,6 +1,19 @@
-// run_cuda: the trainer on the CUDA backend (cuBLAS model, zenflow::engine<cuda_backend>).
+// run_cuda: the trainer on the CUDA backend (cuBLAS model, zenflow::engine<cuda_backend>);
+// run_cuda_mpi: the same under mpirun, one rank per GPU over NCCL.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <zenflow/core/error.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/engine/engine.cuh>
+#if defined(CHARLM_HAS_NCCL)
+#  include <mpi.h>
+
+#  include <nccl.h>
+
+#  include <zenflow/comm/nccl_communicator.cuh>
+#endif
 
 #include "cuda_charlm.cuh"
 #include "run.hpp"
@@ -17,5 +30,91 @@ run_result run_cuda(options o) {
   opt.initialize(st);
   return train(model, opt, data, o, st.get());
 }
+
+#if defined(CHARLM_HAS_NCCL)
+namespace {
+/// The NCCL communicator of MPI_COMM_WORLD on this rank's GPU (rank 0's unique id broadcast over
+/// MPI), destroyed with the object: the engine's nccl_communicator only borrows it.
+class world_nccl {
+public:
+  world_nccl(int rank, int ranks) {
+    ncclUniqueId id{};
+    if (rank == 0) {
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    }
+    MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    check(ncclCommInitRank(&comm_, ranks, id, rank), "ncclCommInitRank");
+  }
+  world_nccl(const world_nccl&) = delete;
+  world_nccl& operator=(const world_nccl&) = delete;
+  ~world_nccl() { (void)ncclCommDestroy(comm_); }
+  [[nodiscard]] ncclComm_t get() const { return comm_; }
+
+private:
+  static void check(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess) {
+      throw zenflow::comm_error(std::string("charlm_train: ") + what + ": " + ncclGetErrorString(r));
+    }
+  }
+  ncclComm_t comm_ = nullptr;
+};
+
+/// This rank's GPU: its rank among the ranks of its node (one rank per GPU).
+int node_local_device(int rank) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local = 0;
+  int local_ranks = 1;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  int devices = 0;
+  zenflow::detail::check(cudaGetDeviceCount(&devices), "charlm_train: cudaGetDeviceCount");
+  if (local_ranks > devices) {
+    throw zenflow::invalid_argument("mpirun: " + std::to_string(local_ranks) + " ranks on this node but " +
+                                    std::to_string(devices) + " GPU(s): run one rank per GPU");
+  }
+  return local;
+}
+} // namespace
+
+run_result run_cuda_mpi(options o, bool& replicas_same) {
+  int rank = 0;
+  int ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (o.batch < ranks) {
+    throw zenflow::invalid_argument("--batch: must be >= the number of ranks (" + std::to_string(ranks) +
+                                    ")");
+  }
+  if (rank != 0) { // rank 0 reports
+    o.quiet = true;
+    o.progress_every = 0;
+  }
+  zenflow::detail::check(cudaSetDevice(node_local_device(rank)), "charlm_train: cudaSetDevice");
+  const world_nccl nccl(rank, ranks); // after cudaSetDevice: NCCL binds the current device
+  dataset data = make_dataset(o);     // the same batches on every rank
+  zenflow::stream st;
+  cuda_charlm model(o.shape, o.seed, st); // the same seed: the replicas start equal
+  zenflow::engine<zenflow::cuda_backend, zenflow::nccl_communicator> opt(
+      o.zf, zenflow::cuda_backend{}, zenflow::nccl_communicator(nccl.get()));
+  register_params(model, opt);
+  opt.initialize(st);
+  run_result r = train(model, opt, data, o, st.get(), rank, ranks);
+  const zenflow::stats all = opt.stats_over_ranks(st.get()); // every rank calls it
+  r.ranks = ranks;
+  r.comm_bytes = opt.stats().comm_bytes;
+  r.comm_bytes_all = all.comm_bytes;
+  r.host_memory_all = all.memory.host_total();
+  using weight_t = cuda_charlm::weight_t;
+  const std::vector<weight_t> w = model.all_weights();
+  std::vector<weight_t> w0 = w;
+  MPI_Bcast(w0.data(), static_cast<int>(w0.size() * sizeof(weight_t)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int differs = std::memcmp(w.data(), w0.data(), w.size() * sizeof(weight_t)) != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  replicas_same = differs == 0;
+  return r;
+}
+#endif
 
 } // namespace charlm
