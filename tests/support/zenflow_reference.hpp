@@ -62,53 +62,9 @@
 #include <zenflow/engine/config.hpp>
 
 #include "support/bf16_moments_reference.hpp"
+#include "support/reference_math.hpp"
 
 namespace zf_test {
-
-/// `x` as the engine would store it in a working weight of type `dt`: double -> float -> dtype.
-inline double round_to_dtype(double x, zenflow::dtype dt) {
-  const float f = static_cast<float>(x);
-  switch (dt) {
-  case zenflow::dtype::f32:
-    return f;
-  case zenflow::dtype::f16:
-    return zenflow::to_float(zenflow::from_float<zenflow::half>(f));
-  case zenflow::dtype::bf16:
-    return zenflow::to_float(zenflow::from_float<zenflow::bfloat16>(f));
-  }
-  return f;
-}
-
-/// One AdamW (or Adam + L2) update in double; `count` is the update count including this one.
-/// `steps` > 1: the update stands for that many steps of gradient g (a host window with
-/// host_moments_per_step): the moments forget as `steps` updates would, b^steps, and `count`
-/// counts steps.
-inline void reference_adam(double& p,
-                           double& m,
-                           double& v,
-                           double g,
-                           double lr,
-                           std::int32_t count,
-                           const zenflow::adamw_hparams& h,
-                           std::int32_t steps = 1) {
-  const double b1 = h.beta1;
-  const double b2 = h.beta2;
-  const double wd = h.weight_decay;
-  if (!h.decoupled) {
-    g += wd * p;
-  }
-  const double d1 = std::pow(b1, steps);
-  const double d2 = std::pow(b2, steps);
-  m = d1 * m + (1.0 - d1) * g;
-  v = d2 * v + (1.0 - d2) * g * g;
-  const double bc1 = 1.0 - std::pow(b1, count);
-  const double bc2 = 1.0 - std::pow(b2, count);
-  const double denom = std::sqrt(v) / std::sqrt(bc2) + static_cast<double>(h.eps);
-  if (h.decoupled) {
-    p *= 1.0 - lr * wd;
-  }
-  p -= lr / bc1 * m / denom;
-}
 
 /// A parameter's own hyper-parameters (a parameter group): its learning rate is the step's lr
 /// times `lr_scale` on every path, its weight decay `weight_decay` (unset: the config's).
@@ -433,24 +389,7 @@ private:
       if (!p.matrix) {
         continue;
       }
-      std::vector<double> score(static_cast<std::size_t>(p.channels), 0.0);
-      for (std::int64_t j = 0; j < p.channels; ++j) {
-        double s = 0.0;
-        for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
-          const double x = grads[i][static_cast<std::size_t>(e)];
-          s += cfg_.importance == zenflow::channel_norm::l1 ? std::fabs(x) : x * x;
-        }
-        score[static_cast<std::size_t>(j)] = s;
-      }
-      std::vector<std::int32_t> order(static_cast<std::size_t>(p.channels));
-      std::iota(order.begin(), order.end(), 0);
-      // Brute force: a full sort by (score descending, index ascending).
-      std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-        return score[static_cast<std::size_t>(a)] > score[static_cast<std::size_t>(b)];
-      });
-      const auto k = static_cast<std::size_t>(cfg_.topk(p.channels));
-      p.sel.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
-      std::sort(p.sel.begin(), p.sel.end());
+      p.sel = reference_topk_channels(grads[i], p.channels, p.len, cfg_.topk(p.channels), cfg_.importance);
       std::vector<char> was = p.is_sel;
       std::fill(p.is_sel.begin(), p.is_sel.end(), 0);
       for (const std::int32_t j : p.sel) {
