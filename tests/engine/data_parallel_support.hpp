@@ -18,6 +18,7 @@
 #include <zenflow/engine/engine.hpp>
 
 #include "engine_harness.hpp"
+#include "support/mpi_checks.hpp"
 #include "support/random.hpp"
 
 namespace zf_dp_test {
@@ -27,36 +28,13 @@ using zf_engine_test::kShapes;
 using zf_engine_test::shape;
 using zf_engine_test::small_config;
 
-inline int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-inline int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using zf_test::same_on_every_rank;
+using zf_test::world_rank;
+using zf_test::world_size;
 
 // A generous bound: a failure on another rank ends a case in 10 s instead of a hang.
 inline zenflow::mpi_communicator make_comm() {
   return zenflow::mpi_communicator(MPI_COMM_WORLD, {10s});
-}
-
-// True when every rank holds the same bytes in `v` (plain MPI, not the communicator under test).
-template <class T>
-bool same_on_every_rank(const std::vector<T>& v) {
-  const int n = world_size();
-  const auto bytes = v.size() * sizeof(T);
-  std::vector<unsigned char> all(bytes * static_cast<std::size_t>(n));
-  MPI_Allgather(v.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes), MPI_BYTE,
-                MPI_COMM_WORLD);
-  for (int r = 1; r < n; ++r) {
-    if (std::memcmp(all.data(), all.data() + static_cast<std::size_t>(r) * bytes, bytes) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // Rank `rank`'s gradient of parameter `p` at step `t`: channel magnitudes skewed (e^0..e^4) and
