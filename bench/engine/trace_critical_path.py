@@ -14,7 +14,10 @@ Per step (cycle = start of its forward to the start of the next step's forward):
     pack_tail    packs (pack stream) still running after the training stream's last kernel: the
                  next forward waits for them (gradient_release::at_step joins them in)
     other        what remains: thread wake-ups, the training thread's wait and enqueue
-  d2h          the wire: busy ms in the cycle, the modelled ms of those copies (bytes / B), and the
+  job_ovl      the host job's window AdamW (host threads on the same cores) running after the
+               backward, beside the kernels
+  d2h          the wire: the copies that start in the cycle, their ms as run and as modelled
+               (bytes / B; the difference is what the emulation added), and the
                idle ms split by what the next copy waited for (a pack still running: "packs";
                otherwise "other": the record, the ring, a wake-up)
 """
@@ -59,6 +62,7 @@ def analyse(spans, compute_ms, bps):
     packs = [s for s in spans if s["key"] == S_PACK]
     d2h = [s for s in spans if s["key"] == S_D2H]
     steps = [s for s in spans if s["key"] == (1, 1) and s["cat"] == "step"]
+    jobs = [s for s in spans if s["key"] == (1, 3)]
     rows = []
     for i in range(len(fwd) - 1):
         a, b = fwd[i]["t0"], fwd[i + 1]["t0"]
@@ -74,7 +78,7 @@ def analyse(spans, compute_ms, bps):
         after = b - bwd_end
         # The wire in this cycle: busy, modelled, idle gaps and what the next copy waited for.
         c = [s for s in d2h if a <= s["t0"] < b]
-        busy = busy_in(c, a, b)
+        busy = sum(s["t1"] - s["t0"] for s in c)  # the copies that start in the cycle, whole
         modelled = sum(s.get("args", {}).get("bytes", 0) for s in c) / bps * 1e3 if bps else 0.0
         idle_packs = idle_other = 0.0
         prev_end = max([s["t1"] for s in d2h if s["t0"] < a], default=a)
@@ -106,6 +110,8 @@ def analyse(spans, compute_ms, bps):
             "d2h_idle_waiting_packs_ms": idle_packs,
             "d2h_idle_other_ms": idle_other,
             "engine_stall_ms": stall,
+            # The host job's window AdamW (host_threads threads) running beside the kernels.
+            "host_job_overlap_ms": busy_in(jobs, bwd_end, b),
         })
     return rows
 
@@ -120,14 +126,20 @@ def main():
     rows = analyse(load(a.trace), a.compute_ms, a.pcie_gbps * 1e9)
     cols = ["cycle_ms", "compute_ms", "compute_excess_ms", "after_backward_ms", "s1_kernels_ms", "pack_tail_ms",
             "after_other_ms", "packs_busy_ms", "d2h_busy_ms", "d2h_modelled_ms", "d2h_idle_waiting_packs_ms",
-            "d2h_idle_other_ms", "engine_stall_ms"]
+            "d2h_idle_other_ms", "engine_stall_ms", "host_job_overlap_ms"]
     short = ["cycle", "compute", "c_exc", "after_bw", "s1_kern", "pk_tail", "other", "packs", "d2h_busy",
-             "d2h_mod", "idle_pk", "idle_oth", "stall"]
+             "d2h_mod", "idle_pk", "idle_oth", "stall", "job_ovl"]
     print("step " + " ".join(f"{c:>8s}" for c in short))
     for r in rows:
         print(f"{r['step']:4d} " + " ".join(f"{r[c]:8.2f}" for c in cols))
     med = {c: statistics.median(r[c] for r in rows) for c in cols}
     print("med  " + " ".join(f"{med[c]:8.2f}" for c in cols))
+    for label, sel in (("with", [r for r in rows if r["host_job_overlap_ms"] > 0.5]),
+                       ("without", [r for r in rows if r["host_job_overlap_ms"] <= 0.5])):
+        if sel:
+            print(f"  cycles {label} the host job after the backward: {len(sel)}, median cycle "
+                  f"{statistics.median(r['cycle_ms'] for r in sel):.2f} ms, after the backward "
+                  f"{statistics.median(r['after_backward_ms'] for r in sel):.2f} ms")
     names = sorted({n for r in rows for n in r["s1_kernels"]})
     kmed = {n: statistics.median(r["s1_kernels"].get(n, 0.0) for r in rows) for n in names}
     for n in names:
