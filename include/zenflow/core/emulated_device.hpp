@@ -440,9 +440,10 @@ private:
         std::tie(start, end) =
             resource_for(what).reserve(cost, st.chained ? std::max(st.chain_end, enqueued) : clock::now());
         // The body (a copy's memcpy) runs in the last part of the modelled time, not after it: the
-        // data still lands at the end, and the operation does not take its time plus the memcpy.
+        // data still lands near the end, and the operation does not take its time plus the memcpy.
+        // Twice the expected time: a memcpy slower than the running mean must not overrun.
         const auto early =
-            std::chrono::nanoseconds(static_cast<std::int64_t>(per_byte * static_cast<double>(bytes)));
+            std::chrono::nanoseconds(static_cast<std::int64_t>(2.0 * per_byte * static_cast<double>(bytes)));
         std::this_thread::sleep_until(end - std::min(early, cost));
       } else {
         start = end = clock::now();
@@ -462,7 +463,9 @@ private:
         }
       }
       const auto body_end = clock::now();
-      if (body && bytes > 0) {
+      // Per byte from large bodies only: a small copy's time is its call overhead, which would
+      // start a large copy's memcpy far too early.
+      if (body && bytes >= (std::size_t{1} << 16)) {
         const double took = static_cast<double>((body_end - body_start).count()) / static_cast<double>(bytes);
         per_byte = per_byte == 0.0 ? took : 0.5 * (per_byte + took);
       }
