@@ -14,7 +14,10 @@
 /// the ratio to the pipeline bound max(C, down / B, up / B, host window / S, accumulation), where
 /// "host window / S" is the engine's host-window seconds per step and "accumulation" a standalone
 /// timing of the same accumulation (host::accumulate_channels over the unselected rows) with the
-/// consumer's thread count.
+/// consumer's thread count. Beside it, labelled apart and not issue 11's: "bound+K", the same max
+/// with C + K for C, where K is the emulated device's own kernel time (its kernels are host code on
+/// this machine's cores, microseconds on a GPU) between a backward's end and the next forward,
+/// measured from the device's timeline in the same run (kernel_ms_after_backward).
 ///
 ///   build/cpu/bench/engine/zf_bench_pipeline --json out.json
 ///   build/cpu/bench/engine/zf_bench_pipeline --params 100 --compute-ms 200 --steps 40 --json big.json
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -86,6 +90,10 @@ struct result {
   double d2h_bytes_per_step = 0, h2d_bytes_per_step = 0;
   double host_window_ms_per_step = 0, accumulate_ms = 0;
   double bound_ms = 0, ratio_to_bound = 0;
+  // A second bound, labelled as such (not issue 11's): C + the emulated device's own kernel time
+  // after the backward (kernel_ms_after_backward, measured in this run) in place of C.
+  double kernel_ms = 0, kernel_train_ms = 0, bound_kernels_ms = 0, ratio_to_bound_kernels = 0;
+  std::string bound_kernels_term;
   // Device memory per parameter: the user's bf16 weights and gradients (4 B) plus every buffer the
   // engine owns on the device; dense AdamW on the GPU holds 16 B (4 + fp32 master, m, v).
   double device_bytes_per_param = 0;
@@ -188,6 +196,65 @@ double d2h_tail_ms(const std::vector<zenflow::emulated_op>& ops, double forward_
     tails.push_back(static_cast<double>(last_copy - e) * 1e-6);
   }
   return median(tails);
+}
+
+/// The emulated device's own kernel time on the path to the next step, in ms (median over the
+/// traced steps): the union of every kernel's run (the device's update and prologue on the
+/// training stream, the packs, a close's scatter: host code on this machine, microseconds on a
+/// GPU) between the end of a step's backward and the start of the next step's forward. `train`:
+/// the training stream's kernels only. A step cannot be shorter than C plus this on this machine.
+struct kernel_time {
+  double all_ms = 0, train_ms = 0;
+};
+kernel_time kernel_ms_after_backward(const std::vector<zenflow::emulated_op>& ops) {
+  using kind = zenflow::emulated_op::kind;
+  std::vector<const zenflow::emulated_op*> forwards, backwards, kernels;
+  int train = -1;
+  for (const auto& op : ops) {
+    if (op.what == kind::compute) {
+      (op.name == "forward" ? forwards : backwards).push_back(&op);
+      train = op.stream;
+    } else if (op.what == kind::kernel) {
+      kernels.push_back(&op);
+    }
+  }
+  auto by_start = [](auto* a, auto* b) { return a->start_ns < b->start_ns; };
+  std::sort(forwards.begin(), forwards.end(), by_start);
+  std::sort(kernels.begin(), kernels.end(), by_start);
+  // Length of the union of the kernels' runs clipped to [a, b) (on `stream` only, if >= 0).
+  auto busy = [&](std::int64_t a, std::int64_t b, int stream) {
+    std::int64_t total = 0, cur0 = 0, cur1 = -1;
+    for (const auto* k : kernels) {
+      if ((stream >= 0 && k->stream != stream) || k->end_ns <= a || k->start_ns >= b) {
+        continue;
+      }
+      const std::int64_t x0 = std::max(a, k->start_ns), x1 = std::min(b, k->end_ns);
+      if (x0 > cur1) {
+        total += cur1 > cur0 ? cur1 - cur0 : 0;
+        cur0 = x0;
+        cur1 = x1;
+      } else {
+        cur1 = std::max(cur1, x1);
+      }
+    }
+    return total + (cur1 > cur0 ? cur1 - cur0 : 0);
+  };
+  std::vector<double> all, on_train;
+  for (std::size_t i = 0; i + 1 < forwards.size(); ++i) {
+    const std::int64_t a = forwards[i]->start_ns, b = forwards[i + 1]->start_ns;
+    std::int64_t bwd_end = -1;
+    for (const auto* op : backwards) {
+      if (op->start_ns >= a && op->start_ns < b) {
+        bwd_end = std::max(bwd_end, op->end_ns);
+      }
+    }
+    if (bwd_end < 0 || bwd_end >= b) {
+      continue;
+    }
+    all.push_back(static_cast<double>(busy(bwd_end, b, -1)) * 1e-6);
+    on_train.push_back(static_cast<double>(busy(bwd_end, b, train)) * 1e-6);
+  }
+  return {median(all), median(on_train)};
 }
 
 result
@@ -311,7 +378,11 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
     zf.release_gradients(stream);
     zf.flush(stream);
     device.synchronize();
-    res.d2h_tail_ms = d2h_tail_ms(device.trace(), static_cast<double>(forward.count()));
+    const std::vector<zenflow::emulated_op> ops = device.trace();
+    res.d2h_tail_ms = d2h_tail_ms(ops, static_cast<double>(forward.count()));
+    const kernel_time k = kernel_ms_after_backward(ops);
+    res.kernel_ms = k.all_ms;
+    res.kernel_train_ms = k.train_ms;
     if (tracing) {
       zf.write_trace(o.trace); // Chrome trace JSON (bench/engine/plot_trace.py renders it)
     }
@@ -327,6 +398,16 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   res.bound_ms = *it;
   res.bound_term = names[it - std::begin(terms)];
   res.ratio_to_bound = res.step_ms_mean / res.bound_ms;
+  // The same terms with C + the device's kernel time on the path from one backward to the next
+  // forward: what this machine cannot run faster (its CPU executes the "device" kernels).
+  double with_kernels[std::size(terms)];
+  std::copy(std::begin(terms), std::end(terms), with_kernels);
+  with_kernels[0] = o.compute_ms + res.kernel_ms;
+  const auto* kt = std::max_element(std::begin(with_kernels), std::end(with_kernels));
+  res.bound_kernels_ms = *kt;
+  res.bound_kernels_term =
+      kt == std::begin(with_kernels) ? "compute+kernels" : names[kt - std::begin(with_kernels)];
+  res.ratio_to_bound_kernels = res.step_ms_mean / res.bound_kernels_ms;
   return res;
 }
 
@@ -455,9 +536,12 @@ int main(int argc, char** argv) {
               "step's last D2H copy after the end of its backward (median)\n",
               100.0 * o.backward_share, o.layers, o.compute_ms * o.backward_share / o.layers,
               o.grad_ready ? ", each matrix announced with grad_ready() as its backward ends" : "");
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %7s %9s %8s\n", "mode", "median", "mean",
-              "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound", "x bound", "dev B/p",
-              "host B/p", "job ms", "tail ms");
+  std::printf("bound: issue 11's max(C, down/B, up/B, host window/S, accumulation); K: the emulated device's "
+              "kernel time (host code here) from a backward's end to the next forward (median, this run); "
+              "bound+K: the same max with C + K for C\n");
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %7s %9s %8s %7s %9s %9s\n", "mode",
+              "median", "mean", "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound",
+              "x bound", "dev B/p", "host B/p", "job ms", "tail ms", "K ms", "bound+K", "x bnd+K");
   std::vector<result> results;
   for (const auto& spec : specs) {
     if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
@@ -465,11 +549,13 @@ int main(int argc, char** argv) {
     }
     results.push_back(run_mode(o, spec, hidden, B, acc_threads));
     const result& r = results.back();
-    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %7.2f %9.2f %8.2f\n",
+    std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %7.2f %9.2f %8.2f "
+                "%7.2f %9.2f %9.3f\n",
                 spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
                 r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
                 r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
-                r.host_state_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms);
+                r.host_state_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms,
+                r.bound_kernels_ms, r.ratio_to_bound_kernels);
     std::fflush(stdout);
   }
   const result* gpu = nullptr;
@@ -507,6 +593,10 @@ int main(int argc, char** argv) {
         << ", \"host_window_ms_per_step\": " << r.host_window_ms_per_step
         << ", \"accumulate_ms\": " << r.accumulate_ms << ", \"bound_ms\": " << r.bound_ms
         << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound
+        << ", \"kernel_ms_after_backward\": " << r.kernel_ms
+        << ", \"kernel_ms_after_backward_training_stream\": " << r.kernel_train_ms
+        << ", \"bound_with_kernels_ms\": " << r.bound_kernels_ms << ", \"bound_with_kernels_term\": \""
+        << r.bound_kernels_term << "\", \"ratio_to_bound_with_kernels\": " << r.ratio_to_bound_kernels
         << ", \"device_bytes_per_param\": " << r.device_bytes_per_param
         << ", \"d2h_tail_ms\": " << r.d2h_tail_ms << ", \"layer_backward_ms\": " << r.layer_backward_ms
         << ", \"host_state_bytes_per_param\": " << r.host_state_bytes_per_param

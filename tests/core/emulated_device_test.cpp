@@ -177,6 +177,109 @@ TEST(emulated_device, copies_in_one_direction_share_one_engine_and_take_their_mo
   EXPECT_NE(first.stream, second.stream);
 }
 
+// The ops of `stream` named `name`, in the order they ran (one stream runs in order).
+std::vector<emulated_op> ops_named(const std::vector<emulated_op>& all, const std::string& name) {
+  std::vector<emulated_op> out;
+  for (const emulated_op& op : all) {
+    if (op.name == name) {
+      out.push_back(op);
+    }
+  }
+  return out;
+}
+
+TEST(emulated_device, back_to_back_operations_of_a_stream_run_on_its_modelled_clock) {
+  // A GPU runs a stream's queued work back to back: neither the emulating thread's wake-up after
+  // a modelled sleep nor a copy's memcpy may open gaps in the timeline (they did: ~0.1 ms per
+  // kernel and the memcpy's time per copy, a few ms per step of the pipeline benchmark).
+  const std::uint64_t seed = zf_test::base_seed();
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  emulated_timing t;
+  t.d2h_bytes_per_second = 1e9;
+  emulated_device dev(t);
+  dev.set_tracing(true);
+  cudaStream_t s = dev.create_stream();
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  dev.launch(
+      s, [opened] { opened.wait(); }, 0, "gate"); // everything below is queued behind it
+  constexpr int n = 4;
+  constexpr std::size_t bytes = 1 << 20;
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<std::uint8_t>> src(n, std::vector<std::uint8_t>(bytes));
+  std::vector<std::vector<std::uint8_t>> dst(n, std::vector<std::uint8_t>(bytes, 0));
+  for (auto& v : src) {
+    for (auto& b : v) {
+      b = static_cast<std::uint8_t>(rng());
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    dev.compute(s, std::chrono::milliseconds(1), "compute");
+  }
+  for (int i = 0; i < n; ++i) {
+    dev.copy(dst[static_cast<std::size_t>(i)].data(), src[static_cast<std::size_t>(i)].data(), bytes,
+             copy_direction::device_to_host, s, "copy");
+  }
+  gate.set_value();
+  dev.synchronize_stream(s);
+  EXPECT_EQ(dst, src);
+  const std::vector<emulated_op> all = dev.trace();
+  const std::vector<emulated_op> gates = ops_named(all, "gate");
+  const std::vector<emulated_op> computes = ops_named(all, "compute");
+  const std::vector<emulated_op> copies = ops_named(all, "copy");
+  ASSERT_EQ(gates.size(), 1u);
+  ASSERT_EQ(computes.size(), static_cast<std::size_t>(n));
+  ASSERT_EQ(copies.size(), static_cast<std::size_t>(n));
+  EXPECT_GE(computes[0].start_ns, gates[0].end_ns); // the gate's body is real time: after it
+  const std::int64_t copy_ns = static_cast<std::int64_t>(static_cast<double>(bytes) / 1e9 * 1e9);
+  for (int i = 0; i < n; ++i) {
+    const auto& c = computes[static_cast<std::size_t>(i)];
+    EXPECT_EQ(c.end_ns - c.start_ns, 1000000) << "compute " << i; // modelled, no wake-up added
+    const auto& next = i + 1 < n ? computes[static_cast<std::size_t>(i + 1)] : copies[0];
+    EXPECT_EQ(next.start_ns, c.end_ns) << "after compute " << i; // no gap
+    const auto& d = copies[static_cast<std::size_t>(i)];
+    EXPECT_GE(d.end_ns - d.start_ns, copy_ns) << "copy " << i;
+    if (i + 1 < n) {
+      EXPECT_EQ(copies[static_cast<std::size_t>(i + 1)].start_ns, d.end_ns) << "after copy " << i;
+    }
+  }
+}
+
+TEST(emulated_device, an_operation_after_a_wait_or_idle_time_starts_no_earlier_than_it_could) {
+  // The modelled clock is a stream's only while its work runs back to back: after an event wait
+  // the next operation starts once the event completed, after idle time once it was enqueued.
+  emulated_timing t;
+  t.d2h_bytes_per_second = 1e9;
+  emulated_device dev(t);
+  dev.set_tracing(true);
+  cudaStream_t a = dev.create_stream();
+  cudaStream_t b = dev.create_stream();
+  constexpr std::size_t bytes = 1 << 20; // ~1 ms
+  std::vector<std::uint8_t> src(bytes, 3), dst(bytes, 0);
+  dev.compute(a, std::chrono::milliseconds(20), "slow"); // "before" ends first (on an idle machine)
+  const auto e = dev.create_event();
+  dev.record(e, a);
+  dev.copy(dst.data(), src.data(), bytes, copy_direction::device_to_host, b, "before");
+  dev.stream_wait(b, e);
+  dev.copy(dst.data(), src.data(), bytes, copy_direction::device_to_host, b, "after wait");
+  dev.synchronize();
+  const std::int64_t enqueued = dev.now_ns();
+  dev.copy(dst.data(), src.data(), bytes, copy_direction::device_to_host, b, "after idle");
+  dev.synchronize();
+  const std::vector<emulated_op> all = dev.trace();
+  const auto slow = ops_named(all, "slow");
+  const auto before = ops_named(all, "before");
+  const auto waited = ops_named(all, "after wait");
+  const auto idle = ops_named(all, "after idle");
+  ASSERT_EQ(slow.size(), 1u);
+  ASSERT_EQ(before.size(), 1u);
+  ASSERT_EQ(waited.size(), 1u);
+  ASSERT_EQ(idle.size(), 1u);
+  EXPECT_GE(waited[0].start_ns, slow[0].end_ns);
+  EXPECT_GE(idle[0].start_ns, enqueued);
+  EXPECT_EQ(dst, src);
+}
+
 TEST(emulated_device, a_failed_operation_is_sticky_and_nothing_hangs) {
   emulated_device dev;
   cudaStream_t s = dev.create_stream();

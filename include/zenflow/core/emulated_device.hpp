@@ -17,6 +17,11 @@
 /// - copies in one direction share one copy engine (they serialise across streams, as on a GPU
 ///   with one engine per direction), the two directions overlap; modelled kernels share one
 ///   compute resource;
+/// - an operation enqueued behind another of its stream (no event wait, no idle time between)
+///   starts at that one's modelled end, and a body (a copy's memcpy) runs within its operation's
+///   modelled time where it fits: the emulation's own costs (a thread's wake-up, the memcpy) do
+///   not add to a timeline that a GPU would run back to back. A body longer than its modelled
+///   time still ends the operation when it is done (the trace shows that real time);
 /// - an operation that throws makes the device's error sticky (like a CUDA context error): later
 ///   operations are skipped (events still complete, so nothing hangs) and every synchronising call
 ///   rethrows the first error.
@@ -41,6 +46,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -217,7 +223,9 @@ public:
     if (target == 0) {
       return;
     }
-    find(s).push([st, target] {
+    stream_state& on = find(s);
+    on.push([st, target, &on] {
+      on.chained = false; // the next operation starts when the wait is over, not before
       std::unique_lock lock(st->mutex);
       st->cv.wait(lock, [&] { return st->reached(target); });
     });
@@ -338,6 +346,13 @@ private:
     emulated_device& device;
     int index;
     std::mt19937_64 rng; // used on the stream's own thread only
+    // The stream's modelled clock (its own thread only): an operation that follows the previous
+    // one directly (no wait, no idle time between) starts at that one's modelled end, as on a GPU,
+    // instead of when this thread woke up; and its body is started early by the time bodies of its
+    // kind took per byte on this stream, so that it ends at its modelled end (see enqueue()).
+    bool chained = false;
+    clock::time_point chain_end{};
+    double body_ns_per_byte[5] = {0, 0, 0, 0, 0}; // by emulated_op::kind
     std::mutex mutex;
     std::condition_variable cv;
     std::deque<std::function<void()>> tasks;
@@ -351,10 +366,11 @@ private:
   struct resource {
     std::mutex mutex;
     clock::time_point free_at{};
-    /// Reserves `d` from max(now, free_at) on and returns the reservation's [start, end).
-    std::pair<clock::time_point, clock::time_point> reserve(std::chrono::nanoseconds d) {
+    /// Reserves `d` from max(`from`, free_at) on and returns the reservation's [start, end).
+    std::pair<clock::time_point, clock::time_point> reserve(std::chrono::nanoseconds d,
+                                                            clock::time_point from) {
       std::lock_guard lock(mutex);
-      const auto start = std::max(clock::now(), free_at);
+      const auto start = std::max(from, free_at);
       free_at = start + d;
       return {start, free_at};
     }
@@ -407,16 +423,32 @@ private:
                std::function<void()> body,
                std::string name) {
     stream_state& st = find(s);
-    st.push([this, &st, what, bytes, cost, body = std::move(body), name = std::move(name)]() mutable {
+    const auto enqueued = clock::now();
+    st.push([this, &st, what, bytes, cost, enqueued, body = std::move(body),
+             name = std::move(name)]() mutable {
       if (const auto j = st.jitter(); j.count() > 0) {
         std::this_thread::sleep_for(j);
+        st.chained = false;
       }
-      auto [start, end] = resource_for(what).reserve(cost);
+      // Back to back on this stream, the operation starts at the previous one's modelled end (or
+      // when it was enqueued, if later: the stream was idle), not when this thread got to it: the
+      // thread's wake-up after a sleep (~0.1 ms) and a body that ran past its modelled end are the
+      // emulation's costs, which a GPU does not pay between two operations of one stream.
+      clock::time_point start{}, end{};
+      auto& per_byte = st.body_ns_per_byte[static_cast<int>(what)];
       if (cost.count() > 0) {
-        std::this_thread::sleep_until(end);
+        std::tie(start, end) =
+            resource_for(what).reserve(cost, st.chained ? std::max(st.chain_end, enqueued) : clock::now());
+        // The body (a copy's memcpy) runs in the last part of the modelled time, not after it: the
+        // data still lands near the end, and the operation does not take its time plus the memcpy.
+        // Twice the expected time: a memcpy slower than the running mean must not overrun.
+        const auto early =
+            std::chrono::nanoseconds(static_cast<std::int64_t>(2.0 * per_byte * static_cast<double>(bytes)));
+        std::this_thread::sleep_until(end - std::min(early, cost));
       } else {
         start = end = clock::now();
       }
+      const auto body_start = clock::now();
       if (body && !sticky_set()) {
         try {
           if (timing_.fail_at_op != 0 &&
@@ -430,8 +462,21 @@ private:
           set_sticky(std::current_exception());
         }
       }
-      note(emulated_op{what, st.index, bytes, since_epoch(start), std::max(since_epoch(end), now_ns()),
-                       std::move(name)});
+      const auto body_end = clock::now();
+      // Per byte from large bodies only: a small copy's time is its call overhead, which would
+      // start a large copy's memcpy far too early.
+      if (body && bytes >= (std::size_t{1} << 16)) {
+        const double took = static_cast<double>((body_end - body_start).count()) / static_cast<double>(bytes);
+        per_byte = per_byte == 0.0 ? took : 0.5 * (per_byte + took);
+      }
+      if (cost.count() > 0) {
+        std::this_thread::sleep_until(end); // never complete before the modelled end
+      }
+      // Ends at its modelled end, or later where the body ran past it (real time on this machine).
+      const auto done = body ? std::max(end, body_end) : end;
+      st.chained = true;
+      st.chain_end = done;
+      note(emulated_op{what, st.index, bytes, since_epoch(start), since_epoch(done), std::move(name)});
     });
   }
 
