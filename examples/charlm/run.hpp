@@ -89,12 +89,10 @@ namespace charlm {
 }
 
 #if defined(CHARLM_HAS_MPI)
-/// The host backend data parallel over MPI_COMM_WORLD (launched by mpirun): every rank holds a
-/// replica of the model and trains on its shard of every batch; the engine averages the
-/// gradients. `replicas_same`: every rank ended with rank 0's weights, bit for bit.
-[[nodiscard]] inline run_result run_host_mpi(options o, bool& replicas_same) {
+/// This process's rank in MPI_COMM_WORLD, with `ranks` set to the world's size; `--batch` must
+/// give every rank a row, and only rank 0 reports (the others' `o` made quiet).
+[[nodiscard]] inline int world_rank_for_training(options& o, int& ranks) {
   int rank = 0;
-  int ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (o.batch < ranks) {
@@ -105,6 +103,25 @@ namespace charlm {
     o.quiet = true;
     o.progress_every = 0;
   }
+  return rank;
+}
+
+/// True on every rank when every rank's weights `w` are rank 0's, bit for bit (a collective).
+template <class T>
+[[nodiscard]] bool replicas_identical(const std::vector<T>& w) {
+  std::vector<T> w0 = w;
+  MPI_Bcast(w0.data(), static_cast<int>(w0.size() * sizeof(T)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int differs = std::memcmp(w.data(), w0.data(), w.size() * sizeof(T)) != 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return differs == 0;
+}
+
+/// The host backend data parallel over MPI_COMM_WORLD (launched by mpirun): every rank holds a
+/// replica of the model and trains on its shard of every batch; the engine averages the
+/// gradients. `replicas_same`: every rank ended with rank 0's weights, bit for bit.
+[[nodiscard]] inline run_result run_host_mpi(options o, bool& replicas_same) {
+  int ranks = 1;
+  const int rank = world_rank_for_training(o, ranks);
   const std::optional<weights_file> init = load_init_weights(o);
   dataset data = make_dataset(o, init ? &*init : nullptr); // the same batches on every rank
   zenflow::worker_pool pool(std::max(1u, model_threads(o) / static_cast<unsigned>(ranks)));
@@ -124,11 +141,7 @@ namespace charlm {
   r.host_memory_all = all.memory.host_total();
   using weight_t = host_charlm::weight_t;
   std::vector<weight_t> w = model.all_weights();
-  std::vector<weight_t> w0 = w;
-  MPI_Bcast(w0.data(), static_cast<int>(w0.size() * sizeof(weight_t)), MPI_BYTE, 0, MPI_COMM_WORLD);
-  int differs = std::memcmp(w.data(), w0.data(), w.size() * sizeof(weight_t)) != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  replicas_same = differs == 0;
+  replicas_same = replicas_identical(w);
   if (rank == 0 && !o.save_weights.empty()) {
     save_weights_file(o.save_weights, weights_file{o.shape, o.vocab_chars, w});
   }

@@ -1,6 +1,5 @@
 // run_cuda: the trainer on the CUDA backend (cuBLAS model, zenflow::engine<cuda_backend>);
 // run_cuda_mpi: the same under mpirun, one rank per GPU over NCCL.
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -79,18 +78,8 @@ int node_local_device(int rank) {
 } // namespace
 
 run_result run_cuda_mpi(options o, bool& replicas_same) {
-  int rank = 0;
   int ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (o.batch < ranks) {
-    throw zenflow::invalid_argument("--batch: must be >= the number of ranks (" + std::to_string(ranks) +
-                                    ")");
-  }
-  if (rank != 0) { // rank 0 reports
-    o.quiet = true;
-    o.progress_every = 0;
-  }
+  const int rank = world_rank_for_training(o, ranks);
   zenflow::detail::check(cudaSetDevice(node_local_device(rank)), "charlm_train: cudaSetDevice");
   const world_nccl nccl(rank, ranks); // after cudaSetDevice: NCCL binds the current device
   dataset data = make_dataset(o);     // the same batches on every rank
@@ -106,13 +95,7 @@ run_result run_cuda_mpi(options o, bool& replicas_same) {
   r.comm_bytes = opt.stats().comm_bytes;
   r.comm_bytes_all = all.comm_bytes;
   r.host_memory_all = all.memory.host_total();
-  using weight_t = cuda_charlm::weight_t;
-  const std::vector<weight_t> w = model.all_weights();
-  std::vector<weight_t> w0 = w;
-  MPI_Bcast(w0.data(), static_cast<int>(w0.size() * sizeof(weight_t)), MPI_BYTE, 0, MPI_COMM_WORLD);
-  int differs = std::memcmp(w.data(), w0.data(), w.size() * sizeof(weight_t)) != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  replicas_same = differs == 0;
+  replicas_same = replicas_identical(model.all_weights());
   return r;
 }
 #endif

@@ -126,18 +126,11 @@ public:
     std::uint64_t sent = gather_scores(comm, plan, params, block);
     comm.all_reduce_or(plan.flags(), params.size(), nullptr);
     sent += 4u * params.size();
-    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> nonfinite(
-        static_cast<std::size_t>(comm.size()));
-    for (std::size_t r = 0; r < nonfinite.size(); ++r) {
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
-          if (!is_finite(plan.scores(p)[c])) {
-            nonfinite[r].emplace_back(p, c);
-          }
-        });
-      }
-    }
-    sent += fetch_rows(comm, params, nonfinite);
+    sent += fetch_rows(
+        comm, params,
+        unselected_rows_by_owner(comm.size(), params, host, block, [&](std::size_t p, std::int64_t c) {
+          return !is_finite(plan.scores(p)[c]);
+        }));
     rest_ready_ = rest;
     slot_bytes_ = slot_bytes;
     return sent;
@@ -169,18 +162,12 @@ public:
                                const HostSide& host,
                                const block_fn& block,
                                const std::vector<std::vector<std::int32_t>>& sets) {
-    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> entering(
-        static_cast<std::size_t>(comm.size()));
-    for (std::size_t p = 0; p < params.size() && p < sets.size(); ++p) {
-      for (std::size_t r = 0; r < entering.size(); ++r) {
-        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
-          if (std::binary_search(sets[p].begin(), sets[p].end(), static_cast<std::int32_t>(c))) {
-            entering[r].emplace_back(p, c);
-          }
-        });
-      }
-    }
-    return fetch_rows(comm, params, entering);
+    return fetch_rows(
+        comm, params,
+        unselected_rows_by_owner(comm.size(), params, host, block, [&](std::size_t p, std::int64_t c) {
+          return p < sets.size() &&
+                 std::binary_search(sets[p].begin(), sets[p].end(), static_cast<std::int32_t>(c));
+        }));
   }
 
   /// After the step's packs (which added masses of zeros on the other blocks' rows), with the
@@ -238,6 +225,27 @@ private:
     for (; lo != hi; ++lo) {
       f(static_cast<std::int64_t>(*lo));
     }
+  }
+
+  /// Per owner, the {parameter, channel} of its host-set rows of split matrices with keep(p, c).
+  template <class HostSide, class Keep>
+  static std::vector<std::vector<std::pair<std::size_t, std::int64_t>>>
+  unselected_rows_by_owner(int ranks,
+                           const std::vector<param_info>& params,
+                           const HostSide& host,
+                           const block_fn& block,
+                           Keep&& keep) {
+    std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> rows(static_cast<std::size_t>(ranks));
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
+          if (keep(p, c)) {
+            rows[r].emplace_back(p, c);
+          }
+        });
+      }
+    }
+    return rows;
   }
 
   /// Byte offset of element (c, i) of `pi`'s gradient.
