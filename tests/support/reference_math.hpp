@@ -15,6 +15,8 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/math/adam.hpp>
 
+#include "select/reference.hpp"
+
 namespace zf_test {
 
 /// `x` as the engine would store it in a working weight of type `dt`: double -> float -> dtype.
@@ -69,13 +71,8 @@ inline std::vector<std::int32_t> reference_topk_channels(const std::vector<float
                                                          std::int64_t len,
                                                          std::int64_t k,
                                                          zenflow::channel_norm kind) {
-  std::vector<double> score(static_cast<std::size_t>(channels), 0.0);
-  for (std::int64_t j = 0; j < channels; ++j) {
-    for (std::int64_t e = j * len; e < (j + 1) * len; ++e) {
-      const double x = g[static_cast<std::size_t>(e)];
-      score[static_cast<std::size_t>(j)] += kind == zenflow::channel_norm::l1 ? std::fabs(x) : x * x;
-    }
-  }
+  const std::vector<double> score =
+      reference_norms(g.data(), channels, len, len, zenflow::channel_layout::contiguous, kind);
   std::vector<std::int32_t> order(static_cast<std::size_t>(channels));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
