@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
 #include <zenflow/core/emulated_device.hpp>
 #include <zenflow/engine/emulated_backend.hpp>
@@ -40,9 +41,16 @@ using zf_engine_test::small_config;
 // test that needs the trigger to fire checks that it did).
 std::int64_t last_run_mass_drop_selections = 0;
 
-// `Emulated`: the data-parallel engine on the emulated backend (a host communicator on an
-// asynchronous device); the reference is always the host backend with one rank.
-template <class T, bool Emulated = false>
+// Where the data-parallel engine runs; the reference is always the host backend with one rank.
+enum class dp_path {
+  host,     // the host backend over mpi_communicator
+  emulated, // the emulated backend (an asynchronous device) over mpi_communicator
+  // the emulated backend over a device communicator (MPI behind emulated_device_communicator:
+  // stream-ordered collectives on device buffers, the path NCCL takes on the CUDA backend)
+  emulated_device_comm,
+};
+
+template <class T, dp_path Path = dp_path::host>
 void run_against_one_rank(const zenflow::config& cfg,
                           int steps,
                           std::int64_t nan_step,
@@ -57,9 +65,14 @@ void run_against_one_rank(const zenflow::config& cfg,
     g[p].resize(w[p].size());
     ref_g[p].resize(w[p].size());
   }
+  constexpr bool Emulated = Path != dp_path::host;
+  // A device communicator keeps the host state replicated (no owner partition yet: issue 12).
+  constexpr bool partitioned = Path != dp_path::emulated_device_comm;
   zenflow::emulated_device device; // outlives the engine (declared first)
   cudaStream_t stream = nullptr;
   using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
+  using comm = std::conditional_t<partitioned, zenflow::mpi_communicator,
+                                  zenflow::emulated_device_communicator<zenflow::mpi_communicator>>;
   auto make_backend = [&] {
     if constexpr (Emulated) {
       stream = device.create_stream();
@@ -68,7 +81,14 @@ void run_against_one_rank(const zenflow::config& cfg,
       return zenflow::host_backend{};
     }
   };
-  zenflow::engine<backend, zenflow::mpi_communicator> dp(cfg, make_backend(), make_comm());
+  auto make = [&] {
+    if constexpr (partitioned) {
+      return make_comm();
+    } else {
+      return comm(device, make_comm());
+    }
+  };
+  zenflow::engine<backend, comm> dp(cfg, make_backend(), make());
   zenflow::engine<zenflow::host_backend> ref(cfg);
   const auto ids = register_all(dp, w, g, shapes);
   const auto ref_ids = register_all(ref, ref_w, ref_g, shapes);
@@ -99,6 +119,13 @@ void run_against_one_rank(const zenflow::config& cfg,
   std::uint64_t wire = 0; // summed over the ranks
   auto step_bytes = [&](std::int64_t t, int r, bool selecting,
                         const std::vector<std::vector<std::int32_t>>& now) -> std::uint64_t {
+    if (!partitioned) { // every gradient all-reduced in fp32, nothing else crosses
+      std::uint64_t all = 0;
+      for (const auto& sh : shapes) {
+        all += static_cast<std::uint64_t>(sh.channels * sh.len);
+      }
+      return 4 * all;
+    }
     std::uint64_t dense = 0, others = 0, channels = 0, rows = 0, nan_row = 0, entering = 0;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
@@ -197,7 +224,7 @@ void run_against_one_rank(const zenflow::config& cfg,
         mine += std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c)) ? 0 : 1;
       }
       const auto unselected = shapes[p].channels - static_cast<std::int64_t>(sel.size());
-      others_bytes += static_cast<std::uint64_t>(unselected - mine) * len * sizeof(T);
+      others_bytes += partitioned ? static_cast<std::uint64_t>(unselected - mine) * len * sizeof(T) : 0;
       ++m;
     }
     if (!Emulated) {
@@ -242,19 +269,26 @@ void run_against_one_rank(const zenflow::config& cfg,
     unselected += static_cast<std::uint64_t>(c - cfg.topk(c)) * len * sizeof(T);
     ++m;
   }
-  EXPECT_EQ(dp.stats().memory.host_state, state + vec_state);
-  EXPECT_EQ(dp.stats().memory.host_accumulators, acc + vec_acc);
-  const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
-  EXPECT_EQ(summed.memory.host_state, ref.stats().memory.host_state + copies * vec_state);
-  EXPECT_EQ(summed.memory.host_accumulators, ref.stats().memory.host_accumulators + copies * vec_acc);
+  if (partitioned) {
+    EXPECT_EQ(dp.stats().memory.host_state, state + vec_state);
+    EXPECT_EQ(dp.stats().memory.host_accumulators, acc + vec_acc);
+    const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
+    EXPECT_EQ(summed.memory.host_state, ref.stats().memory.host_state + copies * vec_state);
+    EXPECT_EQ(summed.memory.host_accumulators, ref.stats().memory.host_accumulators + copies * vec_acc);
+  } else { // every rank holds all of it
+    EXPECT_EQ(dp.stats().memory.host_state, ref.stats().memory.host_state);
+    EXPECT_EQ(summed.memory.host_state, static_cast<std::uint64_t>(n) * ref.stats().memory.host_state);
+    EXPECT_EQ(summed.memory.host_accumulators,
+              static_cast<std::uint64_t>(n) * ref.stats().memory.host_accumulators);
+  }
   // Bytes on the wire, summed over the ranks: the two hashes from every rank, each step's
   // reductions, entering rows and migrations (above), each window's weights once (every owner its
   // share): all unselected channels, or every channel in the warm-up.
   const auto jobs = static_cast<std::uint64_t>(dp.stats().host_jobs);
   const auto warm =
       sync ? jobs : static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.full_warm_up_rounds, steps));
-  EXPECT_EQ(summed.comm_bytes,
-            static_cast<std::uint64_t>(n) * 16 + wire + warm * all_host + (jobs - warm) * unselected);
+  const std::uint64_t windows = partitioned ? warm * all_host + (jobs - warm) * unselected : 0;
+  EXPECT_EQ(summed.comm_bytes, static_cast<std::uint64_t>(n) * 16 + wire + windows);
   EXPECT_EQ(summed.d2h_bytes, [&] {
     std::uint64_t s = 0; // plain MPI, not the communicator under test
     const auto mine = static_cast<std::uint64_t>(dp.stats().d2h_bytes);
@@ -385,7 +419,23 @@ TEST(engine_data_parallel, snr_is_refused_with_the_owner_partition) {
 }
 
 TEST(engine_data_parallel, emulated_backend_float) {
-  run_against_one_rank<float, true>(small_config(), 16, -1);
+  run_against_one_rank<float, dp_path::emulated>(small_config(), 16, -1);
+}
+
+// The device-communicator path (NCCL's on a GPU): stream-ordered collectives, the stats summed in
+// device memory, on an asynchronous device, against the same one-rank reference.
+TEST(engine_data_parallel, emulated_device_communicator_float_with_a_nan_on_one_rank) {
+  run_against_one_rank<float, dp_path::emulated_device_comm>(small_config(), 20, 9);
+}
+
+TEST(engine_data_parallel, emulated_device_communicator_zen_auto_bf16) {
+  auto cfg = small_config();
+  cfg.update_interval = 0; // Zen-auto
+  cfg.max_update_interval = 6;
+  cfg.auto_ratio = 0.5;
+  cfg.full_warm_up_rounds = 3;
+  cfg.select_interval = 12;
+  run_against_one_rank<zenflow::bfloat16, dp_path::emulated_device_comm>(cfg, 24, -1);
 }
 
 // A training loop as a user writes it: least squares y = W x, each rank on its own shard of every

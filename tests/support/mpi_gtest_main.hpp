@@ -28,7 +28,13 @@ private:
 
 inline int mpi_gtest_main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // SERIALIZED: emulated_device_communicator calls MPI from the emulated device's stream threads.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    std::fprintf(stderr, "this MPI provides thread level %d; the tests need MPI_THREAD_SERIALIZED\n",
+                 provided);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -97,6 +97,11 @@ concept communicator = requires(C& c,
   c.verify_same(hash, what, s);
 };
 
+/// A device communicator whose "device" memory is host memory (emulated_device_communicator: the
+/// emulated backend's device): stream-ordered like NCCL, on the buffers of the host-memory backends.
+template <class C>
+inline constexpr bool emulates_device_memory = false;
+
 /// reduce_scatter_sum into equal blocks of `block` floats (`send` holds size() x block).
 template <communicator C>
 void reduce_scatter_sum(C& c, const float* send, float* recv, std::size_t block, cudaStream_t stream) {

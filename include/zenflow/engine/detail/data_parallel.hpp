@@ -78,11 +78,15 @@ template <class Backend, class Comm>
 class data_parallel {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
-  // A host communicator reads host memory; a device one, device memory.
-  static_assert(Comm::is_device != std::is_base_of_v<host_memory, Backend>,
+  // A host communicator reads host memory; a device one, device memory (the emulated device's
+  // is host memory: emulated_device_communicator, stream-ordered on its streams).
+  static constexpr bool host_memory_backend = std::is_base_of_v<host_memory, Backend>;
+  static_assert(host_memory_backend ? !Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)
+                                    : Comm::is_device && !emulates_device_memory<Comm>,
                 "zenflow::engine: the communicator's memory (is_device) must be the backend's: "
-                "local/mpi_communicator for the host and emulated backends, "
-                "local_device/nccl_communicator for the CUDA backend");
+                "local/mpi_communicator for the host and emulated backends (or, on the emulated "
+                "backend, emulated_device_communicator), local_device/nccl_communicator for the "
+                "CUDA backend");
 
 public:
   explicit data_parallel(Comm comm) : comm_(std::move(comm)) {}
