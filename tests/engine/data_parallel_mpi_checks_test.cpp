@@ -9,11 +9,16 @@
 #include <mpi.h>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
+#include <zenflow/core/emulated_device.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
@@ -78,13 +83,16 @@ TEST(engine_data_parallel, a_different_parameter_list_fails_on_every_rank) {
 }
 
 // Every rank saves its own file (checkpoint_rank_path); a fresh N-rank engine loaded from them
-// continues exactly as the uninterrupted run.
-TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
+// continues exactly as the uninterrupted run. `Device`: on the emulated device over MPI as a device
+// communicator (the path NCCL takes: the state's gathers through the device staging buffer).
+template <bool Device>
+void save_and_load_every_rank_its_own_file() {
   const int rank = world_rank();
   const int n = world_size();
   char name[256] = {};
   if (rank == 0) { // one name for every rank (each file adds its rank)
-    std::snprintf(name, sizeof name, "%szf_dp_ckpt_%lld", ::testing::TempDir().c_str(),
+    std::snprintf(name, sizeof name, "%szf_dp_ckpt_%s%lld", ::testing::TempDir().c_str(),
+                  Device ? "dev_" : "",
                   static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
   }
   MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -94,42 +102,61 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
   for (std::size_t p = 0; p < kShapes.size(); ++p) {
     g[p].resize(w[p].size());
   }
+  zenflow::emulated_device device; // outlives the engines
+  const cudaStream_t stream = Device ? device.create_stream() : nullptr;
   auto feed = [&](std::int64_t t) {
+    if (Device) {
+      device.synchronize_stream(stream); // the step before has read the gradients
+    }
     for (std::size_t p = 0; p < kShapes.size(); ++p) {
       const auto mine = grad_of<float>(rank, t, p, kShapes[p]);
       std::copy(mine.begin(), mine.end(), g[p].begin());
     }
   };
+  using backend = std::conditional_t<Device, zenflow::emulated_backend, zenflow::host_backend>;
+  using comm = std::conditional_t<Device, zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
+                                  zenflow::mpi_communicator>;
+  auto make = [&] {
+    if constexpr (Device) {
+      return std::pair{zenflow::emulated_backend{device}, comm(device, make_comm())};
+    } else {
+      return std::pair{zenflow::host_backend{}, make_comm()};
+    }
+  };
   const auto cfg = small_config();
-  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> a(cfg, {}, make_comm());
+  auto [backend_a, comm_a] = make();
+  zenflow::engine<backend, comm> a(cfg, backend_a, std::move(comm_a));
   const auto ids_a = register_all(a, w, g);
-  a.initialize();
+  a.initialize(stream);
   for (std::int64_t t = 0; t < 7; ++t) {
     feed(t);
-    (void)a.step(1e-2f);
+    (void)a.step(1e-2f, stream);
   }
-  a.save(base);
+  a.save(base, stream);
   EXPECT_TRUE(std::ifstream(zenflow::checkpoint_rank_path(base, rank, n)).good());
+  device.synchronize();
   auto w_saved = w; // the working weights are the user's to save
   for (std::int64_t t = 7; t < 14; ++t) {
     feed(t);
-    (void)a.step(1e-2f);
+    (void)a.step(1e-2f, stream);
   }
-  a.flush();
-  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> b(cfg, {}, make_comm());
+  a.flush(stream);
+  auto [backend_b, comm_b] = make();
+  zenflow::engine<backend, comm> b(cfg, backend_b, std::move(comm_b));
   const auto ids_b = register_all(b, w_saved, g);
-  b.initialize();
-  b.load(base);
+  b.initialize(stream);
+  b.load(base, stream);
   for (std::int64_t t = 7; t < 14; ++t) {
     feed(t);
-    (void)b.step(1e-2f);
+    (void)b.step(1e-2f, stream);
   }
-  b.flush();
+  b.flush(stream);
+  device.synchronize();
   for (std::size_t p = 0; p < kShapes.size(); ++p) {
     EXPECT_EQ(std::memcmp(w[p].data(), w_saved[p].data(), w[p].size() * 4), 0) << "param " << p;
     // Each rank's file holds its block; the gathered state of the resumed run is the same.
-    const auto sa = a.state(ids_a[p]);
-    const auto sb = b.state(ids_b[p]);
+    const auto sa = a.state(ids_a[p], stream);
+    const auto sb = b.state(ids_b[p], stream);
     EXPECT_EQ(std::memcmp(sa.master.data(), sb.master.data(), sa.master.size() * 4), 0) << "param " << p;
     EXPECT_EQ(std::memcmp(sa.m.data(), sb.m.data(), sa.m.size() * 4), 0) << "param " << p;
     EXPECT_EQ(std::memcmp(sa.v.data(), sb.v.data(), sa.v.size() * 4), 0) << "param " << p;
@@ -137,6 +164,14 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
   }
   EXPECT_EQ(a.stats().memory.host_state, b.stats().memory.host_state);
   std::remove(zenflow::checkpoint_rank_path(base, rank, n).c_str());
+}
+
+TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
+  save_and_load_every_rank_its_own_file<false>();
+}
+
+TEST(engine_data_parallel, save_and_load_every_rank_its_own_file_over_a_device_communicator) {
+  save_and_load_every_rank_its_own_file<true>();
 }
 
 // A rank that does not reach step() (dead, stuck, or out of step) is an error on the others within
@@ -168,6 +203,45 @@ TEST(engine_data_parallel, a_missing_rank_is_a_timeout_in_step_not_a_hang) {
   } else {
     std::this_thread::sleep_for(1500ms);
     (void)e.step(1e-2f); // completes with rank 0's posted contribution
+  }
+  MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
+}
+
+// Over a device communicator a collective runs on the stream (NCCL's way): a missing rank makes it
+// time out there, and the error surfaces at the engine's next synchronizing call on the others,
+// within the bound, as comm_timeout (the device's sticky error), not a hang.
+TEST(engine_data_parallel, a_missing_rank_is_a_timeout_on_the_stream_over_a_device_communicator) {
+  const int rank = world_rank();
+  auto w = initial_weights<float>();
+  auto g = w;
+  auto cfg = small_config();
+  cfg.mode = zenflow::optimizer_mode::gpu_adamw;
+  zenflow::emulated_device device;
+  const cudaStream_t stream = device.create_stream();
+  using comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
+  zenflow::engine<zenflow::emulated_backend, comm> e(
+      cfg, zenflow::emulated_backend{device},
+      comm(device, zenflow::mpi_communicator(MPI_COMM_WORLD, {rank == 0 ? 300ms : 20000ms})));
+  register_all(e, w, g);
+  e.initialize(stream);
+  if (rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)e.step(1e-2f, stream); // enqueues the mean: no error yet
+      e.flush(stream);
+      ADD_FAILURE() << "no timeout";
+    } catch (const zenflow::comm_timeout& err) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      EXPECT_GE(waited, 300ms);
+      EXPECT_LT(waited, 1200ms) << "the bound was not kept";
+      EXPECT_NE(std::string(err.what()).find("all_reduce_mean"), std::string::npos) << err.what();
+    } catch (const std::exception& err) { // caught, so that rank 0 still reaches the barrier below
+      ADD_FAILURE() << "not a comm_timeout: " << err.what();
+    }
+  } else {
+    std::this_thread::sleep_for(1500ms);
+    (void)e.step(1e-2f, stream); // completes with rank 0's posted contribution
+    e.flush(stream);
   }
   MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
 }

@@ -50,12 +50,12 @@ enum class dp_path {
   emulated_device_comm,
 };
 
-template <class T, dp_path Path = dp_path::host>
-void run_against_one_rank(const zenflow::config& cfg,
-                          int steps,
-                          std::int64_t nan_step,
-                          const std::vector<shape>& shapes = kShapes,
-                          std::int64_t big_step = -1) {
+template <class T, dp_path Path>
+void run_on(const zenflow::config& cfg,
+            int steps,
+            std::int64_t nan_step,
+            const std::vector<shape>& shapes = kShapes,
+            std::int64_t big_step = -1) {
   const int rank = world_rank();
   const int n = world_size();
   auto w = initial_weights<T>(shapes);
@@ -66,12 +66,13 @@ void run_against_one_rank(const zenflow::config& cfg,
     ref_g[p].resize(w[p].size());
   }
   constexpr bool Emulated = Path != dp_path::host;
-  // A device communicator keeps the host state replicated (no owner partition yet: issue 12).
-  constexpr bool partitioned = Path != dp_path::emulated_device_comm;
+  // A host communicator reduce-scatters the host sets' rows by owner; a device one all-reduces
+  // every gradient (the host state is partitioned by owner on both).
+  constexpr bool split = Path != dp_path::emulated_device_comm;
   zenflow::emulated_device device; // outlives the engine (declared first)
   cudaStream_t stream = nullptr;
   using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
-  using comm = std::conditional_t<partitioned, zenflow::mpi_communicator,
+  using comm = std::conditional_t<split, zenflow::mpi_communicator,
                                   zenflow::emulated_device_communicator<zenflow::mpi_communicator>>;
   auto make_backend = [&] {
     if constexpr (Emulated) {
@@ -82,7 +83,7 @@ void run_against_one_rank(const zenflow::config& cfg,
     }
   };
   auto make = [&] {
-    if constexpr (partitioned) {
+    if constexpr (split) {
       return make_comm();
     } else {
       return comm(device, make_comm());
@@ -119,14 +120,7 @@ void run_against_one_rank(const zenflow::config& cfg,
   std::uint64_t wire = 0; // summed over the ranks
   auto step_bytes = [&](std::int64_t t, int r, bool selecting,
                         const std::vector<std::vector<std::int32_t>>& now) -> std::uint64_t {
-    if (!partitioned) { // every gradient all-reduced in fp32, nothing else crosses
-      std::uint64_t all = 0;
-      for (const auto& sh : shapes) {
-        all += static_cast<std::uint64_t>(sh.channels * sh.len);
-      }
-      return 4 * all;
-    }
-    std::uint64_t dense = 0, others = 0, channels = 0, rows = 0, nan_row = 0, entering = 0;
+    std::uint64_t dense = 0, others = 0, channels = 0, rows = 0, nan_row = 0, entering = 0, state = 0;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
       if (!shapes[p].matrix) {
@@ -144,7 +138,8 @@ void run_against_one_rank(const zenflow::config& cfg,
             continue;
           }
           others += q != r ? len : 0;
-          entering += q == r && selected_now ? len * sizeof(T) + state_per_element * len + 4 : 0;
+          entering += q == r && selected_now ? len * sizeof(T) : 0;
+          state += q == r && selected_now ? state_per_element * len + 4 : 0;
           const bool nonfinite = (t == nan_step && c == nan_channel) || (t == big_step && c == big_channel);
           nan_row += nonfinite && p == 0 && q == r ? len * sizeof(T) : 0;
         }
@@ -153,8 +148,15 @@ void run_against_one_rank(const zenflow::config& cfg,
       channels += static_cast<std::uint64_t>(part.count(m, r)) * (l1 ? 2 : 1);
       ++m;
     }
+    if (!split) { // every gradient all-reduced in fp32; a selection's entering state from its owners
+      std::uint64_t all = 0;
+      for (const auto& sh : shapes) {
+        all += static_cast<std::uint64_t>(sh.channels * sh.len);
+      }
+      return 4 * all + state;
+    }
     const bool rest = zen && (cfg.auto_update() || cfg.mass_trigger()) && t >= cfg.full_warm_up_rounds;
-    return 4 * (dense + others + channels + shapes.size() + (rest ? rows : 0)) + nan_row + entering;
+    return 4 * (dense + others + channels + shapes.size() + (rest ? rows : 0)) + nan_row + entering + state;
   };
   for (std::int64_t t = 0; t < steps; ++t) {
     pending = pending || (zen && t >= cfg.full_warm_up_rounds && cfg.is_selection_step(t));
@@ -224,7 +226,7 @@ void run_against_one_rank(const zenflow::config& cfg,
         mine += std::binary_search(sel.begin(), sel.end(), static_cast<std::int32_t>(c)) ? 0 : 1;
       }
       const auto unselected = shapes[p].channels - static_cast<std::int64_t>(sel.size());
-      others_bytes += partitioned ? static_cast<std::uint64_t>(unselected - mine) * len * sizeof(T) : 0;
+      others_bytes += static_cast<std::uint64_t>(unselected - mine) * len * sizeof(T);
       ++m;
     }
     if (!Emulated) {
@@ -269,26 +271,19 @@ void run_against_one_rank(const zenflow::config& cfg,
     unselected += static_cast<std::uint64_t>(c - cfg.topk(c)) * len * sizeof(T);
     ++m;
   }
-  if (partitioned) {
-    EXPECT_EQ(dp.stats().memory.host_state, state + vec_state);
-    EXPECT_EQ(dp.stats().memory.host_accumulators, acc + vec_acc);
-    const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
-    EXPECT_EQ(summed.memory.host_state, ref.stats().memory.host_state + copies * vec_state);
-    EXPECT_EQ(summed.memory.host_accumulators, ref.stats().memory.host_accumulators + copies * vec_acc);
-  } else { // every rank holds all of it
-    EXPECT_EQ(dp.stats().memory.host_state, ref.stats().memory.host_state);
-    EXPECT_EQ(summed.memory.host_state, static_cast<std::uint64_t>(n) * ref.stats().memory.host_state);
-    EXPECT_EQ(summed.memory.host_accumulators,
-              static_cast<std::uint64_t>(n) * ref.stats().memory.host_accumulators);
-  }
+  EXPECT_EQ(dp.stats().memory.host_state, state + vec_state);
+  EXPECT_EQ(dp.stats().memory.host_accumulators, acc + vec_acc);
+  const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
+  EXPECT_EQ(summed.memory.host_state, ref.stats().memory.host_state + copies * vec_state);
+  EXPECT_EQ(summed.memory.host_accumulators, ref.stats().memory.host_accumulators + copies * vec_acc);
   // Bytes on the wire, summed over the ranks: the two hashes from every rank, each step's
   // reductions, entering rows and migrations (above), each window's weights once (every owner its
   // share): all unselected channels, or every channel in the warm-up.
   const auto jobs = static_cast<std::uint64_t>(dp.stats().host_jobs);
   const auto warm =
       sync ? jobs : static_cast<std::uint64_t>(std::min<std::int64_t>(cfg.full_warm_up_rounds, steps));
-  const std::uint64_t windows = partitioned ? warm * all_host + (jobs - warm) * unselected : 0;
-  EXPECT_EQ(summed.comm_bytes, static_cast<std::uint64_t>(n) * 16 + wire + windows);
+  EXPECT_EQ(summed.comm_bytes,
+            static_cast<std::uint64_t>(n) * 16 + wire + warm * all_host + (jobs - warm) * unselected);
   EXPECT_EQ(summed.d2h_bytes, [&] {
     std::uint64_t s = 0; // plain MPI, not the communicator under test
     const auto mine = static_cast<std::uint64_t>(dp.stats().d2h_bytes);
@@ -308,6 +303,24 @@ void run_against_one_rank(const zenflow::config& cfg,
     EXPECT_EQ(s.counts, r.counts) << "param " << p;
     EXPECT_EQ(dp.selected(ids[p]), ref.selected(ref_ids[p])) << "param " << p;
   }
+}
+
+// Every case on the host backend over MPI and on the emulated device over MPI as a device
+// communicator (the path NCCL takes): the same reference, the same bits, bytes and memory.
+template <class T>
+void run_against_one_rank(const zenflow::config& cfg,
+                          int steps,
+                          std::int64_t nan_step,
+                          const std::vector<shape>& shapes = kShapes,
+                          std::int64_t big_step = -1) {
+  {
+    SCOPED_TRACE("host backend, mpi_communicator");
+    run_on<T, dp_path::host>(cfg, steps, nan_step, shapes, big_step);
+  }
+  SCOPED_TRACE("emulated backend, emulated_device_communicator<mpi_communicator>");
+  auto device_cfg = cfg;
+  device_cfg.upload = zenflow::upload_policy::whole_window; // chunk_ring is refused there (below)
+  run_on<T, dp_path::emulated_device_comm>(device_cfg, steps, nan_step, shapes, big_step);
 }
 
 TEST(engine_data_parallel, fixed_windows_overlap_float_with_a_nan_on_one_rank) {
@@ -384,7 +397,8 @@ TEST(engine_data_parallel, slots_straddle_the_blocks_bf16) {
   cfg.max_update_interval = 5;
   cfg.auto_ratio = 0.5;
   cfg.select_interval = 7;
-  cfg.upload = zenflow::upload_policy::chunk_ring; // the gathered weights go up chunk by chunk
+  // the gathered weights go up chunk by chunk (over a host communicator; whole over a device one)
+  cfg.upload = zenflow::upload_policy::chunk_ring;
   run_against_one_rank<zenflow::bfloat16>(cfg, 16, 5,
                                           {{true, 301, 32}, {false, 1, 7}, {true, 77, 80}, {true, 2, 8}});
 }
@@ -419,23 +433,24 @@ TEST(engine_data_parallel, snr_is_refused_with_the_owner_partition) {
 }
 
 TEST(engine_data_parallel, emulated_backend_float) {
-  run_against_one_rank<float, dp_path::emulated>(small_config(), 16, -1);
+  run_on<float, dp_path::emulated>(small_config(), 16, -1);
 }
 
-// The device-communicator path (NCCL's on a GPU): stream-ordered collectives, the stats summed in
-// device memory, on an asynchronous device, against the same one-rank reference.
-TEST(engine_data_parallel, emulated_device_communicator_float_with_a_nan_on_one_rank) {
-  run_against_one_rank<float, dp_path::emulated_device_comm>(small_config(), 20, 9);
-}
-
-TEST(engine_data_parallel, emulated_device_communicator_zen_auto_bf16) {
+// A device communicator gathers a window's shares in the device upload buffer: chunk_ring has
+// none, so initialize() refuses it, naming the setting, and nothing is set up.
+TEST(engine_data_parallel, chunk_ring_is_refused_over_a_device_communicator) {
   auto cfg = small_config();
-  cfg.update_interval = 0; // Zen-auto
-  cfg.max_update_interval = 6;
-  cfg.auto_ratio = 0.5;
-  cfg.full_warm_up_rounds = 3;
-  cfg.select_interval = 12;
-  run_against_one_rank<zenflow::bfloat16, dp_path::emulated_device_comm>(cfg, 24, -1);
+  cfg.upload = zenflow::upload_policy::chunk_ring;
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::emulated_device device;
+  const cudaStream_t stream = device.create_stream();
+  using comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
+  zenflow::engine<zenflow::emulated_backend, comm> e(cfg, zenflow::emulated_backend{device},
+                                                     comm(device, make_comm()));
+  register_all(e, w, g);
+  zf_engine_test::expect_invalid([&] { e.initialize(stream); }, "upload");
+  EXPECT_FALSE(e.initialized());
 }
 
 // A training loop as a user writes it: least squares y = W x, each rank on its own shard of every

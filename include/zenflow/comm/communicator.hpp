@@ -51,20 +51,8 @@
 
 ZF_NAMESPACE_BEGIN
 
-/// A collective failed in the transport (an MPI or NCCL error), or the communicator is unusable
-/// after an earlier failure.
-class comm_error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
-
-/// A collective did not complete within the communicator's bound: a rank has failed, hangs, or
-/// never called the same collective. The communicator is unusable afterwards; the usual reaction
-/// is to end the job (`MPI_Abort`, `ncclCommAbort`).
-class comm_timeout : public comm_error {
-public:
-  using comm_error::comm_error;
-};
+// comm_error and comm_timeout: core/error.hpp (the engine rethrows them with context, keeping
+// their type).
 
 /// What the data-parallel engine calls on a communicator. See the file comment for semantics.
 template <class C>

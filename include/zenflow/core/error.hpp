@@ -57,6 +57,21 @@ public:
   using std::invalid_argument::invalid_argument;
 };
 
+/// A collective failed in the transport (an MPI or NCCL error), or the communicator is unusable
+/// after an earlier failure (comm/communicator.hpp).
+class comm_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A collective did not complete within the communicator's bound: a rank has failed, hangs, or
+/// never called the same collective. The communicator is unusable afterwards; the usual reaction
+/// is to end the job (`MPI_Abort`, `ncclCommAbort`).
+class comm_timeout : public comm_error {
+public:
+  using comm_error::comm_error;
+};
+
 namespace detail {
 /// Records "<function>: argument '<argument>' <why>" and returns cudaErrorInvalidValue.
 [[nodiscard]] inline cudaError_t
@@ -117,7 +132,8 @@ inline void require(bool ok, std::string_view function, std::string_view argumen
 }
 
 /// Rethrows the exception in flight with "<context>: " in front of its message, keeping the types
-/// callers catch (`cuda_error` with its code, `invalid_argument`); any other std::exception becomes
+/// callers catch (`cuda_error` with its code, `invalid_argument`, `comm_timeout`, `comm_error`); any
+/// other std::exception becomes
 /// a std::runtime_error. For errors that surface on another thread than the one they happened on.
 [[noreturn]] inline void rethrow_with_context(const std::string& context) {
   try {
@@ -126,6 +142,10 @@ inline void require(bool ok, std::string_view function, std::string_view argumen
     throw cuda_error(e.code(), context + ": " + e.what());
   } catch (const invalid_argument& e) {
     throw invalid_argument(context + ": " + e.what());
+  } catch (const comm_timeout& e) { // a lost rank stays a timeout: the caller ends the job on it
+    throw comm_timeout(context + ": " + e.what());
+  } catch (const comm_error& e) {
+    throw comm_error(context + ": " + e.what());
   } catch (const std::exception& e) {
     throw std::runtime_error(context + ": " + e.what());
   }

@@ -232,7 +232,8 @@ public:
     }
     jobs_.start(cfg_.resolved_host_threads(hw), overlap);
     if (dp_.partitioned()) { // each rank's share of a window's weights, gathered at the boundary
-      jobs_.set_gather([this] { return dp_.gather_uploads(params_, host_); });
+      jobs_.set_gather(Comm::is_device,
+                       [this](cudaStream_t s) { return dp_.gather_uploads(plan_, params_, host_, s); });
     }
     life_ = detail::lifecycle::training;
   }

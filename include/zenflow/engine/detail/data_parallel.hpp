@@ -4,14 +4,17 @@
 /// and the reduction of every rank's gradients to their mean before the step reads them.
 ///
 /// The gradients are reduced (mean) at the start of step(), into engine-owned buffers that the
-/// device plan then reads instead of the user's. Over a host communicator the host state is
-/// partitioned by owner (`partitioned()`): each rank keeps its block of every host-side matrix,
-/// the window's weights and the rows entering the device are all-gathered. There every step
-/// reduce-scatters the host sets' rows by owner and all-reduces only the rest; the scores, the
-/// skip flag, the clipping norm, a selection's importance and the rest masses then get one float
-/// per channel from the owners, and a selection's entering rows come from theirs
-/// (owner_reduction.hpp). A device communicator all-reduces every gradient, and every decision is
-/// computed from the same mean on every rank. An N-rank run is a one-rank run fed the mean
+/// device plan then reads instead of the user's. The host state is partitioned by owner
+/// (`partitioned()`): each rank keeps its block of every host-side matrix and copies only its
+/// block's unselected gradients down; the window's weights and the rows entering the device are
+/// all-gathered. Over a host communicator every step reduce-scatters the host sets' rows by owner
+/// and all-reduces only the rest; the scores, the skip flag, the clipping norm, a selection's
+/// importance and the rest masses then get one float per channel from the owners, and a
+/// selection's entering rows come from theirs (owner_reduction.hpp). A device communicator (NCCL)
+/// all-reduces every gradient on the device (twice the interconnect bytes of the host sets' rows,
+/// none of the PCIe), so every decision is computed from the same mean on every rank; it gathers
+/// a window's shares in the device upload buffers, and the host-state gathers of a selection or a
+/// state read through a device staging buffer. An N-rank run is a one-rank run fed the mean
 /// gradient, bit for bit.
 ///
 /// One code path for every backend: the gradients are widened into one fp32 buffer with the plan's
@@ -26,6 +29,7 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -115,10 +119,14 @@ public:
     comm_.verify_same(h.value(), "the parameter list", stream);
     // "snr" compares a window's accumulator with every host channel's mass: with the owner
     // partition that needs the other ranks' accumulators inside the window job (not built).
-    require(!(active() && !Comm::is_device && cfg.host_lr_scale == host_lr_scaling::snr),
-            "zenflow::engine::initialize", "host_lr_scale",
-            "\"snr\" is not supported data parallel over a host communicator (use \"linear\", \"sqrt\" or "
-            "\"none\")");
+    require(!(active() && cfg.host_lr_scale == host_lr_scaling::snr), "zenflow::engine::initialize",
+            "host_lr_scale", "\"snr\" is not supported data parallel (use \"linear\", \"sqrt\" or \"none\")");
+    // A device communicator gathers a window's shares in the device upload buffer, which
+    // chunk_ring does not have.
+    require(!(active() && Comm::is_device && cfg.upload == upload_policy::chunk_ring),
+            "zenflow::engine::initialize", "upload",
+            "\"chunk_ring\" is not supported data parallel over a device communicator (the window's "
+            "all-gather runs in the device upload buffer: use \"whole_window\")");
     return active() ? 2u * 8u : 0u; // two 8-byte hashes (one rank sends nothing)
   }
 
@@ -140,10 +148,9 @@ public:
     }
   }
 
-  /// More than one rank over a host communicator: each rank keeps the host state of its block of
-  /// every host-side matrix only. A device communicator (NCCL) keeps the replicated host state
-  /// for now: its all-gather would need the device upload buffer, which chunk_ring does not have.
-  [[nodiscard]] bool partitioned() const noexcept { return active() && !Comm::is_device; }
+  /// More than one rank: each rank keeps the host state of its block of every host-side matrix
+  /// only, and copies only that block's unselected gradients down.
+  [[nodiscard]] bool partitioned() const noexcept { return active(); }
 
   /// Channels [first, first + count) of `p` whose host state rank `r` keeps.
   [[nodiscard]] std::pair<std::int64_t, std::int64_t>
@@ -197,11 +204,16 @@ public:
   }
 
   /// At a window's boundary (owner partition): every rank's share of the new weights of every
-  /// host-side matrix into every rank's upload buffer, in place. The host set in ascending order
-  /// is the blocks in rank order, so the result is the host-set order a one-rank window writes.
-  /// Returns the bytes this rank sent.
+  /// host-side matrix into every rank's upload buffer, in place: the host upload buffers over a
+  /// host communicator, the device upload buffers on `stream` over a device one (each rank's
+  /// share copied up there already: host_jobs). The host set in ascending order is the blocks in
+  /// rank order, so the result is the host-set order a one-rank window writes. Returns the bytes
+  /// this rank sent.
   template <class HostSide>
-  std::uint64_t gather_uploads(const std::vector<param_info>& params, HostSide& host) {
+  std::uint64_t gather_uploads(device_plan<Backend>& plan,
+                               const std::vector<param_info>& params,
+                               HostSide& host,
+                               cudaStream_t stream) {
     std::uint64_t sent = 0;
     std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
     for (std::size_t p = 0; p < params.size(); ++p) {
@@ -216,9 +228,9 @@ public:
         const auto hi = std::lower_bound(lo, h.host_set.end(), first + count);
         sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(hi - lo) * pi.channel_bytes();
       }
-      std::byte* buf = h.upload.data();
+      std::byte* buf = Comm::is_device ? plan.upload_buffer(p) : h.upload.data();
       comm_.all_gather_bytes(buf + static_cast<std::size_t>(h.own_pos) * pi.channel_bytes(), buf, sizes,
-                             nullptr);
+                             stream);
       sent += sizes[static_cast<std::size_t>(comm_.rank())];
     }
     return sent;
@@ -243,7 +255,7 @@ public:
           sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
         }
         all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(all[0]));
-        comm_.all_gather_bytes(mine, all.data(), sizes, stream);
+        all_gather_host(plan.backend(), mine, all.data(), sizes, stream);
       };
       std::vector<float> master;
       std::vector<M> m, v;
@@ -342,7 +354,7 @@ public:
                                  const HostSide& host,
                                  bool split,
                                  cudaStream_t stream) {
-    split_ = split && partitioned();
+    split_ = split && partitioned() && !Comm::is_device;
     if (!active()) {
       return 0;
     }
@@ -499,7 +511,7 @@ private:
       std::memcpy(rows.data() + o + L * 4 + mb, hv + c * L, mb);
       std::memcpy(rows.data() + o + L * 4 + 2 * mb, &h.counts[c], 4);
     }
-    comm_.all_gather_bytes(rows.data() + at, rows.data(), sizes, stream);
+    all_gather_host(plan.backend(), rows.data() + at, rows.data(), sizes, stream);
     comm_bytes += sizes[static_cast<std::size_t>(comm_.rank())];
     for (std::size_t e = 0; e < enter.size(); ++e) {
       const auto c = static_cast<std::size_t>(enter[e]);
@@ -527,6 +539,36 @@ private:
     return bytes;
   }
 
+  /// all_gather_bytes of host buffers (`send` may be this rank's block inside `recv`), complete on
+  /// return: a host communicator reads them; a device one gathers in the device staging buffer
+  /// (this rank's block up, the gather, every block down; blocking). The staging buffer grows to
+  /// the largest gather so far (a device allocation: at a selection step or a state read).
+  void all_gather_host(const Backend& b,
+                       const void* send,
+                       void* recv,
+                       std::span<const std::size_t> sizes,
+                       cudaStream_t stream) {
+    if constexpr (!Comm::is_device) {
+      (void)b;
+      comm_.all_gather_bytes(send, recv, sizes, stream);
+    } else {
+      std::size_t total = 0;
+      std::size_t at = 0;
+      for (std::size_t r = 0; r < sizes.size(); ++r) {
+        at = static_cast<int>(r) == comm_.rank() ? total : at;
+        total += sizes[r];
+      }
+      if (stage_.size() < total) {
+        stage_ = dbuf<std::byte>(total); // the last use was synchronized: nothing reads the old one
+      }
+      const std::size_t mine = sizes[static_cast<std::size_t>(comm_.rank())];
+      b.copy_h2d(stage_.data() + at, send, mine, stream);
+      comm_.all_gather_bytes(stage_.data() + at, stage_.data(), sizes, stream);
+      b.copy_d2h(recv, stage_.data(), total, stream);
+      b.synchronize(stream);
+    }
+  }
+
   /// block() over `params` for owner_reduction.
   auto owned(const std::vector<param_info>& params) const {
     return typename owner_reduction<Backend, Comm>::block_fn(
@@ -547,6 +589,7 @@ private:
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;
   dbuf<double> sums_;                     // summed()'s, in device memory for a device communicator
+  dbuf<std::byte> stage_;                 // all_gather_host()'s, for a device communicator
   owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
   bool split_ = false;                    // this step's reduction is split by owner
 };

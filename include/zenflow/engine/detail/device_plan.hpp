@@ -212,6 +212,9 @@ public:
   // boundary's copies (`scattered_`), which read the host buffers.
 
   void begin_uploads();
+  /// `p`'s device upload buffer (whole_window; null with chunk_ring): its host-set positions in
+  /// order, for data parallel's gather of every rank's share there.
+  [[nodiscard]] std::byte* upload_buffer(std::size_t p) noexcept { return dev_[p].upload.data(); }
   /// Copies host-set positions [begin, end) of `p`'s new weights from its host upload buffer
   /// `src` (position 0 at `src`) into the device upload buffer. Returns the bytes.
   std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end);

@@ -64,11 +64,16 @@ public:
     }
   }
 
-  /// Data parallel (the owner partition): `gather` fills the upload buffers with every rank's
-  /// share of a job's weights and returns the bytes this rank sent. A collective, so it runs on
-  /// the training thread at the boundary (the same point on every rank), and the copy up follows
-  /// it there instead of starting on the job's thread.
-  void set_gather(std::function<std::uint64_t()> gather) { gather_ = std::move(gather); }
+  /// Data parallel (the owner partition): `gather(stream)` gives every rank every rank's share of
+  /// a job's weights and returns the bytes this rank sent. A collective, so it runs on the
+  /// training thread at the boundary (the same point on every rank). `on_device` (a device
+  /// communicator): it gathers in the device upload buffers on the boundary's stream, after the
+  /// copy up of this rank's share, which the job starts as soon as it is done (as with one rank);
+  /// else in the host upload buffers, and the copy up of every share follows it there.
+  void set_gather(bool on_device, std::function<std::uint64_t(cudaStream_t)> gather) {
+    gather_on_device_ = on_device;
+    gather_ = std::move(gather);
+  }
 
   [[nodiscard]] bool overlapped() const noexcept { return queue_ != nullptr; }
   [[nodiscard]] const job_outcome& outcome() const noexcept { return outcome_; }
@@ -99,7 +104,7 @@ public:
   std::int64_t submit_finished(bool produced) {
     return queue_->submit([this, produced] {
       outcome_ = job_outcome{produced, 0.0};
-      if (produced && !gather_) {
+      if (produced && uploads_on_job_thread()) {
         upload();
       }
     });
@@ -129,7 +134,6 @@ public:
     }
     if (outcome_.produced) {
       account();
-      gathered(cost);
       apply(stream, cost);
       stats_.max_staleness_windows = std::max(stats_.max_staleness_windows, windows_closed - 1 - j.window);
     }
@@ -170,7 +174,6 @@ public:
         run(a, n_w, lr);
       });
       account();
-      gathered(cost);
       apply(stream, cost);
     }
   }
@@ -181,42 +184,53 @@ private:
   void run(std::size_t a, std::int32_t n_w, float lr) {
     const std::int64_t t0 = pipeline_trace::now();
     outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get());
-    if (!gather_) {
+    if (uploads_on_job_thread()) {
       upload();
     }
     trace_.span(trace_track::host_job, "window AdamW", "host_job", t0, pipeline_trace::now(),
                 "\"n_w\": " + std::to_string(n_w));
   }
 
+  /// The job's thread starts the copy up (one rank, or a device communicator's gather).
+  [[nodiscard]] bool uploads_on_job_thread() const noexcept { return !gather_ || gather_on_device_; }
+
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
-  /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window).
+  /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window);
+  /// with a device communicator's gather, this rank's share only.
   void upload() {
     plan_.begin_uploads();
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& h = host_[p];
       if (params_[p].host_side && !h.host_set.empty()) {
-        (void)plan_.upload(p, h.upload.data(), 0, static_cast<std::int64_t>(h.host_set.size()));
+        const bool share = gather_ && gather_on_device_;
+        (void)plan_.upload(p, h.upload.data(), share ? h.own_pos : 0,
+                           share ? h.own_end() : static_cast<std::int64_t>(h.host_set.size()));
       }
     }
     plan_.end_uploads();
   }
 
-  /// Data parallel: the ranks' shares gathered, then copied up (training thread, at the boundary).
-  void gathered(call_cost& cost) {
-    if (gather_) {
-      cost.comm += gather_();
+  /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
+  /// working weights (device to device, on `stream`, after the copies: no host wait). Data
+  /// parallel: the ranks' shares gathered first (then copied up whole from the host, or gathered
+  /// on the device after this rank's share is up: only that share crossed PCIe).
+  void apply(cudaStream_t stream, call_cost& cost) {
+    if (gather_ && !gather_on_device_) {
+      cost.comm += gather_(stream);
       upload();
     }
-  }
-
-  /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
-  /// working weights (device to device, on `stream`, after the copies: no host wait).
-  void apply(cudaStream_t stream, call_cost& cost) {
     plan_.begin_apply(stream);
+    if (gather_ && gather_on_device_) {
+      cost.comm += gather_(stream);
+    }
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& h = host_[p];
       if (params_[p].host_side && !h.host_set.empty()) {
-        cost.h2d += plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+        const std::size_t bytes =
+            plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
+        cost.h2d += gather_ && gather_on_device_
+                        ? static_cast<std::size_t>(h.own_end() - h.own_pos) * params_[p].channel_bytes()
+                        : bytes;
       }
     }
     plan_.end_apply(stream);
@@ -236,7 +250,8 @@ private:
   std::unique_ptr<worker_pool> pool_;
   std::unique_ptr<window_queue> queue_;
   job_outcome outcome_; // written by the job, read after the queue says it is done
-  std::function<std::uint64_t()> gather_;
+  std::function<std::uint64_t(cudaStream_t)> gather_;
+  bool gather_on_device_ = false;
 };
 
 } // namespace detail
