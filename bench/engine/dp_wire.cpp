@@ -31,17 +31,23 @@
 //                       parameter all-gathers of ZeRO 3's forward and backward are not counted).
 // "measured": the engine (host backend, mpi_communicator) on charlm's "cpu" shapes with random
 // gradients: each rank's comm_bytes and d2h_bytes from stats() per step, against the formulas.
+// "measured_device_communicator": the same on the emulated backend over a device communicator
+// (emulated_device_communicator: the path NCCL takes), whose steps all-reduce every gradient.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <mpi.h>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
+#include <zenflow/core/emulated_device.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
@@ -137,6 +143,9 @@ nlohmann::json computed(const std::string& name,
   return j;
 }
 
+// `Device`: the same run on the emulated device over MPI as a device communicator (NCCL's path:
+// every gradient all-reduced on the device, the host state and the copies down still by owner).
+template <bool Device>
 nlohmann::json measured(int steps) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -158,14 +167,26 @@ nlohmann::json measured(int steps) {
       x = nd(gen);
     }
   }
-  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(
-      cfg, {}, zenflow::mpi_communicator(MPI_COMM_WORLD));
+  zenflow::emulated_device device; // outlives the engine
+  const cudaStream_t stream = Device ? device.create_stream() : nullptr;
+  using backend = std::conditional_t<Device, zenflow::emulated_backend, zenflow::host_backend>;
+  using comm = std::conditional_t<Device, zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
+                                  zenflow::mpi_communicator>;
+  auto make = [&] {
+    if constexpr (Device) {
+      return zenflow::engine<backend, comm>(cfg, zenflow::emulated_backend{device},
+                                            comm(device, zenflow::mpi_communicator(MPI_COMM_WORLD)));
+    } else {
+      return zenflow::engine<backend, comm>(cfg, {}, zenflow::mpi_communicator(MPI_COMM_WORLD));
+    }
+  };
+  auto e = make();
   std::vector<zenflow::param_id> ids;
   for (std::size_t p = 0; p < list.size(); ++p) {
     ids.push_back(list[p].matrix ? e.add_matrix(w[p].data(), g[p].data(), list[p].channels, list[p].len)
                                  : e.add_vector(w[p].data(), g[p].data(), list[p].len));
   }
-  e.initialize();
+  e.initialize(stream);
   std::uint64_t elements = 0;
   for (const auto& t : list) {
     elements += static_cast<std::uint64_t>(t.channels * t.len);
@@ -173,20 +194,21 @@ nlohmann::json measured(int steps) {
   std::mt19937_64 ggen(100 + static_cast<std::uint64_t>(rank)); // every rank its own gradients
   nlohmann::json per_step = nlohmann::json::array();
   for (int t = 0; t < steps; ++t) {
+    device.synchronize(); // the step before has read the gradients (emulated device)
     for (auto& v : g) {
       for (auto& x : v) {
         x = nd(ggen);
       }
     }
-    const auto rep = e.step(1e-3f);
+    const auto rep = e.step(1e-3f, stream);
     per_step.push_back({{"step", t},
                         {"selection", rep.selection},
                         {"window_closed", rep.window_closed},
                         {"comm_bytes", rep.comm_bytes},
                         {"d2h_bytes", rep.d2h_bytes}});
   }
-  e.flush();
-  const auto summed = e.stats_over_ranks();
+  e.flush(stream);
+  const auto summed = e.stats_over_ranks(stream);
   // This rank's share of the unselected gradient bytes (fp32 here), per step after the first
   // selection: its block of every matrix minus the device set. And what a step with fixed device
   // sets puts into collectives (the engine's counting: an all-reduce's whole input, of the
@@ -227,7 +249,9 @@ nlohmann::json measured(int steps) {
     }
   }
   nlohmann::json j;
-  j["shapes"] = "charlm cpu (V=48, C=8, E=16, H=512, 4 layers), fp32, host backend";
+  j["shapes"] = "charlm cpu (V=48, C=8, E=16, H=512, 4 layers), fp32";
+  j["path"] = Device ? "emulated backend, emulated_device_communicator<mpi_communicator> (NCCL's path)"
+                     : "host backend, mpi_communicator";
   j["ranks"] = n;
   j["rank"] = rank;
   j["parameters"] = elements;
@@ -286,7 +310,8 @@ int main(int argc, char** argv) {
     }
   }
   // Every rank's measured figures, gathered to rank 0 as JSON text.
-  const std::string mine = measured(steps).dump();
+  const std::string mine =
+      nlohmann::json{{"host", measured<false>(steps)}, {"device", measured<true>(steps)}}.dump();
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
   MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -299,10 +324,13 @@ int main(int argc, char** argv) {
   MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     out["measured"] = nlohmann::json::array();
+    out["measured_device_communicator"] = nlohmann::json::array();
     for (int i = 0; i < n; ++i) {
-      out["measured"].push_back(
+      const auto both =
           nlohmann::json::parse(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(i)]),
-                                           static_cast<std::size_t>(lens[static_cast<std::size_t>(i)]))));
+                                           static_cast<std::size_t>(lens[static_cast<std::size_t>(i)])));
+      out["measured"].push_back(both["host"]);
+      out["measured_device_communicator"].push_back(both["device"]);
     }
     std::printf("%s\n", out.dump(2).c_str());
   }
