@@ -141,6 +141,7 @@ void save_and_load_every_rank_its_own_file() {
     (void)a.step(1e-2f, stream);
   }
   a.flush(stream);
+  device.synchronize(); // the stream's last collectives done before this thread calls MPI itself
   auto [backend_b, comm_b] = make();
   zenflow::engine<backend, comm> b(cfg, backend_b, std::move(comm_b));
   const auto ids_b = register_all(b, w_saved, g);
@@ -242,6 +243,7 @@ TEST(engine_data_parallel, a_missing_rank_is_a_timeout_on_the_stream_over_a_devi
     std::this_thread::sleep_for(1500ms);
     (void)e.step(1e-2f, stream); // completes with rank 0's posted contribution
     e.flush(stream);
+    device.synchronize(); // the stream's collective done before this thread calls MPI itself
   }
   MPI_Barrier(MPI_COMM_WORLD); // rank 0 makes progress here on the operation it left posted
 }

@@ -18,8 +18,10 @@
 ///   calling thread, so a mismatch throws without making the device's error sticky.
 /// - Threads: the wrapped communicator is called from the device's stream threads and from the
 ///   caller (verify_same), one call at a time (a mutex). With mpi_communicator, MPI must be
-///   initialized with at least MPI_THREAD_SERIALIZED. As with NCCL, every rank must issue the
-///   collectives in the same order: enqueue them on one stream.
+///   initialized with at least MPI_THREAD_SERIALIZED, and the caller's own MPI calls must not
+///   overlap the stream's collectives: synchronize the stream before them (or initialize with
+///   MPI_THREAD_MULTIPLE). As with NCCL, every rank must issue the collectives in the same order:
+///   enqueue them on one stream.
 /// - Copies share the wrapped communicator (one transport, as copies of an ncclComm_t handle do).
 #pragma once
 
