@@ -410,8 +410,8 @@ public:
 
   /// The full optimizer state of `param`, from the host rows and the device rows. Waits for a
   /// running host job first (its rows are being written). Blocking; for tests and checkpoints.
-  /// Data parallel over a host communicator: a collective (every rank calls it; the owners'
-  /// blocks are all-gathered), the same full state on every rank.
+  /// Data parallel (more than one rank): a collective (every rank calls it; the owners' blocks
+  /// are all-gathered), the same full state on every rank.
   [[nodiscard]] param_state state(param_id param, cudaStream_t stream = nullptr) {
     const std::size_t p = index(param);
     jobs_.wait_idle();
