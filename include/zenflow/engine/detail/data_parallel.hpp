@@ -250,12 +250,15 @@ public:
       }
       const auto L = static_cast<std::size_t>(pi.channel_len);
       std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+      // A device communicator's staging for a whole matrix's state: freed on return (a state read
+      // is rare and blocking; a selection's gathers are small and keep stage_).
+      dbuf<std::byte> stage;
       auto gather = [&](const auto* mine, auto& all, std::size_t per_channel) {
         for (int r = 0; r < comm_.size(); ++r) {
           sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
         }
         all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(all[0]));
-        all_gather_host(plan.backend(), mine, all.data(), sizes, stream);
+        all_gather_host(plan.backend(), mine, all.data(), sizes, stage, stream);
       };
       std::vector<float> master;
       std::vector<M> m, v;
@@ -511,7 +514,7 @@ private:
       std::memcpy(rows.data() + o + L * 4 + mb, hv + c * L, mb);
       std::memcpy(rows.data() + o + L * 4 + 2 * mb, &h.counts[c], 4);
     }
-    all_gather_host(plan.backend(), rows.data() + at, rows.data(), sizes, stream);
+    all_gather_host(plan.backend(), rows.data() + at, rows.data(), sizes, stage_, stream);
     comm_bytes += sizes[static_cast<std::size_t>(comm_.rank())];
     for (std::size_t e = 0; e < enter.size(); ++e) {
       const auto c = static_cast<std::size_t>(enter[e]);
@@ -540,16 +543,18 @@ private:
   }
 
   /// all_gather_bytes of host buffers (`send` may be this rank's block inside `recv`), complete on
-  /// return: a host communicator reads them; a device one gathers in the device staging buffer
-  /// (this rank's block up, the gather, every block down; blocking). The staging buffer grows to
-  /// the largest gather so far (a device allocation: at a selection step or a state read).
+  /// return: a host communicator reads them; a device one gathers in the device buffer `stage`
+  /// (this rank's block up, the gather, every block down; blocking), grown to the gather's size
+  /// when smaller (a device allocation).
   void all_gather_host(const Backend& b,
                        const void* send,
                        void* recv,
                        std::span<const std::size_t> sizes,
+                       dbuf<std::byte>& stage,
                        cudaStream_t stream) {
     if constexpr (!Comm::is_device) {
       (void)b;
+      (void)stage;
       comm_.all_gather_bytes(send, recv, sizes, stream);
     } else {
       std::size_t total = 0;
@@ -558,13 +563,13 @@ private:
         at = static_cast<int>(r) == comm_.rank() ? total : at;
         total += sizes[r];
       }
-      if (stage_.size() < total) {
-        stage_ = dbuf<std::byte>(total); // the last use was synchronized: nothing reads the old one
+      if (stage.size() < total) {
+        stage = dbuf<std::byte>(total); // the last use was synchronized: nothing reads the old one
       }
       const std::size_t mine = sizes[static_cast<std::size_t>(comm_.rank())];
-      b.copy_h2d(stage_.data() + at, send, mine, stream);
-      comm_.all_gather_bytes(stage_.data() + at, stage_.data(), sizes, stream);
-      b.copy_d2h(recv, stage_.data(), total, stream);
+      b.copy_h2d(stage.data() + at, send, mine, stream);
+      comm_.all_gather_bytes(stage.data() + at, stage.data(), sizes, stream);
+      b.copy_d2h(recv, stage.data(), total, stream);
       b.synchronize(stream);
     }
   }
@@ -589,7 +594,7 @@ private:
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;
   dbuf<double> sums_;                     // summed()'s, in device memory for a device communicator
-  dbuf<std::byte> stage_;                 // all_gather_host()'s, for a device communicator
+  dbuf<std::byte> stage_;                 // a selection's all_gather_host(), device communicator
   owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
   bool split_ = false;                    // this step's reduction is split by owner
 };
