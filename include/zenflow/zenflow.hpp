@@ -1,11 +1,13 @@
 /// @file
 /// Umbrella header for the host side of zenflow: everything that compiles with the host
 /// compiler alone (core types, the host backend of every primitive, transport, the engine on
-/// the host backend, the communicator concept with its one-rank model, the channel partition).
+/// the host backend, the communicator concept with its one-rank model and the emulated device's,
+/// the channel partition).
 /// `<zenflow/zenflow.cuh>` adds the CUDA launchers and the CUDA engine backend.
 #pragma once
 
 #include <zenflow/comm/communicator.hpp>
+#include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/hash.hpp>
 #include <zenflow/comm/local_communicator.hpp>
 #include <zenflow/comm/partition.hpp>
