@@ -96,20 +96,23 @@ public:
             "runs before release_gradients(): gradient_release::by_caller needs it after each step() and "
             "before the backward writes the gradients that step's packs read");
   }
-  /// The step's packs start after the work enqueued on `stream` so far (its gradients, the
-  /// record's scalars, a selection's new host sets); `adopt_early`: the rest masses of the packs
-  /// grad_ready() did join the record first, on the pack stream, in the order they had on one
-  /// stream.
+  /// The step's packs start after the work enqueued on `stream` so far (after begin_step(): its
+  /// gradients, and a selection's new host sets where there is one; the prologue need not come
+  /// first), the record's rest masses zeroed on the pack stream first; `adopt_early`: they start
+  /// from the masses of the packs grad_ready() did, in the order they had on one stream. Once per
+  /// step: a later call is a no-op.
   void begin_packs(cudaStream_t stream, bool adopt_early) {
-    packs_->wait_for(stream);
-    if (adopt_early) {
-      plan_.adopt_early(packs_->get());
+    if (begun_) {
+      return;
     }
-    unjoined_ = true;
+    after(stream);
+    plan_.begin_rest_masses(adopt_early, packs_->get());
+    begun_ = true;
   }
   /// The end of step(): at_step, `stream` waits for the packs (no host wait); by_caller, the
   /// caller owes a release().
   void end_step(cudaStream_t stream) {
+    begun_ = false;
     if (release_ == gradient_release::at_step) {
       join(stream);
     } else {
@@ -155,7 +158,7 @@ public:
     meta.tag = tag;
     meta.user = static_cast<std::uint64_t>(acc);
     // The first copy carries the header only: the step's packs are still adding their rest masses
-    // into the record on the user's stream, and a copy reading those words would race with them.
+    // into the record on the pack stream, and a copy reading those words would race with them.
     const std::size_t bytes =
         tag == record_first_slot ? step_record_layout::header_bytes() : plan_.record_layout().bytes();
     copies_->wait_for(stream);
@@ -182,7 +185,7 @@ public:
       return;
     }
     if (tag == grad_early_slot) {
-      begin_packs(stream, false); // after the backward wrote this gradient on `stream`
+      after(stream); // after the backward wrote this gradient on `stream` (its masses: the early ones)
     }
     const cudaStream_t on = packs_->get();
     const auto n = static_cast<std::int64_t>(h.host_set.size());
@@ -231,6 +234,12 @@ public:
 
 private:
   using stream_type = copy_stream<typename Backend::copy_backend_type>;
+
+  /// Packs enqueued from now on start after the work enqueued on `stream` so far.
+  void after(cudaStream_t stream) {
+    packs_->wait_for(stream);
+    unjoined_ = true;
+  }
 
   void join(cudaStream_t stream) {
     if (unjoined_) {
@@ -281,6 +290,7 @@ private:
   gradient_release release_ = gradient_release::at_step;
   bool released_ = true;  // by_caller: no step's packs are waiting for a release()
   bool unjoined_ = false; // packs enqueued since the last join into a caller's stream
+  bool begun_ = false;    // begin_packs() ran in this step
   std::size_t staging_next_ = 0;
   std::uint64_t pushed_ = 0;
 };
