@@ -181,8 +181,10 @@ TEST(engine_pack_stream, the_training_streams_next_op_is_not_delayed_by_the_pack
 /// the prologue's last kernel (finish_scalars), on the emulated device's trace.
 struct prologue_and_packs {
   std::int64_t first_pack_start[3] = {0, 0, 0};
+  std::int64_t first_copy_start[3] = {0, 0, 0}; // of the gradients (the records' copies are 24 B)
   std::int64_t prologue_end[3] = {0, 0, 0};
   int packs[3] = {0, 0, 0};
+  int copies[3] = {0, 0, 0};
 };
 
 /// One f32 matrix of 64 channels x 256, k = 1: 63 host-set channels in 4 packs (16 KiB slots).
@@ -250,6 +252,10 @@ prologue_and_packs trace_prologue_and_packs() {
         out.first_pack_start[t] =
             out.packs[t] == 0 ? op.start_ns : std::min(out.first_pack_start[t], op.start_ns);
         ++out.packs[t];
+      } else if (op.what == zenflow::emulated_op::kind::copy_d2h && op.bytes >= 1024) {
+        out.first_copy_start[t] =
+            out.copies[t] == 0 ? op.start_ns : std::min(out.first_copy_start[t], op.start_ns);
+        ++out.copies[t];
       }
     }
   }
@@ -259,13 +265,16 @@ prologue_and_packs trace_prologue_and_packs() {
 /// A step whose host sets are known before it starts packs its gradients beside its prologue (the
 /// norms' read of every gradient, the totals, coef_t): its first pack starts before the
 /// prologue's last kernel ends; it waits for the gradients only (the packs add into the record's
-/// rest masses, which the pack stream zeroes, and read neither coef_t nor the skip flag). A
-/// selection step still packs after it (its packs read the host sets the selection installs).
+/// rest masses, which the pack stream zeroes, and read neither coef_t nor the skip flag). Its
+/// first gradient copy follows that pack, not the prologue (the record's header, which does wait
+/// for the prologue, goes down on a stream of its own). A selection step still packs after the
+/// prologue (its packs read the host sets the selection installs).
 /// Whether the masses and bits stay right is the long-run scenarios' (above, and plan_digest_test).
 TEST(engine_pack_stream, the_packs_start_beside_the_prologue_when_the_host_sets_are_known) {
   const prologue_and_packs r = trace_prologue_and_packs();
   for (int t = 0; t < 3; ++t) {
     ASSERT_EQ(r.packs[t], 4) << "step " << t;
+    ASSERT_EQ(r.copies[t], 4) << "step " << t;
     ASSERT_GT(r.prologue_end[t], 0) << "step " << t;
   }
   EXPECT_GE(r.first_pack_start[0], r.prologue_end[0]) << "the selection step packed before its new host sets";
@@ -273,6 +282,9 @@ TEST(engine_pack_stream, the_packs_start_beside_the_prologue_when_the_host_sets_
     EXPECT_LT(r.first_pack_start[t], r.prologue_end[t])
         << "step " << t << ": the first pack waited for the prologue ("
         << (r.first_pack_start[t] - r.prologue_end[t]) << " ns after its end)";
+    EXPECT_LT(r.first_copy_start[t], r.prologue_end[t])
+        << "step " << t << ": the first gradient copy waited for the prologue ("
+        << (r.first_copy_start[t] - r.prologue_end[t]) << " ns after its end)";
   }
 }
 
