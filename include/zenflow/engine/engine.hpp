@@ -499,8 +499,8 @@ private:
   }
 
   /// The coming step's packs (which read the gradients and the host sets, and add into the record's
-  /// rest masses only) may start before its prologue: no selection this step, and no split
-  /// data-parallel step that completes gradient rows on the host after the norms.
+  /// rest masses only) may start before its prologue: no selection this step, and not data parallel
+  /// (the owner partition completes gradient rows and the rest masses around the packs).
   [[nodiscard]] bool packs_before_prologue() const {
     return cfg_.mode == optimizer_mode::zenflow && sched_.step >= cfg_.full_warm_up_rounds &&
            sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) && !dp_.partitioned();
