@@ -3,8 +3,8 @@
 // them; gradient_release says who keeps the next backward from overwriting what they still read
 // (docs/engine.md, "The pack stream and your gradients"). The same bits in both release modes, on
 // the host and emulated backends (late, slow packs included); the training stream's next op not
-// delayed by slow modelled packs, read on the emulated device's own trace; a missing release
-// refused before anything changes.
+// delayed by slow modelled packs, and the packs not waiting for the prologue, read on the emulated
+// device's own trace; a missing release refused before anything changes.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -175,6 +175,117 @@ TEST(engine_pack_stream, the_training_streams_next_op_is_not_delayed_by_the_pack
   EXPECT_LT(caller.next.start_ns, last_end(caller)) << "by_caller: the next op waited for the packs ("
                                                     << (last_end(caller) - caller.next.start_ns) << " ns)";
   EXPECT_GE(at_step.next.start_ns, last_end(at_step)) << "at_step: the next op ran beside a pack";
+}
+
+/// The first pack of each of three steps (0: the selection; 1, 2: host sets known beforehand) and
+/// the prologue's last kernel (finish_scalars), on the emulated device's trace.
+struct prologue_and_packs {
+  std::int64_t first_pack_start[3] = {0, 0, 0};
+  std::int64_t first_copy_start[3] = {0, 0, 0}; // of the gradients (the records' copies are 24 B)
+  std::int64_t prologue_end[3] = {0, 0, 0};
+  int packs[3] = {0, 0, 0};
+  int copies[3] = {0, 0, 0};
+};
+
+/// One f32 matrix of 64 channels x 256, k = 1: 63 host-set channels in 4 packs (16 KiB slots).
+/// Every kernel costs 10 ms of modelled launch latency on the device's one compute resource, so
+/// the order in which the streams book it is set by what each waits for, not by the host's speed:
+/// a pack that waits only for the backward books its turn while the norms run (10 ms before
+/// sq_totals and finish_scalars can); one that waits for the prologue books after finish_scalars.
+prologue_and_packs trace_prologue_and_packs() {
+  zenflow::emulated_timing timing;
+  timing.launch_latency = std::chrono::milliseconds(10);
+  zenflow::emulated_device device(timing);
+  const cudaStream_t stream = device.create_stream();
+  zenflow::config cfg = zf_engine_test::small_config();
+  cfg.topk_ratio = 0.02; // k = int(0.02 x 64) = 1
+  cfg.select_interval = 1000;
+  cfg.update_interval = 4;
+  cfg.ring_slot_bytes = 16384;
+  cfg.ring_slots = 64;
+  constexpr std::int64_t channels = 64;
+  constexpr std::int64_t len = 256;
+  std::vector<float> w = zf_test::random_values<float>(static_cast<std::size_t>(channels * len), 5);
+  std::vector<float> g(w.size());
+  {
+    zenflow::engine<zenflow::emulated_backend> eng(cfg, zenflow::emulated_backend{device});
+    eng.add_matrix(w.data(), g.data(), channels, len);
+    eng.initialize(stream);
+    device.synchronize();
+    device.set_tracing(true);
+    for (int t = 0; t < 3; ++t) {
+      const auto seed = static_cast<std::uint64_t>(60 + t);
+      device.launch(
+          stream,
+          [&g, seed] {
+            const std::vector<float> fresh = zf_test::random_values<float>(g.size(), seed);
+            std::copy(fresh.begin(), fresh.end(), g.begin());
+          },
+          0, "backward");
+      eng.step(1e-3f, stream);
+    }
+    device.launch(
+        stream, [] {}, 0, "backward"); // closes step 2's interval
+    device.synchronize();
+    device.set_tracing(false);
+    eng.flush(stream);
+    device.synchronize_stream(stream);
+  }
+  std::vector<zenflow::emulated_op> ops = device.trace();
+  std::vector<std::int64_t> backward;
+  for (const auto& op : ops) {
+    if (op.name == "backward") {
+      backward.push_back(op.start_ns);
+    }
+  }
+  EXPECT_EQ(backward.size(), 4u);
+  prologue_and_packs out;
+  for (const auto& op : ops) {
+    for (int t = 0; t < 3 && backward.size() == 4u; ++t) {
+      if (op.start_ns < backward[static_cast<std::size_t>(t)] ||
+          op.start_ns >= backward[static_cast<std::size_t>(t) + 1]) {
+        continue;
+      }
+      if (op.name == "zenflow::engine: finish_scalars") {
+        out.prologue_end[t] = op.end_ns;
+      } else if (op.name == "zenflow::engine: gather_channels") {
+        out.first_pack_start[t] =
+            out.packs[t] == 0 ? op.start_ns : std::min(out.first_pack_start[t], op.start_ns);
+        ++out.packs[t];
+      } else if (op.what == zenflow::emulated_op::kind::copy_d2h && op.bytes >= 1024) {
+        out.first_copy_start[t] =
+            out.copies[t] == 0 ? op.start_ns : std::min(out.first_copy_start[t], op.start_ns);
+        ++out.copies[t];
+      }
+    }
+  }
+  return out;
+}
+
+/// A step whose host sets are known before it starts packs its gradients beside its prologue (the
+/// norms' read of every gradient, the totals, coef_t): its first pack starts before the
+/// prologue's last kernel ends; it waits for the gradients only (the packs add into the record's
+/// rest masses, which the pack stream zeroes, and read neither coef_t nor the skip flag). Its
+/// first gradient copy follows that pack, not the prologue (the record's header, which does wait
+/// for the prologue, goes down on a stream of its own). A selection step still packs after the
+/// prologue (its packs read the host sets the selection installs).
+/// Whether the masses and bits stay right is the long-run scenarios' (above, and plan_digest_test).
+TEST(engine_pack_stream, the_packs_start_beside_the_prologue_when_the_host_sets_are_known) {
+  const prologue_and_packs r = trace_prologue_and_packs();
+  for (int t = 0; t < 3; ++t) {
+    ASSERT_EQ(r.packs[t], 4) << "step " << t;
+    ASSERT_EQ(r.copies[t], 4) << "step " << t;
+    ASSERT_GT(r.prologue_end[t], 0) << "step " << t;
+  }
+  EXPECT_GE(r.first_pack_start[0], r.prologue_end[0]) << "the selection step packed before its new host sets";
+  for (int t = 1; t < 3; ++t) {
+    EXPECT_LT(r.first_pack_start[t], r.prologue_end[t])
+        << "step " << t << ": the first pack waited for the prologue ("
+        << (r.first_pack_start[t] - r.prologue_end[t]) << " ns after its end)";
+    EXPECT_LT(r.first_copy_start[t], r.prologue_end[t])
+        << "step " << t << ": the first gradient copy waited for the prologue ("
+        << (r.first_copy_start[t] - r.prologue_end[t]) << " ns after its end)";
+  }
 }
 
 /// by_caller, a trainer that forgets release_gradients(): step() and grad_ready() throw naming

@@ -320,6 +320,9 @@ public:
     rep.comm_bytes =
         dp_.reduce_gradients(plan_.backend(), params_, host_, detail::split_by_owner(cfg_), stream);
     plan_.begin_step(t, stream);
+    if (packs_before_prologue()) { // they need the gradients only: they run beside the prologue
+      d2h_.begin_packs(stream, early_any_);
+    }
     plan_.prologue_norms(stream);
     rep.comm_bytes += dp_.finish_norms(plan_, params_, host_, detail::reads_rest_masses(cfg_, t),
                                        d2h_.ring().slot_bytes(), stream);
@@ -495,6 +498,14 @@ private:
            sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) && !dp_.active();
   }
 
+  /// The coming step's packs (which read the gradients and the host sets, and add into the record's
+  /// rest masses only) may start before its prologue: no selection this step, and not data parallel
+  /// (the owner partition completes gradient rows and the rest masses around the packs).
+  [[nodiscard]] bool packs_before_prologue() const {
+    return cfg_.mode == optimizer_mode::zenflow && sched_.step >= cfg_.full_warm_up_rounds &&
+           sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) && !dp_.partitioned();
+  }
+
   // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------
 
   void drain(cudaStream_t stream, call_cost& cost) {
@@ -540,7 +551,7 @@ private:
         trigger_.on_selection();
       }
     }
-    // The header goes down, and the packs start beside the update (announced masses first).
+    // The header goes down, and the packs start beside the update if they did not before the prologue.
     d2h_.push_record(t, detail::record_first_slot, sched_.accumulator, stream, cost);
     d2h_.begin_packs(stream, early_any_);
     plan_.update(lr, cfg_.adam, stream);

@@ -8,7 +8,10 @@
 /// pack stream for the copy out of a staging slot before it packs into it again. So the packs do
 /// not queue the user's next work behind them; what keeps the user's next backward from
 /// overwriting gradients that a pack still reads is the gradient release (gradient_release.hpp):
-/// the user's stream waits for the packs at the end of step(), or where the caller says.
+/// the user's stream waits for the packs at the end of step(), or where the caller says. The
+/// packs of a step whose host sets are known wait for the gradients only, not the prologue; the
+/// step record's header (coef_t, the skip flag), which does, goes down on a third stream, so that
+/// the gradients' copies wait for their packs only.
 #pragma once
 
 #include <algorithm>
@@ -69,12 +72,13 @@ public:
   d2h_stream(device_plan<Backend>& plan, const std::vector<param_info>& params, host_side_type& host)
       : plan_(plan), params_(params), host_(host) {}
 
-  /// Allocates the ring (`ring_slots` x `slot_bytes`, pinned), the copy stream and the pack
-  /// stream; returns the ring's host footprint in bytes.
+  /// Allocates the ring (`ring_slots` x `slot_bytes`, pinned), the copy stream, the pack stream
+  /// and the headers' stream; returns the ring's host footprint in bytes.
   std::size_t open(std::size_t ring_slots, std::size_t slot_bytes) {
     ring_ = std::make_unique<ring_type>(ring_slots, slot_bytes, plan_.backend().copier());
     copies_ = std::make_unique<stream_type>(plan_.backend().copier());
     packs_ = std::make_unique<stream_type>(plan_.backend().copier());
+    headers_ = std::make_unique<stream_type>(plan_.backend().copier());
     return ring_->footprint_bytes();
   }
 
@@ -96,20 +100,23 @@ public:
             "runs before release_gradients(): gradient_release::by_caller needs it after each step() and "
             "before the backward writes the gradients that step's packs read");
   }
-  /// The step's packs start after the work enqueued on `stream` so far (its gradients, the
-  /// record's scalars, a selection's new host sets); `adopt_early`: the rest masses of the packs
-  /// grad_ready() did join the record first, on the pack stream, in the order they had on one
-  /// stream.
+  /// The step's packs start after the work enqueued on `stream` so far (after begin_step(): its
+  /// gradients, and a selection's new host sets where there is one; the prologue need not come
+  /// first), the record's rest masses zeroed on the pack stream first; `adopt_early`: they start
+  /// from the masses of the packs grad_ready() did, in the order they had on one stream. Once per
+  /// step: a later call is a no-op.
   void begin_packs(cudaStream_t stream, bool adopt_early) {
-    packs_->wait_for(stream);
-    if (adopt_early) {
-      plan_.adopt_early(packs_->get());
+    if (begun_) {
+      return;
     }
-    unjoined_ = true;
+    after(stream);
+    plan_.begin_rest_masses(adopt_early, packs_->get());
+    begun_ = true;
   }
   /// The end of step(): at_step, `stream` waits for the packs (no host wait); by_caller, the
   /// caller owes a release().
   void end_step(cudaStream_t stream) {
+    begun_ = false;
     if (release_ == gradient_release::at_step) {
       join(stream);
     } else {
@@ -154,15 +161,23 @@ public:
     meta.step = t;
     meta.tag = tag;
     meta.user = static_cast<std::uint64_t>(acc);
-    // The first copy carries the header only: the step's packs are still adding their rest masses
-    // into the record on the user's stream, and a copy reading those words would race with them.
-    const std::size_t bytes =
-        tag == record_first_slot ? step_record_layout::header_bytes() : plan_.record_layout().bytes();
-    copies_->wait_for(stream);
-    if (tag != record_first_slot) {
-      copies_->wait_for(packs_->get()); // the rest masses, added by the packs
+    if (tag == record_first_slot) {
+      // The header alone (the packs are still adding their rest masses into the record), on a
+      // stream of its own: it waits for the prologue, and the gradients' copies behind it in the
+      // ring, on the copy stream, need not (they wait for their packs only). The consumer still
+      // reads the slots in ring order, the header first.
+      const std::size_t bytes = step_record_layout::header_bytes();
+      headers_->wait_for(stream);
+      push_slot(plan_.record(), bytes, meta, headers_->get(), cost);
+      plan_.record_pushed(headers_->get());
+      pushed(bytes, cost);
+      return;
     }
-    push_slot(plan_.record(), bytes, meta, cost);
+    const std::size_t bytes = plan_.record_layout().bytes();
+    copies_->wait_for(stream);
+    copies_->wait_for(packs_->get());   // the rest masses, added by the packs
+    copies_->wait_for(headers_->get()); // the record is free once this copy is done: after both
+    push_slot(plan_.record(), bytes, meta, copies_->get(), cost);
     plan_.record_pushed(copies_->get());
     pushed(bytes, cost);
   }
@@ -182,7 +197,7 @@ public:
       return;
     }
     if (tag == grad_early_slot) {
-      begin_packs(stream, false); // after the backward wrote this gradient on `stream`
+      after(stream); // after the backward wrote this gradient on `stream` (its masses: the early ones)
     }
     const cudaStream_t on = packs_->get();
     const auto n = static_cast<std::int64_t>(h.host_set.size());
@@ -209,7 +224,8 @@ public:
       meta.user = static_cast<std::uint64_t>(acc);
       copies_->wait_for(on);
       const std::size_t bytes = static_cast<std::size_t>(oe - ob) * pi.channel_bytes();
-      push_slot(staging + static_cast<std::size_t>(ob - b) * pi.channel_bytes(), bytes, meta, cost);
+      push_slot(staging + static_cast<std::size_t>(ob - b) * pi.channel_bytes(), bytes, meta, copies_->get(),
+                cost);
       plan_.staging_pushed(slot, copies_->get());
       pushed(bytes, cost);
     }
@@ -232,6 +248,12 @@ public:
 private:
   using stream_type = copy_stream<typename Backend::copy_backend_type>;
 
+  /// Packs enqueued from now on start after the work enqueued on `stream` so far.
+  void after(cudaStream_t stream) {
+    packs_->wait_for(stream);
+    unjoined_ = true;
+  }
+
   void join(cudaStream_t stream) {
     if (unjoined_) {
       packs_->join_into(stream);
@@ -239,14 +261,15 @@ private:
     }
   }
 
-  /// One slot into the ring, copied on the copy stream. A full ring blocks the producer, and that
+  /// One slot into the ring, copied on `on`. A full ring blocks the producer, and that
   /// back-pressure is a stall, counted from the ring's own blocked time (a push that finds a free
   /// slot counts nothing). A ring closed by its consumer (which failed: a device error, say)
   /// reports the consumer's error, not the closed ring.
-  void push_slot(const void* src, std::size_t bytes, const ring_meta& meta, call_cost& cost) {
+  void
+  push_slot(const void* src, std::size_t bytes, const ring_meta& meta, cudaStream_t on, call_cost& cost) {
     const std::uint64_t blocked_before = ring_->stats().producer_blocked_ns;
     try {
-      ring_->push(src, bytes, meta, copies_->get());
+      ring_->push(src, bytes, meta, on);
     } catch (const ring_closed&) {
       host_.rethrow_consumer_error();
       throw;
@@ -277,10 +300,13 @@ private:
   host_side_type& host_;
   std::unique_ptr<ring_type> ring_;
   std::unique_ptr<stream_type> copies_;
-  std::unique_ptr<stream_type> packs_; // destroyed first: it drains before the copies it feeds
+  std::unique_ptr<stream_type> packs_;   // destroyed before the copies it feeds: it drains first
+  std::unique_ptr<stream_type> headers_; // the step records' first copies (created last: the emulated
+                                         // device numbers its streams in creation order)
   gradient_release release_ = gradient_release::at_step;
   bool released_ = true;  // by_caller: no step's packs are waiting for a release()
   bool unjoined_ = false; // packs enqueued since the last join into a caller's stream
+  bool begun_ = false;    // begin_packs() ran in this step
   std::size_t staging_next_ = 0;
   std::uint64_t pushed_ = 0;
 };

@@ -109,7 +109,7 @@ public:
 
   /// The scores and NaN/Inf flags of every gradient (one batched call per dtype), the fp64
   /// per-tensor squared totals (overflow-safe for finite gradients), then coef_t and bad_t into
-  /// the record, its masses zeroed.
+  /// the record, its crit masses zeroed (the rest masses: begin_rest_masses).
   void prologue(float loss_scale, float max_norm, cudaStream_t stream) {
     prologue_norms(stream);
     prologue_scalars(loss_scale, max_norm, stream);
@@ -181,15 +181,26 @@ public:
   /// and dense AdamW on the device-resident vectors, with the record's coef_t and skip flag.
   void update(float lr, const adamw_hparams& base, cudaStream_t stream);
   /// Packs the gradients of host-set positions [begin, end) of `p` into `dst`; their rest mass
-  /// goes into the record, or (`early`: grad_ready(), before the step's prologue zeroes the
-  /// record) into the early masses that adopt_early() moves into it.
+  /// goes into the record (after begin_rest_masses()), or (`early`: grad_ready(), before the step
+  /// has its record) into the early masses that begin_rest_masses() moves into it.
   void
   pack(std::size_t p, std::int64_t begin, std::int64_t end, std::byte* dst, bool early, cudaStream_t stream);
-  /// After prologue(): the early rest masses join the record and are zeroed for the next step.
-  void adopt_early(cudaStream_t stream) {
+  /// After begin_step(), on the stream of the step's packs, before the first: the record's rest
+  /// masses start from zero, or (`adopt_early`) from the early masses of grad_ready()'s packs,
+  /// which are zeroed for the next step. Nothing else of the step writes them (the prologue and
+  /// the update write the header and the crit masses), so the packs need wait for nothing more
+  /// than the gradients.
+  void begin_rest_masses(bool adopt_early, cudaStream_t stream) {
+    if (layout_.matrices == 0) {
+      return;
+    }
+    float* rest = layout_.rest(record_words(), 0);
+    if (!adopt_early) {
+      b_.zero(rest, static_cast<std::size_t>(layout_.matrices) * 4, stream);
+      return;
+    }
     b_.run(stream, 0, "zenflow::engine: adopt_early_mass",
-           [early = early_rest_.data(), rest = record_[cur_record_].data() + layout_.rest_word(0),
-            n = static_cast<int>(layout_.matrices)](auto prim, auto on) {
+           [early = early_rest_.data(), rest, n = static_cast<int>(layout_.matrices)](auto prim, auto on) {
              return prim.adopt_early_mass(early, rest, n, on);
            });
   }

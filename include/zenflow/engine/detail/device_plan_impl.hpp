@@ -284,7 +284,7 @@ void device_plan<Backend>::prologue_scalars(float loss_scale, float max_norm, cu
          });
   const step_scalars_args scalars{
       totals_.data(), n,        flags_.data(),  static_cast<int>(offset),
-      loss_scale,     max_norm, record_words(), static_cast<int>(layout_.mass_words())};
+      loss_scale,     max_norm, record_words(), static_cast<int>(layout_.matrices)};
   b_.run(stream, 0, "zenflow::engine: finish_scalars",
          [scalars](auto prim, auto on) { return prim.finish_scalars(scalars, on); });
 }

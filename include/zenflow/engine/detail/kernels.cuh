@@ -30,12 +30,12 @@ ZF_KERNEL void __launch_bounds__(sq_total_lanes)
   }
 }
 
-/// One block: the record's header (thread 0, `finish_step_header`) and its masses zeroed.
+/// One block: the record's header (thread 0, `finish_step_header`) and its crit masses zeroed.
 ZF_KERNEL void finish_scalars_kernel(step_scalars_args a) {
   if (threadIdx.x == 0) {
     finish_step_header(a);
   }
-  for (int i = static_cast<int>(threadIdx.x); i < a.mass_words; i += static_cast<int>(blockDim.x)) {
+  for (int i = static_cast<int>(threadIdx.x); i < a.crit_words; i += static_cast<int>(blockDim.x)) {
     a.record[step_record_layout::header_words + i] = 0.0f;
   }
 }

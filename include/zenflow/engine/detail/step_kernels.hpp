@@ -30,7 +30,9 @@ struct sq_total_item {
 };
 
 /// The inputs of the step record's header (`finish_step_header`), and the record it goes into with
-/// its `mass_words` Zen-auto masses (zeroed).
+/// its `crit_words` crit masses (zeroed: the device update adds into them next, on the same
+/// stream). The rest masses are the packs': they are zeroed on the pack stream, before the first
+/// pack (device_plan::begin_rest_masses), so that the packs need not wait for this.
 struct step_scalars_args {
   const double* totals = nullptr; ///< per tensor, summed in index order
   int n = 0;
@@ -39,7 +41,7 @@ struct step_scalars_args {
   float loss_scale = 1.0f;
   float max_norm = 0.0f;
   float* record = nullptr;
-  int mass_words = 0;
+  int crit_words = 0;
 };
 
 /// Moves of int32 update counts: dst[dst_idx[i]] = src[src_idx[i]] for i < n (either index list
@@ -86,9 +88,10 @@ ZF_HOST_DEVICE inline void finish_step_header(const step_scalars_args& a) {
   write_step_header(a.record, coef, skip, sum);
 }
 
-/// rest[i] += early[i] (0 + early: the bits of packs adding into the record), early[i] = 0.
+/// The record's rest mass starts from the early one: rest[i] = 0 + early[i] (the bits of packs
+/// adding into a zeroed record), early[i] = 0 for the next step.
 ZF_HOST_DEVICE ZF_FORCEINLINE void adopt_early_mass_at(float* early, float* rest, int i) {
-  rest[i] += early[i];
+  rest[i] = 0.0f + early[i];
   early[i] = 0.0f;
 }
 
@@ -111,7 +114,7 @@ inline void host_sq_totals(const sq_total_item* items, std::int64_t n, double* t
 
 inline void host_finish_scalars(const step_scalars_args& a) {
   finish_step_header(a);
-  for (int i = 0; i < a.mass_words; ++i) {
+  for (int i = 0; i < a.crit_words; ++i) {
     a.record[step_record_layout::header_words + i] = 0.0f;
   }
 }

@@ -17,7 +17,9 @@ namespace detail {
 
 /// Layout of the record, in 32-bit words: [0] coef (float), [1] skip (uint32), [2, 3] squared
 /// global norm of the raw gradients (double, unaligned), then `matrices` crit masses and
-/// `matrices` rest masses (floats).
+/// `matrices` rest masses (floats). The crit masses are zeroed by the prologue and added into by
+/// the device update; the rest masses are zeroed on the pack stream before the step's first pack
+/// and added into by the packs (which so need not wait for the prologue).
 /// The one place the layout is written down: every writer (the device plan, its kernels) and
 /// every reader (`step_record_view`) goes through these accessors.
 struct step_record_layout {
@@ -35,8 +37,6 @@ struct step_record_layout {
   [[nodiscard]] ZF_HOST_DEVICE static constexpr std::size_t header_bytes() noexcept {
     return static_cast<std::size_t>(header_words) * 4;
   }
-  /// Words of the Zen-auto masses (crit, then rest), zeroed by the prologue.
-  [[nodiscard]] ZF_HOST_DEVICE std::int64_t mass_words() const noexcept { return 2 * matrices; }
   [[nodiscard]] ZF_HOST_DEVICE std::int64_t crit_word(std::int64_t matrix) const noexcept {
     return header_words + matrix;
   }
