@@ -500,10 +500,12 @@ private:
 
   /// The coming step's packs (which read the gradients and the host sets, and add into the record's
   /// rest masses only) may start before its prologue: no selection this step, and not data parallel
-  /// (the owner partition completes gradient rows and the rest masses around the packs).
+  /// over a host communicator (its reduction by owner completes gradient rows and the rest masses
+  /// around the packs; a device communicator's mean is whole when the packs start).
   [[nodiscard]] bool packs_before_prologue() const {
     return cfg_.mode == optimizer_mode::zenflow && sched_.step >= cfg_.full_warm_up_rounds &&
-           sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) && !dp_.partitioned();
+           sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) &&
+           (Comm::is_device || !dp_.active());
   }
 
   // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------
