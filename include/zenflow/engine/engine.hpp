@@ -491,21 +491,18 @@ private:
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
-  /// grad_ready() starts work on this step: the selection of the coming step is known and fixed.
-  [[nodiscard]] bool early_stream_step() const {
-    // Data parallel: the mean gradient exists only once step() reduced it.
-    return cfg_.mode == optimizer_mode::zenflow && sched_.step >= cfg_.full_warm_up_rounds &&
-           sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) && !dp_.active();
+  [[nodiscard]] bool host_sets_known() const {
+    return sched_.host_sets_known(cfg_.mode == optimizer_mode::zenflow &&
+                                      sched_.step >= cfg_.full_warm_up_rounds,
+                                  cfg_.is_selection_step(sched_.step));
   }
-
-  /// The coming step's packs (which read the gradients and the host sets, and add into the record's
-  /// rest masses only) may start before its prologue: no selection this step, and not data parallel
-  /// over a host communicator (its reduction by owner completes gradient rows and the rest masses
-  /// around the packs; a device communicator's mean is whole when the packs start).
+  /// grad_ready() starts work on this step (not data parallel: the mean exists once step() made it).
+  [[nodiscard]] bool early_stream_step() const { return host_sets_known() && !dp_.active(); }
+  /// The step's packs (which read the gradients and the host sets, and add into the record's rest
+  /// masses only) start before its prologue; not over a host communicator, whose reduction by
+  /// owner completes gradient rows and the rest masses around them.
   [[nodiscard]] bool packs_before_prologue() const {
-    return cfg_.mode == optimizer_mode::zenflow && sched_.step >= cfg_.full_warm_up_rounds &&
-           sched_.sets_fixed_for_step(cfg_.is_selection_step(sched_.step)) &&
-           (Comm::is_device || !dp_.active());
+    return host_sets_known() && (Comm::is_device || !dp_.active());
   }
 
   // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------

@@ -75,6 +75,13 @@ struct schedule {
     return !scheduled && triggered_step != step && selection_fixed();
   }
 
+  /// The coming step's host sets are known before it starts (so its packs may start as soon as
+  /// its gradients exist): ZenFlow after the full warm-up (`zenflow_after_warm_up`), and the
+  /// device sets stay fixed (`scheduled`: a scheduled selection step).
+  [[nodiscard]] bool host_sets_known(bool zenflow_after_warm_up, bool scheduled) const noexcept {
+    return zenflow_after_warm_up && sets_fixed_for_step(scheduled);
+  }
+
   /// At the start of the coming step: true if a selection becomes pending (scheduled, or fired by
   /// select_on_mass_drop at the step before), remembering which.
   bool begin_selection(bool scheduled) noexcept {
