@@ -240,25 +240,35 @@ prologue_and_packs trace_prologue_and_packs() {
   }
   EXPECT_EQ(backward.size(), 4u);
   prologue_and_packs out;
+  // The prologue runs on the training stream, between its step's backward and the next one. The
+  // packs (pack stream) and the gradients' copies (copy stream) are each in order on their own
+  // stream, which the next backward does not wait for (a slow machine starts step t's last copy
+  // after step t+1's backward): they are counted in order, four per step.
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  int packs = 0;
+  int copies = 0;
   for (const auto& op : ops) {
-    for (int t = 0; t < 3 && backward.size() == 4u; ++t) {
-      if (op.start_ns < backward[static_cast<std::size_t>(t)] ||
-          op.start_ns >= backward[static_cast<std::size_t>(t) + 1]) {
-        continue;
+    if (op.name == "zenflow::engine: gather_channels") {
+      const int t = packs++ / 4;
+      if (t < 3) {
+        out.first_pack_start[t] = out.packs[t]++ == 0 ? op.start_ns : out.first_pack_start[t];
       }
-      if (op.name == "zenflow::engine: finish_scalars") {
+    } else if (op.what == zenflow::emulated_op::kind::copy_d2h && op.bytes >= 1024) {
+      const int t = copies++ / 4;
+      if (t < 3) {
+        out.first_copy_start[t] = out.copies[t]++ == 0 ? op.start_ns : out.first_copy_start[t];
+      }
+    }
+    for (int t = 0; t < 3 && backward.size() == 4u; ++t) {
+      if (op.name == "zenflow::engine: finish_scalars" &&
+          op.start_ns >= backward[static_cast<std::size_t>(t)] &&
+          op.start_ns < backward[static_cast<std::size_t>(t) + 1]) {
         out.prologue_end[t] = op.end_ns;
-      } else if (op.name == "zenflow::engine: gather_channels") {
-        out.first_pack_start[t] =
-            out.packs[t] == 0 ? op.start_ns : std::min(out.first_pack_start[t], op.start_ns);
-        ++out.packs[t];
-      } else if (op.what == zenflow::emulated_op::kind::copy_d2h && op.bytes >= 1024) {
-        out.first_copy_start[t] =
-            out.copies[t] == 0 ? op.start_ns : std::min(out.first_copy_start[t], op.start_ns);
-        ++out.copies[t];
       }
     }
   }
+  EXPECT_EQ(packs, 12);
+  EXPECT_EQ(copies, 12);
   return out;
 }
 
