@@ -90,6 +90,18 @@ struct timeline {
   int training_stream = 0;
 };
 
+// One 64-channel matrix with one selected channel (k = int(0.02 x 64) = 1), windows of 4, no
+// re-selection, 16 KiB ring slots: the pack-stream traces' engine.
+zenflow::config one_selected_channel_config() {
+  zenflow::config cfg = zf_engine_test::small_config();
+  cfg.topk_ratio = 0.02;
+  cfg.select_interval = 1000;
+  cfg.update_interval = 4;
+  cfg.ring_slot_bytes = 16384;
+  cfg.ring_slots = 64;
+  return cfg;
+}
+
 /// One f32 matrix of 64 channels x 1024, one selected (k = 1): 63 host-set channels in 16 packs
 /// of 32 KiB each (4 channels per 16 KiB slot), charged at 8 MB/s of modelled memory bandwidth: 4
 /// ms per pack, 64 ms for the step's packs, against 4 ms for the device update of the selected
@@ -100,12 +112,7 @@ timeline trace_step_2(zenflow::gradient_release release) {
   timing.device_bytes_per_second = 8e6;
   zenflow::emulated_device device(timing);
   const cudaStream_t stream = device.create_stream();
-  zenflow::config cfg = zf_engine_test::small_config();
-  cfg.topk_ratio = 0.02; // k = int(0.02 x 64) = 1
-  cfg.select_interval = 1000;
-  cfg.update_interval = 4;
-  cfg.ring_slot_bytes = 16384;
-  cfg.ring_slots = 64;
+  const zenflow::config cfg = one_selected_channel_config();
   constexpr std::int64_t channels = 64;
   constexpr std::int64_t len = 1024;
   std::vector<float> w = zf_test::random_values<float>(static_cast<std::size_t>(channels * len), 3);
@@ -197,12 +204,7 @@ prologue_and_packs trace_prologue_and_packs() {
   timing.launch_latency = std::chrono::milliseconds(10);
   zenflow::emulated_device device(timing);
   const cudaStream_t stream = device.create_stream();
-  zenflow::config cfg = zf_engine_test::small_config();
-  cfg.topk_ratio = 0.02; // k = int(0.02 x 64) = 1
-  cfg.select_interval = 1000;
-  cfg.update_interval = 4;
-  cfg.ring_slot_bytes = 16384;
-  cfg.ring_slots = 64;
+  const zenflow::config cfg = one_selected_channel_config();
   constexpr std::int64_t channels = 64;
   constexpr std::int64_t len = 256;
   std::vector<float> w = zf_test::random_values<float>(static_cast<std::size_t>(channels * len), 5);

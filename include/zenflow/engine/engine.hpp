@@ -231,7 +231,7 @@ public:
       host_.start_consumer(d2h_.ring());
     }
     jobs_.start(cfg_.resolved_host_threads(hw), overlap);
-    if (dp_.partitioned()) { // each rank's share of a window's weights, gathered at the boundary
+    if (dp_.active()) { // each rank's share of a window's weights, gathered at the boundary
       jobs_.set_gather(Comm::is_device,
                        [this](cudaStream_t s) { return dp_.gather_uploads(plan_, params_, host_, s); });
     }
@@ -491,18 +491,12 @@ private:
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
-  [[nodiscard]] bool host_sets_known() const {
-    return sched_.host_sets_known(cfg_.mode == optimizer_mode::zenflow &&
-                                      sched_.step >= cfg_.full_warm_up_rounds,
-                                  cfg_.is_selection_step(sched_.step));
-  }
-  /// grad_ready() starts work on this step (not data parallel: the mean exists once step() made it).
-  [[nodiscard]] bool early_stream_step() const { return host_sets_known() && !dp_.active(); }
-  /// The step's packs (which read the gradients and the host sets, and add into the record's rest
-  /// masses only) start before its prologue; not over a host communicator, whose reduction by
-  /// owner completes gradient rows and the rest masses around them.
+  /// grad_ready() streams this step (not data parallel: the mean exists once step() made it); the
+  /// packs start before the prologue (not over a host communicator: its reduction by owner
+  /// completes gradient rows and the rest masses around them).
+  [[nodiscard]] bool early_stream_step() const { return sched_.host_sets_known(cfg_) && !dp_.active(); }
   [[nodiscard]] bool packs_before_prologue() const {
-    return host_sets_known() && (Comm::is_device || !dp_.active());
+    return sched_.host_sets_known(cfg_) && (Comm::is_device || !dp_.active());
   }
 
   // ---- host windows (detail/host_jobs.hpp) -----------------------------------------------------

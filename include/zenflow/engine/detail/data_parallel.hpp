@@ -5,7 +5,7 @@
 ///
 /// The gradients are reduced (mean) at the start of step(), into engine-owned buffers that the
 /// device plan then reads instead of the user's. The host state is partitioned by owner
-/// (`partitioned()`): each rank keeps its block of every host-side matrix and copies only its
+/// (`active()`): each rank keeps its block of every host-side matrix and copies only its
 /// block's unselected gradients down; the window's weights and the rows entering the device are
 /// all-gathered. Over a host communicator every step reduce-scatters the host sets' rows by owner
 /// and all-reduces only the rest; the scores, the skip flag, the clipping norm, a selection's
@@ -97,7 +97,8 @@ public:
 
   [[nodiscard]] Comm& comm() noexcept { return comm_; }
   [[nodiscard]] const Comm& comm() const noexcept { return comm_; }
-  /// More than one rank: the step reduces the gradients.
+  /// More than one rank: the step reduces the gradients, and each rank keeps the host state of
+  /// its block of every host-side matrix only (the owner partition).
   [[nodiscard]] bool active() const noexcept { return comm_.size() > 1; }
   [[nodiscard]] const channel_partition& partition() const noexcept { return partition_; }
 
@@ -148,14 +149,10 @@ public:
     }
   }
 
-  /// More than one rank: each rank keeps the host state of its block of every host-side matrix
-  /// only, and copies only that block's unselected gradients down.
-  [[nodiscard]] bool partitioned() const noexcept { return active(); }
-
   /// Channels [first, first + count) of `p` whose host state rank `r` keeps.
   [[nodiscard]] std::pair<std::int64_t, std::int64_t>
   block(std::size_t p, const param_info& pi, int r) const {
-    if (!partitioned() || part_index_[p] < 0) {
+    if (!active() || part_index_[p] < 0) {
       return {0, pi.channels}; // a vector on the host: small, replicated
     }
     const auto m = static_cast<std::size_t>(part_index_[p]);
@@ -357,7 +354,7 @@ public:
                                  const HostSide& host,
                                  bool split,
                                  cudaStream_t stream) {
-    split_ = split && partitioned() && !Comm::is_device;
+    split_ = split && active() && !Comm::is_device;
     if (!active()) {
       return 0;
     }

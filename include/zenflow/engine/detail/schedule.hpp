@@ -11,6 +11,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/log.hpp>
+#include <zenflow/engine/config.hpp>
 #include <zenflow/engine/stats.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -76,10 +77,10 @@ struct schedule {
   }
 
   /// The coming step's host sets are known before it starts (so its packs may start as soon as
-  /// its gradients exist): ZenFlow after the full warm-up (`zenflow_after_warm_up`), and the
-  /// device sets stay fixed (`scheduled`: a scheduled selection step).
-  [[nodiscard]] bool host_sets_known(bool zenflow_after_warm_up, bool scheduled) const noexcept {
-    return zenflow_after_warm_up && sets_fixed_for_step(scheduled);
+  /// its gradients exist): ZenFlow after the full warm-up, and the device sets stay fixed.
+  [[nodiscard]] bool host_sets_known(const config& cfg) const noexcept {
+    return cfg.mode == optimizer_mode::zenflow && step >= cfg.full_warm_up_rounds &&
+           sets_fixed_for_step(cfg.is_selection_step(step));
   }
 
   /// At the start of the coming step: true if a selection becomes pending (scheduled, or fired by
