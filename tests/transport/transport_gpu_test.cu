@@ -36,14 +36,6 @@ __global__ void fill_kernel(std::uint32_t* out, std::int64_t n, std::uint64_t se
   }
 }
 
-__global__ void check_kernel(
-    const std::uint32_t* in, std::int64_t n, std::uint64_t seed, std::int64_t offset, unsigned* mismatches) {
-  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n && in[i] != pattern(seed, static_cast<std::uint64_t>(offset + i))) {
-    atomicAdd(mismatches, 1u);
-  }
-}
-
 // Compute that keeps the SMs busy for a while: the copies must overlap it, not wait for it.
 __global__ void busy_kernel(float* x, std::int64_t n, int iters) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
