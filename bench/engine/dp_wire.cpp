@@ -32,7 +32,8 @@
 // "measured": the engine (host backend, mpi_communicator) on charlm's "cpu" shapes with random
 // gradients: each rank's comm_bytes and d2h_bytes from stats() per step, against the formulas.
 // "measured_device_communicator": the same on the emulated backend over a device communicator
-// (emulated_device_communicator: the path NCCL takes), whose steps all-reduce every gradient.
+// (emulated_device_communicator: the path NCCL takes): the same reduce-scatter by owner, the
+// per-channel numbers summed over the ranks instead of gathered ("device_split_step_input").
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -214,7 +215,7 @@ nlohmann::json measured(int steps) {
   // sets puts into collectives (the engine's counting: an all-reduce's whole input, of the
   // reduce-scatter the other blocks' rows, this rank's block of scores, a flag per parameter).
   std::uint64_t own_grad_bytes = 0, all_unselected_bytes = 0, model_bytes = 0;
-  std::uint64_t dense = 0, others = 0, own_channels = 0, own_rows = 0;
+  std::uint64_t dense = 0, others = 0, own_channels = 0, own_rows = 0, all_channels = 0, all_rows = 0;
   for (std::size_t p = 0, m = 0; p < list.size(); ++p) {
     model_bytes += static_cast<std::uint64_t>(list[p].channels * list[p].len) * 4;
     if (!list[p].matrix) {
@@ -230,6 +231,8 @@ nlohmann::json measured(int steps) {
     const auto unselected = static_cast<std::uint64_t>(list[p].channels) - sel.size();
     others += (unselected - static_cast<std::uint64_t>(own)) * static_cast<std::uint64_t>(list[p].len);
     own_channels += static_cast<std::uint64_t>(e.partition().count(m, rank));
+    all_channels += static_cast<std::uint64_t>(list[p].channels);
+    all_rows += unselected;
     own_rows += static_cast<std::uint64_t>(own);
     own_grad_bytes += static_cast<std::uint64_t>(own * list[p].len) * 4;
     all_unselected_bytes +=
@@ -262,18 +265,24 @@ nlohmann::json measured(int steps) {
   j["selection_step_comm_bytes"] = selection; // measured: split + entering rows + migration + window
   // The rest masses (one float per unselected row of its block) where Zen-auto or
   // select_on_mass_drop read them.
-  const std::uint64_t rest = cfg.auto_update() || cfg.mass_trigger() ? own_rows : 0;
-  j["formula"] = {{"mean_allreduce_input_per_step", 4 * elements},
-                  {"split_step_input", 4 * (dense + others + own_channels + list.size() + rest)},
-                  {"split_allreduce_input", 4 * dense},
-                  {"split_reduce_scatter_sent", 4 * others},
-                  {"split_scores_and_flags", 4 * (own_channels + list.size())},
-                  {"split_rest_masses", 4 * rest},
-                  {"window_allgather_input", own_grad_bytes},
-                  {"own_unselected_grad_bytes_per_step", own_grad_bytes},
-                  {"one_rank_unselected_grad_bytes_per_step", all_unselected_bytes},
-                  {"one_nth_of_unselected", static_cast<double>(all_unselected_bytes) / n},
-                  {"model_bytes", model_bytes}};
+  const bool masses = cfg.auto_update() || cfg.mass_trigger();
+  const std::uint64_t rest = masses ? own_rows : 0;
+  j["formula"] = {
+      {"mean_allreduce_input_per_step", 4 * elements},
+      {"split_step_input", 4 * (dense + others + own_channels + list.size() + rest)},
+      {"split_allreduce_input", 4 * dense},
+      {"split_reduce_scatter_sent", 4 * others},
+      {"split_scores_and_flags", 4 * (own_channels + list.size())},
+      {"split_rest_masses", 4 * rest},
+      // a device communicator: the scores (4 B) and fp64 rescans (8 B) of every
+      // channel and the rest masses of every unselected row, summed over the ranks
+      {"device_split_step_input",
+       4 * (dense + others + all_channels + list.size() + (masses ? all_rows : 0)) + 8 * all_channels},
+      {"window_allgather_input", own_grad_bytes},
+      {"own_unselected_grad_bytes_per_step", own_grad_bytes},
+      {"one_rank_unselected_grad_bytes_per_step", all_unselected_bytes},
+      {"one_nth_of_unselected", static_cast<double>(all_unselected_bytes) / n},
+      {"model_bytes", model_bytes}};
   j["per_step"] = per_step;
   j["stats"] = {{"comm_bytes", e.stats().comm_bytes},
                 {"d2h_bytes", e.stats().d2h_bytes},

@@ -66,13 +66,13 @@ void run_on(const zenflow::config& cfg,
     ref_g[p].resize(w[p].size());
   }
   constexpr bool Emulated = Path != dp_path::host;
-  // A host communicator reduce-scatters the host sets' rows by owner; a device one all-reduces
-  // every gradient (the host state is partitioned by owner on both).
-  constexpr bool split = Path != dp_path::emulated_device_comm;
+  // Both reduce-scatter the host sets' rows by owner; a host communicator gathers each owner's
+  // scores, a device one sums them (device_owner_reduction.hpp).
+  constexpr bool device_comm = Path == dp_path::emulated_device_comm;
   zenflow::emulated_device device; // outlives the engine (declared first)
   cudaStream_t stream = nullptr;
   using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
-  using comm = std::conditional_t<split, zenflow::mpi_communicator,
+  using comm = std::conditional_t<!device_comm, zenflow::mpi_communicator,
                                   zenflow::emulated_device_communicator<zenflow::mpi_communicator>>;
   auto make_backend = [&] {
     if constexpr (Emulated) {
@@ -83,7 +83,7 @@ void run_on(const zenflow::config& cfg,
     }
   };
   auto make = [&] {
-    if constexpr (split) {
+    if constexpr (!device_comm) {
       return make_comm();
     } else {
       return comm(device, make_comm());
@@ -112,7 +112,9 @@ void run_on(const zenflow::config& cfg,
   // rest masses' rows over the host sets after the step (Zen-auto, select_on_mass_drop), and a
   // NaN row's bytes from its owner. A selection step (`selecting`) adds the L1 importance by owner
   // (with importance "l1"), and each rank sends its entering rows (`now`: the sets after the
-  // step): their mean gradient, then their state (master, m, v, count).
+  // step): their mean gradient, then their state (master, m, v, count). A device communicator
+  // sums every channel's number instead of gathering each owner's (a score, an fp64 rescan that
+  // replaces the NaN row, a rest mass row over every block).
   const bool zen = cfg.mode == zenflow::optimizer_mode::zenflow;
   const std::int64_t nan_channel = nan_step >= 0 ? 3 / shapes[0].len : -1;
   std::int64_t big_channel = -1; // at big_step: param 0's, its score overflows (finite elements)
@@ -121,6 +123,8 @@ void run_on(const zenflow::config& cfg,
   auto step_bytes = [&](std::int64_t t, int r, bool selecting,
                         const std::vector<std::vector<std::int32_t>>& now) -> std::uint64_t {
     std::uint64_t dense = 0, others = 0, channels = 0, rows = 0, nan_row = 0, entering = 0, state = 0;
+    std::uint64_t all_channels = 0, all_rows = 0; // a device communicator's sums
+    const bool l1 = selecting && cfg.importance == zenflow::channel_norm::l1;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
       if (!shapes[p].matrix) {
@@ -134,6 +138,7 @@ void run_on(const zenflow::config& cfg,
           const auto ch = static_cast<std::int32_t>(c);
           const bool selected_now = std::binary_search(now[p].begin(), now[p].end(), ch);
           rows += q == r && !selected_now ? 1 : 0;
+          all_rows += selected_now ? 0 : 1;
           if (std::binary_search(sel.begin(), sel.end(), ch)) {
             continue;
           }
@@ -144,18 +149,15 @@ void run_on(const zenflow::config& cfg,
           nan_row += nonfinite && p == 0 && q == r ? len * sizeof(T) : 0;
         }
       }
-      const bool l1 = selecting && cfg.importance == zenflow::channel_norm::l1;
       channels += static_cast<std::uint64_t>(part.count(m, r)) * (l1 ? 2 : 1);
+      all_channels += static_cast<std::uint64_t>(shapes[p].channels);
       ++m;
     }
-    if (!split) { // every gradient all-reduced in fp32; a selection's entering state from its owners
-      std::uint64_t all = 0;
-      for (const auto& sh : shapes) {
-        all += static_cast<std::uint64_t>(sh.channels * sh.len);
-      }
-      return 4 * all + state;
-    }
     const bool rest = zen && (cfg.auto_update() || cfg.mass_trigger()) && t >= cfg.full_warm_up_rounds;
+    if (device_comm) {
+      return 4 * (dense + others + all_channels * (l1 ? 2 : 1) + shapes.size() + (rest ? all_rows : 0)) +
+             8 * all_channels + entering + state;
+    }
     return 4 * (dense + others + channels + shapes.size() + (rest ? rows : 0)) + nan_row + entering + state;
   };
   for (std::int64_t t = 0; t < steps; ++t) {

@@ -2,6 +2,7 @@
 // consumer thread). The model lives on the host; its gradients go up before each step and the
 // weights come back after it, so the same float64 reference and the same comparisons apply.
 // (Not under graph capture: an engine step blocks on the host by design, in the counted stalls.)
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
@@ -237,7 +238,7 @@ TEST_F(engine_gpu, repeated_or_overlapping_device_buffers_are_rejected_by_name) 
 
 // ---- the norm's arithmetic: the kernels and the host loops give the same bits --------------------
 
-TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host_arithmetic) {
+TEST_F(engine_gpu, squared_totals_rescans_and_step_scalars_are_bit_identical_to_the_host_arithmetic) {
   using zenflow::bfloat16;
   using zenflow::detail::sq_total_item;
   // Two bf16 matrices (contiguous and strided) with seeded scores, some of them overflowed (+Inf)
@@ -297,6 +298,44 @@ TEST_F(engine_gpu, squared_totals_and_step_scalars_are_bit_identical_to_the_host
     EXPECT_EQ(0, std::memcmp(&host_totals[i], &dev_totals[i], 8))
         << i << ": " << host_totals[i] << " vs " << dev_totals[i];
   }
+  // Data parallel over NCCL: the owners' rescans (sq_rescan_kernel) against the host loop's, and
+  // the totals from them (the gradients not read) with the same bits as from the gradients.
+  std::vector<zenflow::device_buffer<double>> d_rescan;
+  std::vector<zenflow::detail::sq_rescan_item> rescans;
+  std::int64_t widest = 0;
+  for (const auto& d : descs) {
+    d_rescan.emplace_back(static_cast<std::size_t>(d.channels));
+    ZF_CUDA_TRY(cudaMemset(d_rescan.back().data(), 0, d_rescan.back().bytes()));
+    rescans.push_back({d, 0, d.channels, d_rescan.back().data()});
+    widest = std::max(widest, d.channels);
+  }
+  zenflow::device_buffer<zenflow::detail::sq_rescan_item> d_rescans(rescans.size());
+  ZF_CUDA_TRY(cudaMemcpy(d_rescans.data(), rescans.data(), d_rescans.bytes(), cudaMemcpyHostToDevice));
+  zenflow::detail::engine_kernels::sq_rescan_kernel<<<
+      dim3(static_cast<unsigned>((widest + 255) / 256), static_cast<unsigned>(rescans.size())), 256>>>(
+      d_rescans.data());
+  ZF_CUDA_TRY(cudaGetLastError());
+  for (std::size_t i = 0; i < descs.size(); ++i) {
+    const auto& it = items[i];
+    std::vector<double> dev(static_cast<std::size_t>(it.channels)), host(dev.size(), 0.0);
+    ZF_CUDA_TRY(cudaMemcpy(dev.data(), d_rescan[i].data(), d_rescan[i].bytes(), cudaMemcpyDeviceToHost));
+    const zenflow::detail::sq_rescan_item h{
+        {it.grad.data(), it.scores.data(), it.channels, it.len, it.ld, it.layout, zenflow::dtype::bf16},
+        0,
+        it.channels,
+        host.data()};
+    zenflow::detail::host_sq_rescan(&h, 1);
+    EXPECT_EQ(0, std::memcmp(dev.data(), host.data(), dev.size() * 8)) << i;
+    descs[i].grad = nullptr;
+    descs[i].rescan = d_rescan[i].data();
+  }
+  ZF_CUDA_TRY(cudaMemcpy(d_descs.data(), descs.data(), d_descs.bytes(), cudaMemcpyHostToDevice));
+  zenflow::detail::engine_kernels::
+      sq_totals_kernel<<<static_cast<unsigned>(descs.size()), zenflow::detail::sq_total_lanes>>>(
+          d_descs.data(), d_totals.data());
+  ZF_CUDA_TRY(cudaGetLastError());
+  ZF_CUDA_TRY(cudaMemcpy(dev_totals.data(), d_totals.data(), d_totals.bytes(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(0, std::memcmp(host_totals.data(), dev_totals.data(), dev_totals.size() * 8));
   // finish_scalars_kernel against finish_step_scalars over sums on both sides of FLT_MAX.
   for (const double extra : {0.0, 3.0e38, 1.0e60}) {
     const std::vector<double> totals = {host_totals[0] * 1e-40, extra, 0.5};

@@ -102,6 +102,37 @@ struct device_primitives {
     }
     return cudaGetLastError();
   }
+  static cudaError_t sq_rescan(const sq_rescan_item* items, int n, std::int64_t max_count, cudaStream_t s) {
+    if (n > 0 && max_count > 0) {
+      engine_kernels::sq_rescan_kernel<<<dim3(blocks(max_count), static_cast<unsigned>(n)), 256, 0, s>>>(
+          items);
+    }
+    return cudaGetLastError();
+  }
+  /// Zen-auto's masses of a table of calls (device memory; calls with a null `l1` do nothing, no
+  /// two calls add into one mass): every row, then each call's rows in order into its mass.
+  static cudaError_t
+  l1_mass_batched(const l1_mass_args* calls, int n, std::int64_t max_rows, cudaStream_t s) {
+    if (n == 0 || max_rows == 0) {
+      return cudaSuccess;
+    }
+    const dim3 grid(static_cast<unsigned>((max_rows + engine_kernels::l1_rows_per_block - 1) /
+                                          engine_kernels::l1_rows_per_block),
+                    static_cast<unsigned>(n));
+    engine_kernels::l1_rows_batched_kernel<<<grid, 256, 0, s>>>(calls);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      return e;
+    }
+    return l1_add_rows_batched(calls, n, s);
+  }
+  /// The second half alone: each call's `row_l1` (given, not computed) added in order into its mass.
+  static cudaError_t l1_add_rows_batched(const l1_mass_args* calls, int n, cudaStream_t s) {
+    if (n > 0) {
+      engine_kernels::l1_add_rows_batched_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(calls,
+                                                                                                     n);
+    }
+    return cudaGetLastError();
+  }
   static cudaError_t finish_scalars(const step_scalars_args& a, cudaStream_t s) {
     engine_kernels::finish_scalars_kernel<<<1, 128, 0, s>>>(a);
     return cudaGetLastError();

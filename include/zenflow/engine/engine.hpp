@@ -181,9 +181,9 @@ public:
     }
     voter_.emplace(ks, cs);
     dp_.set_partition(params_, cfg_.host_moments == moment_precision::bf16 ? 8u : 12u);
-    stats_.memory.device_scratch +=
-        dp_.setup(plan_.backend(), params_, stream); // before the plan reads grads
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
+    stats_.memory.device_scratch += // before the plan reads grads
+        dp_.setup(plan_, params_, slot_bytes, detail::split_by_owner(cfg_), stream);
     const detail::d2h_slots slots = detail::resolve_d2h_slots(cfg_, params_, slot_bytes);
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
@@ -317,8 +317,7 @@ public:
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     cost.trace = tracing();
     // Data parallel: the host sets' rows by owner.
-    rep.comm_bytes =
-        dp_.reduce_gradients(plan_.backend(), params_, host_, detail::split_by_owner(cfg_), stream);
+    rep.comm_bytes = dp_.reduce_gradients(plan_, params_, host_, detail::split_by_owner(cfg_), stream);
     plan_.begin_step(t, stream);
     if (packs_before_prologue()) { // they need the gradients only: they run beside the prologue
       d2h_.begin_packs(stream, early_any_);
@@ -550,7 +549,8 @@ private:
     plan_.update(lr, cfg_.adam, stream);
     d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
     // Data parallel: the rest masses of the other blocks' rows, over the packs' (their stream).
-    cost.comm += dp_.write_rest(plan_, params_, host_, d2h_.pack_stream());
+    cost.comm +=
+        dp_.write_rest(plan_, params_, host_, stream, d2h_.pack_stream(), [&] { d2h_.packs_after(stream); });
     d2h_.push_record(t, detail::record_last_slot, sched_.accumulator, stream, cost);
     const std::int64_t length = ++sched_.window->length;
     rep.window_length = length;

@@ -70,20 +70,35 @@ ZF_HOST_DEVICE double channel_sq_f64(const T* first, std::int64_t len, std::int6
   return s;
 }
 
+/// Channel `c`'s fp64 squared norm where its fp32 score is not finite (an fp32 sum that
+/// overflowed, or a NaN/Inf element), else 0: the rescan `sq_total_lane` does for such channels.
+/// Data parallel computes it on the rank that holds the channel's mean gradient, and the ranks sum
+/// it with zeros from the others, which is exact (device_owner_reduction.hpp).
+template <class T>
+ZF_HOST_DEVICE double sq_rescan_channel(channel_matrix<const T> grad, const float* scores, std::int64_t c) {
+  if (is_finite(scores[c])) {
+    return 0.0;
+  }
+  const bool contiguous = grad.layout == channel_layout::contiguous;
+  return channel_sq_f64(grad.data + grad.offset(c, 0), grad.channel_len, contiguous ? 1 : grad.ld);
+}
+
 /// One lane's share of a tensor's squared norm: channels lane, lane + sq_total_lanes, ... of the
 /// fp32 `scores`, in order, in fp64. A score that is not finite (an fp32 sum that overflowed, or a
-/// NaN/Inf element) is recomputed from the gradient in fp64 (`channel_sq_f64`), so that a finite
-/// gradient's norm never overflows; the rescan runs only on such channels.
+/// NaN/Inf element) is recomputed from the gradient in fp64 (`sq_rescan_channel`), so that a
+/// finite gradient's norm never overflows; the rescan runs only on such channels. `rescan`
+/// (nullable): those rescans computed already (rescan[c], for every channel whose score is not
+/// finite), the gradient not read.
 template <class T>
-ZF_HOST_DEVICE double sq_total_lane(channel_matrix<const T> grad, const float* scores, int lane) {
+ZF_HOST_DEVICE double
+sq_total_lane(channel_matrix<const T> grad, const float* scores, int lane, const double* rescan = nullptr) {
   double s = 0.0;
   for (std::int64_t c = lane; c < grad.channels; c += sq_total_lanes) {
     const float score = scores[c];
     if (is_finite(score)) {
       s += static_cast<double>(score);
     } else {
-      const bool contiguous = grad.layout == channel_layout::contiguous;
-      s += channel_sq_f64(grad.data + grad.offset(c, 0), grad.channel_len, contiguous ? 1 : grad.ld);
+      s += rescan != nullptr ? rescan[c] : sq_rescan_channel(grad, scores, c);
     }
   }
   return s;

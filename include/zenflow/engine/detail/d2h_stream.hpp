@@ -131,6 +131,9 @@ public:
     }
     released_ = true;
   }
+  /// Work enqueued on the pack stream from now on starts after the work enqueued on `stream` so
+  /// far (data parallel: the rest masses that overwrite the packs').
+  void packs_after(cudaStream_t stream) { after(stream); }
   /// The pack stream (after open()): work that must follow the step's packs, on the device.
   [[nodiscard]] cudaStream_t pack_stream() const noexcept { return packs_->get(); }
   /// Blocks until every pack enqueued so far has run (a checkpoint's settle: some packs of a

@@ -11,11 +11,10 @@
 /// and all-reduces only the rest; the scores, the skip flag, the clipping norm, a selection's
 /// importance and the rest masses then get one float per channel from the owners, and a
 /// selection's entering rows come from theirs (owner_reduction.hpp). A device communicator (NCCL)
-/// all-reduces every gradient on the device (twice the interconnect bytes of the host sets' rows,
-/// none of the PCIe), so every decision is computed from the same mean on every rank; it gathers
-/// a window's shares in the device upload buffers, and the host-state gathers of a selection or a
-/// state read through a device staging buffer. An N-rank run is a one-rank run fed the mean
-/// gradient, bit for bit.
+/// does the same split in device memory, summing per-channel numbers instead of gathering them
+/// (device_owner_reduction.hpp); it gathers a window's shares in the device upload buffers, and
+/// the host-state gathers of a selection or a state read through a device staging buffer. An
+/// N-rank run is a one-rank run fed the mean gradient, bit for bit.
 ///
 /// One code path for every backend: the gradients are widened into one fp32 buffer with the plan's
 /// own gather primitive, reduced in one call, and narrowed back with its scatter. A host
@@ -46,7 +45,9 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/device_owner_reduction.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/dp_collectives.hpp>
 #include <zenflow/engine/detail/owner_reduction.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/schedule.hpp>
@@ -270,51 +271,25 @@ public:
     });
   }
 
-  /// Sums of the byte, stall and host-memory counters of `s` over the ranks (a collective; double
-  /// sums, exact for byte counts below 2^53). A device communicator reduces them in device memory
-  /// (setup()'s buffer): blocking.
+  /// Sums of the byte, stall and host-memory counters of `s` over the ranks (dp_collectives.hpp).
   [[nodiscard]] zenflow::stats summed(const Backend& b, const zenflow::stats& s, cudaStream_t stream) {
-    zenflow::stats out = s;
-    double v[] = {static_cast<double>(s.d2h_bytes),
-                  static_cast<double>(s.h2d_bytes),
-                  static_cast<double>(s.comm_bytes),
-                  s.stall_s,
-                  s.host_window_s,
-                  static_cast<double>(s.memory.host_state),
-                  static_cast<double>(s.memory.host_accumulators),
-                  static_cast<double>(s.memory.host_ring),
-                  static_cast<double>(s.memory.host_upload),
-                  static_cast<double>(s.memory.host_landing)};
-    static_assert(std::size(v) == summed_counters);
-    if constexpr (Comm::is_device) {
-      b.copy_h2d(sums_.data(), v, sizeof(v), stream);
-      comm_.all_reduce_sum(sums_.data(), std::size(v), stream);
-      b.copy_d2h(v, sums_.data(), sizeof(v), stream);
-      b.synchronize(stream);
-    } else {
-      (void)b;
-      comm_.all_reduce_sum(v, std::size(v), stream);
-    }
-    out.d2h_bytes = static_cast<std::uint64_t>(v[0]);
-    out.h2d_bytes = static_cast<std::uint64_t>(v[1]);
-    out.comm_bytes = static_cast<std::uint64_t>(v[2]);
-    out.stall_s = v[3];
-    out.host_window_s = v[4];
-    out.memory.host_state = static_cast<std::size_t>(v[5]);
-    out.memory.host_accumulators = static_cast<std::size_t>(v[6]);
-    out.memory.host_ring = static_cast<std::size_t>(v[7]);
-    out.memory.host_upload = static_cast<std::size_t>(v[8]);
-    out.memory.host_landing = static_cast<std::size_t>(v[9]);
-    return out;
+    return stats_over_ranks(b, comm_, s, sums_.data(), stream);
   }
 
-  /// When active: allocates the fp32 reduction buffer and one mean-gradient buffer per parameter
-  /// (its layout and leading dimension, so the plan reads it as it read the user's), and points
-  /// every parameter's gradient at it. Returns the device bytes allocated.
-  std::size_t setup(const Backend& b, std::vector<param_info>& params, cudaStream_t stream) {
+  /// When active, before the plan's setup: allocates the fp32 reduction buffer and one
+  /// mean-gradient buffer per parameter (its layout and leading dimension, so the plan reads it as
+  /// it read the user's), and points every parameter's gradient at it; over a device
+  /// communicator with `split` (split_by_owner()), the owner reduction's buffers too (`slot_bytes`:
+  /// the D2H ring's). Returns the device bytes allocated.
+  std::size_t setup(device_plan<Backend>& plan,
+                    std::vector<param_info>& params,
+                    std::size_t slot_bytes,
+                    bool split,
+                    cudaStream_t stream) {
     if (!active()) {
       return 0;
     }
+    const Backend& b = plan.backend();
     std::size_t bytes = 0;
     std::int64_t total = 0;
     std::int64_t widest = 1;
@@ -334,11 +309,19 @@ public:
       slots_.push_back(std::move(s));
     }
     wide_ = dbuf<float>(static_cast<std::size_t>(total));
-    sums_ = dbuf<double>(summed_counters);
+    sums_ = dbuf<double>(stats_summed_counters);
     idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(widest));
     b.run(stream, static_cast<std::size_t>(widest) * 4, "zenflow::engine: iota",
           [out = idx_.data(), widest](auto prim, auto on) { return prim.iota(out, widest, on); });
     b.synchronize(stream);
+    if constexpr (Comm::is_device) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        grads_.push_back({slots_[p].user, slots_[p].mean.data(), slots_[p].mean.size()});
+      }
+      bytes += split
+                   ? device_owners_.setup(params, owned(params), comm_.rank(), comm_.size(), slot_bytes, plan)
+                   : 0;
+    }
     return bytes + wide_.size() * 4 + idx_.size() * 4 + sums_.size() * 8;
   }
 
@@ -349,14 +332,20 @@ public:
   /// reduce-scattered by owner instead, and only this rank's block of them holds the mean; then
   /// finish_norms() after the prologue's norms. Returns the bytes this rank sent.
   template <class HostSide>
-  std::uint64_t reduce_gradients(const Backend& b,
+  std::uint64_t reduce_gradients(device_plan<Backend>& plan,
                                  const std::vector<param_info>& params,
                                  const HostSide& host,
                                  bool split,
                                  cudaStream_t stream) {
-    split_ = split && active() && !Comm::is_device;
+    split_ = split && active();
     if (!active()) {
       return 0;
+    }
+    const Backend& b = plan.backend();
+    if constexpr (Comm::is_device) {
+      if (split_) { // stream-ordered in device memory (device_owner_reduction.hpp)
+        return device_owners_.reduce(b, comm_, plan, params, host, grads_, wide_.data(), stream);
+      }
     }
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
@@ -414,13 +403,17 @@ public:
                              bool rest_masses,
                              std::size_t slot_bytes,
                              cudaStream_t stream) {
-    if constexpr (!Comm::is_device) {
-      if (split_) {
-        return owners_.finish_norms(comm_, plan.backend(), plan, params, host, owned(params), rest_masses,
-                                    slot_bytes, stream);
-      }
+    if (!split_) {
+      return 0;
     }
-    return 0;
+    if constexpr (Comm::is_device) {
+      (void)host;
+      (void)slot_bytes;
+      return device_owners_.finish_norms(plan.backend(), comm_, plan, params, rest_masses, stream);
+    } else {
+      return owners_.finish_norms(comm_, plan.backend(), plan, params, host, owned(params), rest_masses,
+                                  slot_bytes, stream);
+    }
   }
 
   /// A selection step's device sets (device_plan::select_all): on a split step the importance
@@ -436,7 +429,17 @@ public:
               std::uint64_t& comm_bytes,
               cudaStream_t stream) {
     plan.importance(kind, stream);
-    if constexpr (!Comm::is_device) {
+    if constexpr (Comm::is_device) {
+      if (split_) {
+        comm_bytes += device_owners_.complete_importance(plan.backend(), comm_, plan, params, kind, stream);
+        const bool bad = plan.select_top(sets, d2h, stream);
+        if (!bad) {
+          comm_bytes += device_owners_.fetch_entering(plan.backend(), comm_, params, host, sets, grads_,
+                                                      wide_.data(), stream);
+        }
+        return bad;
+      }
+    } else {
       if (split_) {
         comm_bytes +=
             owners_.complete_importance(comm_, plan.backend(), plan, params, owned(params), kind, stream);
@@ -451,18 +454,26 @@ public:
   }
 
   /// After the packs of a split step: the rest masses of finish_norms() over the host sets as
-  /// they are now, into the record on `stream` (the packs'). Returns the bytes sent.
-  template <class HostSide>
+  /// they are now, into the record on `pack_stream`, the packs'. A device communicator computes
+  /// them on `stream`, then calls `order()` (the packs' stream waits for `stream`). Returns the
+  /// bytes sent.
+  template <class HostSide, class Order>
   std::uint64_t write_rest(device_plan<Backend>& plan,
                            const std::vector<param_info>& params,
                            const HostSide& host,
-                           cudaStream_t stream) {
-    if constexpr (!Comm::is_device) {
-      if (split_) {
-        return owners_.write_rest(comm_, plan.backend(), plan, params, host, owned(params), stream);
-      }
+                           cudaStream_t stream,
+                           cudaStream_t pack_stream,
+                           Order&& order) {
+    if (!split_) {
+      return 0;
     }
-    return 0;
+    if constexpr (Comm::is_device) {
+      return device_owners_.write_rest(plan.backend(), comm_, plan, params, host, stream, pack_stream, order);
+    } else {
+      (void)stream;
+      (void)order;
+      return owners_.write_rest(comm_, plan.backend(), plan, params, host, owned(params), pack_stream);
+    }
   }
 
 private:
@@ -539,36 +550,13 @@ private:
     return bytes;
   }
 
-  /// all_gather_bytes of host buffers (`send` may be this rank's block inside `recv`), complete on
-  /// return: a host communicator reads them; a device one gathers in the device buffer `stage`
-  /// (this rank's block up, the gather, every block down; blocking), grown to the gather's size
-  /// when smaller (a device allocation).
   void all_gather_host(const Backend& b,
                        const void* send,
                        void* recv,
                        std::span<const std::size_t> sizes,
                        dbuf<std::byte>& stage,
                        cudaStream_t stream) {
-    if constexpr (!Comm::is_device) {
-      (void)b;
-      (void)stage;
-      comm_.all_gather_bytes(send, recv, sizes, stream);
-    } else {
-      std::size_t total = 0;
-      std::size_t at = 0;
-      for (std::size_t r = 0; r < sizes.size(); ++r) {
-        at = static_cast<int>(r) == comm_.rank() ? total : at;
-        total += sizes[r];
-      }
-      if (stage.size() < total) {
-        stage = dbuf<std::byte>(total); // the last use was synchronized: nothing reads the old one
-      }
-      const std::size_t mine = sizes[static_cast<std::size_t>(comm_.rank())];
-      b.copy_h2d(stage.data() + at, send, mine, stream);
-      comm_.all_gather_bytes(stage.data() + at, stage.data(), sizes, stream);
-      b.copy_d2h(recv, stage.data(), total, stream);
-      b.synchronize(stream);
-    }
+    gather_host_blocks(b, comm_, send, recv, sizes, stage, stream); // dp_collectives.hpp
   }
 
   /// block() over `params` for owner_reduction.
@@ -587,13 +575,14 @@ private:
   channel_partition partition_{};
   std::vector<std::int64_t> part_index_; // per parameter: its matrix in partition_, or -1
   std::vector<slot> slots_;
-  static constexpr std::size_t summed_counters = 10; // summed()'s doubles
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;
   dbuf<double> sums_;                     // summed()'s, in device memory for a device communicator
   dbuf<std::byte> stage_;                 // a selection's all_gather_host(), device communicator
   owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
-  bool split_ = false;                    // this step's reduction is split by owner
+  device_owner_reduction<Backend, Comm> device_owners_; // ... and over a device communicator
+  std::vector<typename device_owner_reduction<Backend, Comm>::grads> grads_; // the latter's view of slots_
+  bool split_ = false; // this step's reduction is split by owner
 };
 
 } // namespace detail

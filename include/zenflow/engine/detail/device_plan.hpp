@@ -86,6 +86,15 @@ public:
   /// Before setup().
   void set_upload_chunk(std::size_t chunk_bytes) noexcept { upload_chunk_bytes_ = chunk_bytes; }
 
+  /// Data parallel over a device communicator with the owner partition: the squared norm of `p`
+  /// takes the rescans of its non-finite scores from `rescan` (device memory, a double per
+  /// channel) instead of its gradient, whose other blocks' host-set rows this rank does not hold
+  /// (device_owner_reduction.hpp). Before setup().
+  void set_norm_rescan(std::size_t p, const double* rescan) {
+    rescan_.resize(std::max(rescan_.size(), p + 1), nullptr);
+    rescan_[p] = rescan;
+  }
+
   /// Staging slot `i`, after the copy that last read it (the pack on `stream` waits for it).
   [[nodiscard]] std::byte* staging(std::size_t i, cudaStream_t stream) {
     wait_event(i, stream);
@@ -414,9 +423,10 @@ private:
   step_record_layout layout_{};
   dbuf<float> record_[2];
   std::size_t cur_record_ = 0;
-  dbuf<float> early_rest_;   // per matrix: rest mass of the packs done by grad_ready
-  dbuf<float> mass_rows_[2]; // per-row masses: step()'s packs', grad_ready()'s packs'
-  dbuf<double> totals_;      // per parameter (registration order): fp64 squared norm
+  std::vector<const double*> rescan_; // per parameter, nullable: set_norm_rescan()
+  dbuf<float> early_rest_;            // per matrix: rest mass of the packs done by grad_ready
+  dbuf<float> mass_rows_[2];          // per-row masses: step()'s packs', grad_ready()'s packs'
+  dbuf<double> totals_;               // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
   dbuf<std::uint32_t> flags_; // per parameter, in dtype-group order
   dbuf<float> stage_;

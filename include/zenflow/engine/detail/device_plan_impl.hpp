@@ -85,7 +85,10 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     std::vector<sq_total_item> items(params.size());
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
-      items[p] = {pi.grads, dev_[p].scores.data(), pi.channels, pi.channel_len, pi.ld, pi.layout, pi.type};
+      items[p] = {pi.grads,    dev_[p].scores.data(),
+                  pi.channels, pi.channel_len,
+                  pi.ld,       pi.layout,
+                  pi.type,     p < rescan_.size() ? rescan_[p] : nullptr};
     }
     sq_items_ = dbuf<sq_total_item>(items.size());
     b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);

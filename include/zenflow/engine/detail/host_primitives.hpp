@@ -109,6 +109,30 @@ struct host_primitives {
     host_sq_totals(items, n, totals);
     return cudaSuccess;
   }
+  static cudaError_t sq_rescan(const sq_rescan_item* items, int n, std::int64_t /*max_count*/, exec_type) {
+    host_sq_rescan(items, n);
+    return cudaSuccess;
+  }
+  /// Zen-auto's masses of a table of calls (those with a null `l1` do nothing): each call's rows
+  /// (detail/l1_mass.hpp's order), then their sum into its mass; the CUDA kernels' arithmetic.
+  static cudaError_t l1_mass_batched(const l1_mass_args* calls, int n, std::int64_t /*max_rows*/, exec_type) {
+    for (int i = 0; i < n; ++i) {
+      if (calls[i].l1 != nullptr) {
+        host_l1_mass(calls[i]);
+      }
+    }
+    return cudaSuccess;
+  }
+  /// The second half alone: each call's `row_l1` (given, not computed) added in order into its mass.
+  static cudaError_t l1_add_rows_batched(const l1_mass_args* calls, int n, exec_type) {
+    for (int i = 0; i < n; ++i) {
+      const l1_mass_args& a = calls[i];
+      if (a.l1 != nullptr && a.count > 0 && (a.skip == nullptr || *a.skip == 0)) {
+        l1_add_rows(a);
+      }
+    }
+    return cudaSuccess;
+  }
   static cudaError_t finish_scalars(const step_scalars_args& a, exec_type) {
     host_finish_scalars(a);
     return cudaSuccess;

@@ -76,6 +76,7 @@ public:
     std::int64_t matrix_index = -1;     // index of the matrix in the step record
     std::vector<std::int32_t> sel;      // device set, ascending
     std::vector<std::int32_t> host_set; // host set, ascending
+    std::uint64_t host_set_version = 0; // changed by every set_host_set()
     HostBuffer upload;                  // the window's new working weights, host-set order
     // Gradients announced early, packed (host-set order, working type), until the step's coef
     // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
@@ -93,6 +94,7 @@ public:
     /// The host set becomes `hs` (ascending); this rank's share of it follows.
     void set_host_set(std::vector<std::int32_t> hs) {
       host_set = std::move(hs);
+      ++host_set_version;
       const auto first = std::lower_bound(host_set.begin(), host_set.end(), own_first);
       const auto last = std::lower_bound(first, host_set.end(), own_first + own_channels);
       own_pos = first - host_set.begin();

@@ -30,6 +30,15 @@ ZF_KERNEL void __launch_bounds__(sq_total_lanes)
   }
 }
 
+/// The rescans of a table of items (device memory): blockIdx.y the item, one thread per channel.
+ZF_KERNEL void sq_rescan_kernel(const sq_rescan_item* items) {
+  const sq_rescan_item& it = items[blockIdx.y];
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i < it.count) {
+    sq_rescan_at(it, i);
+  }
+}
+
 /// One block: the record's header (thread 0, `finish_step_header`) and its crit masses zeroed.
 ZF_KERNEL void finish_scalars_kernel(step_scalars_args a) {
   if (threadIdx.x == 0) {

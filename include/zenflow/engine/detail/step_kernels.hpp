@@ -18,7 +18,9 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// One tensor of the squared-norm totals: its gradient (working type `type`) and its fp32 scores.
+/// One tensor of the squared-norm totals: its gradient (working type `type`) and its fp32 scores;
+/// `rescan` (nullable): the rescans of its channels whose score is not finite, computed already
+/// (data parallel over a device communicator: the owners' rows, sq_rescan_item).
 struct sq_total_item {
   const void* grad = nullptr;
   const float* scores = nullptr;
@@ -27,6 +29,16 @@ struct sq_total_item {
   std::int64_t ld = 0;
   channel_layout layout = channel_layout::contiguous;
   dtype type = dtype::f32;
+  const double* rescan = nullptr;
+};
+
+/// Channels [first, first + count) of `src`: out[c] = sq_rescan_channel (a data-parallel owner's
+/// block; the other entries of `out` are not written).
+struct sq_rescan_item {
+  sq_total_item src;
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+  double* out = nullptr;
 };
 
 /// The inputs of the step record's header (`finish_step_header`), and the record it goes into with
@@ -60,7 +72,7 @@ ZF_HOST_DEVICE inline double sq_total_item_lane(const sq_total_item& it, int lan
     using T = decltype(tag);
     const channel_matrix<const T> g{static_cast<const T*>(it.grad), it.channels, it.channel_len, it.ld,
                                     it.layout};
-    return sq_total_lane<T>(g, it.scores, lane);
+    return sq_total_lane<T>(g, it.scores, lane, it.rescan);
   };
   if (it.type == dtype::f16) {
     return run(half{});
@@ -69,6 +81,24 @@ ZF_HOST_DEVICE inline double sq_total_item_lane(const sq_total_item& it, int lan
     return run(bfloat16{});
   }
   return run(float{});
+}
+
+/// Entry `i` of rescan item `it` (channel it.first + i).
+ZF_HOST_DEVICE inline void sq_rescan_at(const sq_rescan_item& it, std::int64_t i) {
+  const sq_total_item& s = it.src;
+  const std::int64_t c = it.first + i;
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const channel_matrix<const T> g{static_cast<const T*>(s.grad), s.channels, s.channel_len, s.ld, s.layout};
+    it.out[c] = sq_rescan_channel<T>(g, s.scores, c);
+  };
+  if (s.type == dtype::f16) {
+    run(half{});
+  } else if (s.type == dtype::bf16) {
+    run(bfloat16{});
+  } else {
+    run(float{});
+  }
 }
 
 /// The header of the step record from the `n` per-tensor totals (summed in index order) and the
@@ -109,6 +139,14 @@ inline void host_sq_totals(const sq_total_item* items, std::int64_t n, double* t
       lanes[j] = sq_total_item_lane(items[i], j);
     }
     totals[i] = sum_lanes(lanes);
+  }
+}
+
+inline void host_sq_rescan(const sq_rescan_item* items, int n) {
+  for (int k = 0; k < n; ++k) {
+    for (std::int64_t i = 0; i < items[k].count; ++i) {
+      sq_rescan_at(items[k], i);
+    }
   }
 }
 

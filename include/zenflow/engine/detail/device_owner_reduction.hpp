@@ -1,0 +1,569 @@
+/// @file
+/// The gradients' reduction with the owner partition over a device communicator (NCCL; on the
+/// emulated device, emulated_device_communicator): owner_reduction.hpp's design (docs/
+/// data-parallel.md), stream-ordered in device memory, with no host wait on a plain step.
+/// - The rows every rank needs (the device sets', the vectors') are all-reduced (mean), the host
+///   sets' rows reduce-scattered by owner (mean): gathered into the two regions of the fp32
+///   reduction buffer and scattered back with the plan's own primitives, over index lists rebuilt
+///   when a host set changes. This rank's mean gradient holds zeros on the other blocks' host-set
+///   rows.
+/// - The step's decisions that read other blocks' rows get one number per channel, and each gets
+///   the bits a one-rank run computes without a gather's re-layout: every rank keeps its block's
+///   values, zeros elsewhere, and the ranks sum them. Each value is the sum of one rank's value
+///   and zeros, and x + 0 = x exactly for every x >= +0, NaN and Inf included, in any order: an
+///   exact gather in parameter order, one collective each:
+///   - the scores (the prologue's squared L2; a selection's L1 importance);
+///   - the fp64 rescans of non-finite scores (math/norms.hpp), which the squared totals read
+///     instead of the rows this rank does not hold (so no row crosses for an overflowed score);
+///   - the rest masses' per-row L1 over the host sets (Zen-auto, select_on_mass_drop), then added
+///     per D2H slot in row order and the slots in order (d2h_stream's packs), in two batched
+///     launches, and written over the record after the packs.
+///   The NaN/Inf flags are or-reduced.
+/// - A selection step's entering rows (host-set rows that join a device set) come from their
+///   owners (an all-gather by owner in the working type; a selection step waits anyway).
+///
+/// The index lists' and the masses' descriptors are built on the host and copied up on the stream
+/// from one of two host mirrors in turn: a host set changes only at a selection or a restore, both
+/// of which wait for the stream, so the copy from the other mirror is done before it is rewritten.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/views.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/step_kernels.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <class Backend, class Comm>
+class device_owner_reduction {
+  template <class T>
+  using dbuf = typename Backend::template device_buffer<T>;
+  template <class T>
+  using hbuf = typename Backend::template host_buffer<T>;
+
+public:
+  /// Channels [first, first + count) of parameter p owned by rank r.
+  using block_fn = std::function<std::pair<std::int64_t, std::int64_t>(std::size_t, int)>;
+  /// A parameter's gradients: the user's (read) and the engine's mean buffer (`extent` bytes).
+  struct grads {
+    const void* user = nullptr;
+    void* mean = nullptr;
+    std::size_t extent = 0;
+  };
+
+  /// Split by owner: the host-side matrices (owner_reduction::split).
+  [[nodiscard]] static bool split(const param_info& pi) noexcept { return pi.matrix && pi.host_side; }
+
+  /// initialize(), before the plan's setup: the per-channel buffers of the split matrices, the
+  /// plan's squared totals pointed at the rescans. `slot_bytes`: the D2H ring's. Returns the
+  /// device bytes allocated.
+  std::size_t setup(const std::vector<param_info>& params,
+                    const block_fn& block,
+                    int rank,
+                    int ranks,
+                    std::size_t slot_bytes,
+                    device_plan<Backend>& plan) {
+    block_ = block;
+    me_ = rank;
+    ranks_ = ranks;
+    slot_bytes_ = slot_bytes;
+    chan_off_.assign(params.size(), -1);
+    // Everything at its largest (a host set of every channel: the warm-up's, offload_sync's), so
+    // that nothing is allocated after initialize().
+    std::int64_t channels = 0, all = 0, mine = 0, entering = 0, split_params = 0, slots = 0;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      all += pi.channels;
+      if (split(pi)) {
+        chan_off_[p] = channels;
+        channels += pi.channels;
+        mine += block(p, rank).second * pi.channel_len;
+        entering += pi.device_capacity;
+        ++split_params;
+        slots += (pi.channels + pi.rows_per_slot(slot_bytes) - 1) / pi.rows_per_slot(slot_bytes);
+      }
+    }
+    matrices_ = std::count_if(params.begin(), params.end(), [](const param_info& pi) { return pi.matrix; });
+    scores_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(channels, 1)));
+    rescan_ = dbuf<double>(scores_.size());
+    row_l1_ = dbuf<float>(scores_.size());
+    mine_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(mine, 1)));
+    idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(std::max<std::int64_t>(all, 1)));
+    enter_idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(std::max<std::int64_t>(entering, 1)));
+    rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices_, 1)));
+    junk_ = dbuf<float>(rest_.size());
+    slot_sums_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(slots, 1)));
+    const auto items = static_cast<std::size_t>(std::max<std::int64_t>(split_params, 1));
+    rescan_items_ = dbuf<sq_rescan_item>(items);
+    own_l1_ = dbuf<l1_mass_args>(items);
+    matrix_calls_ = dbuf<l1_mass_args>(items);
+    slot_calls_ = dbuf<l1_mass_args>(slot_sums_.size());
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (chan_off_[p] >= 0) {
+        plan.set_norm_rescan(p, rescan_.data() + chan_off_[p]);
+      }
+    }
+    versions_.assign(params.size(), ~std::uint64_t{0});
+    return (scores_.size() + row_l1_.size() + mine_.size() + idx_.size() + enter_idx_.size()) * 4 +
+           rescan_.size() * 8 + (rest_.size() + junk_.size() + slot_sums_.size()) * 4 +
+           items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_args)) +
+           slot_calls_.size() * sizeof(l1_mass_args);
+  }
+
+  /// The mean of every row this rank needs, into each parameter's mean buffer (`g`), through
+  /// `wide` (fp32, every parameter's elements); zeros on the other blocks' host-set rows. Returns
+  /// the bytes this rank sent: the all-reduced rows in full, of the reduce-scatter the other
+  /// blocks' rows.
+  template <class HostSide>
+  std::uint64_t reduce(const Backend& b,
+                       Comm& comm,
+                       device_plan<Backend>& plan,
+                       const std::vector<param_info>& params,
+                       const HostSide& host,
+                       const std::vector<grads>& g,
+                       float* wide,
+                       cudaStream_t stream) {
+    rebuild(b, plan, params, host, stream);
+    float* send = wide + dense_total_;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      const auto& l = lists_[p];
+      dispatch_dtype(pi.type, [&](auto tag) {
+        using T = decltype(tag);
+        const channel_matrix<const T> src{static_cast<const T*>(g[p].user), pi.channels, pi.channel_len,
+                                          pi.ld, pi.layout};
+        gather(b, src, l.idx, l.dense, wide + l.dense_at, stream);
+        for (int r = 0; r < ranks_ && split(pi); ++r) {
+          gather(b, src, l.idx + l.dense + l.pos[r], l.count[r], send + l.send_at[r], stream);
+        }
+      });
+    }
+    comm.all_reduce_mean(wide, static_cast<std::size_t>(dense_total_), stream);
+    comm.reduce_scatter_mean(send, mine_.data(), counts_, stream);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      const auto& l = lists_[p];
+      if (split(pi)) {
+        b.zero(g[p].mean, g[p].extent, stream); // the other blocks' host-set rows
+      }
+      dispatch_dtype(pi.type, [&](auto tag) {
+        using T = decltype(tag);
+        const channel_matrix<T> dst{static_cast<T*>(g[p].mean), pi.channels, pi.channel_len, pi.ld,
+                                    pi.layout};
+        scatter(b, wide + l.dense_at, l.idx, l.dense, dst, stream);
+        if (split(pi)) {
+          const auto me = static_cast<std::size_t>(me_);
+          scatter(b, mine_.data() + (l.send_at[me] - mine_at_), l.idx + l.dense + l.pos[me], l.count[me], dst,
+                  stream);
+        }
+      });
+    }
+    const std::size_t sent = static_cast<std::size_t>(dense_total_) +
+                             std::accumulate(counts_.begin(), counts_.end(), std::size_t{0}) -
+                             counts_[static_cast<std::size_t>(me_)];
+    return 4u * sent;
+  }
+
+  /// After the prologue's norms on the rows of reduce(): the scores and the rescans of the
+  /// split matrices summed over the ranks (each its block's), the flags or-reduced. `rest`: the
+  /// step reads the rest masses (write_rest()). Returns the bytes this rank sent.
+  std::uint64_t finish_norms(const Backend& b,
+                             Comm& comm,
+                             device_plan<Backend>& plan,
+                             const std::vector<param_info>& params,
+                             bool rest,
+                             cudaStream_t stream) {
+    std::uint64_t sent = sum_scores(b, comm, plan, params, stream);
+    b.zero(rescan_.data(), rescan_.size() * 8, stream);
+    b.run(stream, 0, "zenflow::engine: sq_rescan",
+          [items = rescan_items_.data(), n = static_cast<int>(rescan_count_),
+           max = rescan_max_](auto prim, auto on) { return prim.sq_rescan(items, n, max, on); });
+    comm.all_reduce_sum(rescan_.data(), rescan_.size(), stream);
+    comm.all_reduce_or(plan.flags(), params.size(), stream);
+    rest_ready_ = rest;
+    return sent + 8u * rescan_.size() + 4u * params.size();
+  }
+
+  /// A selection step, between plan.importance() and plan.select_top(): the L1 importance (from
+  /// zeros on the other blocks' host-set rows) summed as the scores; with sq_l2 finish_norms()
+  /// did. Returns the bytes sent.
+  std::uint64_t complete_importance(const Backend& b,
+                                    Comm& comm,
+                                    device_plan<Backend>& plan,
+                                    const std::vector<param_info>& params,
+                                    channel_norm kind,
+                                    cudaStream_t stream) {
+    return kind == channel_norm::sq_l2 ? 0 : sum_scores(b, comm, plan, params, stream);
+  }
+
+  /// A selection step, its new device sets `sets` chosen (before the migration): the rows that
+  /// enter a device set from their owners into every rank's mean gradient (`wide` as the
+  /// staging: the step's reduction is done with it). Blocking. Returns the bytes sent.
+  template <class HostSide>
+  std::uint64_t fetch_entering(const Backend& b,
+                               Comm& comm,
+                               const std::vector<param_info>& params,
+                               const HostSide& host,
+                               const std::vector<std::vector<std::int32_t>>& sets,
+                               const std::vector<grads>& g,
+                               float* wide,
+                               cudaStream_t stream) {
+    // Per owner r, per matrix p: the entering rows (ascending), their place in the staging bytes.
+    const auto R = static_cast<std::size_t>(ranks_);
+    std::vector<std::int32_t> idx;
+    std::vector<std::size_t> sizes(R, 0);
+    std::vector<std::vector<std::pair<std::size_t, std::size_t>>> at(R); // {idx offset, count} per p
+    for (std::size_t r = 0; r < R; ++r) {
+      at[r].assign(params.size(), {0, 0});
+      for (std::size_t p = 0; p < params.size() && p < sets.size(); ++p) {
+        if (!split(params[p])) {
+          continue;
+        }
+        const auto [first, count] = block_(p, static_cast<int>(r));
+        const auto& hs = host[p].host_set;
+        const std::size_t start = idx.size();
+        for (auto c = std::lower_bound(hs.begin(), hs.end(), first); c != hs.end() && *c < first + count;
+             ++c) {
+          if (std::binary_search(sets[p].begin(), sets[p].end(), *c)) {
+            idx.push_back(*c);
+          }
+        }
+        at[r][p] = {start, idx.size() - start};
+        sizes[r] += (idx.size() - start) * params[p].channel_bytes();
+      }
+    }
+    if (idx.empty()) {
+      return 0; // every rank computes the same lists: every rank skips the collective
+    }
+    b.copy_h2d(enter_idx_.data(), idx.data(), idx.size() * 4, stream);
+    auto* stage = reinterpret_cast<std::byte*>(wide);
+    std::size_t off = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto [i, n] = at[r][p];
+        if (n == 0) {
+          continue;
+        }
+        const auto& pi = params[p];
+        dispatch_dtype(pi.type, [&](auto tag) {
+          using T = decltype(tag);
+          T* rows = reinterpret_cast<T*>(stage + off);
+          if (static_cast<int>(r) == me_) {
+            const channel_matrix<const T> src{static_cast<const T*>(g[p].mean), pi.channels, pi.channel_len,
+                                              pi.ld, pi.layout};
+            gather(b, src, enter_idx_.data() + i, static_cast<std::int64_t>(n), rows, stream);
+          }
+        });
+        off += n * pi.channel_bytes();
+      }
+    }
+    std::size_t mine_at = 0;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(me_); ++r) {
+      mine_at += sizes[r];
+    }
+    comm.all_gather_bytes(stage + mine_at, stage, sizes, stream);
+    off = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto [i, n] = at[r][p];
+        if (n == 0) {
+          continue;
+        }
+        const auto& pi = params[p];
+        dispatch_dtype(pi.type, [&](auto tag) {
+          using T = decltype(tag);
+          const channel_matrix<T> dst{static_cast<T*>(g[p].mean), pi.channels, pi.channel_len, pi.ld,
+                                      pi.layout};
+          if (static_cast<int>(r) != me_) {
+            scatter(b, reinterpret_cast<const T*>(stage + off), enter_idx_.data() + i,
+                    static_cast<std::int64_t>(n), dst, stream);
+          }
+        });
+        off += n * pi.channel_bytes();
+      }
+    }
+    b.synchronize(stream); // `idx` is freed on return
+    return sizes[static_cast<std::size_t>(me_)];
+  }
+
+  /// After the step's packs were enqueued (which added masses of zeros on the other blocks'
+  /// rows), with the `rest` of finish_norms(): the one-rank rest masses over the host sets as they
+  /// are now (a selection step's new ones), computed on `stream`; then `order()` makes the packs'
+  /// stream wait for them, and they are copied over the record's rest words on `pack_stream`.
+  /// Returns the bytes sent.
+  template <class HostSide, class Order>
+  std::uint64_t write_rest(const Backend& b,
+                           Comm& comm,
+                           device_plan<Backend>& plan,
+                           const std::vector<param_info>& params,
+                           const HostSide& host,
+                           cudaStream_t stream,
+                           cudaStream_t pack_stream,
+                           Order&& order) {
+    if (!rest_ready_) {
+      return 0;
+    }
+    rest_ready_ = false;
+    rebuild(b, plan, params, host, stream); // a selection step's new host sets
+    if (rows_total_ > 0) {
+      b.zero(row_l1_.data(), static_cast<std::size_t>(rows_total_) * 4, stream);
+      b.run(stream, 0, "zenflow::engine: l1_mass_batched",
+            [calls = own_l1_.data(), n = static_cast<int>(own_l1_count_),
+             max = own_l1_max_](auto prim, auto on) { return prim.l1_mass_batched(calls, n, max, on); });
+      comm.all_reduce_sum(row_l1_.data(), static_cast<std::size_t>(rows_total_), stream);
+    }
+    b.zero(slot_sums_.data(), slot_sums_.size() * 4, stream);
+    b.zero(rest_.data(), rest_.size() * 4, stream);
+    b.run(stream, 0, "zenflow::engine: l1_add_rows_batched", // per slot, then the slots per matrix
+          [calls = slot_calls_.data(), n = static_cast<int>(slot_call_count_)](auto prim, auto on) {
+            return prim.l1_add_rows_batched(calls, n, on);
+          });
+    b.run(stream, 0, "zenflow::engine: l1_add_rows_batched",
+          [calls = matrix_calls_.data(), n = static_cast<int>(matrix_call_count_)](auto prim, auto on) {
+            return prim.l1_add_rows_batched(calls, n, on);
+          });
+    order();
+    b.copy_d2d(plan.record_rest(), rest_.data(), static_cast<std::size_t>(matrices_) * 4, pack_stream);
+    return 4u * static_cast<std::uint64_t>(rows_total_);
+  }
+
+private:
+  struct param_lists {
+    const std::int32_t* idx = nullptr;             // device: the all-reduced rows, then the host set
+    std::int64_t dense = 0;                        // all-reduced rows
+    std::int64_t dense_at = 0;                     // their place in the reduction buffer (floats)
+    std::vector<std::int64_t> pos, count, send_at; // per owner: host-set positions, reduce-scatter place
+  };
+
+  template <class Src, class Dst>
+  static void
+  gather(const Backend& b, Src src, const std::int32_t* idx, std::int64_t n, Dst* dst, cudaStream_t s) {
+    if (n > 0) {
+      b.run(s, static_cast<std::size_t>(n * src.channel_len) * (sizeof(*src.data) + sizeof(Dst)),
+            "zenflow::engine: gather_channels",
+            [=](auto prim, auto on) { return prim.gather_channels(src, idx, n, dst, nullptr, on); });
+    }
+  }
+  template <class Src, class Dst>
+  static void scatter(
+      const Backend& b, const Src* src, const std::int32_t* idx, std::int64_t n, Dst dst, cudaStream_t s) {
+    if (n > 0) {
+      b.run(s, static_cast<std::size_t>(n * dst.channel_len) * (sizeof(Src) + sizeof(*dst.data)),
+            "zenflow::engine: scatter_channels",
+            [=](auto prim, auto on) { return prim.scatter_channels(src, idx, n, dst, on); });
+    }
+  }
+
+  /// Every split matrix's scores: this rank's block kept, zeros elsewhere, summed over the ranks.
+  std::uint64_t sum_scores(const Backend& b,
+                           Comm& comm,
+                           device_plan<Backend>& plan,
+                           const std::vector<param_info>& params,
+                           cudaStream_t stream) {
+    b.zero(scores_.data(), scores_.size() * 4, stream);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (chan_off_[p] >= 0) {
+        const auto [first, count] = block_(p, me_);
+        b.copy_d2d(scores_.data() + chan_off_[p] + first, plan.scores(p) + first,
+                   static_cast<std::size_t>(count) * 4, stream);
+      }
+    }
+    comm.all_reduce_sum(scores_.data(), scores_.size(), stream);
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (chan_off_[p] >= 0) {
+        b.copy_d2d(plan.scores(p), scores_.data() + chan_off_[p],
+                   static_cast<std::size_t>(params[p].channels) * 4, stream);
+      }
+    }
+    return 4u * scores_.size();
+  }
+
+  /// The index lists, the reduction's layout and the masses' descriptors for the host sets as they
+  /// are, when one changed since the last call (see the file's comment for the mirrors).
+  template <class HostSide>
+  void rebuild(const Backend& b,
+               device_plan<Backend>& plan,
+               const std::vector<param_info>& params,
+               const HostSide& host,
+               cudaStream_t stream) {
+    bool same = true;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      same = same && versions_[p] == host[p].host_set_version;
+    }
+    if (same) {
+      return;
+    }
+    const auto R = static_cast<std::size_t>(ranks_);
+    mirror_ ^= 1;
+    auto& h = mirrors_[mirror_];
+    h.idx.clear();
+    h.rescans.clear();
+    h.own_l1.clear();
+    h.slots.clear();
+    h.matrices.clear();
+    lists_.assign(params.size(), {});
+    counts_.assign(R, 0);
+    dense_total_ = 0;
+    rows_total_ = 0;
+    rescan_max_ = own_l1_max_ = 0;
+    // The dense rows of every parameter first (the all-reduce), then the host-set rows by owner.
+    std::vector<std::vector<std::int64_t>> send_rel(params.size(), std::vector<std::int64_t>(R, 0));
+    std::vector<std::int64_t> row_at(params.size(), 0), slots_at(params.size(), 0);
+    std::int64_t slots = 0;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      auto& l = lists_[p];
+      const auto& hs = host[p].host_set;
+      versions_[p] = host[p].host_set_version;
+      l.pos.assign(R, 0);
+      l.count.assign(R, 0);
+      l.send_at.assign(R, 0);
+      const std::size_t start = h.idx.size();
+      auto next = hs.begin();
+      for (std::int32_t c = 0; c < pi.channels; ++c) { // the rows all-reduced, ascending
+        const bool unselected = split(pi) && next != hs.end() && *next == c;
+        next += unselected ? 1 : 0;
+        if (!unselected) {
+          h.idx.push_back(c);
+        }
+      }
+      l.dense = static_cast<std::int64_t>(h.idx.size() - start);
+      l.dense_at = dense_total_;
+      dense_total_ += l.dense * pi.channel_len;
+      l.idx = idx_.data() + start; // the host set follows: the owners' blocks in rank order
+      if (!split(pi)) {
+        continue;
+      }
+      h.idx.insert(h.idx.end(), hs.begin(), hs.end());
+      for (std::size_t r = 0; r < R; ++r) {
+        const auto [first, count] = block_(p, static_cast<int>(r));
+        const auto lo = std::lower_bound(hs.begin(), hs.end(), first);
+        const auto hi = std::lower_bound(lo, hs.end(), first + count);
+        l.pos[r] = lo - hs.begin();
+        l.count[r] = hi - lo;
+        send_rel[p][r] = static_cast<std::int64_t>(counts_[r]);
+        counts_[r] += static_cast<std::size_t>(l.count[r] * pi.channel_len);
+      }
+      const auto n = static_cast<std::int64_t>(hs.size());
+      row_at[p] = rows_total_;
+      rows_total_ += n;
+      const sq_total_item src{pi.grads, plan.scores(p), pi.channels, pi.channel_len,
+                              pi.ld,    pi.layout,      pi.type,     nullptr};
+      const auto [first, count] = block_(p, me_);
+      h.rescans.push_back({src, first, count, rescan_.data() + chan_off_[p]});
+      rescan_max_ = std::max(rescan_max_, count);
+      const auto me = static_cast<std::size_t>(me_);
+      l1_mass_args own{pi.grads,
+                       pi.type,
+                       pi.channels,
+                       pi.channel_len,
+                       pi.ld,
+                       pi.layout,
+                       pi.layout == channel_layout::contiguous};
+      own.idx = l.idx + l.dense + l.pos[me];
+      own.count = l.count[me];
+      own.row_l1 = row_l1_.data() + row_at[p] + l.pos[me];
+      own.l1 = junk_.data() + h.own_l1.size(); // the rows are what is wanted here, not their sum
+      h.own_l1.push_back(own);
+      own_l1_max_ = std::max(own_l1_max_, own.count);
+      slots_at[p] = slots;
+      slots += n == 0 ? 0 : (n + pi.rows_per_slot(slot_bytes_) - 1) / pi.rows_per_slot(slot_bytes_);
+    }
+    // The reduce-scatter's blocks: owner by owner, each its rows of every matrix in order.
+    std::int64_t at = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      mine_at_ = r == static_cast<std::size_t>(me_) ? at : mine_at_;
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        lists_[p].send_at[r] = at + send_rel[p][r];
+      }
+      at += static_cast<std::int64_t>(counts_[r]);
+    }
+    // The rest masses: per D2H slot the rows in order, then per matrix the slots in order.
+    for (std::size_t p = 0, m = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      if (!pi.matrix) {
+        continue;
+      }
+      if (split(pi) && !host[p].host_set.empty()) {
+        const auto n = static_cast<std::int64_t>(host[p].host_set.size());
+        const std::int64_t per_slot = pi.rows_per_slot(slot_bytes_);
+        l1_mass_args sum{};
+        for (std::int64_t s = 0, k = 0; s < n; s += per_slot, ++k) {
+          sum.row_l1 = row_l1_.data() + row_at[p] + s;
+          sum.count = std::min(n, s + per_slot) - s;
+          sum.l1 = slot_sums_.data() + slots_at[p] + k;
+          h.slots.push_back(sum);
+        }
+        sum.row_l1 = slot_sums_.data() + slots_at[p];
+        sum.count = (n + per_slot - 1) / per_slot;
+        sum.l1 = rest_.data() + m;
+        h.matrices.push_back(sum);
+      }
+      ++m;
+    }
+    rescan_count_ = h.rescans.size();
+    own_l1_count_ = h.own_l1.size();
+    slot_call_count_ = h.slots.size();
+    matrix_call_count_ = h.matrices.size();
+    upload(b, idx_, h.idx, stream);
+    upload(b, rescan_items_, h.rescans, stream);
+    upload(b, own_l1_, h.own_l1, stream);
+    upload(b, slot_calls_, h.slots, stream);
+    upload(b, matrix_calls_, h.matrices, stream);
+  }
+
+  /// `dst` (device, sized by setup() for the largest host sets) <- `src`, on the stream.
+  template <class T>
+  static void upload(const Backend& b, dbuf<T>& dst, const std::vector<T>& src, cudaStream_t stream) {
+    if (!src.empty()) {
+      b.copy_h2d(dst.data(), src.data(), src.size() * sizeof(T), stream);
+    }
+  }
+
+  struct mirror {
+    std::vector<std::int32_t> idx;
+    std::vector<sq_rescan_item> rescans;
+    std::vector<l1_mass_args> own_l1, slots, matrices;
+  };
+
+  block_fn block_;
+  int me_ = 0;
+  int ranks_ = 1;
+  std::size_t slot_bytes_ = 0;
+  std::int64_t matrices_ = 0;
+  std::vector<std::int64_t> chan_off_;  // per parameter: its channels in scores_/rescan_, or -1
+  std::vector<std::uint64_t> versions_; // the host sets' versions the lists were built for
+  std::vector<param_lists> lists_;
+  std::vector<std::size_t> counts_; // the reduce-scatter's block per owner (floats)
+  std::int64_t dense_total_ = 0;    // floats all-reduced
+  std::int64_t mine_at_ = 0;        // this rank's block in the reduce-scatter's send region
+  std::int64_t rows_total_ = 0;     // host-set rows of the split matrices
+  mirror mirrors_[2];
+  int mirror_ = 1;
+  dbuf<float> scores_, row_l1_, mine_, rest_, junk_, slot_sums_;
+  dbuf<double> rescan_;
+  dbuf<std::int32_t> idx_, enter_idx_;
+  dbuf<sq_rescan_item> rescan_items_;
+  dbuf<l1_mass_args> own_l1_, slot_calls_, matrix_calls_;
+  std::size_t rescan_count_ = 0, own_l1_count_ = 0, slot_call_count_ = 0, matrix_call_count_ = 0;
+  std::int64_t rescan_max_ = 0, own_l1_max_ = 0;
+  bool rest_ready_ = false;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
