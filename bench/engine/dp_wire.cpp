@@ -145,7 +145,7 @@ nlohmann::json computed(const std::string& name,
 }
 
 // `Device`: the same run on the emulated device over MPI as a device communicator (NCCL's path:
-// every gradient all-reduced on the device, the host state and the copies down still by owner).
+// the reduce-scatter by owner in device memory, the per-channel numbers summed over the ranks).
 template <bool Device>
 nlohmann::json measured(int steps) {
   int rank = 0, n = 1;

@@ -339,9 +339,9 @@ TEST(engine_data_parallel, zen_auto_with_warm_up_bf16) {
   run_against_one_rank<zenflow::bfloat16>(cfg, 24, -1);
 }
 
-// select_on_mass_drop fires selections between the scheduled ones: a triggered step must
-// all-reduce every gradient (its new device sets' rows are needed on every rank), like a scheduled
-// selection step; the steps between reduce-scatter by owner again.
+// select_on_mass_drop fires selections between the scheduled ones: a triggered step fetches its
+// entering rows from their owners like a scheduled selection step, and every rank must decide it
+// from the same rest masses (the owners' rows, gathered or summed).
 TEST(engine_data_parallel, selections_fired_by_the_mass_trigger_float) {
   auto cfg = small_config();
   cfg.update_interval = 0; // Zen-auto: the trigger reads the same lag-two masses
