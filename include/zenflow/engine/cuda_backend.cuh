@@ -69,19 +69,7 @@ struct device_primitives {
         e != cudaSuccess) {
       return e;
     }
-    if (masses == nullptr || count == 0 || max_rows == 0) {
-      return cudaSuccess;
-    }
-    const dim3 grid(static_cast<unsigned>((max_rows + engine_kernels::l1_rows_per_block - 1) /
-                                          engine_kernels::l1_rows_per_block),
-                    static_cast<unsigned>(count));
-    engine_kernels::l1_rows_batched_kernel<<<grid, 256, 0, s>>>(masses);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-      return e;
-    }
-    engine_kernels::l1_add_rows_batched_kernel<<<static_cast<unsigned>((count + 31) / 32), 32, 0, s>>>(masses,
-                                                                                                       count);
-    return cudaGetLastError();
+    return masses == nullptr ? cudaSuccess : l1_mass_batched(masses, count, max_rows, s);
   }
   template <class Tin, class Tout>
   static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,

@@ -33,6 +33,7 @@
 #include <functional>
 #include <numeric>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -252,51 +253,38 @@ public:
     }
     b.copy_h2d(enter_idx_.data(), idx.data(), idx.size() * 4, stream);
     auto* stage = reinterpret_cast<std::byte*>(wide);
-    std::size_t off = 0;
-    for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        const auto [i, n] = at[r][p];
-        if (n == 0) {
-          continue;
-        }
-        const auto& pi = params[p];
-        dispatch_dtype(pi.type, [&](auto tag) {
-          using T = decltype(tag);
-          T* rows = reinterpret_cast<T*>(stage + off);
-          if (static_cast<int>(r) == me_) {
-            const channel_matrix<const T> src{static_cast<const T*>(g[p].mean), pi.channels, pi.channel_len,
-                                              pi.ld, pi.layout};
-            gather(b, src, enter_idx_.data() + i, static_cast<std::int64_t>(n), rows, stream);
+    // f(rows in the staging, idx, count, the mean gradient) of owner r's rows, in staging order.
+    auto each_block = [&](bool mine, auto&& f) {
+      std::size_t off = 0;
+      for (std::size_t r = 0; r < R; ++r) {
+        for (std::size_t p = 0; p < params.size(); ++p) {
+          const auto [i, n] = at[r][p];
+          const auto& pi = params[p];
+          if (n > 0 && (static_cast<int>(r) == me_) == mine) {
+            dispatch_dtype(pi.type, [&](auto tag) {
+              using T = decltype(tag);
+              f(reinterpret_cast<T*>(stage + off), enter_idx_.data() + i, static_cast<std::int64_t>(n),
+                channel_matrix<T>{static_cast<T*>(g[p].mean), pi.channels, pi.channel_len, pi.ld, pi.layout});
+            });
           }
-        });
-        off += n * pi.channel_bytes();
+          off += n * pi.channel_bytes();
+        }
       }
-    }
+    };
+    each_block(true, [&](auto* rows, const std::int32_t* i, std::int64_t n, auto mean) {
+      using T = std::remove_pointer_t<decltype(rows)>;
+      const channel_matrix<const T> src{mean.data, mean.channels, mean.channel_len, mean.ld, mean.layout};
+      gather(b, src, i, n, rows, stream);
+    });
     std::size_t mine_at = 0;
     for (std::size_t r = 0; r < static_cast<std::size_t>(me_); ++r) {
       mine_at += sizes[r];
     }
     comm.all_gather_bytes(stage + mine_at, stage, sizes, stream);
-    off = 0;
-    for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        const auto [i, n] = at[r][p];
-        if (n == 0) {
-          continue;
-        }
-        const auto& pi = params[p];
-        dispatch_dtype(pi.type, [&](auto tag) {
-          using T = decltype(tag);
-          const channel_matrix<T> dst{static_cast<T*>(g[p].mean), pi.channels, pi.channel_len, pi.ld,
-                                      pi.layout};
-          if (static_cast<int>(r) != me_) {
-            scatter(b, reinterpret_cast<const T*>(stage + off), enter_idx_.data() + i,
-                    static_cast<std::int64_t>(n), dst, stream);
-          }
-        });
-        off += n * pi.channel_bytes();
-      }
-    }
+    each_block(false, [&](auto* rows, const std::int32_t* i, std::int64_t n, auto mean) {
+      using T = std::remove_pointer_t<decltype(rows)>;
+      scatter(b, static_cast<const T*>(rows), i, n, mean, stream);
+    });
     b.synchronize(stream); // `idx` is freed on return
     return sizes[static_cast<std::size_t>(me_)];
   }
