@@ -1,6 +1,7 @@
 // The data-parallel engine's checks under mpiexec (2 and 3 ranks; part of zf_engine_dp_mpi_tests,
 // whose main is in data_parallel_mpi_test.cpp): the partition, mismatched configurations and
 // parameter lists, per-rank checkpoints, and a missing rank as a timeout.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -173,6 +174,52 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file) {
 
 TEST(engine_data_parallel, save_and_load_every_rank_its_own_file_over_a_device_communicator) {
   save_and_load_every_rank_its_own_file<true>();
+}
+
+// Over a device communicator the gradients' reduction is one batched gather and one batched
+// scatter per step (detail/row_copies.hpp), however many matrices (zenflow mode's reduce-scatter
+// by owner, gpu_adamw's all-reduce): it was one of each per parameter, and per split matrix one
+// more gather per owner and one memset. The results are the one-rank run's bits
+// (data_parallel_mpi_test.cpp); here, the launches.
+TEST(engine_data_parallel, the_reduction_is_two_launches_per_step_whatever_the_matrices) {
+  const int rank = world_rank();
+  using comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
+  for (const auto mode : {zenflow::optimizer_mode::zenflow, zenflow::optimizer_mode::gpu_adamw}) {
+    for (const int copies : {1, 3}) {
+      SCOPED_TRACE(testing::Message()
+                   << "mode " << static_cast<int>(mode) << ", " << copies << "x the model");
+      std::vector<zf_engine_test::shape> shapes;
+      for (int k = 0; k < copies; ++k) {
+        shapes.insert(shapes.end(), kShapes.begin(), kShapes.end());
+      }
+      auto w = initial_weights<float>(shapes);
+      auto g = w;
+      auto cfg = small_config();
+      cfg.mode = mode;
+      zenflow::emulated_device device;
+      zenflow::emulated_backend_counts counts;
+      const cudaStream_t stream = device.create_stream();
+      zenflow::engine<zenflow::emulated_backend, comm> e(cfg, zenflow::emulated_backend{device, &counts},
+                                                         comm(device, make_comm()));
+      register_all(e, w, g, shapes);
+      e.initialize(stream);
+      for (std::int64_t t = 0; t < 5; ++t) { // a selection at step 0, then plain steps
+        device.synchronize_stream(stream);   // the step before has read the gradients
+        for (std::size_t p = 0; p < shapes.size(); ++p) {
+          const auto mine = grad_of<float>(rank, t, p, shapes[p]);
+          std::copy(mine.begin(), mine.end(), g[p].begin()); // in place: the engine holds g[p]
+        }
+        auto before = counts.runs_by_name();
+        (void)e.step(1e-2f, stream);
+        auto after = counts.runs_by_name();
+        EXPECT_EQ(after["zenflow::engine: copy_rows_batched"] - before["zenflow::engine: copy_rows_batched"],
+                  2u)
+            << "step " << t;
+      }
+      e.flush(stream);
+      device.synchronize(); // the stream's collectives done before the next engine's MPI calls
+    }
+  }
 }
 
 // Rank 0's comm_timeout of the missing-rank cases: after its 300 ms bound, well before the others

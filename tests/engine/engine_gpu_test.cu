@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -358,6 +359,100 @@ TEST_F(engine_gpu, squared_totals_rescans_and_step_scalars_are_bit_identical_to_
     zenflow::detail::write_step_header(host_rec, coef, skip, sum);
     EXPECT_EQ(0, std::memcmp(host_rec, dev_rec, 16)) << "sum " << sum;
     EXPECT_EQ(dev_rec[1], 0u);
+  }
+}
+
+// Data parallel's batched row copies (row_copy_batched_kernel): a table of every working type
+// and layout, rows in random order, strided counts past one 32-row tile and lengths off it,
+// gathered and then scattered (one item as zeros) with the host loop's bits.
+TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
+  using zenflow::channel_layout;
+  using zenflow::dtype;
+  using zenflow::detail::row_copy_direction;
+  using zenflow::detail::row_copy_item;
+  std::mt19937_64 rng(zf_test::base_seed());
+  struct spec {
+    dtype type;
+    channel_layout layout;
+    std::int64_t channels, len;
+  };
+  const spec specs[] = {{dtype::bf16, channel_layout::contiguous, 300, 1000},
+                        {dtype::f16, channel_layout::strided, 97, 70},
+                        {dtype::f32, channel_layout::strided, 40, 33},
+                        {dtype::bf16, channel_layout::strided, 200, 31},
+                        {dtype::f32, channel_layout::contiguous, 9, 5}};
+  std::vector<std::vector<std::uint16_t>> host_mats; // raw storage (f32 as two halves)
+  std::vector<zenflow::device_buffer<std::uint16_t>> dev_mats;
+  std::vector<std::vector<std::int32_t>> idx;
+  std::vector<zenflow::device_buffer<std::int32_t>> dev_idx;
+  std::vector<std::vector<float>> packed;
+  std::vector<zenflow::device_buffer<float>> dev_packed;
+  std::vector<row_copy_item> host_items, dev_items;
+  for (const spec& sp : specs) {
+    const std::int64_t ld = sp.layout == channel_layout::contiguous ? sp.len + 3 : sp.channels + 7;
+    const std::int64_t n = sp.layout == channel_layout::contiguous ? sp.channels * ld : sp.len * ld;
+    const std::size_t words = static_cast<std::size_t>(n) * zenflow::dtype_size(sp.type) / 2;
+    host_mats.emplace_back(words);
+    for (auto& w : host_mats.back()) { // random finite values: exponents kept off 0x7f80 / 0x7c00
+      w = static_cast<std::uint16_t>(rng() & 0x3fffu);
+    }
+    std::vector<std::int32_t> rows(static_cast<std::size_t>(sp.channels));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    rows.resize(rows.size() * 3 / 4);
+    idx.push_back(rows);
+    packed.push_back(
+        zf_test::random_values<float>(rows.size() * static_cast<std::size_t>(sp.len), rng(), 300.0f));
+    dev_mats.emplace_back(words);
+    dev_idx.emplace_back(rows.size());
+    dev_packed.emplace_back(packed.back().size());
+    ZF_CUDA_TRY(
+        cudaMemcpy(dev_mats.back().data(), host_mats.back().data(), words * 2, cudaMemcpyHostToDevice));
+    ZF_CUDA_TRY(cudaMemcpy(dev_idx.back().data(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    const row_copy_item h{host_mats.back().data(),
+                          sp.type,
+                          sp.channels,
+                          sp.len,
+                          ld,
+                          sp.layout,
+                          idx.back().data(),
+                          std::int64_t(rows.size()),
+                          packed.back().data()};
+    row_copy_item d = h;
+    d.matrix = dev_mats.back().data();
+    d.idx = dev_idx.back().data();
+    d.packed = dev_packed.back().data();
+    host_items.push_back(h);
+    dev_items.push_back(d);
+  }
+  const int n = static_cast<int>(host_items.size());
+  const std::int64_t blocks = zenflow::detail::row_copy_blocks(host_items.data(), n);
+  ASSERT_EQ(zenflow::detail::row_copy_blocks(dev_items.data(), n), blocks);
+  zenflow::device_buffer<row_copy_item> d_items(dev_items.size());
+  for (const auto dir : {row_copy_direction::gather, row_copy_direction::scatter}) {
+    if (dir == row_copy_direction::scatter) { // packed from the gather, perturbed; item 1 zeros
+      for (std::size_t k = 0; k < packed.size(); ++k) {
+        for (float& v : packed[k]) {
+          v = v * 1.001f + 0.3f;
+        }
+        ZF_CUDA_TRY(
+            cudaMemcpy(dev_packed[k].data(), packed[k].data(), packed[k].size() * 4, cudaMemcpyHostToDevice));
+      }
+      host_items[1].packed = dev_items[1].packed = nullptr;
+    }
+    ZF_CUDA_TRY(cudaMemcpy(d_items.data(), dev_items.data(), d_items.bytes(), cudaMemcpyHostToDevice));
+    ZF_CUDA_TRY(
+        zenflow::detail::device_primitives::copy_rows_batched(d_items.data(), n, blocks, dir, nullptr));
+    ZF_CUDA_TRY(zenflow::detail::host_copy_rows_batched(host_items.data(), n, dir, nullptr));
+    ZF_CUDA_TRY(cudaDeviceSynchronize());
+    for (std::size_t k = 0; k < host_mats.size(); ++k) {
+      std::vector<std::uint16_t> m(host_mats[k].size());
+      ZF_CUDA_TRY(cudaMemcpy(m.data(), dev_mats[k].data(), m.size() * 2, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(m, host_mats[k]) << "matrix " << k;
+      std::vector<float> p(packed[k].size());
+      ZF_CUDA_TRY(cudaMemcpy(p.data(), dev_packed[k].data(), p.size() * 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(0, std::memcmp(p.data(), packed[k].data(), p.size() * 4)) << "packed " << k;
+    }
   }
 }
 

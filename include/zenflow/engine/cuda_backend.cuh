@@ -4,6 +4,7 @@
 /// decides what runs where; this file only says how on a GPU.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -118,6 +119,17 @@ struct device_primitives {
     if (n > 0) {
       engine_kernels::l1_add_rows_batched_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(calls,
                                                                                                      n);
+    }
+    return cudaGetLastError();
+  }
+  /// Rows of a table of matrices to or from packed fp32 (row_copies.hpp; `items` in device
+  /// memory, their `block_begin` from row_copy_blocks, `blocks` its total): one launch.
+  static cudaError_t copy_rows_batched(
+      const row_copy_item* items, int n, std::int64_t blocks, row_copy_direction dir, cudaStream_t s) {
+    if (n > 0 && blocks > 0) {
+      // Grid-stride: a grid of at most 2^20 blocks covers any number of rows.
+      const auto grid = static_cast<unsigned>(std::min<std::int64_t>(blocks, std::int64_t{1} << 20));
+      engine_kernels::row_copy_batched_kernel<<<grid, 256, 0, s>>>(items, n, blocks, dir);
     }
     return cudaGetLastError();
   }

@@ -313,14 +313,35 @@ public:
     idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(widest));
     b.run(stream, static_cast<std::size_t>(widest) * 4, "zenflow::engine: iota",
           [out = idx_.data(), widest](auto prim, auto on) { return prim.iota(out, widest, on); });
-    b.synchronize(stream);
+    // Every gradient widened into the reduction buffer and narrowed back, one launch each way.
+    std::vector<row_copy_item> widen, narrow;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      row_copy_item it{const_cast<void*>(slots_[p].user),
+                       pi.type,
+                       pi.channels,
+                       pi.channel_len,
+                       pi.ld,
+                       pi.layout,
+                       idx_.data(),
+                       pi.channels,
+                       wide_.data() + slots_[p].offset};
+      widen.push_back(it);
+      it.matrix = slots_[p].mean.data();
+      narrow.push_back(it);
+    }
+    widen_ = row_copy_table<Backend>(widen.size());
+    narrow_ = row_copy_table<Backend>(narrow.size());
+    widen_.assign(b, widen, stream);
+    narrow_.assign(b, narrow, stream);
+    b.synchronize(stream); // `widen` and `narrow` are freed on return
     if constexpr (Comm::is_device) {
       for (std::size_t p = 0; p < params.size(); ++p) {
         grads_.push_back({slots_[p].user, slots_[p].mean.data(), slots_[p].mean.size()});
       }
-      bytes += split
-                   ? device_owners_.setup(params, owned(params), comm_.rank(), comm_.size(), slot_bytes, plan)
-                   : 0;
+      bytes += split ? device_owners_.setup(params, grads_, wide_.data(), owned(params), comm_.rank(),
+                                            comm_.size(), slot_bytes, plan)
+                     : 0;
     }
     return bytes + wide_.size() * 4 + idx_.size() * 4 + sums_.size() * 8;
   }
@@ -344,22 +365,10 @@ public:
     const Backend& b = plan.backend();
     if constexpr (Comm::is_device) {
       if (split_) { // stream-ordered in device memory (device_owner_reduction.hpp)
-        return device_owners_.reduce(b, comm_, plan, params, host, grads_, wide_.data(), stream);
+        return device_owners_.reduce(b, comm_, plan, params, host, stream);
       }
     }
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto& pi = params[p];
-      float* wide = wide_.data() + slots_[p].offset;
-      dispatch_dtype(pi.type, [&](auto tag) {
-        using T = decltype(tag);
-        const channel_matrix<const T> src{static_cast<const T*>(slots_[p].user), pi.channels, pi.channel_len,
-                                          pi.ld, pi.layout};
-        b.run(stream, static_cast<std::size_t>(pi.elements()) * (sizeof(T) + 4),
-              "zenflow::engine: widen_grads", [src, idx = idx_.data(), wide](auto prim, auto on) {
-                return prim.gather_channels(src, idx, src.channels, wide, nullptr, on);
-              });
-      });
-    }
+    widen_.run(b, row_copy_direction::gather, stream);
     if constexpr (!Comm::is_device) {
       b.synchronize(stream); // a host communicator reads the buffer when called
     }
@@ -377,19 +386,7 @@ public:
     } else {
       comm_.all_reduce_mean(wide_.data(), wide_.size(), stream);
     }
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto& pi = params[p];
-      const float* wide = wide_.data() + slots_[p].offset;
-      dispatch_dtype(pi.type, [&](auto tag) {
-        using T = decltype(tag);
-        const channel_matrix<T> dst{static_cast<T*>(const_cast<void*>(pi.grads)), pi.channels, pi.channel_len,
-                                    pi.ld, pi.layout};
-        b.run(stream, static_cast<std::size_t>(pi.elements()) * (sizeof(T) + 4),
-              "zenflow::engine: narrow_grads", [dst, idx = idx_.data(), wide](auto prim, auto on) {
-                return prim.scatter_channels(wide, idx, dst.channels, dst, on);
-              });
-      });
-    }
+    narrow_.run(b, row_copy_direction::scatter, stream);
     return sent;
   }
 
@@ -570,16 +567,16 @@ private:
     dbuf<std::byte> mean;
     std::int64_t offset = 0; // in wide_
   };
-
   Comm comm_;
   channel_partition partition_{};
   std::vector<std::int64_t> part_index_; // per parameter: its matrix in partition_, or -1
   std::vector<slot> slots_;
   dbuf<float> wide_;
   dbuf<std::int32_t> idx_;
-  dbuf<double> sums_;                     // summed()'s, in device memory for a device communicator
-  dbuf<std::byte> stage_;                 // a selection's all_gather_host(), device communicator
-  owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
+  row_copy_table<Backend> widen_, narrow_; // every parameter's rows to and from wide_
+  dbuf<double> sums_;                      // summed()'s, in device memory for a device communicator
+  dbuf<std::byte> stage_;                  // a selection's all_gather_host(), device communicator
+  owner_reduction<Backend, Comm> owners_;  // a split step's reduction (host communicators)
   device_owner_reduction<Backend, Comm> device_owners_; // ... and over a device communicator
   std::vector<typename device_owner_reduction<Backend, Comm>::grads> grads_; // the latter's view of slots_
   bool split_ = false; // this step's reduction is split by owner

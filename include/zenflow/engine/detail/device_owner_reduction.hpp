@@ -4,9 +4,9 @@
 /// data-parallel.md), stream-ordered in device memory, with no host wait on a plain step.
 /// - The rows every rank needs (the device sets', the vectors') are all-reduced (mean), the host
 ///   sets' rows reduce-scattered by owner (mean): gathered into the two regions of the fp32
-///   reduction buffer and scattered back with the plan's own primitives, over index lists rebuilt
-///   when a host set changes. This rank's mean gradient holds zeros on the other blocks' host-set
-///   rows.
+///   reduction buffer and scattered back, every matrix and owner in one batched launch each way
+///   (row_copies.hpp), over index lists rebuilt when a host set changes. This rank's mean
+///   gradient holds zeros on the other blocks' host-set rows (written by the scatter).
 /// - The step's decisions that read other blocks' rows get one number per channel, and each gets
 ///   the bits a one-rank run computes without a gather's re-layout: every rank keeps its block's
 ///   values, zeros elsewhere, and the ranks sum them. Each value is the sum of one rank's value
@@ -45,6 +45,7 @@
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/row_copies.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -71,15 +72,20 @@ public:
   [[nodiscard]] static bool split(const param_info& pi) noexcept { return pi.matrix && pi.host_side; }
 
   /// initialize(), before the plan's setup: the per-channel buffers of the split matrices, the
-  /// plan's squared totals pointed at the rescans. `slot_bytes`: the D2H ring's. Returns the
-  /// device bytes allocated.
+  /// plan's squared totals pointed at the rescans. `g`: every parameter's gradients; `wide`: the
+  /// fp32 reduction buffer (every parameter's elements); both outlive this object. `slot_bytes`:
+  /// the D2H ring's. Returns the device bytes allocated.
   std::size_t setup(const std::vector<param_info>& params,
+                    const std::vector<grads>& g,
+                    float* wide,
                     const block_fn& block,
                     int rank,
                     int ranks,
                     std::size_t slot_bytes,
                     device_plan<Backend>& plan) {
     block_ = block;
+    g_ = g;
+    wide_ = wide;
     me_ = rank;
     ranks_ = ranks;
     slot_bytes_ = slot_bytes;
@@ -110,6 +116,10 @@ public:
     junk_ = dbuf<float>(rest_.size());
     slot_sums_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(slots, 1)));
     const auto items = static_cast<std::size_t>(std::max<std::int64_t>(split_params, 1));
+    // A copy item per parameter (its all-reduced rows) and per split matrix and owner.
+    const auto copies = params.size() + static_cast<std::size_t>(split_params * ranks);
+    gathers_ = row_copy_table<Backend>(copies);
+    scatters_ = row_copy_table<Backend>(copies);
     rescan_items_ = dbuf<sq_rescan_item>(items);
     own_l1_ = dbuf<l1_mass_args>(items);
     matrix_calls_ = dbuf<l1_mass_args>(items);
@@ -123,57 +133,25 @@ public:
     return (scores_.size() + row_l1_.size() + mine_.size() + idx_.size() + enter_idx_.size()) * 4 +
            rescan_.size() * 8 + (rest_.size() + junk_.size() + slot_sums_.size()) * 4 +
            items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_args)) +
-           slot_calls_.size() * sizeof(l1_mass_args);
+           slot_calls_.size() * sizeof(l1_mass_args) + 2 * gathers_.items.size() * sizeof(row_copy_item);
   }
 
-  /// The mean of every row this rank needs, into each parameter's mean buffer (`g`), through
-  /// `wide` (fp32, every parameter's elements); zeros on the other blocks' host-set rows. Returns
-  /// the bytes this rank sent: the all-reduced rows in full, of the reduce-scatter the other
-  /// blocks' rows.
+  /// The mean of every row this rank needs, into each parameter's mean buffer; zeros on the
+  /// other blocks' host-set rows. One batched gather into the reduction buffer, the collectives,
+  /// one batched scatter back. Returns the bytes this rank sent: the all-reduced rows in full, of
+  /// the reduce-scatter the other blocks' rows.
   template <class HostSide>
   std::uint64_t reduce(const Backend& b,
                        Comm& comm,
                        device_plan<Backend>& plan,
                        const std::vector<param_info>& params,
                        const HostSide& host,
-                       const std::vector<grads>& g,
-                       float* wide,
                        cudaStream_t stream) {
     rebuild(b, plan, params, host, stream);
-    float* send = wide + dense_total_;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto& pi = params[p];
-      const auto& l = lists_[p];
-      dispatch_dtype(pi.type, [&](auto tag) {
-        using T = decltype(tag);
-        const channel_matrix<const T> src{static_cast<const T*>(g[p].user), pi.channels, pi.channel_len,
-                                          pi.ld, pi.layout};
-        gather(b, src, l.idx, l.dense, wide + l.dense_at, stream);
-        for (int r = 0; r < ranks_ && split(pi); ++r) {
-          gather(b, src, l.idx + l.dense + l.pos[r], l.count[r], send + l.send_at[r], stream);
-        }
-      });
-    }
-    comm.all_reduce_mean(wide, static_cast<std::size_t>(dense_total_), stream);
-    comm.reduce_scatter_mean(send, mine_.data(), counts_, stream);
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto& pi = params[p];
-      const auto& l = lists_[p];
-      if (split(pi)) {
-        b.zero(g[p].mean, g[p].extent, stream); // the other blocks' host-set rows
-      }
-      dispatch_dtype(pi.type, [&](auto tag) {
-        using T = decltype(tag);
-        const channel_matrix<T> dst{static_cast<T*>(g[p].mean), pi.channels, pi.channel_len, pi.ld,
-                                    pi.layout};
-        scatter(b, wide + l.dense_at, l.idx, l.dense, dst, stream);
-        if (split(pi)) {
-          const auto me = static_cast<std::size_t>(me_);
-          scatter(b, mine_.data() + (l.send_at[me] - mine_at_), l.idx + l.dense + l.pos[me], l.count[me], dst,
-                  stream);
-        }
-      });
-    }
+    gathers_.run(b, row_copy_direction::gather, stream);
+    comm.all_reduce_mean(wide_, static_cast<std::size_t>(dense_total_), stream);
+    comm.reduce_scatter_mean(wide_ + dense_total_, mine_.data(), counts_, stream);
+    scatters_.run(b, row_copy_direction::scatter, stream);
     const std::size_t sent = static_cast<std::size_t>(dense_total_) +
                              std::accumulate(counts_.begin(), counts_.end(), std::size_t{0}) -
                              counts_[static_cast<std::size_t>(me_)];
@@ -404,6 +382,8 @@ private:
     h.own_l1.clear();
     h.slots.clear();
     h.matrices.clear();
+    h.gathers.clear();
+    h.scatters.clear();
     lists_.assign(params.size(), {});
     counts_.assign(R, 0);
     dense_total_ = 0;
@@ -481,6 +461,28 @@ private:
       }
       at += static_cast<std::int64_t>(counts_[r]);
     }
+    // The row copies: every parameter's all-reduced rows, then the host set's rows by owner (to
+    // the reduce-scatter's send region; back from this rank's block, zeros for the others').
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const auto& pi = params[p];
+      const auto& l = lists_[p];
+      row_copy_item it{const_cast<void*>(g_[p].user), pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout};
+      row_copy_item back = it;
+      back.matrix = g_[p].mean;
+      it.idx = back.idx = l.idx;
+      it.count = back.count = l.dense;
+      it.packed = back.packed = wide_ + l.dense_at;
+      h.gathers.push_back(it);
+      h.scatters.push_back(back);
+      for (std::size_t r = 0; r < R && split(pi); ++r) {
+        it.idx = back.idx = l.idx + l.dense + l.pos[r];
+        it.count = back.count = l.count[r];
+        it.packed = wide_ + dense_total_ + l.send_at[r];
+        back.packed = static_cast<int>(r) == me_ ? mine_.data() + (l.send_at[r] - mine_at_) : nullptr;
+        h.gathers.push_back(it);
+        h.scatters.push_back(back);
+      }
+    }
     // The rest masses: per D2H slot the rows in order, then per matrix the slots in order.
     for (std::size_t p = 0, m = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
@@ -513,6 +515,8 @@ private:
     upload(b, own_l1_, h.own_l1, stream);
     upload(b, slot_calls_, h.slots, stream);
     upload(b, matrix_calls_, h.matrices, stream);
+    gathers_.assign(b, h.gathers, stream);
+    scatters_.assign(b, h.scatters, stream);
   }
 
   /// `dst` (device, sized by setup() for the largest host sets) <- `src`, on the stream.
@@ -527,9 +531,12 @@ private:
     std::vector<std::int32_t> idx;
     std::vector<sq_rescan_item> rescans;
     std::vector<l1_mass_args> own_l1, slots, matrices;
+    std::vector<row_copy_item> gathers, scatters;
   };
 
   block_fn block_;
+  std::vector<grads> g_;
+  float* wide_ = nullptr;
   int me_ = 0;
   int ranks_ = 1;
   std::size_t slot_bytes_ = 0;
@@ -548,6 +555,7 @@ private:
   dbuf<std::int32_t> idx_, enter_idx_;
   dbuf<sq_rescan_item> rescan_items_;
   dbuf<l1_mass_args> own_l1_, slot_calls_, matrix_calls_;
+  row_copy_table<Backend> gathers_, scatters_;
   std::size_t rescan_count_ = 0, own_l1_count_ = 0, slot_call_count_ = 0, matrix_call_count_ = 0;
   std::int64_t rescan_max_ = 0, own_l1_max_ = 0;
   bool rest_ready_ = false;

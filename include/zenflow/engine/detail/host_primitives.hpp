@@ -16,6 +16,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/row_copies.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
@@ -132,6 +133,12 @@ struct host_primitives {
       }
     }
     return cudaSuccess;
+  }
+  /// Rows of a table of matrices to or from packed fp32 (row_copies.hpp): the host twins of
+  /// gather_channels / scatter_channels item by item.
+  static cudaError_t copy_rows_batched(
+      const row_copy_item* items, int n, std::int64_t /*blocks*/, row_copy_direction dir, exec_type on) {
+    return host_copy_rows_batched(items, n, dir, on);
   }
   static cudaError_t finish_scalars(const step_scalars_args& a, exec_type) {
     host_finish_scalars(a);

@@ -1,7 +1,8 @@
 /// @file
 /// The CUDA backend's launches of the device plan's small operations (detail/step_kernels.hpp
 /// holds their bodies, shared with the host loops): the per-tensor fp64 squared-norm totals, the
-/// step scalars, the early-mass adoption, an iota and count moves.
+/// step scalars, the early-mass adoption, an iota, count moves, Zen-auto's masses and the batched
+/// row copies (row_copies.hpp).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/row_copies.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/math/norms.hpp>
 
@@ -134,6 +136,97 @@ ZF_KERNEL void l1_add_rows_kernel(l1_mass_args a) {
     return;
   }
   l1_add_rows(a);
+}
+
+/// Block `b` of a batched row copy's item `it` (row_copies.hpp): a contiguous item one row per
+/// block, the block's threads along it; a strided item 32 rows, through a 32 x 32 tile so that
+/// the matrix's columns (a warp along the channels) and the packed rows (a warp along the
+/// elements) are both accessed by whole warps. `__syncthreads` is reached by every thread: the
+/// branch and the loop bounds are the block's.
+template <class T>
+__device__ void row_copy_block(const row_copy_item& it,
+                               std::int64_t b,
+                               row_copy_direction dir,
+                               float (*tile)[row_copy_tile + 1]) {
+  const channel_matrix<T> m{static_cast<T*>(it.matrix), it.channels, it.channel_len, it.ld, it.layout};
+  const std::int64_t L = it.channel_len;
+  const bool gather = dir == row_copy_direction::gather;
+  if (it.layout == channel_layout::contiguous) {
+    T* row = m.data + static_cast<std::int64_t>(it.idx[b]) * m.ld;
+    float* packed = it.packed == nullptr ? nullptr : it.packed + b * L;
+    for (std::int64_t i = threadIdx.x; i < L; i += blockDim.x) {
+      if (gather) {
+        packed[i] = to_float(row[i]);
+      } else {
+        row[i] = from_float<T>(packed != nullptr ? packed[i] : 0.0f);
+      }
+    }
+    return;
+  }
+  const int tx = static_cast<int>(threadIdx.x) % static_cast<int>(row_copy_tile);
+  const int ty = static_cast<int>(threadIdx.x) / static_cast<int>(row_copy_tile);
+  const int rows_step = static_cast<int>(blockDim.x) / static_cast<int>(row_copy_tile);
+  const std::int64_t r0 = b * row_copy_tile;
+  const bool mine = r0 + tx < it.count; // this thread's channel, along the matrix's row
+  const std::int64_t c = mine ? it.idx[r0 + tx] : 0;
+  for (std::int64_t i0 = 0; i0 < L; i0 += row_copy_tile) {
+    if (gather) {
+      for (int k = ty; k < row_copy_tile; k += rows_step) { // element i0 + k of channel tx
+        if (mine && i0 + k < L) {
+          tile[k][tx] = to_float(m(c, i0 + k));
+        }
+      }
+      __syncthreads();
+      for (int k = ty; k < row_copy_tile; k += rows_step) { // row r0 + k, element i0 + tx
+        if (r0 + k < it.count && i0 + tx < L) {
+          it.packed[(r0 + k) * L + i0 + tx] = tile[tx][k];
+        }
+      }
+    } else {
+      for (int k = ty; k < row_copy_tile; k += rows_step) {
+        if (r0 + k < it.count && i0 + tx < L) {
+          tile[tx][k] = it.packed != nullptr ? it.packed[(r0 + k) * L + i0 + tx] : 0.0f;
+        }
+      }
+      __syncthreads();
+      for (int k = ty; k < row_copy_tile; k += rows_step) {
+        if (mine && i0 + k < L) {
+          m(c, i0 + k) = from_float<T>(tile[k][tx]);
+        }
+      }
+    }
+    __syncthreads(); // the tile is rewritten by the next chunk
+  }
+}
+
+/// A batched row copy: grid-stride over the launch's blocks, each finding its item by
+/// `block_begin` (a binary search over the table, as adamw_selective_batched_kernel).
+ZF_KERNEL void __launch_bounds__(256) row_copy_batched_kernel(const row_copy_item* __restrict__ items,
+                                                              int n,
+                                                              std::int64_t blocks,
+                                                              row_copy_direction dir) {
+  __shared__ float tile[row_copy_tile][row_copy_tile + 1];
+  for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    int lo = 0;
+    int hi = n - 1;
+    while (lo < hi) { // the last item whose first block is <= b
+      const int mid = (lo + hi + 1) / 2;
+      if (items[mid].block_begin <= b) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const row_copy_item it = items[lo];
+    const std::int64_t local = b - it.block_begin;
+    if (it.type == dtype::bf16) {
+      row_copy_block<bfloat16>(it, local, dir, tile);
+    } else if (it.type == dtype::f16) {
+      row_copy_block<half>(it, local, dir, tile);
+    } else {
+      row_copy_block<float>(it, local, dir, tile);
+    }
+  }
 }
 
 } // namespace detail::engine_kernels
