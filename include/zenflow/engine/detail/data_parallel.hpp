@@ -16,8 +16,8 @@
 /// the host-state gathers of a selection or a state read through a device staging buffer. An
 /// N-rank run is a one-rank run fed the mean gradient, bit for bit.
 ///
-/// One code path for every backend: the gradients are widened into one fp32 buffer with the plan's
-/// own gather primitive, reduced in one call, and narrowed back with its scatter. A host
+/// One code path for every backend: the gradients are widened into one fp32 buffer, reduced in one
+/// call, and narrowed back, each way one batched row copy over every parameter (row_copies.hpp). A host
 /// communicator (`is_device == false`) on an asynchronous backend (emulated) needs its inputs
 /// final when called, so the stream is synchronized first.
 #pragma once
@@ -248,8 +248,8 @@ public:
       }
       const auto L = static_cast<std::size_t>(pi.channel_len);
       std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
-      // A device communicator's staging for a whole matrix's state: freed on return (a state read
-      // is rare and blocking; a selection's gathers are small and keep stage_).
+      // A device communicator's staging for a whole matrix's state: allocated and freed here (a
+      // state read is rare and blocking; stage_ holds only a device set's rows).
       dbuf<std::byte> stage;
       auto gather = [&](const auto* mine, auto& all, std::size_t per_channel) {
         for (int r = 0; r < comm_.size(); ++r) {
@@ -337,11 +337,24 @@ public:
     b.synchronize(stream); // `widen` and `narrow` are freed on return
     if constexpr (Comm::is_device) {
       for (std::size_t p = 0; p < params.size(); ++p) {
-        grads_.push_back({slots_[p].user, slots_[p].mean.data(), slots_[p].mean.size()});
+        grads_.push_back({slots_[p].user, slots_[p].mean.data()});
       }
       bytes += split ? device_owners_.setup(params, grads_, wide_.data(), owned(params), comm_.rank(),
                                             comm_.size(), slot_bytes, plan)
                      : 0;
+      // A selection's entering state (migrate_partitioned's all-gather, one matrix at a time) at
+      // its largest, so that no selection step allocates: the widest device set, fp32 moments.
+      std::size_t entering = 0;
+      for (const auto& pi : params) {
+        entering = split && pi.matrix && pi.host_side
+                       ? std::max(entering, static_cast<std::size_t>(pi.device_capacity) *
+                                                (12u * static_cast<std::size_t>(pi.channel_len) + 4u))
+                       : entering;
+      }
+      if (entering > 0) {
+        stage_ = dbuf<std::byte>(entering);
+        bytes += entering;
+      }
     }
     return bytes + wide_.size() * 4 + idx_.size() * 4 + sums_.size() * 8;
   }

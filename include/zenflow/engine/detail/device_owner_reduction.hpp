@@ -61,11 +61,10 @@ class device_owner_reduction {
 public:
   /// Channels [first, first + count) of parameter p owned by rank r.
   using block_fn = std::function<std::pair<std::int64_t, std::int64_t>(std::size_t, int)>;
-  /// A parameter's gradients: the user's (read) and the engine's mean buffer (`extent` bytes).
+  /// A parameter's gradients: the user's (read) and the engine's mean buffer.
   struct grads {
     const void* user = nullptr;
     void* mean = nullptr;
-    std::size_t extent = 0;
   };
 
   /// Split by owner: the host-side matrices (owner_reduction::split).
