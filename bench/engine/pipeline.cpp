@@ -20,7 +20,9 @@
 /// measured from the device's timeline in the same run (kernel_ms_after_backward).
 ///
 ///   build/cpu/bench/engine/zf_bench_pipeline --json out.json
-///   build/cpu/bench/engine/zf_bench_pipeline --params 100 --compute-ms 200 --steps 40 --json big.json
+///   build/cpu/bench/engine/zf_bench_pipeline --params 100 --compute-ms 750 --json 100M.json
+///       (the model sizes, 50M-200M, with C = 7.5 ms per million parameters: the emulated
+///       kernels then take ~4% of C, about a GPU's share at 7B; docs/benchmarks.md)
 ///   python3 bench/engine/plot_pipeline.py out.json out.png
 #include <algorithm>
 #include <chrono>
