@@ -228,6 +228,14 @@ TEST(row_copies, the_launch_gives_each_item_its_rows_or_tiles_of_blocks) {
       begin += layout == channel_layout::contiguous ? rows : (rows + 31) / 32;
     }
     EXPECT_EQ(blocks, begin);
+    for (std::int64_t b = 0; b < blocks; ++b) { // the kernel's search against a linear scan
+      int want = 0;
+      for (int k = 0; k < static_cast<int>(t.items.size()); ++k) {
+        want = t.items[static_cast<std::size_t>(k)].block_begin <= b ? k : want;
+      }
+      ASSERT_EQ(zenflow::detail::item_of_block(t.items.data(), static_cast<int>(t.items.size()), b), want)
+          << b;
+    }
     EXPECT_EQ(zenflow::detail::row_copy_bytes(t.items.data(), static_cast<int>(t.items.size())),
               (100u * 45u * 6u) + (52u * 70u * 6u) + (28u * 33u * 8u)); // rows x len x (elem + 4)
   }

@@ -68,6 +68,24 @@ struct adamw_selective_item {
 inline constexpr std::int64_t selective_batch_tile = 32;
 
 namespace detail {
+/// The item of a batched launch that block `b` belongs to: the last whose `block_begin` is <= b
+/// (`items` in launch order, the first starting at block 0; an item of no blocks starts where the
+/// next one does and is never chosen). A binary search, on the device by every block.
+template <class Item>
+ZF_HOST_DEVICE int item_of_block(const Item* items, int n, std::int64_t b) {
+  int lo = 0;
+  int hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (items[mid].block_begin <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 /// Item `it`'s hyper-parameters in a batched call with `hp`: its lr float(hp.lr * lr_scale) (one
 /// correctly rounded product on host and device) and its weight decay.
 template <class Item>

@@ -200,24 +200,14 @@ __device__ void row_copy_block(const row_copy_item& it,
 }
 
 /// A batched row copy: grid-stride over the launch's blocks, each finding its item by
-/// `block_begin` (a binary search over the table, as adamw_selective_batched_kernel).
+/// `block_begin` (item_of_block, as adamw_selective_batched_kernel).
 ZF_KERNEL void __launch_bounds__(256) row_copy_batched_kernel(const row_copy_item* __restrict__ items,
                                                               int n,
                                                               std::int64_t blocks,
                                                               row_copy_direction dir) {
   __shared__ float tile[row_copy_tile][row_copy_tile + 1];
   for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-    int lo = 0;
-    int hi = n - 1;
-    while (lo < hi) { // the last item whose first block is <= b
-      const int mid = (lo + hi + 1) / 2;
-      if (items[mid].block_begin <= b) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    const row_copy_item it = items[lo];
+    const row_copy_item it = items[item_of_block(items, n, b)];
     const std::int64_t local = b - it.block_begin;
     if (it.type == dtype::bf16) {
       row_copy_block<bfloat16>(it, local, dir, tile);

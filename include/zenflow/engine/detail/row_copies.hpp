@@ -22,6 +22,7 @@
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/optim/detail/channels_host.hpp>
 #include <zenflow/optim/detail/host_grain.hpp>
+#include <zenflow/optim/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

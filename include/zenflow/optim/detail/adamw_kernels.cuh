@@ -340,17 +340,7 @@ ZF_KERNEL void __launch_bounds__(block_threads)
   __shared__ std::int32_t chans[tile];
   const float s = grad_scale != nullptr ? *grad_scale : 1.0f;
   for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-    int lo = 0;
-    int hi = count - 1;
-    while (lo < hi) { // the last item whose first block is <= b
-      const int mid = (lo + hi + 1) / 2;
-      if (items[mid].block_begin <= b) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    const adamw_selective_item<T> it = items[lo];
+    const adamw_selective_item<T> it = items[item_of_block(items, count, b)];
     const adamw_hparams ihp = item_hparams(hp, it);
     const std::int64_t L = it.weights.channel_len;
     const selected_rows& rows = it.rows;
