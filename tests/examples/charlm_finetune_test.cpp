@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <unistd.h>
 #include <vector>
 
@@ -40,6 +41,21 @@ charlm::options small(const std::vector<std::string>& extra) {
   return o;
 }
 
+/// A file in the temp folder, removed when the process ends (the runs below are built once).
+struct temp_file {
+  std::string path;
+  ~temp_file() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+};
+
+/// The pretrained weights' file, unique to this process and removed when it ends.
+const std::string& pretrained_weights_path() {
+  static const temp_file file{temp_path("pretrained.bin")};
+  return file.path;
+}
+
 struct finetune_runs {
   std::string weights;
   charlm::run_result pre, reload_prose, dense, zen_default, zen_none, scratch_shifted;
@@ -48,7 +64,7 @@ struct finetune_runs {
 const finetune_runs& runs() {
   static const finetune_runs r = [] {
     finetune_runs m;
-    m.weights = temp_path("pretrained.bin");
+    m.weights = pretrained_weights_path();
     m.pre =
         charlm::run_host(small({"--optimizer", "gpu-adamw", "--steps", "300", "--save-weights", m.weights}));
     // One step, only to read the eval loss of the loaded weights (taken before any step).
