@@ -30,7 +30,9 @@ function(zenflow_verify_headers target headers)
       target_link_libraries(${target} PRIVATE zenflow::${component})
     endif()
   endforeach()
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic>)
+  # A consumer that adds zenflow's include directory as a plain one (add_subdirectory) sees our
+  # warnings under its own flags: no header may warn under the common strict set.
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Werror>)
   if(ZENFLOW_ENABLE_CUDA)
     # Declarations only: one architecture is enough to check that a header stands alone.
     list(GET CMAKE_CUDA_ARCHITECTURES 0 first_arch)

@@ -287,9 +287,9 @@ public:
 
 private:
   struct stream_state {
-    stream_state(emulated_device& dev, int index)
-        : device(dev), index(index),
-          rng(dev.timing_.jitter_seed * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(index)) {
+    stream_state(emulated_device& dev, int stream_index)
+        : device(dev), index(stream_index),
+          rng(dev.timing_.jitter_seed * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(stream_index)) {
       thread = std::thread([this] { loop(); });
     }
     stream_state(const stream_state&) = delete;

@@ -348,7 +348,7 @@ public:
   [[nodiscard]] bool pinned() const noexcept { return storage_.pinned(); }
 
 private:
-  struct slot {
+  struct slot_entry {
     detail::ring_slot_state state = detail::ring_slot_state::free;
     std::uint64_t sequence = std::numeric_limits<std::uint64_t>::max();
     std::size_t bytes = 0;
@@ -363,7 +363,7 @@ private:
   [[nodiscard]] std::size_t index(std::uint64_t seq) const noexcept {
     return static_cast<std::size_t>(seq % slots_.size());
   }
-  slot& head_slot() noexcept { return slots_[index(head_)]; }
+  slot_entry& head_slot() noexcept { return slots_[index(head_)]; }
   [[nodiscard]] bool tail_ready() const noexcept {
     const auto& s = slots_[index(tail_)];
     return s.state == detail::ring_slot_state::published && s.sequence == tail_;
@@ -373,7 +373,7 @@ private:
       throw std::logic_error("zenflow::d2h_ring::acquire: the producer holds every slot (publish one first)");
     }
   }
-  [[nodiscard]] const slot& head_slot_const() const noexcept { return slots_[index(head_)]; }
+  [[nodiscard]] const slot_entry& head_slot_const() const noexcept { return slots_[index(head_)]; }
   write_slot take_head() {
     auto& s = head_slot();
     s.state = detail::ring_slot_state::writing;
@@ -384,7 +384,7 @@ private:
     max_in_use_ = std::max<std::uint64_t>(max_in_use_, in_use_);
     return write_slot{storage_.data() + i * stride_, slot_bytes_, s.sequence};
   }
-  read_slot make_read(const slot& s) const {
+  read_slot make_read(const slot_entry& s) const {
     return read_slot{storage_.data() + index(s.sequence) * stride_, s.bytes, s.sequence, s.meta};
   }
 
@@ -392,7 +392,7 @@ private:
   std::size_t slot_bytes_;
   std::size_t stride_;
   pinned_buffer<std::byte> storage_;
-  std::vector<slot> slots_;
+  std::vector<slot_entry> slots_;
 
   mutable std::mutex mutex_;
   std::condition_variable free_cv_;

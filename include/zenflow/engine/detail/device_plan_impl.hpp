@@ -128,13 +128,13 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   // And the L1 importance of a selection step (select_all: the matrices of each dtype group).
   for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
     using T = decltype(tag);
-    std::vector<std::size_t> matrices;
+    std::vector<std::size_t> group_matrices;
     for (const std::size_t p : members) {
       if (params[p].matrix) {
-        matrices.push_back(p);
+        group_matrices.push_back(p);
       }
     }
-    std::vector<channel_norm_item<T>> items = norm_items<T>(matrices);
+    std::vector<channel_norm_item<T>> items = norm_items<T>(group_matrices);
     std::size_t bytes = 0;
     check(b_.query([&](auto prim, auto on) {
       return prim.template channel_norms_batched<channel_norm::l1>(
