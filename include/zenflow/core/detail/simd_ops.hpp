@@ -2,7 +2,7 @@
 /// The register operations every vectorised host loop is written in (CPU AdamW, host channel
 /// norms), once per SIMD path: `detail::simd_scalar::ops`, `detail::simd_avx2::ops` (AVX2 + FMA +
 /// F16C) and `detail::simd_avx512::ops`. A loop body is written once against `ops` and compiled
-/// per path inside that path's `#pragma GCC target` region (<zenflow/core/cpu_simd.hpp> picks the
+/// per path inside that path's ZF_SIMD_TARGET region (<zenflow/core/cpu_simd.hpp> picks the
 /// path at run time).
 ///
 /// Same bits on every path: loads widen fp16/bf16 exactly, stores round to nearest even like
@@ -59,8 +59,7 @@ struct ops {
 } // namespace detail::simd_scalar
 
 #if ZF_CPU_X86_DISPATCH
-#  pragma GCC push_options
-#  pragma GCC target("avx2,fma,f16c")
+ZF_SIMD_TARGET_AVX2_BEGIN
 namespace detail::simd_avx2 {
 struct ops {
   using reg = __m256;
@@ -128,14 +127,9 @@ struct ops {
   }
 };
 } // namespace detail::simd_avx2
-#  pragma GCC pop_options
+ZF_SIMD_TARGET_AVX2_END
 
-#  pragma GCC push_options
-#  pragma GCC target("avx512f,avx2,fma,f16c")
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own "undefined" registers (GCC
-// bug 105593); silence it for this block only.
-#  pragma GCC diagnostic push
-#  pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+ZF_SIMD_TARGET_AVX512_BEGIN
 namespace detail::simd_avx512 {
 struct ops {
   using reg = __m512;
@@ -200,8 +194,7 @@ struct ops {
   }
 };
 } // namespace detail::simd_avx512
-#  pragma GCC diagnostic pop
-#  pragma GCC pop_options
+ZF_SIMD_TARGET_AVX512_END
 #endif
 
 ZF_NAMESPACE_END

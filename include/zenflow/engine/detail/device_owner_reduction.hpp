@@ -235,7 +235,8 @@ public:
       std::size_t off = 0;
       for (std::size_t r = 0; r < R; ++r) {
         for (std::size_t p = 0; p < params.size(); ++p) {
-          const auto [i, n] = at[r][p];
+          const std::size_t i = at[r][p].first; // not a structured binding: a lambda captures it
+          const std::size_t n = at[r][p].second;
           const auto& pi = params[p];
           if (n > 0 && (static_cast<int>(r) == me_) == mine) {
             dispatch_dtype(pi.type, [&](auto tag) {

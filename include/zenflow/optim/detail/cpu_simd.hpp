@@ -30,30 +30,23 @@ using ops = simd_scalar::ops;
 } // namespace detail::cpu_scalar
 
 #if ZF_CPU_X86_DISPATCH
-#  pragma GCC push_options
-#  pragma GCC target("avx2,fma,f16c")
+ZF_SIMD_TARGET_AVX2_BEGIN
 namespace detail::cpu_avx2 {
 using ops = simd_avx2::ops;
 #  define ZF_CPU_SIMD_BODY 1
 #  include <zenflow/optim/detail/cpu_simd_body.hpp>
 #  undef ZF_CPU_SIMD_BODY
 } // namespace detail::cpu_avx2
-#  pragma GCC pop_options
+ZF_SIMD_TARGET_AVX2_END
 
-#  pragma GCC push_options
-#  pragma GCC target("avx512f,avx2,fma,f16c")
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own "undefined" registers (GCC
-// bug 105593); silence it for this block only.
-#  pragma GCC diagnostic push
-#  pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+ZF_SIMD_TARGET_AVX512_BEGIN
 namespace detail::cpu_avx512 {
 using ops = simd_avx512::ops;
 #  define ZF_CPU_SIMD_BODY 1
 #  include <zenflow/optim/detail/cpu_simd_body.hpp>
 #  undef ZF_CPU_SIMD_BODY
 } // namespace detail::cpu_avx512
-#  pragma GCC diagnostic pop
-#  pragma GCC pop_options
+ZF_SIMD_TARGET_AVX512_END
 #endif
 
 namespace detail::cpu {

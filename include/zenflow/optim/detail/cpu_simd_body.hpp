@@ -1,6 +1,6 @@
 /// @file
 /// The CPU AdamW loops, written once over an ISA's `ops` and included once per SIMD target by
-/// cpu_simd.hpp (inside `#pragma GCC target` regions, each in its own namespace), so that one
+/// cpu_simd.hpp (inside ZF_SIMD_TARGET regions, each in its own namespace), so that one
 /// body serves the scalar, AVX2 and AVX-512 paths (Highway's "foreach target" idea).
 ///
 /// Each vector lane runs exactly the operations of `zenflow::adam_update` (math/adam.hpp) in the

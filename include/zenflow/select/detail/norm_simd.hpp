@@ -1,7 +1,7 @@
 /// @file
 /// Run-time SIMD dispatch of the host channel-norm loops: AVX-512, AVX2 (+F16C) and scalar.
 ///
-/// Each path is compiled with a function-level target (`#pragma GCC target` around its code), so
+/// Each path is compiled with a function-level target (ZF_SIMD_TARGET_*_BEGIN around its code), so
 /// consumers never need `-march=native`; the best path the CPU supports is picked at run time
 /// (`host::active_simd_path()` in <zenflow/core/cpu_simd.hpp>, shared with the CPU AdamW). The
 /// register operations are the shared ones of <zenflow/core/detail/simd_ops.hpp>, whose products
@@ -34,30 +34,23 @@ using ops = simd_scalar::ops;
 } // namespace detail::norm_scalar
 
 #if ZF_CPU_X86_DISPATCH
-#  pragma GCC push_options
-#  pragma GCC target("avx2,fma,f16c")
+ZF_SIMD_TARGET_AVX2_BEGIN
 namespace detail::norm_avx2 {
 using ops = simd_avx2::ops;
 #  define ZF_NORM_SIMD_BODY 1
 #  include <zenflow/select/detail/norm_simd_body.hpp>
 #  undef ZF_NORM_SIMD_BODY
 } // namespace detail::norm_avx2
-#  pragma GCC pop_options
+ZF_SIMD_TARGET_AVX2_END
 
-#  pragma GCC push_options
-#  pragma GCC target("avx512f,avx2,fma,f16c")
-// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own "undefined" registers (GCC
-// bug 105593); silence it for this block only.
-#  pragma GCC diagnostic push
-#  pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+ZF_SIMD_TARGET_AVX512_BEGIN
 namespace detail::norm_avx512 {
 using ops = simd_avx512::ops;
 #  define ZF_NORM_SIMD_BODY 1
 #  include <zenflow/select/detail/norm_simd_body.hpp>
 #  undef ZF_NORM_SIMD_BODY
 } // namespace detail::norm_avx512
-#  pragma GCC diagnostic pop
-#  pragma GCC pop_options
+ZF_SIMD_TARGET_AVX512_END
 #endif
 
 namespace detail {
@@ -73,7 +66,9 @@ namespace detail {
       return norm_scalar::__VA_ARGS__;                                                                       \
     }
 #else
-#  define ZF_NORM_DISPATCH(path, ...) return norm_scalar::__VA_ARGS__;
+#  define ZF_NORM_DISPATCH(path, ...)                                                                        \
+    (void)(path);                                                                                            \
+    return norm_scalar::__VA_ARGS__;
 #endif
 
 /// Score of one contiguous channel on `path`.

@@ -1,6 +1,6 @@
 /// @file
 /// The host channel-norm loops, written once over an ISA's `ops` and included once per SIMD
-/// target by `norm_simd.hpp` (inside `#pragma GCC target` regions, each in its own namespace),
+/// target by `norm_simd.hpp` (inside ZF_SIMD_TARGET regions, each in its own namespace),
 /// so that one body serves the scalar, AVX2 and AVX-512 paths.
 ///
 /// Every path adds the same terms in the same order, every product rounded before it is added (no FMA
