@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mpi.h>
 #include <string>
 #include <thread>
@@ -219,6 +220,66 @@ TEST(engine_data_parallel, the_reduction_is_two_launches_per_step_whatever_the_m
       e.flush(stream);
       device.synchronize(); // the stream's collectives done before the next engine's MPI calls
     }
+  }
+}
+
+// A re-selection with the owner partition migrates every matrix without a host wait of its own:
+// the entering rows are gathered into the device stage in stream order (over a device
+// communicator on the device, over a host one on the host and then up in one copy), and a row
+// that leaves goes straight home to its owner's block. So a run's stream synchronizations
+// (emulated_backend_counts::waits), step by step, are the same for 3x the matrices as for 1x;
+// before, a selection over a device communicator synchronized once per matrix (its gather
+// through host memory; 4 waits at 1x, 8 at 3x). The results are the one-rank run's bits and the
+// bytes copied down the formula's (data_parallel_mpi_test.cpp); here, the waits.
+template <class Comm>
+std::vector<std::uint64_t> waits_per_step(int copies,
+                                          const std::function<Comm(zenflow::emulated_device&)>& make) {
+  const int rank = world_rank();
+  std::vector<zf_engine_test::shape> shapes;
+  for (int k = 0; k < copies; ++k) {
+    shapes.insert(shapes.end(), kShapes.begin(), kShapes.end());
+  }
+  auto w = initial_weights<float>(shapes);
+  auto g = w;
+  zenflow::emulated_device device;
+  zenflow::emulated_backend_counts counts;
+  const cudaStream_t stream = device.create_stream();
+  zenflow::engine<zenflow::emulated_backend, Comm> e(
+      small_config(), zenflow::emulated_backend{device, &counts}, make(device));
+  register_all(e, w, g, shapes);
+  e.initialize(stream);
+  std::vector<std::uint64_t> waits;
+  for (std::int64_t t = 0; t < 18; ++t) { // selections at 0, 8 and 16 (rows enter at 8 and 16)
+    device.synchronize_stream(stream);    // the step before has read the gradients
+    for (std::size_t p = 0; p < shapes.size(); ++p) {
+      const auto mine = grad_of<float>(rank, t, p, shapes[p]);
+      std::copy(mine.begin(), mine.end(), g[p].begin());
+    }
+    const std::uint64_t before = counts.waits.load();
+    const auto report = e.step(1e-2f, stream);
+    waits.push_back(counts.waits.load() - before);
+    EXPECT_EQ(report.selection, t % 8 == 0) << "step " << t;
+  }
+  e.flush(stream);
+  device.synchronize();
+  return waits;
+}
+
+TEST(engine_data_parallel, a_selection_waits_the_same_whatever_the_matrices) {
+  using device_comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
+  const std::function<device_comm(zenflow::emulated_device&)> on_device = [](zenflow::emulated_device& d) {
+    return device_comm(d, make_comm());
+  };
+  const std::function<zenflow::mpi_communicator(zenflow::emulated_device&)> on_host =
+      [](zenflow::emulated_device&) { return make_comm(); };
+  {
+    SCOPED_TRACE("device communicator");
+    EXPECT_EQ(waits_per_step<device_comm>(3, on_device), waits_per_step<device_comm>(1, on_device));
+  }
+  {
+    SCOPED_TRACE("host communicator");
+    EXPECT_EQ(waits_per_step<zenflow::mpi_communicator>(3, on_host),
+              waits_per_step<zenflow::mpi_communicator>(1, on_host));
   }
 }
 

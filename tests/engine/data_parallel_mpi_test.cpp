@@ -99,8 +99,8 @@ void run_on(const zenflow::config& cfg,
   const auto& part = dp.partition();
   std::int64_t skipped = 0;
   // Independent bookkeeping from what the reference shows (its device sets after every step): the
-  // bytes on the wire, and the gradient bytes this rank does not copy down (the unselected
-  // channels of the other blocks).
+  // bytes on the wire, and the bytes this rank does not copy down (the unselected channels of the
+  // other blocks; at a re-selection, the other blocks' rows that leave the device).
   std::vector<std::vector<std::int32_t>> prev_sel(shapes.size());
   // fp32 master + m and v as the host keeps them
   const std::uint64_t state_per_element = cfg.host_moments == zenflow::moment_precision::bf16 ? 8 : 12;
@@ -222,6 +222,11 @@ void run_on(const zenflow::config& cfg,
       }
       const auto& sel = now[p];
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
+      for (const std::int32_t c : prev_sel[p]) { // a row that left the device goes home to its owner
+        const bool left = !std::binary_search(sel.begin(), sel.end(), c);
+        const bool others = c < part.begin(m, rank) || c >= part.end(m, rank);
+        others_bytes += left && others ? 12 * len + 4 : 0; // the device's fp32 master, m, v and count
+      }
       prev_sel[p] = sel;
       std::int64_t mine = 0; // this rank's unselected channels
       for (std::int64_t c = part.begin(m, rank); c < part.end(m, rank); ++c) {

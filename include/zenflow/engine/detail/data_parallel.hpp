@@ -12,9 +12,10 @@
 /// importance and the rest masses then get one float per channel from the owners, and a
 /// selection's entering rows come from theirs (owner_reduction.hpp). A device communicator (NCCL)
 /// does the same split in device memory, summing per-channel numbers instead of gathering them
-/// (device_owner_reduction.hpp); it gathers a window's shares in the device upload buffers, and
-/// the host-state gathers of a selection or a state read through a device staging buffer. An
-/// N-rank run is a one-rank run fed the mean gradient, bit for bit.
+/// (device_owner_reduction.hpp); it gathers a window's shares in the device upload buffers, and a
+/// state read's through a device staging buffer. A selection's entering state is gathered into
+/// a device staging buffer on either kind (partitioned_migration.hpp). An N-rank run is a
+/// one-rank run fed the mean gradient, bit for bit.
 ///
 /// One code path for every backend: the gradients are widened into one fp32 buffer, reduced in one
 /// call, and narrowed back, each way one batched row copy over every parameter (row_copies.hpp). A host
@@ -26,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <memory>
 #include <span>
@@ -50,6 +52,7 @@
 #include <zenflow/engine/detail/dp_collectives.hpp>
 #include <zenflow/engine/detail/owner_reduction.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/partitioned_migration.hpp>
 #include <zenflow/engine/detail/schedule.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
@@ -195,9 +198,14 @@ public:
       if (h.own_channels == pi.channels) {
         const basic_channel_state<M> rows{h.master.data(), hm,          hv,
                                           h.counts.data(), pi.channels, pi.channel_len};
-        return plan.migrate(p, h.sel, new_sel, rows, stream);
+        return plan.migrate(p, h.sel, new_sel, rows, 0, static_cast<const entering_rows<M>*>(nullptr),
+                            stream);
       }
-      return migrate_partitioned<M>(plan, p, pi, h, hm, hv, new_sel, stream, comm_bytes);
+      const auto bytes = migrate_partitioned<M>(
+          plan, comm_, p, pi, h, hm, hv, new_sel, [&](int r) { return block(p, pi, r); }, stage_, pending_,
+          stream);
+      comm_bytes += bytes.sent;
+      return std::pair{bytes.down, bytes.up};
     });
   }
 
@@ -246,6 +254,7 @@ public:
                                           h.counts.data(), pi.channels, pi.channel_len};
         return plan.read_full_state(p, pi.host_side ? &rows : nullptr, stream);
       }
+      plan.wait_migration(); // a selection's leaving rows are home in this rank's block
       const auto L = static_cast<std::size_t>(pi.channel_len);
       std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
       // A device communicator's staging for a whole matrix's state: allocated and freed here (a
@@ -342,19 +351,19 @@ public:
       bytes += split ? device_owners_.setup(params, grads_, wide_.data(), owned(params), comm_.rank(),
                                             comm_.size(), slot_bytes, plan)
                      : 0;
-      // A selection's entering state (migrate_partitioned's all-gather, one matrix at a time) at
-      // its largest, so that no selection step allocates: the widest device set, fp32 moments.
-      std::size_t entering = 0;
-      for (const auto& pi : params) {
-        entering = split && pi.matrix && pi.host_side
-                       ? std::max(entering, static_cast<std::size_t>(pi.device_capacity) *
-                                                (12u * static_cast<std::size_t>(pi.channel_len) + 4u))
-                       : entering;
-      }
-      if (entering > 0) {
-        stage_ = dbuf<std::byte>(entering);
-        bytes += entering;
-      }
+    }
+    // A selection's entering state (migrate_partitioned's gathers, one matrix at a time) at its
+    // largest, so that no selection step allocates: the widest device set, fp32 moments.
+    std::size_t entering = 0;
+    for (const auto& pi : params) {
+      entering = split && pi.matrix && pi.host_side
+                     ? std::max(entering, static_cast<std::size_t>(pi.device_capacity) *
+                                              (12u * static_cast<std::size_t>(pi.channel_len) + 4u))
+                     : entering;
+    }
+    if (entering > 0) {
+      stage_ = dbuf<std::byte>(entering);
+      bytes += entering;
     }
     return bytes + wide_.size() * 4 + idx_.size() * 4 + sums_.size() * 8;
   }
@@ -439,10 +448,16 @@ public:
               std::uint64_t& comm_bytes,
               cudaStream_t stream) {
     plan.importance(kind, stream);
+    // select_top() waits for the stream: the last selection's copies up are done.
+    const auto top = [&] {
+      const bool bad = plan.select_top(sets, d2h, stream);
+      pending_.clear();
+      return bad;
+    };
     if constexpr (Comm::is_device) {
       if (split_) {
         comm_bytes += device_owners_.complete_importance(plan.backend(), comm_, plan, params, kind, stream);
-        const bool bad = plan.select_top(sets, d2h, stream);
+        const bool bad = top();
         if (!bad) {
           comm_bytes += device_owners_.fetch_entering(plan.backend(), comm_, params, host, sets, grads_,
                                                       wide_.data(), stream);
@@ -453,14 +468,14 @@ public:
       if (split_) {
         comm_bytes +=
             owners_.complete_importance(comm_, plan.backend(), plan, params, owned(params), kind, stream);
-        const bool bad = plan.select_top(sets, d2h, stream);
+        const bool bad = top();
         if (!bad) {
           comm_bytes += owners_.fetch_entering(comm_, params, host, owned(params), sets);
         }
         return bad;
       }
     }
-    return plan.select_top(sets, d2h, stream);
+    return top();
   }
 
   /// After the packs of a split step: the rest masses of finish_norms() over the host sets as
@@ -487,79 +502,6 @@ public:
   }
 
 private:
-  /// migrate() with the owner partition, moments of type M (hm, hv: this rank's block).
-  template <class M, class HostParam>
-  std::pair<std::size_t, std::size_t> migrate_partitioned(device_plan<Backend>& plan,
-                                                          std::size_t p,
-                                                          const param_info& pi,
-                                                          HostParam& h,
-                                                          M* hm,
-                                                          M* hv,
-                                                          const std::vector<std::int32_t>& new_sel,
-                                                          cudaStream_t stream,
-                                                          std::uint64_t& comm_bytes) {
-    const auto L = static_cast<std::size_t>(pi.channel_len);
-    const std::size_t mb = L * sizeof(M); // one moment row
-    std::vector<std::int32_t> enter, leave;
-    std::set_difference(new_sel.begin(), new_sel.end(), h.sel.begin(), h.sel.end(),
-                        std::back_inserter(enter));
-    std::set_difference(h.sel.begin(), h.sel.end(), new_sel.begin(), new_sel.end(),
-                        std::back_inserter(leave));
-    // Full-size rows that plan.migrate indexes by channel; only the moving rows are ever touched
-    // (left uninitialized: the pages of the others are never mapped).
-    const auto n = static_cast<std::size_t>(pi.elements());
-    auto master = std::make_unique_for_overwrite<float[]>(n);
-    auto m = std::make_unique_for_overwrite<M[]>(n);
-    auto v = std::make_unique_for_overwrite<M[]>(n);
-    auto counts = std::make_unique_for_overwrite<std::int32_t[]>(static_cast<std::size_t>(pi.channels));
-    const std::size_t row = L * 4 + 2 * mb + 4; // master, m, v, count
-    std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
-    for (int r = 0; r < comm_.size(); ++r) {
-      const auto [first, count] = block(p, pi, r);
-      sizes[static_cast<std::size_t>(r)] =
-          row * static_cast<std::size_t>(std::lower_bound(enter.begin(), enter.end(), first + count) -
-                                         std::lower_bound(enter.begin(), enter.end(), first));
-    }
-    std::vector<std::byte> rows(row * enter.size()); // ascending channels = blocks in rank order
-    std::size_t at = 0;
-    for (int r = 0; r < comm_.rank(); ++r) {
-      at += sizes[static_cast<std::size_t>(r)];
-    }
-    for (std::size_t o = at; o < at + sizes[static_cast<std::size_t>(comm_.rank())]; o += row) {
-      const std::size_t c = static_cast<std::size_t>(enter[o / row] - h.own_first);
-      std::memcpy(rows.data() + o, h.master.data() + c * L, L * 4);
-      std::memcpy(rows.data() + o + L * 4, hm + c * L, mb);
-      std::memcpy(rows.data() + o + L * 4 + mb, hv + c * L, mb);
-      std::memcpy(rows.data() + o + L * 4 + 2 * mb, &h.counts[c], 4);
-    }
-    all_gather_host(plan.backend(), rows.data() + at, rows.data(), sizes, stage_, stream);
-    comm_bytes += sizes[static_cast<std::size_t>(comm_.rank())];
-    for (std::size_t e = 0; e < enter.size(); ++e) {
-      const auto c = static_cast<std::size_t>(enter[e]);
-      std::memcpy(master.get() + c * L, rows.data() + e * row, L * 4);
-      std::memcpy(m.get() + c * L, rows.data() + e * row + L * 4, mb);
-      std::memcpy(v.get() + c * L, rows.data() + e * row + L * 4 + mb, mb);
-      std::memcpy(&counts[c], rows.data() + e * row + L * 4 + 2 * mb, 4);
-    }
-    const basic_channel_state<M> full{master.get(), m.get(),     v.get(),
-                                      counts.get(), pi.channels, pi.channel_len};
-    const auto bytes = plan.migrate(p, h.sel, new_sel, full, stream);
-    // The migration writes the leaving rows into `full` from the stream (host work): wait for it
-    // before they are copied into this rank's block and the temporaries are freed (one wait per
-    // matrix, only where the host state is split across ranks).
-    plan.wait_migration();
-    for (const std::int32_t c : leave) { // the owner keeps what leaves
-      if (c >= h.own_first && c < h.own_first + h.own_channels) {
-        const auto o = static_cast<std::size_t>(c - h.own_first);
-        std::copy_n(master.get() + c * L, L, h.master.data() + o * L);
-        std::copy_n(m.get() + c * L, L, hm + o * L);
-        std::copy_n(v.get() + c * L, L, hv + o * L);
-        h.counts[o] = counts[static_cast<std::size_t>(c)];
-      }
-    }
-    return bytes;
-  }
-
   void all_gather_host(const Backend& b,
                        const void* send,
                        void* recv,
@@ -588,8 +530,9 @@ private:
   dbuf<std::int32_t> idx_;
   row_copy_table<Backend> widen_, narrow_; // every parameter's rows to and from wide_
   dbuf<double> sums_;                      // summed()'s, in device memory for a device communicator
-  dbuf<std::byte> stage_;                  // a selection's all_gather_host(), device communicator
-  owner_reduction<Backend, Comm> owners_;  // a split step's reduction (host communicators)
+  dbuf<std::byte> stage_; // a selection's entering rows, one matrix at a time (migrate_partitioned)
+  std::deque<std::vector<std::byte>> pending_;          // host sources of a selection's copies up (see there)
+  owner_reduction<Backend, Comm> owners_;               // a split step's reduction (host communicators)
   device_owner_reduction<Backend, Comm> device_owners_; // ... and over a device communicator
   std::vector<typename device_owner_reduction<Backend, Comm>::grads> grads_; // the latter's view of slots_
   bool split_ = false; // this step's reduction is split by owner

@@ -40,6 +40,17 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
+/// A matrix's rows that enter its device set, in device memory in ascending channel order:
+/// master (fp32), m and v (the host moments' type M, widened as they are installed), one
+/// channel of channel_len each, and the Adam step counts.
+template <class M>
+struct entering_rows {
+  const float* master;
+  const M* m;
+  const M* v;
+  const std::int32_t* counts;
+};
+
 template <class Backend>
 class device_plan {
   template <class T>
@@ -150,19 +161,24 @@ public:
   void importance(channel_norm kind, cudaStream_t stream);
   /// ... and the top-k of every matrix over scores(p), read back with the skip flag (blocking).
   bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
-  /// Moves optimizer state between the host's full-size rows `host_rows` and the device's compact
-  /// rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending; `old_sel` empty
-  /// the first time): leaving rows go home, entering rows come up, kept rows move on the device.
-  /// Stream-ordered, no wait: the host rows are written and read by host work on `stream`
-  /// (host_task), so the host reads them only after the stream has passed that point (the
-  /// consumer's slots of this step, wait_migration()). Returns {device->host, host->device} bytes.
-  /// Host moments M may be bf16 (host_moments.hpp): leaving rows round to nearest, entering rows
-  /// widen exactly.
+  /// Moves optimizer state between the host's rows `host_rows` (channels `host_first` to
+  /// `host_first + host_rows.channels`: the whole matrix, or this rank's block of it) and the
+  /// device's compact rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending;
+  /// `old_sel` empty the first time): leaving rows go home (those outside `host_rows`' channels
+  /// belong to another rank and are dropped), kept rows move on the device, entering rows come up
+  /// from `host_rows`, or from `on_device` when given (every entering row, gathered from its
+  /// owner already). Stream-ordered, no wait: the host rows are written and read by host work on
+  /// `stream` (host_task), so the host reads them only after the stream has passed that point
+  /// (the consumer's slots of this step, wait_migration()). Returns {device->host, host->device}
+  /// bytes (the latter without the rows of `on_device`). Host moments M may be bf16
+  /// (host_moments.hpp): leaving rows round to nearest, entering rows widen exactly.
   template <class M>
   std::pair<std::size_t, std::size_t> migrate(std::size_t p,
                                               const std::vector<std::int32_t>& old_sel,
                                               const std::vector<std::int32_t>& new_sel,
                                               const basic_channel_state<M>& host_rows,
+                                              std::int64_t host_first,
+                                              const entering_rows<M>* on_device,
                                               cudaStream_t stream);
   /// Installs `p`'s ascending host-set channels (stream-ordered). Returns the bytes copied up.
   std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);

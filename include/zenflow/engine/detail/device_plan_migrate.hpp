@@ -94,6 +94,8 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
                                                                   const std::vector<std::int32_t>& old_sel,
                                                                   const std::vector<std::int32_t>& new_sel,
                                                                   const basic_channel_state<M>& host_rows,
+                                                                  std::int64_t host_first,
+                                                                  const entering_rows<M>* on_device,
                                                                   cudaStream_t stream) {
   const param_info& pi = info(p);
   auto& d = dev_[p];
@@ -101,6 +103,20 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   const std::int64_t cap = pi.device_capacity;
   std::vector<std::int32_t> leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch;
   diff_selection(old_sel, new_sel, leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch);
+  { // Leaving rows of another rank's block: dropped (their owner keeps them).
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < leave_ch.size(); ++i) {
+      if (leave_ch[i] >= host_first && leave_ch[i] < host_first + host_rows.channels) {
+        leave_pos[kept] = leave_pos[i];
+        leave_ch[kept++] = leave_ch[i] - static_cast<std::int32_t>(host_first);
+      }
+    }
+    leave_pos.resize(kept);
+    leave_ch.resize(kept);
+  }
+  for (auto& c : enter_ch) { // indices into host_rows (read only without on_device)
+    c -= static_cast<std::int32_t>(host_first);
+  }
   const auto nl = static_cast<std::int64_t>(leave_pos.size());
   const auto nk = static_cast<std::int64_t>(keep_old.size());
   const auto ne = static_cast<std::int64_t>(enter_pos.size());
@@ -164,8 +180,14 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     move_counts(d.counts.data(), di + o_keep_old, stage_counts_.data(), nullptr, nk, stream);
     move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_keep_new, nk, stream);
   }
-  // 3. Entering rows come up from the host rows (staged by a host task, in stream order).
-  if (ne > 0) {
+  // 3. Entering rows come up from the host rows (staged by a host task, in stream order), or
+  // are already on the device.
+  if (ne > 0 && on_device != nullptr) {
+    scatter(on_device->master, di + o_enter, ne, compact(dst[0], cap, L), stream);
+    scatter(on_device->m, di + o_enter, ne, compact(dst[1], cap, L), stream);
+    scatter(on_device->v, di + o_enter, ne, compact(dst[2], cap, L), stream);
+    move_counts(on_device->counts, nullptr, d.counts.data(), di + o_enter, ne, stream);
+  } else if (ne > 0) {
     b_.host_task(stream, "zenflow::engine: migration, entering rows staged",
                  [host_rows, hs, hc, L, ne, row_bytes, enter_ch = std::move(enter_ch)] {
                    for (std::int64_t r = 0; r < ne; ++r) {
@@ -193,7 +215,7 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
   migration_recorded_ = true;
   const std::size_t row = static_cast<std::size_t>(L) * 12 + 4;
   return {static_cast<std::size_t>(nl) * row,
-          static_cast<std::size_t>(ne) * row + static_cast<std::size_t>(o) * 4};
+          (on_device != nullptr ? 0 : static_cast<std::size_t>(ne) * row) + static_cast<std::size_t>(o) * 4};
 }
 
 template <class Backend>
