@@ -1,6 +1,7 @@
 // The data-parallel engine's checks under mpiexec (2 and 3 ranks; part of zf_engine_dp_mpi_tests,
 // whose main is in data_parallel_mpi_test.cpp): the partition, mismatched configurations and
-// parameter lists, per-rank checkpoints, and a missing rank as a timeout.
+// parameter lists, per-rank checkpoints, a missing rank as a timeout, and what a selection step
+// asks of the device (waits, launches, mixed working types).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -230,10 +231,14 @@ TEST(engine_data_parallel, the_reduction_is_two_launches_per_step_whatever_the_m
 // (emulated_backend_counts::waits), step by step, are the same for 3x the matrices as for 1x;
 // before, a selection over a device communicator synchronized once per matrix (its gather
 // through host memory; 4 waits at 1x, 8 at 3x). The results are the one-rank run's bits and the
-// bytes copied down the formula's (data_parallel_mpi_test.cpp); here, the waits.
+// bytes copied down the formula's (data_parallel_mpi_test.cpp); here, the waits. Over a device
+// communicator the entering rows' gradients are gathered from and scattered to their owners in
+// one batched launch each (they were one launch per matrix and owner): the same at 3x as at 1x.
+struct per_step {
+  std::vector<std::uint64_t> waits, entering_launches;
+};
 template <class Comm>
-std::vector<std::uint64_t> waits_per_step(int copies,
-                                          const std::function<Comm(zenflow::emulated_device&)>& make) {
+per_step waits_per_step(int copies, const std::function<Comm(zenflow::emulated_device&)>& make) {
   const int rank = world_rank();
   std::vector<zf_engine_test::shape> shapes;
   for (int k = 0; k < copies; ++k) {
@@ -248,7 +253,7 @@ std::vector<std::uint64_t> waits_per_step(int copies,
       small_config(), zenflow::emulated_backend{device, &counts}, make(device));
   register_all(e, w, g, shapes);
   e.initialize(stream);
-  std::vector<std::uint64_t> waits;
+  per_step out;
   for (std::int64_t t = 0; t < 18; ++t) { // selections at 0, 8 and 16 (rows enter at 8 and 16)
     device.synchronize_stream(stream);    // the step before has read the gradients
     for (std::size_t p = 0; p < shapes.size(); ++p) {
@@ -256,16 +261,19 @@ std::vector<std::uint64_t> waits_per_step(int copies,
       std::copy(mine.begin(), mine.end(), g[p].begin());
     }
     const std::uint64_t before = counts.waits.load();
+    const auto runs_before = counts.runs_by_name()["zenflow::engine: entering rows' gradients"];
     const auto report = e.step(1e-2f, stream);
-    waits.push_back(counts.waits.load() - before);
+    out.waits.push_back(counts.waits.load() - before);
+    out.entering_launches.push_back(counts.runs_by_name()["zenflow::engine: entering rows' gradients"] -
+                                    runs_before);
     EXPECT_EQ(report.selection, t % 8 == 0) << "step " << t;
   }
   e.flush(stream);
   device.synchronize();
-  return waits;
+  return out;
 }
 
-TEST(engine_data_parallel, a_selection_waits_the_same_whatever_the_matrices) {
+TEST(engine_data_parallel, a_selection_waits_and_launches_the_same_whatever_the_matrices) {
   using device_comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
   const std::function<device_comm(zenflow::emulated_device&)> on_device = [](zenflow::emulated_device& d) {
     return device_comm(d, make_comm());
@@ -274,12 +282,89 @@ TEST(engine_data_parallel, a_selection_waits_the_same_whatever_the_matrices) {
       [](zenflow::emulated_device&) { return make_comm(); };
   {
     SCOPED_TRACE("device communicator");
-    EXPECT_EQ(waits_per_step<device_comm>(3, on_device), waits_per_step<device_comm>(1, on_device));
+    const per_step x3 = waits_per_step<device_comm>(3, on_device),
+                   x1 = waits_per_step<device_comm>(1, on_device);
+    EXPECT_EQ(x3.waits, x1.waits);
+    // Rows enter at every selection (0, 8, 16): this rank's gathered, the others' scattered,
+    // one launch each whatever the matrices (one of the two where no row of one side enters).
+    for (const per_step* run : {&x1, &x3}) {
+      for (std::size_t t = 0; t < run->entering_launches.size(); ++t) {
+        const std::uint64_t n = run->entering_launches[t];
+        EXPECT_TRUE(t % 8 == 0 ? n >= 1 && n <= 2 : n == 0)
+            << "step " << t << ": " << n << " launches, " << (run == &x1 ? "1x" : "3x") << " the matrices";
+      }
+    }
   }
   {
     SCOPED_TRACE("host communicator");
-    EXPECT_EQ(waits_per_step<zenflow::mpi_communicator>(3, on_host),
-              waits_per_step<zenflow::mpi_communicator>(1, on_host));
+    EXPECT_EQ(waits_per_step<zenflow::mpi_communicator>(3, on_host).waits,
+              waits_per_step<zenflow::mpi_communicator>(1, on_host).waits);
+  }
+}
+
+// An engine that mixes working types (bf16 matrices of odd channel length beside an fp32 one):
+// over a device communicator a selection's entering rows' gradients travel in each matrix's own
+// type through one staging buffer, where fp32 rows must start 4-byte aligned (a GPU faults on a
+// misaligned float, and so does the emulated device's row copy). The run completes and gives the
+// bits of the same run over a host communicator (whose fetch is host-side), weights and state.
+template <class Comm>
+std::vector<std::vector<unsigned char>>
+mixed_types_run(const std::function<Comm(zenflow::emulated_device&)>& make) {
+  using bf16 = zenflow::bfloat16;
+  const int rank = world_rank();
+  // bf16 29 x 45 (90 bytes a row: 2 mod 4 after an odd number of rows), fp32 24 x 8, bf16 13 x 15
+  const std::vector<zf_engine_test::shape> shapes = {{true, 29, 45}, {true, 24, 8}, {true, 13, 15}};
+  const auto b0 = initial_weights<bf16>({shapes[0]}), b2 = initial_weights<bf16>({shapes[2]});
+  const auto f1 = initial_weights<float>({shapes[1]});
+  std::vector<bf16> w0 = b0[0], g0 = w0, w2 = b2[0], g2 = w2;
+  std::vector<float> w1 = f1[0], g1 = w1;
+  zenflow::emulated_device device;
+  const cudaStream_t stream = device.create_stream();
+  zenflow::engine<zenflow::emulated_backend, Comm> e(small_config(), zenflow::emulated_backend{device},
+                                                     make(device));
+  const zenflow::param_id ids[] = {e.add_matrix(w0.data(), g0.data(), 29, 45),
+                                   e.add_matrix(w1.data(), g1.data(), 24, 8),
+                                   e.add_matrix(w2.data(), g2.data(), 13, 15)};
+  e.initialize(stream);
+  for (std::int64_t t = 0; t < 18; ++t) { // selections at 0, 8 and 16: rows enter each time
+    device.synchronize_stream(stream);    // the step before has read the gradients; in place:
+    const auto n0 = grad_of<bf16>(rank, t, 0, shapes[0]), n2 = grad_of<bf16>(rank, t, 2, shapes[2]);
+    const auto n1 = grad_of<float>(rank, t, 1, shapes[1]); // the engine holds g0, g1, g2
+    std::copy(n0.begin(), n0.end(), g0.begin());
+    std::copy(n1.begin(), n1.end(), g1.begin());
+    std::copy(n2.begin(), n2.end(), g2.begin());
+    (void)e.step(1e-2f, stream);
+  }
+  e.flush(stream);
+  device.synchronize();
+  std::vector<std::vector<unsigned char>> out;
+  auto bytes = [&out](const auto& v) {
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    out.emplace_back(p, p + v.size() * sizeof(v[0]));
+  };
+  bytes(w0);
+  bytes(w1);
+  bytes(w2);
+  for (const auto id : ids) {
+    const zenflow::param_state st = e.state(id);
+    bytes(st.master);
+    bytes(st.m);
+    bytes(st.v);
+    bytes(st.counts);
+  }
+  return out;
+}
+
+TEST(engine_data_parallel, mixed_working_types_over_a_device_communicator_give_the_host_ones_bits) {
+  using device_comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
+  const auto on_device =
+      mixed_types_run<device_comm>([](zenflow::emulated_device& d) { return device_comm(d, make_comm()); });
+  const auto on_host =
+      mixed_types_run<zenflow::mpi_communicator>([](zenflow::emulated_device&) { return make_comm(); });
+  ASSERT_EQ(on_device.size(), on_host.size());
+  for (std::size_t k = 0; k < on_host.size(); ++k) {
+    EXPECT_EQ(on_device[k], on_host[k])
+        << "array " << k << " (3 weights, then master, m, v, counts per matrix)";
   }
 }
 

@@ -364,7 +364,8 @@ TEST_F(engine_gpu, squared_totals_rescans_and_step_scalars_are_bit_identical_to_
 
 // Data parallel's batched row copies (row_copy_batched_kernel): a table of every working type
 // and layout, rows in random order, strided counts past one 32-row tile and lengths off it,
-// gathered and then scattered (one item as zeros) with the host loop's bits.
+// packed in fp32 or in the matrix's own type (a selection's entering rows), gathered and then
+// scattered (one item as zeros) with the host loop's bits.
 TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
   using zenflow::channel_layout;
   using zenflow::dtype;
@@ -375,12 +376,24 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
     dtype type;
     channel_layout layout;
     std::int64_t channels, len;
+    bool own = false; // packed in `type`, not fp32
   };
   const spec specs[] = {{dtype::bf16, channel_layout::contiguous, 300, 1000},
                         {dtype::f16, channel_layout::strided, 97, 70},
                         {dtype::f32, channel_layout::strided, 40, 33},
                         {dtype::bf16, channel_layout::strided, 200, 31},
-                        {dtype::f32, channel_layout::contiguous, 9, 5}};
+                        {dtype::f32, channel_layout::contiguous, 9, 5},
+                        {dtype::bf16, channel_layout::strided, 120, 45, true},
+                        {dtype::f16, channel_layout::contiguous, 50, 300, true},
+                        {dtype::f32, channel_layout::strided, 70, 20, true}};
+  // Own-type packed rows: random finite elements as 16-bit words (as the matrices' storage).
+  auto random_words = [&rng](std::vector<float>& v) {
+    std::vector<std::uint16_t> w(v.size() * 2);
+    for (auto& x : w) {
+      x = static_cast<std::uint16_t>(rng() & 0x3fffu);
+    }
+    std::memcpy(v.data(), w.data(), v.size() * 4);
+  };
   std::vector<std::vector<std::uint16_t>> host_mats; // raw storage (f32 as two halves)
   std::vector<zenflow::device_buffer<std::uint16_t>> dev_mats;
   std::vector<std::vector<std::int32_t>> idx;
@@ -403,6 +416,9 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
     idx.push_back(rows);
     packed.push_back(
         zf_test::random_values<float>(rows.size() * static_cast<std::size_t>(sp.len), rng(), 300.0f));
+    if (sp.own) {
+      random_words(packed.back());
+    }
     dev_mats.emplace_back(words);
     dev_idx.emplace_back(rows.size());
     dev_packed.emplace_back(packed.back().size());
@@ -417,7 +433,8 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
                           sp.layout,
                           idx.back().data(),
                           std::int64_t(rows.size()),
-                          packed.back().data()};
+                          packed.back().data(),
+                          sp.own ? sp.type : dtype::f32};
     row_copy_item d = h;
     d.matrix = dev_mats.back().data();
     d.idx = dev_idx.back().data();
@@ -434,6 +451,9 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
       for (std::size_t k = 0; k < packed.size(); ++k) {
         for (float& v : packed[k]) {
           v = v * 1.001f + 0.3f;
+        }
+        if (specs[k].own) {
+          random_words(packed[k]);
         }
         ZF_CUDA_TRY(
             cudaMemcpy(dev_packed[k].data(), packed[k].data(), packed[k].size() * 4, cudaMemcpyHostToDevice));

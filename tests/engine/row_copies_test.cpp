@@ -216,6 +216,116 @@ TEST(row_copies, a_scatter_rounds_the_packed_rows_into_the_listed_rows_and_touch
   }
 }
 
+// A selection's entering rows travel in the working type (data parallel's fetch_entering): items
+// whose packed side is the matrix's own type, beside fp32 ones in the same call. Both ways the
+// bytes are the matrix's: a gather writes each listed element's bytes into its packed row, a
+// scatter writes the packed bytes into the listed elements and touches nothing else.
+TEST(row_copies, rows_packed_in_the_matrix_type_keep_their_bytes_both_ways) {
+  const std::uint64_t seed = zf_test::base_seed() + 3;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  zenflow::worker_pool pool(3);
+  for (const auto layout : {channel_layout::contiguous, channel_layout::strided}) {
+    for (zenflow::worker_pool* on : {static_cast<zenflow::worker_pool*>(nullptr), &pool}) {
+      table t = make_table(layout, seed);
+      // Items 0 (bf16) and 1 (f16) packed in their own type, from random rows of a twin matrix;
+      // item 2 (f32) stays fp32-packed; item 3 has no rows.
+      std::vector<std::vector<unsigned char>> own(2);
+      for (std::size_t k = 0; k < 2; ++k) {
+        const auto& m = t.mats[k];
+        // A random contiguous twin (its rows padded to len + 3): its first len elements per row.
+        const matrix src = make_matrix(m.type, channel_layout::contiguous,
+                                       static_cast<std::int64_t>(t.idx[k].size()), m.len, seed + 40 + k);
+        for (std::size_t r = 0; r < t.idx[k].size(); ++r) {
+          const auto* row = src.bytes.data() + r * static_cast<std::size_t>(src.ld) * m.elem();
+          own[k].insert(own[k].end(), row, row + static_cast<std::size_t>(m.len) * m.elem());
+        }
+        t.items[k].packed = own[k].data();
+        t.items[k].packed_type = m.type;
+      }
+      const auto packed_rows = own;
+      const auto before = t.mats;
+      run(t, row_copy_direction::scatter, on);
+      for (std::size_t k = 0; k < 2; ++k) {
+        const auto& m = t.mats[k];
+        std::vector<bool> written(m.bytes.size() / m.elem(), false);
+        for (std::size_t r = 0; r < t.idx[k].size(); ++r) {
+          for (std::int64_t i = 0; i < m.len; ++i) {
+            const std::size_t e = static_cast<std::size_t>(m.at(t.idx[k][r], i));
+            written[e] = true;
+            ASSERT_EQ(std::memcmp(m.bytes.data() + e * m.elem(),
+                                  packed_rows[k].data() +
+                                      (r * static_cast<std::size_t>(m.len) + static_cast<std::size_t>(i)) *
+                                          m.elem(),
+                                  m.elem()),
+                      0)
+                << "matrix " << k << " row " << r << " element " << i;
+          }
+        }
+        for (std::size_t e = 0; e < written.size(); ++e) {
+          if (!written[e]) {
+            ASSERT_EQ(
+                std::memcmp(m.bytes.data() + e * m.elem(), before[k].bytes.data() + e * m.elem(), m.elem()),
+                0)
+                << "matrix " << k << " element " << e << " was not listed";
+          }
+        }
+      }
+      for (std::size_t r = 0; r < t.idx[2].size(); ++r) { // the fp32-packed item beside them, rounded
+        for (std::int64_t i = 0; i < t.mats[2].len; ++i) {
+          ASSERT_EQ(t.mats[2].value(t.idx[2][r], i),
+                    t.packed[2][r * static_cast<std::size_t>(t.mats[2].len) + static_cast<std::size_t>(i)]);
+        }
+      }
+      // Back: fresh matrices gathered into the own-type rows give each listed element's bytes.
+      table u = make_table(layout, seed + 7);
+      for (std::size_t k = 0; k < 2; ++k) {
+        u.items[k].packed = own[k].data();
+        u.items[k].packed_type = u.mats[k].type;
+        std::fill(own[k].begin(), own[k].end(), static_cast<unsigned char>(0xa5));
+      }
+      run(u, row_copy_direction::gather, on);
+      for (std::size_t k = 0; k < 2; ++k) {
+        const auto& m = u.mats[k];
+        for (std::size_t r = 0; r < u.idx[k].size(); ++r) {
+          for (std::int64_t i = 0; i < m.len; ++i) {
+            ASSERT_EQ(std::memcmp(own[k].data() +
+                                      (r * static_cast<std::size_t>(m.len) + static_cast<std::size_t>(i)) *
+                                          m.elem(),
+                                  m.bytes.data() + static_cast<std::size_t>(m.at(u.idx[k][r], i)) * m.elem(),
+                                  m.elem()),
+                      0)
+                << "matrix " << k << " row " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A GPU faults on a misaligned element; the host loop refuses the same table before writing
+// anything (the emulated device then fails where a GPU would): fp32 rows at 2 bytes past an
+// aligned address, in the last item, after items that would otherwise have been copied.
+TEST(row_copies, a_misaligned_item_is_refused_before_anything_is_written) {
+  const std::uint64_t seed = zf_test::base_seed() + 4;
+  for (const auto dir : {row_copy_direction::gather, row_copy_direction::scatter}) {
+    table t = make_table(channel_layout::contiguous, seed);
+    std::vector<float> shifted(t.packed[2].size() + 1);
+    t.items[2].packed = reinterpret_cast<unsigned char*>(shifted.data()) + 2;
+    const auto mats = t.mats;
+    const auto packed = t.packed;
+    const int n = static_cast<int>(t.items.size());
+    const std::int64_t blocks = zenflow::detail::row_copy_blocks(t.items.data(), n);
+    EXPECT_EQ(host_primitives::copy_rows_batched(t.items.data(), n, blocks, dir, nullptr),
+              cudaErrorMisalignedAddress);
+    for (std::size_t k = 0; k < t.mats.size(); ++k) {
+      EXPECT_EQ(t.mats[k].bytes, mats[k].bytes) << "matrix " << k;
+      EXPECT_EQ(t.packed[k], packed[k]) << "packed " << k;
+    }
+    t.items[2].packed = t.packed[2].data(); // aligned again: copied
+    EXPECT_EQ(host_primitives::copy_rows_batched(t.items.data(), n, blocks, dir, nullptr), cudaSuccess);
+  }
+}
+
 TEST(row_copies, the_launch_gives_each_item_its_rows_or_tiles_of_blocks) {
   const std::uint64_t seed = zf_test::base_seed() + 2;
   for (const auto layout : {channel_layout::contiguous, channel_layout::strided}) {
@@ -238,6 +348,9 @@ TEST(row_copies, the_launch_gives_each_item_its_rows_or_tiles_of_blocks) {
     }
     EXPECT_EQ(zenflow::detail::row_copy_bytes(t.items.data(), static_cast<int>(t.items.size())),
               (100u * 45u * 6u) + (52u * 70u * 6u) + (28u * 33u * 8u)); // rows x len x (elem + 4)
+    t.items[0].packed_type = dtype::bf16; // packed in the working type: rows x len x 2 elem
+    EXPECT_EQ(zenflow::detail::row_copy_bytes(t.items.data(), static_cast<int>(t.items.size())),
+              (100u * 45u * 4u) + (52u * 70u * 6u) + (28u * 33u * 8u));
   }
 }
 

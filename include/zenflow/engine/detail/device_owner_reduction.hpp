@@ -119,6 +119,9 @@ public:
     const auto copies = params.size() + static_cast<std::size_t>(split_params * ranks);
     gathers_ = row_copy_table<Backend>(copies);
     scatters_ = row_copy_table<Backend>(copies);
+    // A selection's entering rows: this rank's of each split matrix, and every other owner's.
+    enter_gathers_ = row_copy_table<Backend>(items);
+    enter_scatters_ = row_copy_table<Backend>(items * static_cast<std::size_t>(std::max(ranks - 1, 1)));
     rescan_items_ = dbuf<sq_rescan_item>(items);
     own_l1_ = dbuf<l1_mass_args>(items);
     matrix_calls_ = dbuf<l1_mass_args>(items);
@@ -132,7 +135,9 @@ public:
     return (scores_.size() + row_l1_.size() + mine_.size() + idx_.size() + enter_idx_.size()) * 4 +
            rescan_.size() * 8 + (rest_.size() + junk_.size() + slot_sums_.size()) * 4 +
            items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_args)) +
-           slot_calls_.size() * sizeof(l1_mass_args) + 2 * gathers_.items.size() * sizeof(row_copy_item);
+           slot_calls_.size() * sizeof(l1_mass_args) +
+           (2 * gathers_.items.size() + enter_gathers_.items.size() + enter_scatters_.items.size()) *
+               sizeof(row_copy_item);
   }
 
   /// The mean of every row this rank needs, into each parameter's mean buffer; zeros on the
@@ -202,7 +207,15 @@ public:
                                float* wide,
                                cudaStream_t stream) {
     // Per owner r, per matrix p: the entering rows (ascending), their place in the staging bytes.
+    // Rows of a 4-byte type must start 4-byte aligned there (a GPU's float access): with such a
+    // matrix among the split ones, each matrix's rows take a multiple of 4 bytes (2 bytes of
+    // padding after an odd number of 2-byte elements; none in an engine of one working type).
     const auto R = static_cast<std::size_t>(ranks_);
+    std::size_t align = 1;
+    for (const auto& pi : params) {
+      align = split(pi) && dtype_size(pi.type) == 4 ? 4 : align;
+    }
+    const auto padded = [align](std::size_t bytes) { return (bytes + align - 1) / align * align; };
     std::vector<std::int32_t> idx;
     std::vector<std::size_t> sizes(R, 0);
     std::vector<std::vector<std::pair<std::size_t, std::size_t>>> at(R); // {idx offset, count} per p
@@ -222,48 +235,38 @@ public:
           }
         }
         at[r][p] = {start, idx.size() - start};
-        sizes[r] += (idx.size() - start) * params[p].channel_bytes();
+        sizes[r] += padded((idx.size() - start) * params[p].channel_bytes());
       }
     }
     if (idx.empty()) {
       return 0; // every rank computes the same lists: every rank skips the collective
     }
     b.copy_h2d(enter_idx_.data(), idx.data(), idx.size() * 4, stream);
+    // The rows in the staging in owner order, each owner's matrix by matrix in the working type:
+    // this rank's gathered there from its mean gradient, the others' scattered from there into
+    // it after the all-gather; one batched row copy each.
     auto* stage = reinterpret_cast<std::byte*>(wide);
-    // f(rows in the staging, idx, count, the mean gradient) of owner r's rows, in staging order.
-    auto each_block = [&](bool mine, auto&& f) {
-      std::size_t off = 0;
-      for (std::size_t r = 0; r < R; ++r) {
-        for (std::size_t p = 0; p < params.size(); ++p) {
-          const std::size_t i = at[r][p].first; // not a structured binding: a lambda captures it
-          const std::size_t n = at[r][p].second;
-          const auto& pi = params[p];
-          if (n > 0 && (static_cast<int>(r) == me_) == mine) {
-            dispatch_dtype(pi.type, [&](auto tag) {
-              using T = decltype(tag);
-              f(reinterpret_cast<T*>(stage + off), enter_idx_.data() + i, static_cast<std::int64_t>(n),
-                channel_matrix<T>{static_cast<T*>(g[p].mean), pi.channels, pi.channel_len, pi.ld, pi.layout});
-            });
-          }
-          off += n * pi.channel_bytes();
+    std::vector<row_copy_item> mine, others;
+    std::size_t off = 0, mine_at = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      mine_at = static_cast<int>(r) == me_ ? off : mine_at;
+      for (std::size_t p = 0; p < params.size(); ++p) {
+        const auto [i, n] = at[r][p];
+        const auto& pi = params[p];
+        if (n > 0) {
+          (static_cast<int>(r) == me_ ? mine : others)
+              .push_back({g[p].mean, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
+                          enter_idx_.data() + i, static_cast<std::int64_t>(n), stage + off, pi.type});
         }
+        off += padded(n * pi.channel_bytes());
       }
-    };
-    each_block(true, [&](auto* rows, const std::int32_t* i, std::int64_t n, auto mean) {
-      using T = std::remove_pointer_t<decltype(rows)>;
-      const channel_matrix<const T> src{mean.data, mean.channels, mean.channel_len, mean.ld, mean.layout};
-      gather(b, src, i, n, rows, stream);
-    });
-    std::size_t mine_at = 0;
-    for (std::size_t r = 0; r < static_cast<std::size_t>(me_); ++r) {
-      mine_at += sizes[r];
     }
+    enter_gathers_.assign(b, mine, stream);
+    enter_gathers_.run(b, row_copy_direction::gather, stream, "zenflow::engine: entering rows' gradients");
     comm.all_gather_bytes(stage + mine_at, stage, sizes, stream);
-    each_block(false, [&](auto* rows, const std::int32_t* i, std::int64_t n, auto mean) {
-      using T = std::remove_pointer_t<decltype(rows)>;
-      scatter(b, static_cast<const T*>(rows), i, n, mean, stream);
-    });
-    b.synchronize(stream); // `idx` is freed on return
+    enter_scatters_.assign(b, others, stream);
+    enter_scatters_.run(b, row_copy_direction::scatter, stream, "zenflow::engine: entering rows' gradients");
+    b.synchronize(stream); // `idx` and the tables' host copies are freed on return
     return sizes[static_cast<std::size_t>(me_)];
   }
 
@@ -315,25 +318,6 @@ private:
     std::int64_t dense_at = 0;                     // their place in the reduction buffer (floats)
     std::vector<std::int64_t> pos, count, send_at; // per owner: host-set positions, reduce-scatter place
   };
-
-  template <class Src, class Dst>
-  static void
-  gather(const Backend& b, Src src, const std::int32_t* idx, std::int64_t n, Dst* dst, cudaStream_t s) {
-    if (n > 0) {
-      b.run(s, static_cast<std::size_t>(n * src.channel_len) * (sizeof(*src.data) + sizeof(Dst)),
-            "zenflow::engine: gather_channels",
-            [=](auto prim, auto on) { return prim.gather_channels(src, idx, n, dst, nullptr, on); });
-    }
-  }
-  template <class Src, class Dst>
-  static void scatter(
-      const Backend& b, const Src* src, const std::int32_t* idx, std::int64_t n, Dst dst, cudaStream_t s) {
-    if (n > 0) {
-      b.run(s, static_cast<std::size_t>(n * dst.channel_len) * (sizeof(Src) + sizeof(*dst.data)),
-            "zenflow::engine: scatter_channels",
-            [=](auto prim, auto on) { return prim.scatter_channels(src, idx, n, dst, on); });
-    }
-  }
 
   /// Every split matrix's scores: this rank's block kept, zeros elsewhere, summed over the ranks.
   std::uint64_t sum_scores(const Backend& b,
@@ -555,7 +539,7 @@ private:
   dbuf<std::int32_t> idx_, enter_idx_;
   dbuf<sq_rescan_item> rescan_items_;
   dbuf<l1_mass_args> own_l1_, slot_calls_, matrix_calls_;
-  row_copy_table<Backend> gathers_, scatters_;
+  row_copy_table<Backend> gathers_, scatters_, enter_gathers_, enter_scatters_;
   std::size_t rescan_count_ = 0, own_l1_count_ = 0, slot_call_count_ = 0, matrix_call_count_ = 0;
   std::int64_t rescan_max_ = 0, own_l1_max_ = 0;
   bool rest_ready_ = false;

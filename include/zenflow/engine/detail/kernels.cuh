@@ -138,12 +138,13 @@ ZF_KERNEL void l1_add_rows_kernel(l1_mass_args a) {
   l1_add_rows(a);
 }
 
-/// Block `b` of a batched row copy's item `it` (row_copies.hpp): a contiguous item one row per
-/// block, the block's threads along it; a strided item 32 rows, through a 32 x 32 tile so that
-/// the matrix's columns (a warp along the channels) and the packed rows (a warp along the
-/// elements) are both accessed by whole warps. `__syncthreads` is reached by every thread: the
+/// Block `b` of a batched row copy's item `it` (row_copies.hpp), its packed rows of type `P`
+/// (fp32 or T): a contiguous item one row per block, the block's threads along it; a strided
+/// item 32 rows, through a 32 x 32 tile so that the matrix's columns (a warp along the channels)
+/// and the packed rows (a warp along the elements) are both accessed by whole warps. Every value
+/// goes through float, as in the host twins. `__syncthreads` is reached by every thread: the
 /// branch and the loop bounds are the block's.
-template <class T>
+template <class T, class P>
 __device__ void row_copy_block(const row_copy_item& it,
                                std::int64_t b,
                                row_copy_direction dir,
@@ -151,14 +152,15 @@ __device__ void row_copy_block(const row_copy_item& it,
   const channel_matrix<T> m{static_cast<T*>(it.matrix), it.channels, it.channel_len, it.ld, it.layout};
   const std::int64_t L = it.channel_len;
   const bool gather = dir == row_copy_direction::gather;
+  P* const base = static_cast<P*>(it.packed);
   if (it.layout == channel_layout::contiguous) {
     T* row = m.data + static_cast<std::int64_t>(it.idx[b]) * m.ld;
-    float* packed = it.packed == nullptr ? nullptr : it.packed + b * L;
+    P* packed = base == nullptr ? nullptr : base + b * L;
     for (std::int64_t i = threadIdx.x; i < L; i += blockDim.x) {
       if (gather) {
-        packed[i] = to_float(row[i]);
+        packed[i] = from_float<P>(to_float(row[i]));
       } else {
-        row[i] = from_float<T>(packed != nullptr ? packed[i] : 0.0f);
+        row[i] = from_float<T>(packed != nullptr ? to_float(packed[i]) : 0.0f);
       }
     }
     return;
@@ -179,13 +181,13 @@ __device__ void row_copy_block(const row_copy_item& it,
       __syncthreads();
       for (int k = ty; k < row_copy_tile; k += rows_step) { // row r0 + k, element i0 + tx
         if (r0 + k < it.count && i0 + tx < L) {
-          it.packed[(r0 + k) * L + i0 + tx] = tile[tx][k];
+          base[(r0 + k) * L + i0 + tx] = from_float<P>(tile[tx][k]);
         }
       }
     } else {
       for (int k = ty; k < row_copy_tile; k += rows_step) {
         if (r0 + k < it.count && i0 + tx < L) {
-          tile[tx][k] = it.packed != nullptr ? it.packed[(r0 + k) * L + i0 + tx] : 0.0f;
+          tile[tx][k] = base != nullptr ? to_float(base[(r0 + k) * L + i0 + tx]) : 0.0f;
         }
       }
       __syncthreads();
@@ -196,6 +198,19 @@ __device__ void row_copy_block(const row_copy_item& it,
       }
     }
     __syncthreads(); // the tile is rewritten by the next chunk
+  }
+}
+
+/// Item `it`'s block with its packed side as `row_copies.hpp` says: fp32, or the matrix's type.
+template <class T>
+__device__ void row_copy_block_of(const row_copy_item& it,
+                                  std::int64_t b,
+                                  row_copy_direction dir,
+                                  float (*tile)[row_copy_tile + 1]) {
+  if (it.packed_type == it.type) {
+    row_copy_block<T, T>(it, b, dir, tile);
+  } else {
+    row_copy_block<T, float>(it, b, dir, tile);
   }
 }
 
@@ -210,11 +225,11 @@ ZF_KERNEL void __launch_bounds__(256) row_copy_batched_kernel(const row_copy_ite
     const row_copy_item it = items[item_of_block(items, n, b)];
     const std::int64_t local = b - it.block_begin;
     if (it.type == dtype::bf16) {
-      row_copy_block<bfloat16>(it, local, dir, tile);
+      row_copy_block_of<bfloat16>(it, local, dir, tile);
     } else if (it.type == dtype::f16) {
-      row_copy_block<half>(it, local, dir, tile);
+      row_copy_block_of<half>(it, local, dir, tile);
     } else {
-      row_copy_block<float>(it, local, dir, tile);
+      row_copy_block_of<float>(it, local, dir, tile);
     }
   }
 }

@@ -1,16 +1,19 @@
 /// @file
-/// Rows of many matrices copied to or from packed fp32 in one call: the data-parallel reduction's
-/// gathers into its fp32 buffer and scatters back (one launch each per step instead of one per
-/// matrix and owner: on a GPU, 200 matrices over 8 ranks were ~2,200 small launches per step).
-/// Each item is `gather_channels` / `scatter_channels` of one matrix with fp32 on the packed side
-/// (or, scattered from nothing, zeros): the host loop calls those host twins; the CUDA kernel
-/// (kernels.cuh) applies the same conversions element by element (widening is exact, narrowing
-/// is `from_float`'s rounding to nearest even), so both backends write the same bits.
+/// Rows of many matrices copied to or from packed rows in one call: the data-parallel reduction's
+/// gathers into its fp32 buffer and scatters back, and a selection's entering rows' gradients
+/// gathered from and scattered to their owners in the working type (one launch each instead of
+/// one per matrix and owner: on a GPU, 200 matrices over 8 ranks were ~2,200 small launches).
+/// Each item is `gather_channels` / `scatter_channels` of one matrix with fp32 or the matrix's
+/// own type on the packed side (or, scattered from nothing, zeros): the host loop calls those
+/// host twins; the CUDA kernel (kernels.cuh) applies the same conversions element by element
+/// (through float: widening is exact, narrowing is `from_float`'s rounding to nearest even), so
+/// both backends write the same bits.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -43,7 +46,10 @@ struct row_copy_item {
   channel_layout layout = channel_layout::contiguous;
   const std::int32_t* idx = nullptr; ///< `count` channels, in the packed side's row order
   std::int64_t count = 0;
-  float* packed = nullptr; ///< row r at `packed + r * channel_len`; null in a scatter: zeros
+  /// Row r at `packed + r * channel_len` elements of `packed_type`; null in a scatter: zeros.
+  void* packed = nullptr;
+  /// The packed rows' type: fp32, or `type` (the rows as the matrix holds them).
+  dtype packed_type = dtype::f32;
   /// The device launch's first block for this item: written by `row_copy_blocks`, read by the
   /// kernel (host arithmetic, as adamw_selective_batch_blocks).
   std::int64_t block_begin = 0;
@@ -76,8 +82,8 @@ inline std::int64_t row_copy_blocks(row_copy_item* items, int n) {
 [[nodiscard]] inline std::size_t row_copy_bytes(const row_copy_item* items, int n) {
   std::size_t bytes = 0;
   for (int i = 0; i < n; ++i) {
-    bytes +=
-        static_cast<std::size_t>(items[i].count * items[i].channel_len) * (dtype_size(items[i].type) + 4);
+    bytes += static_cast<std::size_t>(items[i].count * items[i].channel_len) *
+             (dtype_size(items[i].type) + dtype_size(items[i].packed_type));
   }
   return bytes;
 }
@@ -86,6 +92,18 @@ inline std::int64_t row_copy_blocks(row_copy_item* items, int n) {
 /// (no two items of one call write the same element).
 inline cudaError_t
 host_copy_rows_batched(const row_copy_item* items, int n, row_copy_direction direction, worker_pool* pool) {
+  // A GPU faults on a misaligned element (cudaErrorMisalignedAddress, the context lost): the host
+  // loop refuses it too, before writing anything, so that a staging layout that would fault on a
+  // GPU fails on the emulated device as well.
+  for (int i = 0; i < n; ++i) {
+    const auto misaligned = [](const void* p, dtype t) {
+      return reinterpret_cast<std::uintptr_t>(p) % dtype_size(t) != 0;
+    };
+    if (items[i].count > 0 &&
+        (misaligned(items[i].matrix, items[i].type) || misaligned(items[i].packed, items[i].packed_type))) {
+      return cudaErrorMisalignedAddress;
+    }
+  }
   for (int i = 0; i < n; ++i) {
     const row_copy_item& it = items[i];
     if (it.count == 0 || it.channel_len == 0) {
@@ -94,12 +112,20 @@ host_copy_rows_batched(const row_copy_item* items, int n, row_copy_direction dir
     const cudaError_t status = dispatch_dtype(it.type, [&](auto tag) -> cudaError_t {
       using T = decltype(tag);
       const channel_matrix<T> m{static_cast<T*>(it.matrix), it.channels, it.channel_len, it.ld, it.layout};
+      // The packed side: fp32 or T (any other type is the caller's error: read as fp32).
+      auto with_packed = [&](auto&& f) {
+        return it.packed_type == it.type ? f(static_cast<T*>(it.packed)) : f(static_cast<float*>(it.packed));
+      };
       if (direction == row_copy_direction::gather) {
         const channel_matrix<const T> src{m.data, m.channels, m.channel_len, m.ld, m.layout};
-        return host_gather_channels(src, it.idx, it.count, it.packed, nullptr, pool);
+        return with_packed(
+            [&](auto* packed) { return host_gather_channels(src, it.idx, it.count, packed, nullptr, pool); });
       }
       if (it.packed != nullptr) {
-        return host_scatter_channels(static_cast<const float*>(it.packed), it.idx, it.count, m, pool);
+        return with_packed([&](auto* packed) {
+          return host_scatter_channels(static_cast<const std::remove_pointer_t<decltype(packed)>*>(packed),
+                                       it.idx, it.count, m, pool);
+        });
       }
       const T zero = from_float<T>(0.0f);
       parallel_for(pool, it.count, rows_per_chunk(it.channel_len),
@@ -141,12 +167,14 @@ struct row_copy_table {
       b.copy_h2d(items.data(), host.data(), host.size() * sizeof(row_copy_item), s);
     }
   }
-  void run(const Backend& b, row_copy_direction dir, cudaStream_t s) const {
+  void run(const Backend& b,
+           row_copy_direction dir,
+           cudaStream_t s,
+           const char* name = "zenflow::engine: copy_rows_batched") const {
     if (blocks > 0) {
-      b.run(s, bytes, "zenflow::engine: copy_rows_batched",
-            [table = items.data(), n = n, blocks = blocks, dir](auto prim, auto on) {
-              return prim.copy_rows_batched(table, n, blocks, dir, on);
-            });
+      b.run(s, bytes, name, [table = items.data(), n = n, blocks = blocks, dir](auto prim, auto on) {
+        return prim.copy_rows_batched(table, n, blocks, dir, on);
+      });
     }
   }
 };
