@@ -23,6 +23,10 @@
 ///   build/cpu/bench/engine/zf_bench_pipeline --params 100 --compute-ms 750 --json 100M.json
 ///       (the issue's model sizes, 50M-200M, with C = 7.5 ms per million parameters: the emulated
 ///       kernels then take ~4% of C, about a GPU's share at 7B; docs/benchmarks.md)
+///   build/cpu/bench/engine/zf_bench_pipeline --device-threads 2 ...
+///       (the emulated device's kernels spread over a pool of 2 threads, as a kernel over a GPU's
+///       SMs; default 0: each kernel on its stream's thread, as every recorded run before
+///       2026-11-25 evening)
 ///   python3 bench/engine/plot_pipeline.py out.json out.png
 #include <algorithm>
 #include <chrono>
@@ -62,6 +66,9 @@ struct options {
   double compute_ms = 60; // C
   double pcie_gbps = 0.0; // B per direction, GB/s; 0 = (1 - 0.1) x model / C
   unsigned host_threads = 2;
+  // The emulated device's multiprocessors: a pool its kernels (host twins) spread over; 0: each
+  // kernel on its stream's thread alone.
+  unsigned device_threads = 0;
   int ring_slots = 0; // 0 = the engine's default
   std::int64_t ring_slot_bytes = 0;
   std::string json = "pipeline.json";
@@ -200,8 +207,12 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   }
   result res;
   res.spec = spec;
+  std::unique_ptr<zenflow::worker_pool> sms;
+  if (o.device_threads > 0) {
+    sms = std::make_unique<zenflow::worker_pool>(o.device_threads);
+  }
   {
-    zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device});
+    zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device, nullptr, sms.get()});
     if (o.release_by_caller) {
       zf.set_gradient_release(zenflow::gradient_release::by_caller);
     }
@@ -319,7 +330,8 @@ std::string json_array(const std::vector<double>& v) {
 
 void usage() {
   std::puts("zf_bench_pipeline [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
-            "                  [--pcie-gbps B] [--host-threads N] [--ring-slots N] [--ring-slot-bytes N]\n"
+            "                  [--pcie-gbps B] [--host-threads N] [--device-threads N] [--ring-slots N]\n"
+            "                  [--ring-slot-bytes N]\n"
             "                  [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
             "                  [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16]\n"
             "                  [--release-by-caller]\n"
@@ -354,6 +366,8 @@ int main(int argc, char** argv) {
       o.pcie_gbps = std::stod(next());
     } else if (a == "--host-threads") {
       o.host_threads = static_cast<unsigned>(std::stoul(next()));
+    } else if (a == "--device-threads") {
+      o.device_threads = static_cast<unsigned>(std::stoul(next()));
     } else if (a == "--ring-slots") {
       o.ring_slots = std::stoi(next());
     } else if (a == "--ring-slot-bytes") {
@@ -417,11 +431,11 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "pipeline: %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), C = %.1f ms, B = %.3f GB/s per "
-      "direction, host threads %u, accumulation threads %u, ring_slots %d (0 = auto) x %lld B, hw threads "
-      "%u\n",
+      "direction, host threads %u, accumulation threads %u, device kernel threads %u (0: each kernel on its "
+      "stream's thread), ring_slots %d (0 = auto) x %lld B, hw threads %u\n",
       o.layers, static_cast<long long>(hidden), static_cast<long long>(hidden),
       static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms, B / 1e9,
-      o.host_threads, acc_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
+      o.host_threads, acc_threads, o.device_threads, o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
       static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
   std::printf("host moments %s; ", std::string(zenflow::to_string(o.host_moments)).c_str());
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
@@ -466,6 +480,7 @@ int main(int argc, char** argv) {
       << ",\n  \"params\": " << hidden * hidden * o.layers << ",\n  \"model_bytes\": " << model_bytes
       << ",\n  \"compute_ms\": " << o.compute_ms << ",\n  \"pcie_bytes_per_second\": " << B
       << ",\n  \"host_threads\": " << o.host_threads << ",\n  \"accumulate_threads\": " << acc_threads
+      << ",\n  \"device_threads\": " << o.device_threads
       << ",\n  \"ring_slots\": " << (o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots)
       << ",\n  \"ring_slot_bytes\": "
       << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes) << ",\n  \"upload\": \""

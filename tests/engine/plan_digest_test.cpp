@@ -11,11 +11,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <zenflow/core/worker_pool.hpp>
 
 #include "plan_scenarios.hpp"
 
@@ -123,9 +126,22 @@ TEST(engine_plan, emulated_backend_with_random_delays_gives_the_same_bits) {
   zf_engine_test::emulated_driver_timing() = {};
 }
 
+/// The emulated device with multiprocessors: its kernels (the host twins) spread over a pool of
+/// their own (`emulated_backend`'s `kernel_threads`), shared by every stream.
+template <class T>
+struct emulated_sm_driver : zf_engine_test::emulated_plan_driver<T> {
+  using base = zf_engine_test::emulated_plan_driver<T>;
+  using base::base;
+  zenflow::worker_pool sms{3};
+  std::unique_ptr<typename base::engine_type> make_engine(const zenflow::config& cfg) {
+    return std::make_unique<typename base::engine_type>(
+        cfg, zenflow::emulated_backend{this->device, nullptr, &sms});
+  }
+};
+
 /// The host side over several threads (the consumer's accumulation over its own pool, the window
 /// job over the engine's): slots large enough to be split into chunks, the same bits for 1 and 4
-/// threads, on both backends.
+/// threads, on both backends; and the emulated device's kernels over 3 threads, the same bits.
 TEST(engine_plan, host_threads_do_not_change_the_bits) {
   zf_engine_test::emulated_driver_timing() = {};
   zf_engine_test::plan_scenario sc;
@@ -146,10 +162,13 @@ TEST(engine_plan, host_threads_do_not_change_the_bits) {
     sc.cfg.host_threads = 4;
     const auto host4 = digest_run<zf_engine_test::host_plan_driver>(sc);
     const auto emulated4 = digest_run<zf_engine_test::emulated_plan_driver>(sc);
+    const auto sms = digest_run<emulated_sm_driver>(sc);
     EXPECT_EQ(host4.state_digest, one.state_digest) << "overlap " << overlap;
     EXPECT_EQ(emulated4.state_digest, one.state_digest) << "overlap " << overlap;
+    EXPECT_EQ(sms.state_digest, one.state_digest) << "overlap " << overlap;
     EXPECT_EQ(host4.counters_digest, one.counters_digest) << "overlap " << overlap;
     EXPECT_EQ(emulated4.counters_digest, one.counters_digest) << "overlap " << overlap;
+    EXPECT_EQ(sms.counters_digest, one.counters_digest) << "overlap " << overlap;
   }
 }
 

@@ -62,8 +62,15 @@ public:
   using copy_backend_type = emulated_copy_backend;
 
   /// `counts` (nullable, must outlive the engine): what the engine asks, counted.
-  explicit emulated_backend(emulated_device& device, emulated_backend_counts* counts = nullptr) noexcept
-      : device_(&device), counts_(counts) {}
+  /// `kernel_threads` (nullable, must outlive the engine): the device's multiprocessors. The plan's
+  /// operations (the host twins) run their parallel-fors on this pool, as a kernel spreads over a
+  /// GPU's SMs; without it each runs on its stream's thread alone. Results are the same bits
+  /// either way (the twins' chunks do not depend on the thread count). Operations of two streams
+  /// that run at once share the pool: the second one's chunks run on its own stream's thread.
+  explicit emulated_backend(emulated_device& device,
+                            emulated_backend_counts* counts = nullptr,
+                            worker_pool* kernel_threads = nullptr) noexcept
+      : device_(&device), counts_(counts), kernel_threads_(kernel_threads) {}
 
   [[nodiscard]] emulated_device& device() const noexcept { return *device_; }
   [[nodiscard]] copy_backend_type copier() const noexcept { return copy_backend_type{*device_}; }
@@ -116,8 +123,8 @@ public:
       const std::lock_guard lock(counts_->mutex);
       ++counts_->by_name[name];
     }
-    device_->launch(s, std::function<void()>([op = std::forward<Op>(op), name] {
-                      detail::check(op(detail::host_primitives{}, static_cast<worker_pool*>(nullptr)), name);
+    device_->launch(s, std::function<void()>([op = std::forward<Op>(op), name, pool = kernel_threads_] {
+                      detail::check(op(detail::host_primitives{}, pool), name);
                     }),
                     bytes, name);
   }
@@ -136,6 +143,7 @@ private:
 
   emulated_device* device_;
   emulated_backend_counts* counts_ = nullptr;
+  worker_pool* kernel_threads_ = nullptr;
 };
 
 static_assert(engine_backend<emulated_backend>);
