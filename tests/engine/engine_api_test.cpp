@@ -410,6 +410,28 @@ TEST(engine_registration, repeated_or_overlapping_buffers_are_rejected_by_name_a
   EXPECT_EQ(eng.settings(b).name, "");
 }
 
+// A GPU faults on an element off its type's boundary: weights or gradients not aligned to their
+// element size (pointers made by byte arithmetic) are refused by name, and nothing is registered.
+TEST(engine_registration, buffers_off_their_element_boundary_are_rejected_by_name_and_register_nothing) {
+  std::vector<float> w(256), g(256);
+  std::vector<zenflow::bfloat16> wb(256), gb(256);
+  const auto off = [](auto* p, int bytes) {
+    return reinterpret_cast<decltype(p)>(reinterpret_cast<unsigned char*>(p) + bytes);
+  };
+  host_engine eng(small_config());
+  expect_invalid([&] { (void)eng.add_matrix(off(w.data(), 2), g.data(), 4, 8); },
+                 "'weights' is not aligned to its element size (4 bytes)");
+  expect_invalid([&] { (void)eng.add_vector(w.data(), off(g.data(), 1), 8); },
+                 "'grads' is not aligned to its element size (4 bytes)");
+  expect_invalid([&] { (void)eng.add_matrix(off(wb.data(), 1), gb.data(), 4, 8); },
+                 "'weights' is not aligned to its element size (2 bytes)");
+  EXPECT_EQ(eng.param_count(), 0u);
+  // 2 bytes off a float is a bf16 boundary: fine there; aligned floats are fine.
+  (void)eng.add_matrix(off(wb.data(), 2), off(gb.data(), 2), 4, 8);
+  (void)eng.add_matrix(w.data() + 1, g.data() + 1, 4, 8);
+  EXPECT_EQ(eng.param_count(), 2u);
+}
+
 // ---- destruction with updates not applied --------------------------------------------------------
 
 using zf_engine_test::log_capture;

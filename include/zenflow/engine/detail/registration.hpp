@@ -80,6 +80,13 @@ inline param_info checked_param(const config& cfg,
                                 channel_layout layout,
                                 const param_options& options) {
   const std::size_t elem = dtype_size(type);
+  // A GPU faults on an element off its type's boundary (a pointer made by byte arithmetic): refused
+  // here, by name, rather than as a sticky device error at the first step.
+  const auto aligned = [elem](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % elem == 0; };
+  require(aligned(w), fn, "weights",
+          "is not aligned to its element size (" + std::to_string(elem) + " bytes): a GPU faults on it");
+  require(aligned(g), fn, "grads",
+          "is not aligned to its element size (" + std::to_string(elem) + " bytes): a GPU faults on it");
   const byte_range wr = extent(w, elem, channels, len, ld, layout);
   const byte_range gr = extent(g, elem, channels, len, ld, layout);
   require(!wr.overlaps(gr), fn, "grads", "overlaps 'weights' (weights == grads, or the same buffer)");
