@@ -103,6 +103,25 @@ TEST_F(nccl_one_rank, bad_arguments_name_the_argument) {
   } catch (const zenflow::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'comm' is null"), std::string::npos) << e.what();
   }
+  try {
+    zenflow::nccl_communicator bad(comm_, {.or_elements = 0});
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'options.or_elements'"), std::string::npos) << e.what();
+  }
+  // all_reduce_or allocates nothing: more elements than its scratch holds is refused, unchanged.
+  zenflow::nccl_communicator small(comm_, {.or_elements = 4});
+  const std::vector<std::uint32_t> flags = {1u, 0u, 1u, 0u, 1u};
+  auto u = zf_test::upload(flags, stream_);
+  try {
+    small.all_reduce_or(u.data(), flags.size(), stream_);
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'n' exceeds nccl_options::or_elements (4"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(zf_test::download(u, stream_), flags);
+  EXPECT_TRUE(small.usable());
 }
 
 } // namespace

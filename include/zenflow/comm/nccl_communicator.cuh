@@ -14,16 +14,24 @@
 ///   with each other (each agrees with itself on every rank).
 /// - all_reduce_mean, reduce_scatter_mean: the float sum, then a division by size() (correctly
 ///   rounded), not NCCL's ncclAvg (which scales each input first).
-/// - all_reduce_or: NCCL has no or: an all-gather into a scratch buffer (grown stream-ordered
-///   with cudaMallocAsync) and an or kernel.
+/// - all_reduce_or: NCCL has no or: an all-gather into a scratch buffer allocated at
+///   construction for `nccl_options::or_elements` elements (nothing is allocated by a
+///   collective), and an or kernel. The engine reduces its 0/1 skip flags with all_reduce_max
+///   (ncclMax, no scratch).
 /// - Uneven reduce-scatter / all-gather: a group of ncclReduce / ncclBroadcast calls, one per
 ///   owner; equal blocks use ncclReduceScatter / ncclAllGather. all_gather_bytes may run in place
 ///   only with `send` at the rank's own block of `recv`.
 /// - Bounds: the stream-ordered calls cannot wait, so a missing rank shows up as a stream that
-///   never completes; the engine bounds its own waits on the stream (and verify_same bounds its
-///   wait by `nccl_options::timeout`, polling ncclCommGetAsyncError). After comm_timeout the
-///   communicator is unusable; end the job or call ncclCommAbort (which needs a communicator made
-///   non-blocking for the abort to take effect while a kernel is stuck).
+///   never completes, and the CUDA backend's waits on the stream (cudaStreamSynchronize) are not
+///   bounded: watch the job from outside (a watchdog thread that calls ncclCommAbort on a
+///   communicator made non-blocking, as PyTorch's NCCL watchdog does). verify_same bounds its own
+///   wait by `nccl_options::timeout`, polling ncclCommGetAsyncError. After comm_timeout the
+///   communicator is unusable; end the job or call ncclCommAbort.
+/// - A non-blocking communicator (ncclConfig_t::blocking = 0): a call that answers ncclInProgress
+///   is waited for (ncclCommGetAsyncError, bounded by `nccl_options::timeout`) before anything
+///   else is enqueued, so the kernels after a collective run after it.
+/// - Run-to-run bits with NVLink SHARP (NVLS, the default on NVSwitch systems): NCCL does not
+///   promise them (NVIDIA/nccl#1497); set NCCL_NVLS_ENABLE=0 or NCCL_ALGO=Ring,Tree to keep them.
 #pragma once
 
 #include <algorithm>
@@ -49,8 +57,11 @@ ZF_NAMESPACE_BEGIN
 
 /// Settings of an nccl_communicator.
 struct nccl_options {
-  /// verify_same's bound on its wait (> 0).
+  /// verify_same's bound on its wait, and on a non-blocking communicator's ncclInProgress (> 0).
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// The most elements one all_reduce_or reduces (> 0): its scratch, size() x this many uint32,
+  /// is allocated at construction.
+  std::size_t or_elements = 4096;
 };
 
 /// The communicator concept over an NCCL communicator (not owned). Move-only.
@@ -58,8 +69,11 @@ class nccl_communicator {
 public:
   static constexpr bool is_device = true;
 
-  /// @throws invalid_argument for a null `comm` or a timeout <= 0; comm_error if NCCL cannot
-  ///         answer rank and size; cuda_error if the small verify_same buffer cannot be allocated.
+  /// Allocates, on the communicator's device, verify_same's buffers (a pinned host one
+  /// included, so that its wait can be bounded) and all_reduce_or's scratch.
+  /// @throws invalid_argument for a null `comm`, a timeout <= 0 or or_elements == 0; comm_error if
+  ///         NCCL cannot answer rank, size and device; cuda_error if the buffers cannot be
+  ///         allocated.
   explicit nccl_communicator(ncclComm_t comm, nccl_options options = {}) : comm_(comm), options_(options) {
     constexpr std::string_view fn = "zenflow::nccl_communicator";
     if (comm == nullptr) {
@@ -68,10 +82,26 @@ public:
     if (options.timeout.count() <= 0) {
       detail::comm::bad_argument(fn, "options.timeout", "must be positive");
     }
+    if (options.or_elements == 0) {
+      detail::comm::bad_argument(fn, "options.or_elements", "must be positive");
+    }
     nccl(ncclCommUserRank(comm_, &rank_), "zenflow::nccl_communicator: ncclCommUserRank");
     nccl(ncclCommCount(comm_, &size_), "zenflow::nccl_communicator: ncclCommCount");
-    detail::check(cudaMalloc(&hashes_, static_cast<std::size_t>(size_) * sizeof(std::uint64_t)),
-                  "zenflow::nccl_communicator: cudaMalloc");
+    int device = 0, current = 0;
+    nccl(ncclCommCuDevice(comm_, &device), "zenflow::nccl_communicator: ncclCommCuDevice");
+    detail::check(cudaGetDevice(&current), "zenflow::nccl_communicator: cudaGetDevice");
+    detail::check(cudaSetDevice(device), "zenflow::nccl_communicator: cudaSetDevice");
+    const auto n = static_cast<std::size_t>(size_);
+    cudaError_t rc = cudaMalloc(&hashes_, n * sizeof(std::uint64_t));
+    rc = rc == cudaSuccess ? cudaMallocHost(&host_hashes_, n * sizeof(std::uint64_t)) : rc;
+    rc = rc == cudaSuccess && size_ > 1
+             ? cudaMalloc(&scratch_, n * options.or_elements * sizeof(std::uint32_t))
+             : rc;
+    (void)cudaSetDevice(current);
+    if (rc != cudaSuccess) {
+      free_buffers();
+      detail::check(rc, "zenflow::nccl_communicator: cudaMalloc");
+    }
   }
 
   nccl_communicator(const nccl_communicator&) = delete;
@@ -84,16 +114,10 @@ public:
     }
     return *this;
   }
-  /// Frees the scratch buffers (not after a timeout: NCCL may still write into them).
+  /// Frees the buffers (not after a failure: NCCL or a copy may still write into them).
   ~nccl_communicator() {
-    if (!failure_.empty()) {
-      return;
-    }
-    if (hashes_ != nullptr) {
-      (void)cudaFree(hashes_);
-    }
-    if (scratch_ != nullptr) {
-      (void)cudaFree(scratch_);
+    if (failure_.empty()) {
+      free_buffers();
     }
   }
 
@@ -123,19 +147,15 @@ public:
   void all_reduce_or(std::uint32_t* buf, std::size_t n, cudaStream_t stream) {
     const std::string fn = name("all_reduce_or");
     detail::comm::expect_buffer(fn, "buf", buf, n);
+    if (n > options_.or_elements) {
+      detail::comm::bad_argument(fn, "n",
+                                 "exceeds nccl_options::or_elements (" +
+                                     std::to_string(options_.or_elements) +
+                                     ", the scratch allocated at construction)");
+    }
     expect_usable(fn);
     if (size_ == 1 || n == 0) {
       return;
-    }
-    const std::size_t bytes = n * static_cast<std::size_t>(size_) * sizeof(std::uint32_t);
-    if (scratch_bytes_ < bytes) {
-      if (scratch_ != nullptr) {
-        detail::check(cudaFreeAsync(scratch_, stream), fn + ": cudaFreeAsync");
-        scratch_ = nullptr;
-        scratch_bytes_ = 0;
-      }
-      detail::check(cudaMallocAsync(&scratch_, bytes, stream), fn + ": cudaMallocAsync");
-      scratch_bytes_ = bytes;
     }
     auto* gathered = static_cast<std::uint32_t*>(scratch_);
     nccl(ncclAllGather(buf, gathered, n, ncclUint32, comm_, stream), fn + ": ncclAllGather");
@@ -184,7 +204,7 @@ public:
       nccl(ncclAllGather(send, out, counts[0], ncclUint8, comm_, stream), fn + ": ncclAllGather");
       return;
     }
-    nccl(ncclGroupStart(), fn + ": ncclGroupStart");
+    group g(*this, fn);
     std::size_t off = 0;
     for (int r = 0; r < size_; ++r) {
       const std::size_t c = counts[static_cast<std::size_t>(r)];
@@ -194,7 +214,7 @@ public:
       }
       off += c;
     }
-    nccl(ncclGroupEnd(), fn + ": ncclGroupEnd");
+    g.end();
   }
 
   void broadcast_bytes(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
@@ -212,17 +232,19 @@ public:
   void verify_same(std::uint64_t hash, std::string_view what, cudaStream_t stream) {
     const std::string fn = name("verify_same");
     expect_usable(fn);
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
-    all[static_cast<std::size_t>(rank_)] = hash;
-    detail::check(cudaMemcpyAsync(hashes_ + rank_, &all[static_cast<std::size_t>(rank_)],
-                                  sizeof(std::uint64_t), cudaMemcpyHostToDevice, stream),
+    // Through pinned host memory: a copy to or from pageable memory would block this thread
+    // until the collective is done, past the bound below.
+    const auto n = static_cast<std::size_t>(size_);
+    host_hashes_[rank_] = hash;
+    detail::check(cudaMemcpyAsync(hashes_ + rank_, host_hashes_ + rank_, sizeof(std::uint64_t),
+                                  cudaMemcpyHostToDevice, stream),
                   fn + ": cudaMemcpyAsync");
     nccl(ncclAllGather(hashes_ + rank_, hashes_, 1, ncclUint64, comm_, stream), fn + ": ncclAllGather");
-    detail::check(cudaMemcpyAsync(all.data(), hashes_, all.size() * sizeof(std::uint64_t),
-                                  cudaMemcpyDeviceToHost, stream),
-                  fn + ": cudaMemcpyAsync");
+    detail::check(
+        cudaMemcpyAsync(host_hashes_, hashes_, n * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream),
+        fn + ": cudaMemcpyAsync");
     wait(stream, fn);
-    detail::comm::verify_same_verdict(fn, what, all);
+    detail::comm::verify_same_verdict(fn, what, std::vector<std::uint64_t>(host_hashes_, host_hashes_ + n));
   }
 
 private:
@@ -243,7 +265,7 @@ private:
            fn + ": ncclReduceScatter");
       return;
     }
-    nccl(ncclGroupStart(), fn + ": ncclGroupStart");
+    group g(*this, fn);
     std::size_t off = 0;
     for (int r = 0; r < size_; ++r) {
       const std::size_t c = counts[static_cast<std::size_t>(r)];
@@ -253,7 +275,7 @@ private:
       }
       off += c;
     }
-    nccl(ncclGroupEnd(), fn + ": ncclGroupEnd");
+    g.end();
   }
 
   static std::string name(std::string_view op) {
@@ -277,9 +299,48 @@ private:
     std::swap(options_, o.options_);
     std::swap(failure_, o.failure_);
     std::swap(hashes_, o.hashes_);
+    std::swap(host_hashes_, o.host_hashes_);
     std::swap(scratch_, o.scratch_);
-    std::swap(scratch_bytes_, o.scratch_bytes_);
   }
+
+  void free_buffers() noexcept {
+    if (hashes_ != nullptr) {
+      (void)cudaFree(hashes_);
+    }
+    if (host_hashes_ != nullptr) {
+      (void)cudaFreeHost(host_hashes_);
+    }
+    if (scratch_ != nullptr) {
+      (void)cudaFree(scratch_);
+    }
+    hashes_ = host_hashes_ = nullptr;
+    scratch_ = nullptr;
+  }
+
+  /// ncclGroupStart ... ncclGroupEnd, the end also when a call inside throws (NCCL's group depth
+  /// is per thread: a group left open would defer every later NCCL call of the thread).
+  class group {
+  public:
+    group(nccl_communicator& c, const std::string& fn) : c_(c), fn_(fn) {
+      c_.nccl(ncclGroupStart(), fn_ + ": ncclGroupStart");
+    }
+    group(const group&) = delete;
+    group& operator=(const group&) = delete;
+    void end() {
+      open_ = false;
+      c_.nccl(ncclGroupEnd(), fn_ + ": ncclGroupEnd");
+    }
+    ~group() {
+      if (open_) {
+        (void)ncclGroupEnd();
+      }
+    }
+
+  private:
+    nccl_communicator& c_;
+    const std::string& fn_;
+    bool open_ = true;
+  };
 
   template <class T>
   void all_reduce(
@@ -302,7 +363,10 @@ private:
   }
 
   void nccl(ncclResult_t rc, const std::string& what) {
-    if (rc == ncclSuccess || rc == ncclInProgress) {
+    if (rc == ncclInProgress) {
+      rc = settle(what);
+    }
+    if (rc == ncclSuccess) {
       return;
     }
     std::string msg = what + ": " + ncclGetErrorString(rc);
@@ -318,6 +382,32 @@ private:
     throw comm_error(msg + "; the communicator is unusable");
   }
 
+  /// A non-blocking communicator's call that answered ncclInProgress: polls ncclCommGetAsyncError
+  /// until NCCL has finished enqueuing it (bounded by the timeout), and returns its result.
+  ncclResult_t settle(const std::string& what) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + options_.timeout;
+    auto pause = std::chrono::microseconds(1);
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) {
+      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+      if (rc != ncclSuccess) {
+        return rc;
+      }
+      if (state == ncclInProgress && clock::now() >= deadline) {
+        failure_ = "timeout in " + what;
+        throw comm_timeout(what + ": still in progress after " + std::to_string(options_.timeout.count()) +
+                           " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                           "; the communicator is unusable (end the job, or ncclCommAbort)");
+      }
+      if (state == ncclInProgress) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+    }
+    return state;
+  }
+
   /// Polls the stream against the deadline, and NCCL's asynchronous error.
   void wait(cudaStream_t stream, const std::string& fn) {
     using clock = std::chrono::steady_clock;
@@ -331,7 +421,6 @@ private:
       if (q != cudaErrorNotReady) {
         detail::check(q, fn + ": cudaStreamQuery");
       }
-      (void)cudaGetLastError();
       ncclResult_t async = ncclSuccess;
       nccl(ncclCommGetAsyncError(comm_, &async), fn + ": ncclCommGetAsyncError");
       nccl(async, fn + ": asynchronous NCCL error");
@@ -353,8 +442,8 @@ private:
   nccl_options options_{};
   std::string failure_;
   std::uint64_t* hashes_ = nullptr;
-  void* scratch_ = nullptr;
-  std::size_t scratch_bytes_ = 0;
+  std::uint64_t* host_hashes_ = nullptr; // pinned
+  void* scratch_ = nullptr;              // size() x or_elements uint32 (none with one rank)
 };
 
 static_assert(communicator<nccl_communicator>);

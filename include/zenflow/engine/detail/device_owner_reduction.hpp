@@ -177,7 +177,7 @@ public:
           [items = rescan_items_.data(), n = static_cast<int>(rescan_count_),
            max = rescan_max_](auto prim, auto on) { return prim.sq_rescan(items, n, max, on); });
     comm.all_reduce_sum(rescan_.data(), rescan_.size(), stream);
-    comm.all_reduce_or(plan.flags(), params.size(), stream);
+    comm.all_reduce_max(plan.flags(), params.size(), stream); // 0/1 flags: the max is the or (ncclMax)
     rest_ready_ = rest;
     return sent + 8u * rescan_.size() + 4u * params.size();
   }

@@ -124,7 +124,7 @@ public:
                              cudaStream_t stream) {
     b.synchronize(stream);
     std::uint64_t sent = gather_scores(comm, plan, params, block);
-    comm.all_reduce_or(plan.flags(), params.size(), nullptr);
+    comm.all_reduce_max(plan.flags(), params.size(), nullptr); // 0/1 flags: the max is the or
     sent += 4u * params.size();
     sent += fetch_rows(
         comm, params,
