@@ -1,8 +1,9 @@
 // nccl_communicator's one-rank path on a real device (gpu label: skipped without one unless
-// ZENFLOW_REQUIRE_GPU=1): NCCL's collectives over one rank return the inputs bit for bit, the
-// uneven-block paths copy the one block, every stream-ordered call also runs under CUDA graph
-// capture, and verify_same agrees with itself. The multi-rank semantics are mpi_communicator's
-// tests; this checks the NCCL calls, types and the two kernels.
+// ZENFLOW_REQUIRE_GPU=1): NCCL's collectives over one rank return the inputs bit for bit, every
+// stream-ordered call also runs under CUDA graph capture, verify_same agrees with itself, and bad
+// arguments are refused by name. One rank cannot reach the uneven-block groups, the divide kernel
+// or the or kernel (each needs two ranks or more): the multi-rank semantics are
+// mpi_communicator's tests, and those paths have not run on a GPU yet.
 #include <cstdint>
 #include <cstring>
 #include <vector>
