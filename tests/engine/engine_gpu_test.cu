@@ -312,9 +312,11 @@ TEST_F(engine_gpu, squared_totals_rescans_and_step_scalars_are_bit_identical_to_
   }
   zenflow::device_buffer<zenflow::detail::sq_rescan_item> d_rescans(rescans.size());
   ZF_CUDA_TRY(cudaMemcpy(d_rescans.data(), rescans.data(), d_rescans.bytes(), cudaMemcpyHostToDevice));
+  // Fewer grid rows than items: the kernel strides over the rest (as past CUDA's 65535 rows).
+  const int n_items = static_cast<int>(rescans.size());
   zenflow::detail::engine_kernels::sq_rescan_kernel<<<
-      dim3(static_cast<unsigned>((widest + 255) / 256), static_cast<unsigned>(rescans.size())), 256>>>(
-      d_rescans.data());
+      dim3(static_cast<unsigned>((widest + 255) / 256), static_cast<unsigned>((n_items + 1) / 2)), 256>>>(
+      d_rescans.data(), n_items);
   ZF_CUDA_TRY(cudaGetLastError());
   for (std::size_t i = 0; i < descs.size(); ++i) {
     const auto& it = items[i];

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -178,6 +179,42 @@ TEST(engine_launches, a_selection_step_waits_for_the_device_at_most_once) {
       EXPECT_EQ(selections, 3); // steps 0, 4, 8
     }
   }
+}
+
+// The engine's own threads (the D2H consumer, the host job's) start by making the engine's device
+// current and, on CUDA, relaxing their stream-capture mode (backend.hpp, enter_engine_thread):
+// a thread starts on device 0, and its event queries would break a user's global-mode capture.
+// Counted on the emulated backend: exactly two threads entered, neither the training thread, and
+// the job's thread once per job.
+TEST(engine_launches, the_engines_own_threads_enter_before_their_first_device_call) {
+  zenflow::config cfg = zf_engine_test::small_config(); // overlap on: jobs on the queue's thread
+  cfg.update_interval = 2;
+  zenflow::emulated_device device;
+  const cudaStream_t stream = device.create_stream();
+  zenflow::emulated_backend_counts counts;
+  std::vector<float> w = zf_test::random_values<float>(24 * 16, 3), g(w.size());
+  {
+    zenflow::engine<zenflow::emulated_backend> eng(cfg, zenflow::emulated_backend{device, &counts});
+    eng.add_matrix(w.data(), g.data(), 24, 16);
+    eng.initialize(stream);
+    for (int t = 0; t < 9; ++t) { // windows close at 2, 4, 6, 8: four jobs
+      device.synchronize_stream(stream);
+      const auto fresh = zf_test::random_values<float>(g.size(), 50 + static_cast<std::uint64_t>(t));
+      std::copy(fresh.begin(), fresh.end(), g.begin());
+      (void)eng.step(1e-2f, stream);
+    }
+    eng.flush(stream);
+    device.synchronize_stream(stream);
+  }
+  const auto entered = counts.engine_threads();
+  ASSERT_EQ(entered.size(), 2u);
+  EXPECT_EQ(entered.count(std::this_thread::get_id()), 0u) << "the training thread entered";
+  std::uint64_t once = 0, more = 0;
+  for (const auto& [id, k] : entered) {
+    (k == 1 ? once : more) += 1;
+  }
+  EXPECT_EQ(once, 1u) << "the consumer enters once";
+  EXPECT_EQ(more, 1u) << "the job's thread enters at every job";
 }
 
 } // namespace

@@ -62,6 +62,8 @@ struct no_task {
 ///   owning, constructed from an element count, with `data()` and `size()`;
 /// - copies in the three directions, `zero`, `synchronize(stream)`, `synchronize_all()`;
 /// - `current_device()` / `bind_device(d)`: the job thread makes the plan's device current;
+///   `enter_engine_thread(d)`: first thing on a thread the engine owns (device current, and on
+///   CUDA a relaxed stream-capture mode, so that a user's global-mode capture is not broken);
 /// - `run(stream, bytes, name, op)`: enqueues `op(primitives, exec)` on `stream`, where
 ///   `primitives` is the backend's primitive set (`detail::host_primitives`: the host twins;
 ///   `detail::device_primitives`: the device launchers) and `exec` its last argument (a worker
@@ -86,6 +88,7 @@ concept engine_backend_copies =
   b.synchronize_all();
   { b.current_device() } -> std::convertible_to<int>;
   b.bind_device(0);
+  b.enter_engine_thread(0);
 };
 
 /// Operations: enqueued (`run`; `host_task`: host work in stream order) or answered now (`query`).

@@ -93,8 +93,7 @@ struct device_primitives {
   }
   static cudaError_t sq_rescan(const sq_rescan_item* items, int n, std::int64_t max_count, cudaStream_t s) {
     if (n > 0 && max_count > 0) {
-      engine_kernels::sq_rescan_kernel<<<dim3(blocks(max_count), static_cast<unsigned>(n)), 256, 0, s>>>(
-          items);
+      engine_kernels::sq_rescan_kernel<<<dim3(blocks(max_count), grid_rows(n)), 256, 0, s>>>(items, n);
     }
     return cudaGetLastError();
   }
@@ -107,8 +106,8 @@ struct device_primitives {
     }
     const dim3 grid(static_cast<unsigned>((max_rows + engine_kernels::l1_rows_per_block - 1) /
                                           engine_kernels::l1_rows_per_block),
-                    static_cast<unsigned>(n));
-    engine_kernels::l1_rows_batched_kernel<<<grid, 256, 0, s>>>(calls);
+                    grid_rows(n));
+    engine_kernels::l1_rows_batched_kernel<<<grid, 256, 0, s>>>(calls, n);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
       return e;
     }
@@ -158,6 +157,9 @@ struct device_primitives {
 
 private:
   static unsigned blocks(std::int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+  /// A grid's rows for a table of `n` items: at most 65535 (CUDA's limit on gridDim.y); the
+  /// kernels stride over the rest.
+  static unsigned grid_rows(int n) { return static_cast<unsigned>(std::min(n, 65535)); }
   static cudaError_t l1_mass(const l1_mass_args& a, cudaStream_t s) {
     if (a.l1 == nullptr || a.count == 0) {
       return cudaSuccess;
@@ -214,6 +216,16 @@ public:
   }
   /// The job's thread may not have made the engine's device current (the user's may not be 0).
   void bind_device(int d) const { detail::check(cudaSetDevice(d), "zenflow::cuda_backend: cudaSetDevice"); }
+  /// First thing on a thread the engine owns (the D2H consumer, the host job's): device `d` made
+  /// current (a thread starts on device 0, whose context a first CUDA call would create there), and
+  /// the thread's stream-capture mode relaxed, so that its event queries and copies do not break a
+  /// capture the user runs in global mode on another thread (cudaThreadExchangeStreamCaptureMode).
+  void enter_engine_thread(int d) const {
+    bind_device(d);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    detail::check(cudaThreadExchangeStreamCaptureMode(&mode),
+                  "zenflow::cuda_backend: cudaThreadExchangeStreamCaptureMode");
+  }
 
   /// Host work in stream order (`f()`, copied): a host function on `s` (cudaLaunchHostFunc), run
   /// by the driver's thread once what was enqueued before it is done; `f` makes no CUDA call.

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,8 +50,15 @@ struct emulated_backend_counts {
     const std::lock_guard lock(mutex);
     return by_name;
   }
+  /// The threads that entered as the engine's own (`enter_engine_thread`: the D2H consumer, the
+  /// host job's), each once per entry.
+  [[nodiscard]] std::map<std::thread::id, std::uint64_t> engine_threads() const {
+    const std::lock_guard lock(mutex);
+    return entered;
+  }
   mutable std::mutex mutex;
   std::map<std::string, std::uint64_t> by_name;
+  std::map<std::thread::id, std::uint64_t> entered;
 };
 
 /// Emulated backend of `zenflow::engine`: see the file comment. The device must outlive every
@@ -104,6 +112,13 @@ public:
   }
   [[nodiscard]] int current_device() const noexcept { return 0; }
   void bind_device(int) const noexcept {}
+  /// Nothing to make current here; counted (`emulated_backend_counts::engine_threads`).
+  void enter_engine_thread(int) const {
+    if (counts_ != nullptr) {
+      const std::lock_guard lock(counts_->mutex);
+      ++counts_->entered[std::this_thread::get_id()];
+    }
+  }
 
   /// Host work in stream order (`f()`, copied): on `s`'s thread once what was enqueued before it
   /// has run (a host function, not a kernel: not counted in `runs`).

@@ -228,7 +228,7 @@ public:
     host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
-      host_.start_consumer(d2h_.ring());
+      host_.start_consumer(d2h_.ring(), [this] { plan_.enter_engine_thread(); });
     }
     jobs_.start(cfg_.resolved_host_threads(hw), overlap);
     if (dp_.active()) { // each rank's share of a window's weights, gathered at the boundary

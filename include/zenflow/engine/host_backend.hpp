@@ -49,6 +49,7 @@ public:
   void synchronize_all() const noexcept {}
   [[nodiscard]] int current_device() const noexcept { return 0; }
   void bind_device(int) const noexcept {}
+  void enter_engine_thread(int) const noexcept {}
 
   /// Host work in stream order (`f()`): here now, on the calling thread.
   template <class F>

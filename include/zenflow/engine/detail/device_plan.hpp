@@ -8,8 +8,11 @@
 ///
 /// Blocking points (the engine counts them as stall): setup, download_weights, select_all (a
 /// selection step's one wait: every matrix's new set and the skip flag), wait_upload_done,
-/// wait_migration, and read_device_state / write_device_state. Everything else, a selection's
-/// migration included, is stream-ordered on the stream given.
+/// wait_migration, and read_device_state / write_device_state; and update()'s wait for the last
+/// copy of its pinned table (returns at once in practice: that copy was enqueued a step before).
+/// Everything else, a selection's migration included, is stream-ordered on the stream given. On
+/// CUDA a copy from pageable host memory also waits for its stream (CUDA's rule for pageable
+/// H2D): the few small tables a selection step uploads from std::vectors do, after its one wait.
 #pragma once
 
 #include <algorithm>
@@ -248,6 +251,8 @@ public:
   // boundary's copies (`scattered_`), which read the host buffers.
 
   void begin_uploads();
+  /// First thing on a thread the engine owns: the plan's device current (backend.hpp).
+  void enter_engine_thread() const { b_.enter_engine_thread(device_); }
   /// `p`'s device upload buffer (whole_window; null with chunk_ring): its host-set positions in
   /// order, for data parallel's gather of every rank's share there.
   [[nodiscard]] std::byte* upload_buffer(std::size_t p) noexcept { return dev_[p].upload.data(); }

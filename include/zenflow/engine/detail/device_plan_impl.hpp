@@ -245,6 +245,8 @@ std::size_t device_plan<Backend>::download_weights(std::size_t p, float* dst, cu
   dbuf<float> tmp(n);
   dbuf<std::int32_t> all(static_cast<std::size_t>(pi.channels));
   hbuf<float> host(n);
+  // CUDA allocates them stream-ordered on the null stream: done before `stream` may use them.
+  b_.synchronize(nullptr);
   iota(all.data(), pi.channels, stream);
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);

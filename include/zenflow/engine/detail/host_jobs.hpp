@@ -90,6 +90,7 @@ public:
   /// queue's window index.
   std::int64_t submit(std::size_t a, float lr, std::uint64_t seq) {
     return queue_->submit([this, a, lr, seq] {
+      plan_.enter_engine_thread(); // the queue's thread: the engine's device, relaxed capture mode
       const std::int32_t n_w = host_.take_n_w(a, seq);
       outcome_.produced = n_w > 0;
       if (n_w > 0) {
@@ -103,6 +104,7 @@ public:
   /// the next drain to apply. Returns the queue's window index.
   std::int64_t submit_finished(bool produced) {
     return queue_->submit([this, produced] {
+      plan_.enter_engine_thread();
       outcome_ = job_outcome{produced, 0.0};
       if (produced && uploads_on_job_thread()) {
         upload();

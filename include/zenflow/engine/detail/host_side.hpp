@@ -236,13 +236,15 @@ public:
     }
   }
 
-  /// Starts the consumer thread on `ring` (device backends). It stops when the ring is closed
-  /// and drained; an error it meets is rethrown by the next wait_consumed().
-  template <class Ring>
-  void start_consumer(Ring& ring) {
-    consumer_ = std::thread([this, &ring] {
+  /// Starts the consumer thread on `ring` (device backends); `enter()` runs first on it (the
+  /// engine's device made current). It stops when the ring is closed and drained; an error it
+  /// meets (`enter()`'s included) is rethrown by the next wait_consumed().
+  template <class Ring, class Enter>
+  void start_consumer(Ring& ring, Enter enter) {
+    consumer_ = std::thread([this, &ring, enter] {
       std::int64_t last_step = -1; // of the last slot consumed, for the error's message
       try {
+        enter();
         while (auto slot = ring.next()) {
           consume(*slot);
           last_step = slot->meta.step;

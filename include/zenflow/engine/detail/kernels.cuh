@@ -32,12 +32,15 @@ ZF_KERNEL void __launch_bounds__(sq_total_lanes)
   }
 }
 
-/// The rescans of a table of items (device memory): blockIdx.y the item, one thread per channel.
-ZF_KERNEL void sq_rescan_kernel(const sq_rescan_item* items) {
-  const sq_rescan_item& it = items[blockIdx.y];
-  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (i < it.count) {
-    sq_rescan_at(it, i);
+/// The rescans of a table of `n` items (device memory): blockIdx.y the item (strided by gridDim.y:
+/// a grid has at most 65535 rows), one thread per channel.
+ZF_KERNEL void sq_rescan_kernel(const sq_rescan_item* items, int n) {
+  for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
+    const sq_rescan_item& it = items[y];
+    const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    if (i < it.count) {
+      sq_rescan_at(it, i);
+    }
   }
 }
 
@@ -107,13 +110,17 @@ ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
   l1_rows_block(a, blockIdx.x, lanes);
 }
 
-/// l1_rows_kernel over a table of calls (device memory): blockIdx.y is the call, blockIdx.x its
-/// block (blocks past a call's rows do nothing).
-ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args* calls) {
+/// l1_rows_kernel over a table of `n` calls (device memory): blockIdx.y is the call (strided by
+/// gridDim.y: a grid has at most 65535 rows), blockIdx.x its block (blocks past a call's rows do
+/// nothing). The loop's bounds are the block's, so every thread reaches the barrier.
+ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args* calls, int n) {
   __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
-  const l1_mass_args a = calls[blockIdx.y];
-  if (a.l1 != nullptr) {
-    l1_rows_block(a, blockIdx.x, lanes);
+  for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
+    const l1_mass_args a = calls[y];
+    if (a.l1 != nullptr) {
+      l1_rows_block(a, blockIdx.x, lanes);
+    }
+    __syncthreads(); // `lanes` is rewritten by the next call
   }
 }
 
