@@ -26,7 +26,7 @@
 ///   build/cpu/bench/engine/zf_bench_pipeline --device-threads 2 ...
 ///       (the emulated device's kernels spread over a pool of 2 threads, as a kernel over a GPU's
 ///       SMs; default 0: each kernel on its stream's thread, as every recorded run before
-///       2026-11-25 evening)
+///       2026-11-25 14:24 UTC)
 ///   python3 bench/engine/plot_pipeline.py out.json out.png
 #include <algorithm>
 #include <chrono>
