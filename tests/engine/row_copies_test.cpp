@@ -142,6 +142,26 @@ std::int64_t run(table& t, row_copy_direction dir, zenflow::worker_pool* pool) {
   return blocks;
 }
 
+/// Every element of `m` outside the rows `idx` lists, the padding between channels included,
+/// still has `before`'s bytes.
+void expect_unlisted_unchanged(const matrix& m,
+                               const matrix& before,
+                               const std::vector<std::int32_t>& idx,
+                               std::size_t k) {
+  std::vector<bool> written(m.bytes.size() / m.elem(), false);
+  for (const std::int32_t c : idx) {
+    for (std::int64_t i = 0; i < m.len; ++i) {
+      written[static_cast<std::size_t>(m.at(c, i))] = true;
+    }
+  }
+  for (std::size_t e = 0; e < written.size(); ++e) {
+    if (!written[e]) {
+      ASSERT_EQ(std::memcmp(m.bytes.data() + e * m.elem(), before.bytes.data() + e * m.elem(), m.elem()), 0)
+          << "matrix " << k << " element " << e << " was not listed";
+    }
+  }
+}
+
 TEST(row_copies, a_gather_widens_every_listed_row_of_every_matrix_into_its_packed_rows) {
   const std::uint64_t seed = zf_test::base_seed();
   SCOPED_TRACE(zf_test::seed_note(seed));
@@ -182,9 +202,7 @@ TEST(row_copies, a_scatter_rounds_the_packed_rows_into_the_listed_rows_and_touch
       run(t, row_copy_direction::scatter, on);
       for (std::size_t k = 0; k < t.mats.size(); ++k) {
         const auto& m = t.mats[k];
-        std::vector<bool> listed(static_cast<std::size_t>(m.channels), false);
         for (std::size_t r = 0; r < t.idx[k].size(); ++r) {
-          listed[static_cast<std::size_t>(t.idx[k][r])] = true;
           for (std::int64_t i = 0; i < m.len; ++i) {
             const float want =
                 t.items[k].packed == nullptr
@@ -196,21 +214,7 @@ TEST(row_copies, a_scatter_rounds_the_packed_rows_into_the_listed_rows_and_touch
             ASSERT_FALSE(std::signbit(got) && want == 0.0f) << "a zero row is +0";
           }
         }
-        // Every other element, the padding between channels included, keeps its bytes.
-        std::vector<bool> written(m.bytes.size() / m.elem(), false);
-        for (std::int64_t c = 0; c < m.channels; ++c) {
-          for (std::int64_t i = 0; listed[static_cast<std::size_t>(c)] && i < m.len; ++i) {
-            written[static_cast<std::size_t>(m.at(c, i))] = true;
-          }
-        }
-        for (std::size_t e = 0; e < written.size(); ++e) {
-          if (!written[e]) {
-            ASSERT_EQ(
-                std::memcmp(m.bytes.data() + e * m.elem(), before[k].bytes.data() + e * m.elem(), m.elem()),
-                0)
-                << "matrix " << k << " element " << e << " was not listed";
-          }
-        }
+        expect_unlisted_unchanged(m, before[k], t.idx[k], k);
       }
     }
   }
@@ -247,11 +251,9 @@ TEST(row_copies, rows_packed_in_the_matrix_type_keep_their_bytes_both_ways) {
       run(t, row_copy_direction::scatter, on);
       for (std::size_t k = 0; k < 2; ++k) {
         const auto& m = t.mats[k];
-        std::vector<bool> written(m.bytes.size() / m.elem(), false);
         for (std::size_t r = 0; r < t.idx[k].size(); ++r) {
           for (std::int64_t i = 0; i < m.len; ++i) {
-            const std::size_t e = static_cast<std::size_t>(m.at(t.idx[k][r], i));
-            written[e] = true;
+            const auto e = static_cast<std::size_t>(m.at(t.idx[k][r], i));
             ASSERT_EQ(std::memcmp(m.bytes.data() + e * m.elem(),
                                   packed_rows[k].data() +
                                       (r * static_cast<std::size_t>(m.len) + static_cast<std::size_t>(i)) *
@@ -261,14 +263,7 @@ TEST(row_copies, rows_packed_in_the_matrix_type_keep_their_bytes_both_ways) {
                 << "matrix " << k << " row " << r << " element " << i;
           }
         }
-        for (std::size_t e = 0; e < written.size(); ++e) {
-          if (!written[e]) {
-            ASSERT_EQ(
-                std::memcmp(m.bytes.data() + e * m.elem(), before[k].bytes.data() + e * m.elem(), m.elem()),
-                0)
-                << "matrix " << k << " element " << e << " was not listed";
-          }
-        }
+        expect_unlisted_unchanged(m, before[k], t.idx[k], k);
       }
       for (std::size_t r = 0; r < t.idx[2].size(); ++r) { // the fp32-packed item beside them, rounded
         for (std::int64_t i = 0; i < t.mats[2].len; ++i) {
