@@ -1,6 +1,8 @@
 // run_cuda: the trainer on the CUDA backend (cuBLAS model, zenflow::engine<cuda_backend>);
 // run_cuda_mpi: the same under mpirun, one rank per GPU over NCCL.
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zenflow/core/error.hpp>
@@ -33,7 +35,9 @@ run_result run_cuda(options o) {
 #if defined(CHARLM_HAS_NCCL)
 namespace {
 /// The NCCL communicator of MPI_COMM_WORLD on this rank's GPU (rank 0's unique id broadcast over
-/// MPI), destroyed with the object: the engine's nccl_communicator only borrows it.
+/// MPI), destroyed with the object: the engine's nccl_communicator only borrows it. Non-blocking
+/// (ncclConfig_t::blocking = 0), so that no NCCL call can wait inside NCCL for a rank that is gone:
+/// nccl_communicator bounds its waits, and its watchdog revokes a collective that never ends.
 class world_nccl {
 public:
   world_nccl(int rank, int ranks) {
@@ -42,7 +46,19 @@ public:
       check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     }
     MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
-    check(ncclCommInitRank(&comm_, ranks, id, rank), "ncclCommInitRank");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, ranks, id, rank, &config);
+    // Non-blocking: the initialization goes on in NCCL's threads; wait for it, bounded.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+    while (r == ncclInProgress) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw zenflow::comm_timeout("charlm_train: ncclCommInitRankConfig: not done after 5 minutes");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      check(ncclCommGetAsyncError(comm_, &r), "ncclCommGetAsyncError");
+    }
+    check(r, "ncclCommInitRankConfig");
   }
   world_nccl(const world_nccl&) = delete;
   world_nccl& operator=(const world_nccl&) = delete;

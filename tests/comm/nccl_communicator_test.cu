@@ -1,11 +1,16 @@
 // nccl_communicator's one-rank path on a real device (gpu label: skipped without one unless
 // ZENFLOW_REQUIRE_GPU=1): NCCL's collectives over one rank return the inputs bit for bit, every
 // stream-ordered call also runs under CUDA graph capture, verify_same agrees with itself, and bad
-// arguments are refused by name. One rank cannot reach the uneven-block groups, the divide kernel
-// or the or kernel (each needs two ranks or more): the multi-rank semantics are
-// mpi_communicator's tests, and those paths have not run on a GPU yet.
+// arguments are refused by name; the watchdog sees every collective end and revokes nothing, and
+// revokes one held on the device past its bound, after which the next call throws why. One rank
+// cannot reach the uneven-block groups, the divide kernel or the or kernel (each needs two ranks
+// or more): the multi-rank semantics are mpi_communicator's tests, and those paths have not run
+// on a GPU yet.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -86,7 +91,58 @@ TEST_F(nccl_one_rank, collectives_over_one_rank_are_the_identity_direct_and_in_a
     EXPECT_TRUE(same_bits(zf_test::download(rm, stream_), f0)); // x / 1 == x
     EXPECT_TRUE(same_bits(zf_test::download(ag, stream_), f0));
     c.verify_same(0xfeedu, "the configuration", stream_);
+    // The watchdog (on by default) saw every marked collective end, and revoked nothing.
+    for (int i = 0; i < 2000 && c.watched_pending() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(c.watched_pending(), 0u);
+    EXPECT_FALSE(c.revoked());
+    EXPECT_TRUE(c.usable());
   }
+}
+
+// Holds its stream until the host sets *flag (mapped pinned memory): a collective enqueued after
+// it cannot end, as when another rank never arrives.
+__global__ void wait_for_host(const volatile unsigned* flag) {
+  while (*flag == 0u) {
+    __nanosleep(1000);
+  }
+}
+
+TEST_F(nccl_one_rank, the_watchdog_revokes_a_collective_that_does_not_end_and_the_next_call_says_why) {
+  unsigned* flag = nullptr;
+  ZF_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(unsigned), cudaHostAllocMapped));
+  *flag = 0u;
+  unsigned* flag_on_device = nullptr;
+  ZF_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_on_device), flag, 0));
+  const auto f0 = zf_test::random_values<float>(257, zf_test::base_seed() + 41);
+  auto f = zf_test::upload(f0, stream_);
+  ZF_CUDA_TRY(cudaStreamSynchronize(stream_));
+  {
+    zenflow::nccl_communicator c(comm_, {.revoke_after = std::chrono::milliseconds(200)});
+    wait_for_host<<<1, 1, 0, stream_>>>(flag_on_device);
+    ZF_CUDA_TRY(cudaGetLastError());
+    const auto enqueued = std::chrono::steady_clock::now();
+    c.all_reduce_sum(f.data(), f0.size(), stream_);
+    for (int i = 0; i < 20000 && !c.revoked(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_TRUE(c.revoked());
+    EXPECT_GE(std::chrono::steady_clock::now() - enqueued, std::chrono::milliseconds(200));
+    EXPECT_FALSE(c.usable());
+    try {
+      c.all_reduce_sum(f.data(), f0.size(), stream_);
+      ADD_FAILURE() << "no throw after the watchdog revoked the communicator";
+    } catch (const zenflow::comm_timeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("all_reduce_sum not complete 200 ms"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 0 of 1"), std::string::npos) << what;
+      EXPECT_NE(what.find("revoked"), std::string::npos) << what;
+    }
+  }
+  *flag = 1u; // the stream ends: nothing behind the revoked collective waits forever
+  ZF_CUDA_TRY(cudaStreamSynchronize(stream_));
+  ZF_CUDA_TRY(cudaFreeHost(flag));
 }
 
 TEST_F(nccl_one_rank, bad_arguments_name_the_argument) {
@@ -109,6 +165,12 @@ TEST_F(nccl_one_rank, bad_arguments_name_the_argument) {
     ADD_FAILURE() << "no throw";
   } catch (const zenflow::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'options.or_elements'"), std::string::npos) << e.what();
+  }
+  try {
+    zenflow::nccl_communicator bad(comm_, {.revoke_after = std::chrono::milliseconds(-1)});
+    ADD_FAILURE() << "no throw";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'options.revoke_after'"), std::string::npos) << e.what();
   }
   // all_reduce_or allocates nothing: more elements than its scratch holds is refused, unchanged.
   zenflow::nccl_communicator small(comm_, {.or_elements = 4});

@@ -21,12 +21,22 @@
 /// - Uneven reduce-scatter / all-gather: a group of ncclReduce / ncclBroadcast calls, one per
 ///   owner; equal blocks use ncclReduceScatter / ncclAllGather. all_gather_bytes may run in place
 ///   only with `send` at the rank's own block of `recv`.
-/// - Bounds: the stream-ordered calls cannot wait, so a missing rank shows up as a stream that
-///   never completes, and the CUDA backend's waits on the stream (cudaStreamSynchronize) are not
-///   bounded: watch the job from outside (a watchdog thread that calls ncclCommAbort on a
-///   communicator made non-blocking, as PyTorch's NCCL watchdog does). verify_same bounds its own
-///   wait by `nccl_options::timeout`, polling ncclCommGetAsyncError. After comm_timeout the
-///   communicator is unusable; end the job or call ncclCommAbort.
+/// - Bounds: the stream-ordered calls cannot wait, so a missing rank shows up as collectives that
+///   never complete, and whatever waits on their stream (the engine's consumer thread, the CUDA
+///   backend's cudaStreamSynchronize) would wait with them. A watchdog thread bounds that
+///   (`nccl_options::revoke_after`, 10 minutes unless set; NCCL >= 2.28): each collective is
+///   marked by an event, and one not complete that long after it was enqueued, or an asynchronous
+///   NCCL error, makes it call ncclCommRevoke once: the collectives' kernels end, every wait on the
+///   stream returns, and the next call of this communicator throws comm_timeout with the reason
+///   (which collective, which rank). Revoke, not ncclCommAbort: the communicator stays the user's,
+///   who then destroys it (ncclCommDestroy, once ncclCommGetAsyncError answers ncclSuccess) or
+///   shrinks it. The bound is per collective, from its enqueue to its end: make it longer than the
+///   longest time one rank may spend away from the others (a checkpoint written by one rank).
+///   Collectives captured into a CUDA graph are not watched (time the graph's launch). While the
+///   watchdog runs, NCCL calls on this communicator are serialized with its own (a lock), so
+///   other threads must not call NCCL on `comm` at the same time. verify_same bounds its own wait
+///   by `nccl_options::timeout`, polling ncclCommGetAsyncError. After comm_timeout the
+///   communicator is unusable; end the job, or revoke and destroy the NCCL communicator.
 /// - A non-blocking communicator (ncclConfig_t::blocking = 0): a call that answers ncclInProgress
 ///   is waited for (ncclCommGetAsyncError, bounded by `nccl_options::timeout`) before anything
 ///   else is enqueued, so the kernels after a collective run after it.
@@ -38,6 +48,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,6 +63,7 @@
 
 #include <zenflow/comm/communicator.hpp>
 #include <zenflow/comm/detail/nccl_kernels.cuh>
+#include <zenflow/comm/detail/nccl_probe.cuh>
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 
@@ -62,6 +76,17 @@ struct nccl_options {
   /// The most elements one all_reduce_or reduces (> 0): its scratch, size() x this many uint32,
   /// is allocated at construction.
   std::size_t or_elements = 4096;
+  /// The watchdog's bound on each collective, from its enqueue to its end (module comment):
+  /// past it, the communicator is revoked. 0 disables the watchdog (no thread, no events).
+  /// Needs NCCL >= 2.28 (ncclCommRevoke); with an older NCCL it defaults to 0 and a non-zero value
+  /// is refused.
+  std::chrono::milliseconds revoke_after {
+#if ZF_NCCL_HAS_REVOKE
+    std::chrono::minutes(10)
+#else
+    0
+#endif
+  };
 };
 
 /// The communicator concept over an NCCL communicator (not owned). Move-only.
@@ -85,6 +110,13 @@ public:
     if (options.or_elements == 0) {
       detail::comm::bad_argument(fn, "options.or_elements", "must be positive");
     }
+    if (options.revoke_after.count() < 0) {
+      detail::comm::bad_argument(fn, "options.revoke_after", "must be 0 (no watchdog) or positive");
+    }
+    if (!ZF_NCCL_HAS_REVOKE && options.revoke_after.count() > 0) {
+      detail::comm::bad_argument(fn, "options.revoke_after",
+                                 "needs NCCL >= 2.28 (ncclCommRevoke); set it to 0");
+    }
     nccl(ncclCommUserRank(comm_, &rank_), "zenflow::nccl_communicator: ncclCommUserRank");
     nccl(ncclCommCount(comm_, &size_), "zenflow::nccl_communicator: ncclCommCount");
     int device = 0, current = 0;
@@ -97,10 +129,25 @@ public:
     rc = rc == cudaSuccess && size_ > 1
              ? cudaMalloc(&scratch_, n * options.or_elements * sizeof(std::uint32_t))
              : rc;
+    if (rc == cudaSuccess && options.revoke_after.count() > 0) {
+      watch_ = std::make_unique<watchdog_parts>();
+      for (std::size_t i = 0; i < watched_collectives && rc == cudaSuccess; ++i) {
+        cudaEvent_t e = nullptr;
+        rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        if (rc == cudaSuccess) {
+          watch_->events.push_back(e);
+        }
+      }
+    }
     (void)cudaSetDevice(current);
     if (rc != cudaSuccess) {
       free_buffers();
-      detail::check(rc, "zenflow::nccl_communicator: cudaMalloc");
+      detail::check(rc, "zenflow::nccl_communicator: cudaMalloc / cudaEventCreate");
+    }
+    if (watch_ != nullptr) {
+      watch_->dog.emplace(detail::comm::nccl_probe{comm_, device, &watch_->nccl_lock}, watch_->events,
+                          options.revoke_after,
+                          "rank " + std::to_string(rank_) + " of " + std::to_string(size_));
     }
   }
 
@@ -114,17 +161,29 @@ public:
     }
     return *this;
   }
-  /// Frees the buffers (not after a failure: NCCL or a copy may still write into them).
+  /// Stops the watchdog; frees the buffers and events (not after a failure: NCCL or a copy may
+  /// still use them).
   ~nccl_communicator() {
-    if (failure_.empty()) {
+    if (watch_ != nullptr) {
+      watch_->dog.reset();
+    }
+    if (failure_.empty() && !revoked()) {
       free_buffers();
     }
   }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
-  [[nodiscard]] bool usable() const noexcept { return comm_ != nullptr && failure_.empty(); }
+  [[nodiscard]] bool usable() const noexcept { return comm_ != nullptr && failure_.empty() && !revoked(); }
   [[nodiscard]] ncclComm_t comm() const noexcept { return comm_; }
+  /// Whether the watchdog revoked the communicator (the reason is in the next call's comm_timeout).
+  [[nodiscard]] bool revoked() const noexcept {
+    return watch_ != nullptr && watch_->dog && watch_->dog->fired();
+  }
+  /// Collectives enqueued and marked, not yet seen complete by the watchdog (0 without one).
+  [[nodiscard]] std::size_t watched_pending() const {
+    return watch_ != nullptr && watch_->dog ? watch_->dog->pending() : 0;
+  }
 
   void all_reduce_sum(float* buf, std::size_t n, cudaStream_t stream) {
     all_reduce(buf, n, ncclFloat, ncclSum, "all_reduce_sum", stream);
@@ -158,7 +217,9 @@ public:
       return;
     }
     auto* gathered = static_cast<std::uint32_t*>(scratch_);
-    nccl(ncclAllGather(buf, gathered, n, ncclUint32, comm_, stream), fn + ": ncclAllGather");
+    enqueue(stream, fn, [&] {
+      nccl(ncclAllGather(buf, gathered, n, ncclUint32, comm_, stream), fn + ": ncclAllGather");
+    });
     detail::comm::or_kernel<std::uint32_t>
         <<<detail::comm::grid_for(n), 256, 0, stream>>>(gathered, n, size_, buf);
     detail::check(cudaGetLastError(), fn + ": or kernel");
@@ -200,21 +261,23 @@ public:
       return;
     }
     auto* out = static_cast<unsigned char*>(recv);
-    if (equal(counts)) {
-      nccl(ncclAllGather(send, out, counts[0], ncclUint8, comm_, stream), fn + ": ncclAllGather");
-      return;
-    }
-    group g(*this, fn);
-    std::size_t off = 0;
-    for (int r = 0; r < size_; ++r) {
-      const std::size_t c = counts[static_cast<std::size_t>(r)];
-      if (c > 0) {
-        nccl(ncclBroadcast(r == rank_ ? send : out + off, out + off, c, ncclUint8, r, comm_, stream),
-             fn + ": ncclBroadcast");
+    enqueue(stream, fn, [&] {
+      if (equal(counts)) {
+        nccl(ncclAllGather(send, out, counts[0], ncclUint8, comm_, stream), fn + ": ncclAllGather");
+        return;
       }
-      off += c;
-    }
-    g.end();
+      group g(*this, fn);
+      std::size_t off = 0;
+      for (int r = 0; r < size_; ++r) {
+        const std::size_t c = counts[static_cast<std::size_t>(r)];
+        if (c > 0) {
+          nccl(ncclBroadcast(r == rank_ ? send : out + off, out + off, c, ncclUint8, r, comm_, stream),
+               fn + ": ncclBroadcast");
+        }
+        off += c;
+      }
+      g.end();
+    });
   }
 
   void broadcast_bytes(void* buf, std::size_t bytes, int root, cudaStream_t stream) {
@@ -223,7 +286,9 @@ public:
     detail::comm::expect_root(fn, root, size_);
     expect_usable(fn);
     if (bytes > 0) {
-      nccl(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream), fn + ": ncclBroadcast");
+      enqueue(stream, fn, [&] {
+        nccl(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream), fn + ": ncclBroadcast");
+      });
     }
   }
 
@@ -239,7 +304,9 @@ public:
     detail::check(cudaMemcpyAsync(hashes_ + rank_, host_hashes_ + rank_, sizeof(std::uint64_t),
                                   cudaMemcpyHostToDevice, stream),
                   fn + ": cudaMemcpyAsync");
-    nccl(ncclAllGather(hashes_ + rank_, hashes_, 1, ncclUint64, comm_, stream), fn + ": ncclAllGather");
+    enqueue(stream, fn, [&] {
+      nccl(ncclAllGather(hashes_ + rank_, hashes_, 1, ncclUint64, comm_, stream), fn + ": ncclAllGather");
+    });
     detail::check(
         cudaMemcpyAsync(host_hashes_, hashes_, n * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, stream),
         fn + ": cudaMemcpyAsync");
@@ -260,22 +327,24 @@ private:
     if (total == 0) {
       return;
     }
-    if (equal(counts)) {
-      nccl(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream),
-           fn + ": ncclReduceScatter");
-      return;
-    }
-    group g(*this, fn);
-    std::size_t off = 0;
-    for (int r = 0; r < size_; ++r) {
-      const std::size_t c = counts[static_cast<std::size_t>(r)];
-      if (c > 0) {
-        // recvbuff is read only on the root (NCCL's contract for ncclReduce).
-        nccl(ncclReduce(send + off, recv, c, ncclFloat, ncclSum, r, comm_, stream), fn + ": ncclReduce");
+    enqueue(stream, fn, [&] {
+      if (equal(counts)) {
+        nccl(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclSum, comm_, stream),
+             fn + ": ncclReduceScatter");
+        return;
       }
-      off += c;
-    }
-    g.end();
+      group g(*this, fn);
+      std::size_t off = 0;
+      for (int r = 0; r < size_; ++r) {
+        const std::size_t c = counts[static_cast<std::size_t>(r)];
+        if (c > 0) {
+          // recvbuff is read only on the root (NCCL's contract for ncclReduce).
+          nccl(ncclReduce(send + off, recv, c, ncclFloat, ncclSum, r, comm_, stream), fn + ": ncclReduce");
+        }
+        off += c;
+      }
+      g.end();
+    });
   }
 
   static std::string name(std::string_view op) {
@@ -301,6 +370,7 @@ private:
     std::swap(hashes_, o.hashes_);
     std::swap(host_hashes_, o.host_hashes_);
     std::swap(scratch_, o.scratch_);
+    std::swap(watch_, o.watch_);
   }
 
   void free_buffers() noexcept {
@@ -315,6 +385,13 @@ private:
     }
     hashes_ = host_hashes_ = nullptr;
     scratch_ = nullptr;
+    if (watch_ != nullptr) {
+      watch_->dog.reset(); // its thread first: it polls the events
+      for (cudaEvent_t e : watch_->events) {
+        (void)cudaEventDestroy(e);
+      }
+      watch_.reset();
+    }
   }
 
   /// ncclGroupStart ... ncclGroupEnd, the end also when a call inside throws (NCCL's group depth
@@ -349,8 +426,40 @@ private:
     detail::comm::expect_buffer(fn, "buf", buf, n);
     expect_usable(fn);
     if (n > 0) {
-      nccl(ncclAllReduce(buf, buf, n, type, op, comm_, s), fn + ": ncclAllReduce");
+      enqueue(s, fn, [&] { nccl(ncclAllReduce(buf, buf, n, type, op, comm_, s), fn + ": ncclAllReduce"); });
     }
+  }
+
+  /// Runs `calls` (the NCCL calls of one collective) under the NCCL lock, then marks the
+  /// collective for the watchdog, after the lock (collective_watchdog's lock order).
+  template <class F>
+  void enqueue(cudaStream_t stream, const std::string& fn, F&& calls) {
+    {
+      const auto lk = nccl_lock();
+      calls();
+    }
+    mark(stream, fn);
+  }
+
+  /// The lock of NCCL calls on comm_, held while the watchdog runs (nothing to serialize without).
+  [[nodiscard]] std::unique_lock<std::mutex> nccl_lock() {
+    return watch_ != nullptr ? std::unique_lock<std::mutex>(watch_->nccl_lock)
+                             : std::unique_lock<std::mutex>();
+  }
+
+  /// Marks the collective just enqueued on `stream` for the watchdog (not under capture: an event
+  /// recorded into a graph says nothing until the graph runs). Called without the NCCL lock.
+  void mark(cudaStream_t stream, const std::string& fn) {
+    if (watch_ == nullptr || !watch_->dog) {
+      return;
+    }
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    detail::check(cudaStreamIsCapturing(stream, &capturing), fn + ": cudaStreamIsCapturing");
+    if (capturing != cudaStreamCaptureStatusNone) {
+      return;
+    }
+    watch_->dog->watch(
+        fn, [&](cudaEvent_t e) { detail::check(cudaEventRecord(e, stream), fn + ": cudaEventRecord"); });
   }
 
   void expect_usable(const std::string& fn) const {
@@ -359,6 +468,12 @@ private:
     }
     if (!failure_.empty()) {
       throw comm_error(fn + ": the communicator is unusable after an earlier failure (" + failure_ + ")");
+    }
+    if (revoked()) {
+      throw comm_timeout(fn + ": " + watch_->dog->reason() +
+                         "; the watchdog revoked the communicator (nccl_options::revoke_after = " +
+                         std::to_string(options_.revoke_after.count()) +
+                         " ms): end the job, or destroy the NCCL communicator");
     }
   }
 
@@ -421,9 +536,12 @@ private:
       if (q != cudaErrorNotReady) {
         detail::check(q, fn + ": cudaStreamQuery");
       }
-      ncclResult_t async = ncclSuccess;
-      nccl(ncclCommGetAsyncError(comm_, &async), fn + ": ncclCommGetAsyncError");
-      nccl(async, fn + ": asynchronous NCCL error");
+      {
+        const auto lk = nccl_lock();
+        ncclResult_t async = ncclSuccess;
+        nccl(ncclCommGetAsyncError(comm_, &async), fn + ": ncclCommGetAsyncError");
+        nccl(async, fn + ": asynchronous NCCL error");
+      }
       if (clock::now() >= deadline) {
         failure_ = "timeout in " + fn;
         throw comm_timeout(fn + ": not complete after " + std::to_string(options_.timeout.count()) +
@@ -444,6 +562,18 @@ private:
   std::uint64_t* hashes_ = nullptr;
   std::uint64_t* host_hashes_ = nullptr; // pinned
   void* scratch_ = nullptr;              // size() x or_elements uint32 (none with one rank)
+
+  /// How many collectives the watchdog can tell apart in flight (module comment: past that, the
+  /// newest is marked again). The engine has a handful per step in flight.
+  static constexpr std::size_t watched_collectives = 64;
+  /// The watchdog and what it shares with the communicator, at a fixed address (the communicator
+  /// moves; the watchdog's thread holds pointers into this).
+  struct watchdog_parts {
+    std::mutex nccl_lock;
+    std::vector<cudaEvent_t> events;
+    std::optional<detail::comm::collective_watchdog<detail::comm::nccl_probe>> dog;
+  };
+  std::unique_ptr<watchdog_parts> watch_; // null: no watchdog
 };
 
 static_assert(communicator<nccl_communicator>);

@@ -66,7 +66,7 @@ public:
 
 /// A collective did not complete within the communicator's bound: a rank has failed, hangs, or
 /// never called the same collective. The communicator is unusable afterwards; the usual reaction
-/// is to end the job (`MPI_Abort`, `ncclCommAbort`).
+/// is to end the job (`MPI_Abort`; an NCCL communicator: revoke it, then destroy it).
 class comm_timeout : public comm_error {
 public:
   using comm_error::comm_error;
