@@ -1,5 +1,6 @@
 # FindNCCL: NCCL's header and library, looked for beside the CUDA toolkit (the toolkit's lib/ and
-# lib64/, where NVIDIA's packages put it) and on the usual system paths; NCCL_ROOT overrides.
+# lib64/, where NVIDIA's packages put it) and on the usual system paths; NCCL_ROOT overrides (a
+# pip wheel's nvidia/nccl folder works too: its library is libnccl.so.2 alone, with no libnccl.so).
 # Defines NCCL_FOUND, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_VERSION and the target NCCL::NCCL.
 set(_zf_nccl_hints "")
 foreach(_zf_dir IN ITEMS "${NCCL_ROOT}" "$ENV{NCCL_ROOT}" "${CUDAToolkit_LIBRARY_ROOT}" "${CUDAToolkit_TARGET_DIR}")
@@ -14,7 +15,7 @@ if(CUDAToolkit_INCLUDE_DIRS)
   endforeach()
 endif()
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_zf_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl HINTS ${_zf_nccl_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_zf_nccl_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64
                                                                                                   lib/x86_64-linux-gnu)
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   file(STRINGS "${NCCL_INCLUDE_DIR}/nccl.h" _zf_nccl_version_lines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
