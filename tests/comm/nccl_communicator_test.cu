@@ -111,7 +111,8 @@ __global__ void wait_for_host(const volatile unsigned* flag) {
 
 TEST_F(nccl_one_rank, the_watchdog_revokes_a_collective_that_does_not_end_and_the_next_call_says_why) {
   if (!ZF_NCCL_HAS_REVOKE) {
-    GTEST_SKIP() << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << " has no ncclCommRevoke (2.28): no watchdog";
+    GTEST_SKIP() << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR
+                 << " has no ncclCommRevoke (2.28): no watchdog";
   }
   unsigned* flag = nullptr;
   ZF_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(unsigned), cudaHostAllocMapped));
@@ -143,8 +144,24 @@ TEST_F(nccl_one_rank, the_watchdog_revokes_a_collective_that_does_not_end_and_th
       EXPECT_NE(what.find("revoked"), std::string::npos) << what;
     }
   }
-  *flag = 1u; // the stream ends: nothing behind the revoked collective waits forever
+  ncclComm_t fresh = nullptr; // comm_ is revoked now
+  int dev = 0;
+  ZF_CUDA_TRY(cudaGetDevice(&dev));
+  ASSERT_EQ(ncclCommInitAll(&fresh, 1, &dev), ncclSuccess);
+  {
+    // verify_same waits: a revoke while it waits is a comm_timeout, not a verdict on no hashes.
+    zenflow::nccl_communicator c(
+        fresh, {.timeout = std::chrono::seconds(30), .revoke_after = std::chrono::milliseconds(200)});
+    wait_for_host<<<1, 1, 0, stream_>>>(flag_on_device);
+    ZF_CUDA_TRY(cudaGetLastError());
+    const auto called = std::chrono::steady_clock::now();
+    EXPECT_THROW(c.verify_same(0xfeedu, "the configuration", stream_), zenflow::comm_timeout);
+    EXPECT_LT(std::chrono::steady_clock::now() - called, std::chrono::seconds(20)); // not the 30 s
+    EXPECT_TRUE(c.revoked());
+  }
+  *flag = 1u; // the stream ends: nothing behind the revoked collectives waits forever
   ZF_CUDA_TRY(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(ncclCommDestroy(fresh), ncclSuccess);
   ZF_CUDA_TRY(cudaFreeHost(flag));
 }
 

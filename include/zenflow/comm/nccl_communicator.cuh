@@ -523,13 +523,17 @@ private:
     return state;
   }
 
-  /// Polls the stream against the deadline, and NCCL's asynchronous error.
+  /// Polls the stream against the deadline, and NCCL's asynchronous error; throws comm_timeout if
+  /// the watchdog revoked the communicator meanwhile.
   void wait(cudaStream_t stream, const std::string& fn) {
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + options_.timeout;
     auto pause = std::chrono::microseconds(1);
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream);
+      // Revoked by the watchdog: what the stream holds is no result (it may have ended because
+      // its collective was stopped), and it may never end (other work holds it).
+      expect_usable(fn);
       if (q == cudaSuccess) {
         return;
       }
