@@ -85,32 +85,51 @@ ZF_HOST_DEVICE inline double pow_int(double base, std::int32_t n) {
   return result;
 }
 
-// The _rn intrinsics on the device: correctly rounded and never contracted, even under
-// --use_fast_math, so the kernels keep the host's bits whatever the consumer's flags.
+// fp32 on the device as inline PTX, round-to-nearest and without `.ftz`: correctly rounded,
+// never contracted, and subnormals kept as the host keeps them, whatever the consumer's flags
+// (the _rn intrinsics would still flush subnormals to zero under -ftz=true / --use_fast_math:
+// they compile to `mul.rn.ftz.f32` there).
 ZF_HOST_DEVICE ZF_FORCEINLINE float fma_f(float a, float b, float c) {
 #if ZF_DEVICE_COMPILE
-  return __fmaf_rn(a, b, c);
+  float r;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
 #else
   return std::fma(a, b, c);
 #endif
 }
 ZF_HOST_DEVICE ZF_FORCEINLINE float mul_f(float a, float b) {
 #if ZF_DEVICE_COMPILE
-  return __fmul_rn(a, b);
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 #else
   return a * b;
 #endif
 }
+ZF_HOST_DEVICE ZF_FORCEINLINE float add_f(float a, float b) {
+#if ZF_DEVICE_COMPILE
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a + b;
+#endif
+}
 ZF_HOST_DEVICE ZF_FORCEINLINE float div_f(float a, float b) {
 #if ZF_DEVICE_COMPILE
-  return __fdiv_rn(a, b);
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 #else
   return a / b;
 #endif
 }
 ZF_HOST_DEVICE ZF_FORCEINLINE float sqrt_f(float a) {
 #if ZF_DEVICE_COMPILE
-  return __fsqrt_rn(a);
+  float r;
+  asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
 #else
   return std::sqrt(a);
 #endif
