@@ -2,7 +2,9 @@
 // everything the optimizer holds (working weights, fp32 masters, moments, counts, device sets).
 //
 // The digests in golden/plan_digests.txt were written by this test on the engine as it was before
-// the device plan was written once (issue 10); the test holds the rewrite to the same bits. To
+// the device plan was written once (issue 10); the test holds the rewrite to the same bits. The
+// strided scenario's digest was written again on 2026-11-25, when strided channel scores took
+// the kernels' order of summation (select/detail/norm_order.hpp) so that CUDA and host agree. To
 // write them again after a change that is meant to change results (say why in the commit):
 //   ZF_WRITE_GOLDEN=tests/engine/golden/plan_digests.txt build/cpu/tests/engine/zf_engine_plan_tests
 #include <chrono>

@@ -80,6 +80,14 @@ void check_device_norms(bool graph) {
     const auto flag = download(d_flag, s);
     const auto ref = zf_test::reference_norms(host.data() + c.offset, c.channels, c.len, ld, c.layout, Norm);
     const double tol = zf_test::norm_tolerance(c.len, c.len);
+    // The host backend's scores on the same values: the same order (norm_order.hpp), the same bits.
+    std::vector<float> host_scores(static_cast<std::size_t>(c.channels) + 1);
+    std::size_t host_bytes = 0;
+    ZF_CUDA_TRY(zenflow::host::channel_norms<Norm>(nullptr, host_bytes, host.data() + c.offset, c.channels,
+                                                   c.len, ld, c.layout, host_scores.data()));
+    std::vector<std::byte> host_temp(host_bytes);
+    ZF_CUDA_TRY(zenflow::host::channel_norms<Norm>(host_temp.data(), host_bytes, host.data() + c.offset,
+                                                   c.channels, c.len, ld, c.layout, host_scores.data()));
     bool any_nan = false;
     for (std::int64_t ch = 0; ch < c.channels; ++ch) {
       const double r = ref[static_cast<std::size_t>(ch)];
@@ -89,6 +97,9 @@ void check_device_norms(bool graph) {
         continue;
       }
       ASSERT_NEAR(scores[static_cast<std::size_t>(ch)], r, r * tol + 1e-30) << "channel " << ch;
+      ASSERT_EQ(zenflow::detail::float_bits(scores[static_cast<std::size_t>(ch)]),
+                zenflow::detail::float_bits(host_scores[static_cast<std::size_t>(ch)]))
+          << "channel " << ch << ": the device's bits are not the host's";
     }
     EXPECT_EQ(zenflow::detail::float_bits(scores[static_cast<std::size_t>(c.channels)]), 0xffffffffu)
         << "wrote past the last channel";

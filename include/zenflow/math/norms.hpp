@@ -25,18 +25,40 @@ enum class channel_norm : std::uint8_t {
 
 namespace detail {
 
-/// `acc` plus the contribution of `x` to a channel's score (fp32 accumulation).
+/// `acc` plus the contribution of `x` to a channel's score (fp32 accumulation). The square is
+/// rounded before it is added (no fma) and subnormals are kept (inline PTX on the device,
+/// whatever the consumer's flags), as the host's loops do: the same bits on both
+/// (select/detail/norm_order.hpp).
 template <channel_norm Norm>
 ZF_HOST_DEVICE ZF_FORCEINLINE float norm_accumulate(float acc, float x) {
-  if constexpr (Norm == channel_norm::sq_l2) {
-    return acc + x * x;
-  } else {
 #if ZF_DEVICE_COMPILE
-    return acc + fabsf(x);
-#else
-    return acc + std::fabs(x);
-#endif
+  float term = fabsf(x);
+  if constexpr (Norm == channel_norm::sq_l2) {
+    asm("mul.rn.f32 %0, %1, %1;" : "=f"(term) : "f"(x));
   }
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(acc), "f"(term));
+  return r;
+#else
+  if constexpr (Norm == channel_norm::sq_l2) {
+    volatile float square = x * x; // rounded here even on a host that contracts into fma
+    return acc + square;
+  } else {
+    return acc + std::fabs(x);
+  }
+#endif
+}
+
+/// a + b, correctly rounded, subnormals kept on the device whatever the consumer's flags (the
+/// folds of the score's partial sums).
+ZF_HOST_DEVICE ZF_FORCEINLINE float norm_add(float a, float b) {
+#if ZF_DEVICE_COMPILE
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a + b;
+#endif
 }
 
 /// True when the working-precision value `v` is NaN or infinite (a test on its raw bits, so that

@@ -6,8 +6,11 @@
 /// Shape (CUB's): a call with `d_temp == nullptr` only writes `temp_bytes` (host arithmetic, no
 /// CUDA call); arguments are validated before anything is launched or written; all work is
 /// stream-ordered on `stream` (kernels and `cudaMemsetAsync`), with no allocation and no
-/// synchronisation, so the calls are safe under CUDA graph capture. Results are deterministic
-/// (fixed reduction orders); they match the host backend to fp32 rounding, not bit for bit.
+/// synchronisation, so the calls are safe under CUDA graph capture. Results are deterministic:
+/// the scores add their terms in the order `detail/norm_order.hpp` defines, the host loops' too,
+/// so they are the host backend's bits (whatever the pointers' alignment or the consumer's
+/// fast-math flags); the optional per-item totals are a float tree, deterministic but not the
+/// host's float64 sum.
 #pragma once
 
 #include <cstddef>

@@ -19,8 +19,8 @@ ZF_NAMESPACE_BEGIN
 
 namespace detail {
 
-/// Blocks a strided item is split into along its rows, so that one item fills an H200 (about
-/// 1000 resident blocks of 256 threads) whatever its shape; a function of the shape only.
+/// How a strided item is split: column blocks of 32 x vw columns, and the rows in the chunks of
+/// norm_order.hpp (a function of the shape only, so the order, and the bits, are the host's).
 template <class T>
 struct strided_plan {
   std::int32_t vw; // columns per thread: 16-byte loads when every row is 16-byte aligned
@@ -31,34 +31,23 @@ struct strided_plan {
 
 template <class T>
 [[nodiscard]] strided_plan<T> plan_strided(const channel_norm_item<T>& it) {
-  constexpr std::int64_t target_blocks = 1024;
-  constexpr std::int64_t min_rows = 32;
   const bool aligned = reinterpret_cast<std::uintptr_t>(it.grad) % 16 == 0 &&
                        (it.ld * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
   strided_plan<T> p{};
   p.vw = aligned ? vec_elems<T> : 1;
-  const std::int64_t per_block = 32 * static_cast<std::int64_t>(vec_elems<T>); // plan independent of vw
-  const std::int64_t col_blocks_max = (it.channels + per_block - 1) / per_block;
   p.col_blocks = static_cast<std::int32_t>((it.channels + 32 * p.vw - 1) / (32 * p.vw));
-  if (it.channels == 0 || it.channel_len == 0) {
+  const std::int64_t rpc = strided_rows_per_chunk<T>(it.channels, it.channel_len);
+  if (rpc == 0) {
     return p;
   }
-  std::int64_t chunks = std::max<std::int64_t>(1, target_blocks / std::max<std::int64_t>(col_blocks_max, 1));
-  chunks = std::min(chunks, (it.channel_len + min_rows - 1) / min_rows);
-  const std::int64_t rpc = (it.channel_len + chunks - 1) / chunks;
   p.rows_per_chunk = static_cast<std::int32_t>(std::min<std::int64_t>(rpc, INT32_MAX));
   p.chunks = static_cast<std::int32_t>((it.channel_len + rpc - 1) / rpc);
   return p;
 }
 
-/// Contiguous items: one warp per channel, or one block per channel for long channels or when
-/// there are too few channels to fill the device with warps.
+/// Contiguous items: one warp per channel (norm_order.hpp's 64 lanes).
 template <class T>
-[[nodiscard]] std::int32_t contiguous_group(const channel_norm_item<T>& it) {
-  const std::int64_t warp_blocks = (it.channels + 7) / 8;
-  if (it.channel_len >= 16384 || (warp_blocks < 264 && it.channel_len >= 512)) {
-    return norm_block;
-  }
+[[nodiscard]] constexpr std::int32_t contiguous_group(const channel_norm_item<T>&) {
   return 32;
 }
 
@@ -142,7 +131,7 @@ template <channel_norm Norm, class T>
     }
     if (it.layout == channel_layout::contiguous) {
       const std::int32_t group = contiguous_group(it);
-      const std::int64_t blocks = group == 32 ? (it.channels + 7) / 8 : it.channels;
+      const std::int64_t blocks = (it.channels + (norm_block / group) - 1) / (norm_block / group);
       auto& li = contig.item[contig.count++];
       li.grad = it.grad;
       li.out = it.scores;

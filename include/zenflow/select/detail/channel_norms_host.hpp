@@ -14,6 +14,7 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/norms.hpp>
+#include <zenflow/select/detail/norm_order.hpp>
 #include <zenflow/select/detail/norm_simd.hpp>
 #include <zenflow/select/types.hpp>
 
@@ -70,21 +71,39 @@ void host_norm_item(const channel_norm_item<T>& it,
       bad[static_cast<std::size_t>(chunk)] = b ? 1 : 0;
     });
   } else {
-    // Rows are contiguous: walk them in order and keep one accumulator per column of a block
-    // of columns (unit stride, so the inner loop vectorises). Each column adds its rows in order
-    // whatever the block width, so the width (wide blocks: long unit-stride runs per row; at
-    // least one block per thread) changes no bits.
+    // Rows are contiguous: walk them with one accumulator per column of a block of columns (unit
+    // stride, so the inner loop vectorises), in norm_order.hpp's order, the kernels': per chunk of
+    // rows, each of the 8 row lanes adds its rows in order; the chunk's sum is the lanes in
+    // order, the score the chunks' sums in order. The block width (wide blocks: long unit-stride
+    // runs per row; at least one block per thread) changes no bits.
     constexpr std::int64_t max_cols = 2048;
     const std::int64_t threads = pool != nullptr ? static_cast<std::int64_t>(pool->size()) : 1;
     const std::int64_t cols =
         std::clamp<std::int64_t>(((channels + threads - 1) / threads + 15) / 16 * 16, 256, max_cols);
     const std::int64_t blocks = (channels + cols - 1) / cols;
+    const std::int64_t rows_per_chunk = strided_rows_per_chunk<T>(channels, len);
     bad.assign(static_cast<std::size_t>(blocks), 0);
     parallel_for(pool, blocks, 1, [&](std::int64_t chunk, std::int64_t lo, std::int64_t) {
       const std::int64_t c0 = lo * cols;
       const std::int64_t w = std::min(cols, channels - c0);
+      std::vector<float> lanes(static_cast<std::size_t>(strided_row_lanes * w));
       float acc[max_cols] = {};
-      norm_strided_accumulate<Norm>(path, it.grad + c0, it.ld, len, w, acc);
+      for (std::int64_t r0 = 0; r0 < len; r0 += rows_per_chunk) {
+        const std::int64_t r1 = std::min(len, r0 + rows_per_chunk);
+        std::fill(lanes.begin(), lanes.end(), 0.0f);
+        for (std::int64_t y = 0; y < strided_row_lanes && r0 + y < r1; ++y) {
+          const std::int64_t rows = (r1 - r0 - y + strided_row_lanes - 1) / strided_row_lanes;
+          norm_strided_accumulate<Norm>(path, it.grad + (r0 + y) * it.ld + c0, it.ld * strided_row_lanes, rows, w,
+                                        lanes.data() + y * w);
+        }
+        for (std::int64_t j = 0; j < w; ++j) {
+          float sum = 0.0f;
+          for (std::int64_t y = 0; y < strided_row_lanes; ++y) {
+            sum = sum + lanes[static_cast<std::size_t>(y * w + j)];
+          }
+          acc[j] = acc[j] + sum;
+        }
+      }
       bool b = false;
       if (check && std::any_of(acc, acc + w, [](float v) { return is_nonfinite(v); })) {
         b = host_block_nonfinite(it.grad + c0, it.ld, len, w);

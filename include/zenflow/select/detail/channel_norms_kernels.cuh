@@ -1,13 +1,14 @@
 /// @file
-/// Kernels of the channel-norm reducers (see `<zenflow/select/channel_norms.cuh>`).
+/// Kernels of the channel-norm reducers (see `<zenflow/select/channel_norms.cuh>`), adding each
+/// score's terms in the order `norm_order.hpp` defines, which the host loops follow too: the
+/// scores are the host backend's bits.
 ///
-/// Contiguous channels: a group of 32 (one warp) or 256 (one block) threads reduces one channel,
-/// reading it with 16-byte streaming loads between a scalar head (up to 16-byte alignment) and a
-/// scalar tail, so that any pointer and any `ld` work. Strided channels: a 32 x 8 block covers
-/// 32 x V adjacent columns (V elements per 16-byte load when rows are 16-byte aligned) and a chunk
-/// of rows; each warp reads whole row segments (coalesced), partial sums per row chunk go to
-/// scratch and a second kernel adds them in chunk order. Every reduction has a fixed order, so
-/// results are deterministic run to run.
+/// Contiguous channels: one warp per channel (64 lanes, two per thread). Strided channels: a
+/// 32 x 8 block covers 32 x V adjacent columns (V elements per 16-byte load when rows are
+/// 16-byte aligned; the order does not depend on V) and a chunk of rows; each warp reads whole
+/// row segments (coalesced), partial sums per row chunk go to scratch and a second kernel adds
+/// them in chunk order. The per-item totals (norm_total_kernel) are a float tree: deterministic,
+/// not the host's float64 sum.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/math/norms.hpp>
+#include <zenflow/select/detail/norm_order.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -34,7 +36,7 @@ struct norm_launch_item {
   std::int64_t block_begin; ///< first block of the item in this launch
   std::uint32_t* flag;      ///< NaN/Inf flag to OR into, or nullptr (no check)
   std::int32_t channels;
-  std::int32_t group;          ///< contiguous: threads per channel (32 or 256); strided: columns per thread
+  std::int32_t group;          ///< contiguous: threads per channel (32); strided: columns per thread
   std::int32_t rows_per_chunk; ///< strided only
   std::int32_t col_blocks;     ///< strided only
 };
@@ -75,69 +77,53 @@ ZF_DEVICE ZF_FORCEINLINE int find_item(const L& l, std::int64_t b) {
   return i;
 }
 
-/// Elements per 16-byte load.
-template <class T>
-inline constexpr int vec_elems = 16 / static_cast<int>(sizeof(T));
-
-/// Adds the V elements of one 16-byte word to `acc` (and their NaN/Inf test to `bad`).
+/// One contiguous channel of `len` elements at `p` in the host's order (norm_order.hpp): thread
+/// `t` of the warp holds lanes t and t + 32, adding elements i = t and i = t + 32 (mod 64) in
+/// order; then the fold, lane l += lane l + s for s = 32, 16, ..., 1 (the xor shuffles add the
+/// same pairs). Returns the score on thread 0. Loads are of single elements, by index: the order
+/// and the bits do not depend on the pointer's alignment; each warp still reads 64 contiguous
+/// elements per step, and four steps are in flight per thread.
 template <channel_norm Norm, class T>
-ZF_DEVICE ZF_FORCEINLINE void accumulate_vec(const uint4& v, float& acc, bool& bad) {
-  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+ZF_DEVICE float contiguous_warp_score(const T* p, std::int64_t len, int t, bool& bad) {
+  float lo = 0.0f; // lane t
+  float hi = 0.0f; // lane t + 32
+  constexpr int unroll = 4;
+  std::int64_t i = 0;
+  for (; i + unroll * norm_lanes <= len; i += unroll * norm_lanes) {
+    T x[2 * unroll];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if constexpr (std::is_same_v<T, float>) {
-      const float x = __uint_as_float(w[j]);
-      acc = norm_accumulate<Norm>(acc, x);
+    for (int u = 0; u < unroll; ++u) {
+      x[2 * u] = __ldcs(p + i + u * norm_lanes + t);
+      x[2 * u + 1] = __ldcs(p + i + u * norm_lanes + 32 + t);
+    }
+#pragma unroll
+    for (int u = 0; u < unroll; ++u) {
+      lo = norm_accumulate<Norm>(lo, to_float(x[2 * u]));
+      hi = norm_accumulate<Norm>(hi, to_float(x[2 * u + 1]));
+      bad |= is_nonfinite(x[2 * u]) | is_nonfinite(x[2 * u + 1]);
+    }
+  }
+  for (; i < len; i += norm_lanes) {
+    if (i + t < len) {
+      const T x = p[i + t];
+      lo = norm_accumulate<Norm>(lo, to_float(x));
       bad |= is_nonfinite(x);
-    } else {
-      const T lo = from_raw_bits<T>(static_cast<std::uint16_t>(w[j] & 0xffffu));
-      const T hi = from_raw_bits<T>(static_cast<std::uint16_t>(w[j] >> 16));
-      acc = norm_accumulate<Norm>(acc, to_float(lo));
-      acc = norm_accumulate<Norm>(acc, to_float(hi));
-      bad |= is_nonfinite(lo) | is_nonfinite(hi);
+    }
+    if (i + 32 + t < len) {
+      const T x = p[i + 32 + t];
+      hi = norm_accumulate<Norm>(hi, to_float(x));
+      bad |= is_nonfinite(x);
     }
   }
+  float v = norm_add(lo, hi);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    v = norm_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
 }
 
-/// This thread's share (thread `t` of `nt`) of one contiguous channel of `len` elements at `p`.
-template <channel_norm Norm, class T>
-ZF_DEVICE float contiguous_partial(const T* p, std::int64_t len, int t, int nt, bool& bad) {
-  constexpr int V = vec_elems<T>;
-  const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  std::int64_t head = static_cast<std::int64_t>(((16u - (addr & 15u)) & 15u) / sizeof(T));
-  head = head < len ? head : len;
-  float acc = 0.0f;
-  for (std::int64_t i = t; i < head; i += nt) {
-    const T x = p[i];
-    acc = norm_accumulate<Norm>(acc, to_float(x));
-    bad |= is_nonfinite(x);
-  }
-  const auto* vp = reinterpret_cast<const uint4*>(p + head);
-  const std::int64_t nvec = (len - head) / V;
-  constexpr int unroll = 4; // four 16-byte loads in flight per thread
-  std::int64_t j = t;
-  for (; j + (unroll - 1) * nt < nvec; j += unroll * nt) {
-    uint4 v[unroll];
-#pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-      v[u] = __ldcs(vp + j + u * nt);
-    }
-#pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-      accumulate_vec<Norm, T>(v[u], acc, bad);
-    }
-  }
-  for (; j < nvec; j += nt) {
-    accumulate_vec<Norm, T>(__ldcs(vp + j), acc, bad);
-  }
-  for (std::int64_t i = head + nvec * V + t; i < len; i += nt) {
-    const T x = p[i];
-    acc = norm_accumulate<Norm>(acc, to_float(x));
-    bad |= is_nonfinite(x);
-  }
-  return acc;
-}
-
+/// A warp's sum, a fixed xor tree (the per-item totals).
 ZF_DEVICE ZF_FORCEINLINE float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -146,46 +132,25 @@ ZF_DEVICE ZF_FORCEINLINE float warp_sum(float v) {
   return v;
 }
 
+/// Contiguous channels: one warp per channel, 8 channels per block.
 template <channel_norm Norm, class T>
 ZF_KERNEL void __launch_bounds__(norm_block)
     contiguous_norms_kernel(const __grid_constant__ norm_launch<T> l) {
   const std::int64_t b = blockIdx.x;
   const auto& it = l.item[find_item(l, b)];
   const std::int64_t local = b - it.block_begin;
+  const std::int64_t c = local * (norm_block / 32) + threadIdx.x / 32;
+  if (c >= it.channels) {
+    return; // whole warp: no block-level synchronisation follows
+  }
+  const int lane = static_cast<int>(threadIdx.x % 32);
   bool bad = false;
-  if (it.group == 32) {
-    const std::int64_t c = local * (norm_block / 32) + threadIdx.x / 32;
-    if (c >= it.channels) {
-      return; // whole warp: no block-level synchronisation follows
-    }
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const float acc = warp_sum(contiguous_partial<Norm>(it.grad + c * it.ld, it.len, lane, 32, bad));
-    if (lane == 0) {
-      it.out[c] = acc;
-    }
-    if (it.flag != nullptr && __any_sync(0xffffffffu, bad) && lane == 0) {
-      atomicOr(it.flag, 1u);
-    }
-  } else {
-    __shared__ float warp_acc[norm_block / 32];
-    const std::int64_t c = local;
-    const float acc = warp_sum(contiguous_partial<Norm>(it.grad + c * it.ld, it.len,
-                                                        static_cast<int>(threadIdx.x), norm_block, bad));
-    if (threadIdx.x % 32 == 0) {
-      warp_acc[threadIdx.x / 32] = acc;
-    }
-    const int any_bad = __syncthreads_or(bad ? 1 : 0);
-    if (threadIdx.x == 0) {
-      float s = 0.0f;
-#pragma unroll
-      for (int w = 0; w < norm_block / 32; ++w) {
-        s += warp_acc[w];
-      }
-      it.out[c] = s;
-      if (it.flag != nullptr && any_bad != 0) {
-        atomicOr(it.flag, 1u);
-      }
-    }
+  const float score = contiguous_warp_score<Norm>(it.grad + c * it.ld, it.len, lane, bad);
+  if (lane == 0) {
+    it.out[c] = score;
+  }
+  if (it.flag != nullptr && __any_sync(0xffffffffu, bad) && lane == 0) {
+    atomicOr(it.flag, 1u);
   }
 }
 
@@ -195,6 +160,7 @@ template <channel_norm Norm, class T>
 ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_constant__ norm_launch<T> l) {
   constexpr int V = vec_elems<T>;
   constexpr int rows_per_pass = norm_block / 32;
+  static_assert(rows_per_pass == strided_row_lanes, "the row lanes are norm_order.hpp's");
   __shared__ float part[rows_per_pass][32 * V];
   const std::int64_t b = blockIdx.x;
   const auto& it = l.item[find_item(l, b)];
@@ -285,7 +251,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
       float s = 0.0f;
 #pragma unroll
       for (int y = 0; y < rows_per_pass; ++y) {
-        s += part[y][slot];
+        s = norm_add(s, part[y][slot]);
       }
       it.out[chunk * it.channels + c] = s;
     }
@@ -296,6 +262,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
 }
 
 /// Strided channels, second step: score = sum of the row-chunk partials, in chunk order.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(norm_block)
     strided_finish_kernel(const __grid_constant__ norm_finish_launch l) {
   const std::int64_t b = blockIdx.x;
@@ -306,12 +273,13 @@ ZF_KERNEL void __launch_bounds__(norm_block)
   }
   float s = 0.0f;
   for (std::int32_t k = 0; k < it.chunks; ++k) {
-    s += it.partials[static_cast<std::int64_t>(k) * it.channels + c];
+    s = norm_add(s, it.partials[static_cast<std::int64_t>(k) * it.channels + c]);
   }
   it.scores[c] = s;
 }
 
 /// Per-item total of the scores: one block per item, a fixed-order tree.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const __grid_constant__ norm_total_launch l) {
   __shared__ float warp_acc[norm_block / 32];
   const int i = static_cast<int>(blockIdx.x);

@@ -17,14 +17,9 @@
 #include <zenflow/core/detail/simd_ops.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/math/norms.hpp>
+#include <zenflow/select/detail/norm_order.hpp>
 
 ZF_NAMESPACE_BEGIN
-namespace detail {
-
-/// Partial sums of one contiguous channel (the same on every path).
-inline constexpr int norm_lanes = 64;
-
-} // namespace detail
 
 namespace detail::norm_scalar {
 using ops = simd_scalar::ops;

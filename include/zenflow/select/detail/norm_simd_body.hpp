@@ -7,7 +7,8 @@
 /// contraction), so all of them write the same bits:
 /// - a contiguous channel keeps `norm_lanes` (64) fp32 partial sums, element `i` going to lane
 ///   `i % 64`; the lanes are folded pairwise (lane l += lane l + s, s = 32, 16, ..., 1);
-/// - a strided block keeps one fp32 sum per column and adds the rows in order.
+/// - a strided block keeps one fp32 sum per column and adds the rows it is given in order (the
+///   caller walks the chunks and row lanes of norm_order.hpp).
 ///
 /// No include guard on purpose. Included on its own (header self-containment check) it is empty.
 #if defined(ZF_NORM_SIMD_BODY)

@@ -91,7 +91,7 @@ ZF_DEVICE void block_choose(const std::uint32_t* hist, topk_radix_state* s, int 
 /// Adds a block's shared histogram into the global one, then lets the last block to finish
 /// choose the bucket, update the state, and clear the global histogram for the next pass.
 /// `seed_k != 0` (pass 0 only) sets k_remaining first: the state starts zeroed by a memset.
-ZF_DEVICE void finish_histogram_pass(const std::uint32_t* sh_hist,
+ZF_DEVICE inline void finish_histogram_pass(const std::uint32_t* sh_hist,
                                      std::uint32_t* g_hist,
                                      topk_device_state* st,
                                      int p,
@@ -130,6 +130,7 @@ ZF_DEVICE void finish_histogram_pass(const std::uint32_t* sh_hist,
 }
 
 /// Pass 0 over the whole input.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block) topk_hist0_kernel(
     const float* scores, std::int64_t n, std::uint64_t k, std::uint32_t* g_hist, topk_device_state* st) {
   __shared__ std::uint32_t hist[topk_bins];
@@ -159,6 +160,7 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_hist0_kernel(
 /// Pass 1 over the whole input: per-tile count of keys above the chosen top bucket, gather of
 /// the keys inside it, histogram of their second digit. If pass 0 already fixed the threshold,
 /// only the per-tile count of selected keys is computed.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block) topk_pass1_kernel(const float* scores,
                                                                std::int64_t n,
                                                                std::uint32_t* g_hist,
@@ -236,6 +238,7 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_pass1_kernel(const float* scor
 }
 
 /// Passes 2..5 over the candidates only; returns at once when the threshold is known.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block)
     topk_cand_kernel(std::uint32_t* g_hist, topk_device_state* st, const std::uint64_t* cand, int p) {
   __shared__ std::uint32_t hist[topk_bins];
@@ -260,6 +263,7 @@ ZF_KERNEL void __launch_bounds__(topk_block)
 }
 
 /// Adds the selected candidates to their tiles' counts (when candidates were gathered).
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block) topk_cand_count_kernel(const topk_device_state* st,
                                                                     const std::uint64_t* cand,
                                                                     std::uint32_t* tile_count) {
@@ -277,6 +281,7 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_cand_count_kernel(const topk_d
 }
 
 /// Exclusive scan of the per-tile counts, in place (one block).
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(1024) topk_scan_kernel(std::uint32_t* tile_count, std::int64_t tiles) {
   using scan_t = cub::BlockScan<std::uint32_t, 1024>;
   __shared__ typename scan_t::TempStorage scan_tmp;
@@ -296,6 +301,7 @@ ZF_KERNEL void __launch_bounds__(1024) topk_scan_kernel(std::uint32_t* tile_coun
 
 /// Final read of the input: every key >= the threshold goes to its tile's offset plus its rank
 /// within the tile, so the output is in ascending index order.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block) topk_write_kernel(const float* scores,
                                                                std::int64_t n,
                                                                const topk_device_state* st,
@@ -346,6 +352,7 @@ struct topk_segment_launch {
 
 /// Whole selection of one segment in one block of 1024 threads (histograms in shared memory;
 /// the input is reread per pass, from L2 for the sizes this path is for).
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_segment_block)
     topk_block_kernel(const __grid_constant__ topk_segment_launch l) {
   using scan_t = cub::BlockScan<std::uint32_t, topk_segment_block>;
