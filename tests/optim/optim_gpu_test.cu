@@ -375,6 +375,11 @@ TEST_F(optim_gpu, gather_scatter_match_host_twins) {
     }
   }
 }
+// A strided matrix longer than 65535 element tiles of 32 (gridDim.y's limit): the tile kernels
+// stride over the tiles (the packs, migrations and upload scatters of such a matrix in the engine).
+TEST_F(optim_gpu, gather_scatter_of_a_strided_matrix_past_the_grid_y_limit_match_host_twins) {
+  check_gather_scatter_device<bfloat16, bfloat16>(zenflow::channel_layout::strided, 65535 * 32 + 100, false);
+}
 TEST_F(optim_gpu, gather_scatter_under_graph_capture) {
   check_gather_scatter_device<float, half>(zenflow::channel_layout::contiguous, 2048, true);
   check_gather_scatter_device<bfloat16, float>(zenflow::channel_layout::strided, 100, true);

@@ -48,9 +48,6 @@ template <class Tin, class Tout>
   if (src.layout == channel_layout::contiguous) {
     ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count",
                   "times channel_len is too large");
-  } else {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
-                  "is too large for the strided path (> 2^21)");
   }
   return detail::optim::dispatch_gather_channels(src, d_idx, count, d_dst, d_l1_mass, stream);
 }
@@ -75,9 +72,6 @@ template <class Tin, class Tout>
   if (dst.layout == channel_layout::contiguous) {
     ZF_EXPECT_ARG(count * row_split(L) <= max_blocks_per_launch, fn, "count",
                   "times channel_len is too large");
-  } else {
-    ZF_EXPECT_ARG((L + tile - 1) / tile <= 65535, fn, "channel_len",
-                  "is too large for the strided path (> 2^21)");
   }
   return detail::optim::dispatch_scatter_channels(d_src, d_idx, count, dst, stream);
 }

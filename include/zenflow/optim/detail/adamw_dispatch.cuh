@@ -110,8 +110,7 @@ template <class T>
     adamw_selective_rows_kernel<T><<<static_cast<unsigned>(k * split), block_threads, 0, stream>>>(
         weights, grads, d_idx, split, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass, vec);
   } else {
-    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile),
-                    static_cast<unsigned>((L + tile - 1) / tile));
+    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile), static_cast<unsigned>((L + tile - 1) / tile));
     adamw_selective_tiles_kernel<T><<<grid, dim3(tile, tile_rows), 0, stream>>>(
         weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass);
   }
@@ -157,7 +156,7 @@ template <class Tin, class Tout>
         src, d_idx, split, d_dst, d_l1_mass, vec);
   } else {
     const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
-                    static_cast<unsigned>((L + tile - 1) / tile));
+                    static_cast<unsigned>(std::min<std::int64_t>((L + tile - 1) / tile, 65535)));
     gather_tiles_kernel<Tin, Tout>
         <<<grid, dim3(tile, tile_rows), 0, stream>>>(src, d_idx, count, d_dst, d_l1_mass);
   }
@@ -181,7 +180,7 @@ template <class Tin, class Tout>
         <<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(d_src, d_idx, split, dst, vec);
   } else {
     const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
-                    static_cast<unsigned>((L + tile - 1) / tile));
+                    static_cast<unsigned>(std::min<std::int64_t>((L + tile - 1) / tile, 65535)));
     scatter_tiles_kernel<Tin, Tout><<<grid, dim3(tile, tile_rows), 0, stream>>>(d_src, d_idx, count, dst);
   }
   return cudaGetLastError();

@@ -139,6 +139,7 @@ ZF_KERNEL void __launch_bounds__(block_threads) adamw_dense_kernel(const __grid_
 
 /// counts[i] += 1 for i < n unless the step is skipped (after the update kernels, same stream:
 /// a block of the update cannot advance a count that another block of it still has to read).
+template <int = 0>
 ZF_KERNEL void
 advance_counts(std::int32_t* __restrict__ counts, std::int64_t n, const std::uint32_t* __restrict__ skip) {
   if (skip != nullptr && *skip != 0) {
@@ -456,7 +457,8 @@ ZF_KERNEL void __launch_bounds__(block_threads) scatter_rows_kernel(const Tin* _
   }
 }
 
-/// Gather from a strided matrix: read along channels, write compact rows along elements.
+/// Gather from a strided matrix: read along channels, write compact rows along elements. Blocks
+/// stride over the element tiles (gridDim.y is capped at 65535: any channel_len works).
 template <class Tin, class Tout>
 ZF_KERNEL void __launch_bounds__(tile* tile_rows) gather_tiles_kernel(channel_matrix<const Tin> src,
                                                                       const std::int32_t* __restrict__ idx,
@@ -468,28 +470,31 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows) gather_tiles_kernel(channel_ma
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * tile;
-  const std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * tile;
   const std::int64_t L = src.channel_len;
   if (ty == 0 && r0 + tx < count) {
     chans[tx] = idx[r0 + tx];
   }
   __syncthreads();
   float partial = 0.0f;
-  for (int j = ty; j < tile; j += tile_rows) {
-    const std::int64_t i = i0 + j;
-    if (r0 + tx < count && i < L) {
-      const float x = to_float(src(chans[tx], i));
-      partial += abs_f(x);
-      buf[j][tx] = x;
+  for (std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * tile; i0 < L;
+       i0 += static_cast<std::int64_t>(gridDim.y) * tile) { // the same trip count for the whole block
+    for (int j = ty; j < tile; j += tile_rows) {
+      const std::int64_t i = i0 + j;
+      if (r0 + tx < count && i < L) {
+        const float x = to_float(src(chans[tx], i));
+        partial += abs_f(x);
+        buf[j][tx] = x;
+      }
     }
-  }
-  __syncthreads();
-  for (int j = ty; j < tile; j += tile_rows) {
-    const std::int64_t r = r0 + j;
-    const std::int64_t i = i0 + tx;
-    if (r < count && i < L) {
-      dst[r * L + i] = from_float<Tout>(buf[tx][j]);
+    __syncthreads();
+    for (int j = ty; j < tile; j += tile_rows) {
+      const std::int64_t r = r0 + j;
+      const std::int64_t i = i0 + tx;
+      if (r < count && i < L) {
+        dst[r * L + i] = from_float<Tout>(buf[tx][j]);
+      }
     }
+    __syncthreads(); // buf is written again by the next tile
   }
   if (l1 != nullptr) {
     using reduce = cub::BlockReduce<float, tile, cub::BLOCK_REDUCE_WARP_REDUCTIONS, tile_rows>;
@@ -501,7 +506,8 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows) gather_tiles_kernel(channel_ma
   }
 }
 
-/// Scatter into a strided matrix: read compact rows along elements, write along channels.
+/// Scatter into a strided matrix: read compact rows along elements, write along channels. Blocks
+/// stride over the element tiles, as gather_tiles_kernel.
 template <class Tin, class Tout>
 ZF_KERNEL void __launch_bounds__(tile* tile_rows) scatter_tiles_kernel(const Tin* __restrict__ src,
                                                                        const std::int32_t* __restrict__ idx,
@@ -512,24 +518,27 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows) scatter_tiles_kernel(const Tin
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * tile;
-  const std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * tile;
   const std::int64_t L = dst.channel_len;
   if (ty == 0 && r0 + tx < count) {
     chans[tx] = idx[r0 + tx];
   }
-  for (int j = ty; j < tile; j += tile_rows) {
-    const std::int64_t r = r0 + j;
-    const std::int64_t i = i0 + tx;
-    if (r < count && i < L) {
-      buf[tx][j] = to_float(src[r * L + i]);
+  for (std::int64_t i0 = static_cast<std::int64_t>(blockIdx.y) * tile; i0 < L;
+       i0 += static_cast<std::int64_t>(gridDim.y) * tile) { // the same trip count for the whole block
+    for (int j = ty; j < tile; j += tile_rows) {
+      const std::int64_t r = r0 + j;
+      const std::int64_t i = i0 + tx;
+      if (r < count && i < L) {
+        buf[tx][j] = to_float(src[r * L + i]);
+      }
     }
-  }
-  __syncthreads();
-  for (int j = ty; j < tile; j += tile_rows) {
-    const std::int64_t i = i0 + j;
-    if (r0 + tx < count && i < L) {
-      dst(chans[tx], i) = from_float<Tout>(buf[j][tx]);
+    __syncthreads();
+    for (int j = ty; j < tile; j += tile_rows) {
+      const std::int64_t i = i0 + j;
+      if (r0 + tx < count && i < L) {
+        dst(chans[tx], i) = from_float<Tout>(buf[j][tx]);
+      }
     }
+    __syncthreads(); // buf is written again by the next tile
   }
 }
 
