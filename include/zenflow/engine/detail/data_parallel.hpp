@@ -309,7 +309,6 @@ public:
       slot s;
       s.user = pi.grads;
       s.mean = dbuf<std::byte>(extent);
-      b.zero(s.mean.data(), extent, stream); // the padding between channels is never read
       s.offset = total;
       total += pi.elements();
       widest = std::max(widest, pi.channels);
@@ -320,6 +319,11 @@ public:
     wide_ = dbuf<float>(static_cast<std::size_t>(total));
     sums_ = dbuf<double>(stats_summed_counters);
     idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(widest));
+    // CUDA allocates them stream-ordered on the null stream: done before `stream` uses them.
+    b.synchronize(nullptr);
+    for (auto& s : slots_) {
+      b.zero(s.mean.data(), s.mean.size(), stream); // the padding between channels is never read
+    }
     b.run(stream, static_cast<std::size_t>(widest) * 4, "zenflow::engine: iota",
           [out = idx_.data(), widest](auto prim, auto on) { return prim.iota(out, widest, on); });
     // Every gradient widened into the reduction buffer and narrowed back, one launch each way.
@@ -365,6 +369,7 @@ public:
       stage_ = dbuf<std::byte>(entering);
       bytes += entering;
     }
+    b.synchronize(nullptr); // the allocations since the last wait, before a step's stream uses them
     return bytes + wide_.size() * 4 + idx_.size() * 4 + sums_.size() * 8;
   }
 

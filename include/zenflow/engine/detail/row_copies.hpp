@@ -20,6 +20,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/detail/params.hpp>
@@ -88,21 +89,29 @@ inline std::int64_t row_copy_blocks(row_copy_item* items, int n) {
   return bytes;
 }
 
+/// True when an item with rows to copy has its matrix or packed side off its element's boundary:
+/// a GPU faults on it (cudaErrorMisalignedAddress, the context lost).
+inline bool row_copies_misaligned(const row_copy_item* items, int n) noexcept {
+  const auto misaligned = [](const void* p, dtype t) {
+    return reinterpret_cast<std::uintptr_t>(p) % dtype_size(t) != 0;
+  };
+  for (int i = 0; i < n; ++i) {
+    if (items[i].count > 0 &&
+        (misaligned(items[i].matrix, items[i].type) || misaligned(items[i].packed, items[i].packed_type))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 /// The host loop: each item with the host twins of gather_channels / scatter_channels, in order
 /// (no two items of one call write the same element).
 inline cudaError_t
 host_copy_rows_batched(const row_copy_item* items, int n, row_copy_direction direction, worker_pool* pool) {
-  // A GPU faults on a misaligned element (cudaErrorMisalignedAddress, the context lost): the host
-  // loop refuses it too, before writing anything, so that a staging layout that would fault on a
-  // GPU fails on the emulated device as well.
-  for (int i = 0; i < n; ++i) {
-    const auto misaligned = [](const void* p, dtype t) {
-      return reinterpret_cast<std::uintptr_t>(p) % dtype_size(t) != 0;
-    };
-    if (items[i].count > 0 &&
-        (misaligned(items[i].matrix, items[i].type) || misaligned(items[i].packed, items[i].packed_type))) {
-      return cudaErrorMisalignedAddress;
-    }
+  // The host loop refuses a misaligned item too, before writing anything, so that a staging
+  // layout that would fault on a GPU fails on the emulated device as well.
+  if (row_copies_misaligned(items, n)) {
+    return cudaErrorMisalignedAddress;
   }
   for (int i = 0; i < n; ++i) {
     const row_copy_item& it = items[i];
@@ -159,7 +168,13 @@ struct row_copy_table {
 
   /// `host` (at most the capacity; its block_begin written here) copied up on `s`: it must stay
   /// unchanged until the stream has read it.
+  /// @throws cuda_error (cudaErrorMisalignedAddress) for an item off its element's boundary,
+  ///         before anything is copied: on a GPU the kernel would fault and lose the context.
   void assign(const Backend& b, std::vector<row_copy_item>& host, cudaStream_t s) {
+    if (row_copies_misaligned(host.data(), static_cast<int>(host.size()))) {
+      detail::check(cudaErrorMisalignedAddress, "zenflow::engine: a batched row copy's item is not aligned to its "
+                                                "element size");
+    }
     n = static_cast<int>(host.size());
     blocks = row_copy_blocks(host.data(), n);
     bytes = row_copy_bytes(host.data(), n);
