@@ -33,7 +33,11 @@
 #endif
 
 // Kernels in header-only code get hidden visibility: two shared libraries that both carry a
-// zenflow kernel must not resolve to one weak symbol (CUB learned this the hard way).
+// zenflow kernel must not resolve to one weak symbol (CUB learned this the hard way). And every
+// kernel is a template (`template <int = 0>` where it has no parameter of its own; a launch
+// deduces it): a plain __global__ function defined in a header is defined again by every .cu
+// file that includes it, and two of them in one program fail to link (the ci preset links two
+// such files: zenflow_header_check_two_units).
 #if defined(__CUDACC__)
 #  define ZF_KERNEL __global__ __attribute__((visibility("hidden")))
 #endif

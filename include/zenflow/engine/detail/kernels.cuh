@@ -21,6 +21,7 @@ namespace detail::engine_kernels {
 /// One block of sq_total_lanes threads per tensor: lane j sums its channels in fp64
 /// (`sq_total_lane`, which rescans an overflowed channel), then thread 0 adds the lanes in order:
 /// the host loop's arithmetic and order, no atomics.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(sq_total_lanes)
     sq_totals_kernel(const sq_total_item* items, double* totals) {
   __shared__ double lanes[sq_total_lanes];
@@ -34,6 +35,7 @@ ZF_KERNEL void __launch_bounds__(sq_total_lanes)
 
 /// The rescans of a table of `n` items (device memory): blockIdx.y the item (strided by gridDim.y:
 /// a grid has at most 65535 rows), one thread per channel.
+template <int = 0>
 ZF_KERNEL void sq_rescan_kernel(const sq_rescan_item* items, int n) {
   for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
     const sq_rescan_item& it = items[y];
@@ -45,6 +47,7 @@ ZF_KERNEL void sq_rescan_kernel(const sq_rescan_item* items, int n) {
 }
 
 /// One block: the record's header (thread 0, `finish_step_header`) and its crit masses zeroed.
+template <int = 0>
 ZF_KERNEL void finish_scalars_kernel(step_scalars_args a) {
   if (threadIdx.x == 0) {
     finish_step_header(a);
@@ -54,12 +57,14 @@ ZF_KERNEL void finish_scalars_kernel(step_scalars_args a) {
   }
 }
 
+template <int = 0>
 ZF_KERNEL void adopt_early_mass_kernel(float* early, float* rest, int n) {
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
     adopt_early_mass_at(early, rest, i);
   }
 }
 
+template <int = 0>
 ZF_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) {
@@ -67,6 +72,7 @@ ZF_KERNEL void iota_kernel(std::int32_t* out, std::int64_t n) {
   }
 }
 
+template <int = 0>
 ZF_KERNEL void move_counts_kernel(count_moves m) {
   const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (i < m.n) {
@@ -105,6 +111,7 @@ l1_rows_block(const l1_mass_args& a, std::int64_t block, float (*lanes)[l1_row_l
   }
 }
 
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
   __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
   l1_rows_block(a, blockIdx.x, lanes);
@@ -113,6 +120,7 @@ ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
 /// l1_rows_kernel over a table of `n` calls (device memory): blockIdx.y is the call (strided by
 /// gridDim.y: a grid has at most 65535 rows), blockIdx.x its block (blocks past a call's rows do
 /// nothing). The loop's bounds are the block's, so every thread reaches the barrier.
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args* calls, int n) {
   __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
   for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
@@ -125,6 +133,7 @@ ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args*
 }
 
 /// One thread per call: its rows in order, that sum into its mass (l1_add_rows_kernel's order).
+template <int = 0>
 ZF_KERNEL void l1_add_rows_batched_kernel(const l1_mass_args* calls, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) {
@@ -138,6 +147,7 @@ ZF_KERNEL void l1_add_rows_batched_kernel(const l1_mass_args* calls, int n) {
 }
 
 /// One thread: the rows in order, that sum into the mass (the host twins' order).
+template <int = 0>
 ZF_KERNEL void l1_add_rows_kernel(l1_mass_args a) {
   if ((a.skip != nullptr && *a.skip != 0) || threadIdx.x != 0) {
     return;
@@ -223,6 +233,7 @@ __device__ void row_copy_block_of(const row_copy_item& it,
 
 /// A batched row copy: grid-stride over the launch's blocks, each finding its item by
 /// `block_begin` (item_of_block, as adamw_selective_batched_kernel).
+template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) row_copy_batched_kernel(const row_copy_item* __restrict__ items,
                                                               int n,
                                                               std::int64_t blocks,
