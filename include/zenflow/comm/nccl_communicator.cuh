@@ -40,6 +40,8 @@
 /// - A non-blocking communicator (ncclConfig_t::blocking = 0): a call that answers ncclInProgress
 ///   is waited for (ncclCommGetAsyncError, bounded by `nccl_options::timeout`) before anything
 ///   else is enqueued, so the kernels after a collective run after it.
+/// - Call it with the communicator's device current (its divide and or kernels launch there, as
+///   NCCL's own calls need), and all_reduce_or from one stream at a time (one scratch buffer).
 /// - Run-to-run bits with NVLink SHARP (NVLS, the default on NVSwitch systems): NCCL does not
 ///   promise them (NVIDIA/nccl#1497); set NCCL_NVLS_ENABLE=0 or NCCL_ALGO=Ring,Tree to keep them.
 #pragma once
