@@ -9,16 +9,9 @@
 
 #include <zenflow/core/emulated_device.hpp>
 
-namespace zf_bench_pipeline {
+#include "pipeline_report.hpp"
 
-inline double median(std::vector<double> v) {
-  if (v.empty()) {
-    return 0.0;
-  }
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+namespace zf_bench_pipeline {
 
 /// Median over the traced steps of (end of the step's last D2H copy) - (end of its backward), in
 /// ms. A step's backward ends with the last "backward" op before a "forward"; its D2H copies are

@@ -1,0 +1,553 @@
+// The pipeline benchmark's parts shared by its two programs (issue 11): zf_bench_pipeline, the
+// engine on the emulated device's timing model (pipeline.cpp), and zf_bench_pipeline_cuda, the
+// engine on a GPU (pipeline_cuda.cu). Both run the same modes over the same model shape, time
+// the same loop (a compute of C ms in a forward and one backward op per matrix, step(), a wait for
+// the stream), and report the same columns against the same bound, so that their tables and
+// JSON files compare line for line (plot_pipeline.py reads either).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/stats.hpp>
+#include <zenflow/optim/channels.hpp>
+
+namespace zf_bench_pipeline {
+
+using clock_type = std::chrono::steady_clock;
+using bf16 = zenflow::bfloat16;
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) {
+    return 0.0;
+  }
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct options {
+  double params_m = 24.0; // millions of matrix parameters
+  int layers = 6;         // square matrices
+  int steps = 28;         // per mode, the first `warmup` excluded
+  int warmup = 8;         // selection at t = 0 and the first windows
+  double compute_ms = 0;  // C; 0: the program's default (each program says which)
+  double pcie_gbps = 0.0; // B per direction, GB/s; 0: the program's default
+  unsigned host_threads = 2;
+  // The emulated device's multiprocessors: a pool its kernels (host twins) spread over; 0: each
+  // kernel on its stream's thread alone. zf_bench_pipeline only.
+  unsigned device_threads = 0;
+  int ring_slots = 0; // 0 = the engine's default
+  std::int64_t ring_slot_bytes = 0;
+  std::string json = "pipeline.json";
+  std::string only;  // run only modes whose label contains this
+  std::string trace; // write the engine's pipeline trace (Chrome JSON) of this mode's steady state
+  std::string trace_mode = "zenflow S=4 r=0.1";
+  bool chunk_ring = false; // --upload chunk_ring
+  // The modelled pass: a forward of (1 - backward_share) x C, then one backward op per matrix
+  // (last layer first), so that with --grad-ready each matrix is announced as its backward ends.
+  double backward_share = 2.0 / 3.0;
+  bool grad_ready = false;
+  // --release-by-caller: gradient_release::by_caller, the trainer releasing the gradients after
+  // the forward, so that the forward runs beside the last step's packs (docs/engine.md).
+  bool release_by_caller = false;
+  std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
+  double mass_drop = 0.0;           // config::select_on_mass_drop (0: off)
+  zenflow::moment_precision host_moments = zenflow::moment_precision::fp32; // --host-moments
+};
+
+inline void usage(const char* program) {
+  std::printf("%s [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
+              "    [--pcie-gbps B] [--host-threads N] [--device-threads N] [--ring-slots N]\n"
+              "    [--ring-slot-bytes N]\n"
+              "    [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
+              "    [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16]\n"
+              "    [--release-by-caller]\n"
+              "    [--only LABEL-SUBSTRING]\n"
+              "    [--trace FILE [--trace-mode LABEL]] [--json FILE]\n",
+              program);
+}
+
+/// Reads the command line into `o`; returns -1 to go on, else the exit status (usage printed).
+inline int parse_options(int argc, char** argv, options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        usage(argv[0]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--params") {
+      o.params_m = std::stod(next());
+    } else if (a == "--layers") {
+      o.layers = std::stoi(next());
+    } else if (a == "--steps") {
+      o.steps = std::stoi(next());
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(next());
+    } else if (a == "--compute-ms") {
+      o.compute_ms = std::stod(next());
+    } else if (a == "--pcie-gbps") {
+      o.pcie_gbps = std::stod(next());
+    } else if (a == "--host-threads") {
+      o.host_threads = static_cast<unsigned>(std::stoul(next()));
+    } else if (a == "--device-threads") {
+      o.device_threads = static_cast<unsigned>(std::stoul(next()));
+    } else if (a == "--ring-slots") {
+      o.ring_slots = std::stoi(next());
+    } else if (a == "--ring-slot-bytes") {
+      o.ring_slot_bytes = std::stoll(next());
+    } else if (a == "--upload") {
+      const std::string v = next();
+      if (v != "whole_window" && v != "chunk_ring") {
+        usage(argv[0]);
+        return 2;
+      }
+      o.chunk_ring = v == "chunk_ring";
+    } else if (a == "--select-interval") {
+      o.select_interval = std::stoll(next());
+    } else if (a == "--mass-drop") {
+      o.mass_drop = std::stod(next());
+    } else if (a == "--grad-ready") {
+      o.grad_ready = true;
+    } else if (a == "--release-by-caller") {
+      o.release_by_caller = true;
+    } else if (a == "--backward-share") {
+      o.backward_share = std::stod(next());
+    } else if (a == "--host-moments") {
+      const std::string v = next();
+      if (v != "fp32" && v != "bf16") {
+        usage(argv[0]);
+        return 2;
+      }
+      o.host_moments = v == "bf16" ? zenflow::moment_precision::bf16 : zenflow::moment_precision::fp32;
+    } else if (a == "--only") {
+      o.only = next();
+    } else if (a == "--trace") {
+      o.trace = next();
+    } else if (a == "--trace-mode") {
+      o.trace_mode = next();
+    } else if (a == "--json") {
+      o.json = next();
+    } else {
+      usage(argv[0]);
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  if (o.params_m <= 0 || o.layers <= 0 || o.steps <= 0 || o.warmup < 0 || o.compute_ms < 0 ||
+      o.pcie_gbps < 0 || o.backward_share < 0 || o.backward_share > 1) {
+    std::fprintf(stderr, "%s: --params, --layers and --steps must be positive, --warmup, --compute-ms and "
+                         "--pcie-gbps not negative, --backward-share in [0, 1]\n",
+                 argv[0]);
+    return 2;
+  }
+  return -1;
+}
+
+/// The square matrices' side for `params_m` million parameters over `layers` matrices (a multiple
+/// of 64, at least 64).
+inline std::int64_t hidden_of(const options& o) {
+  const auto hidden = static_cast<std::int64_t>(std::sqrt(o.params_m * 1e6 / o.layers));
+  return std::max<std::int64_t>(64, hidden / 64 * 64);
+}
+
+struct mode_spec {
+  std::string label;
+  zenflow::optimizer_mode mode;
+  double r = 0.1;
+  std::int64_t S = 4; // 0 = auto
+};
+
+/// gpu_adamw, offload_sync, then zenflow at S = 2, 4, auto for r = 0.05 and 0.1.
+inline std::vector<mode_spec> standard_modes() {
+  std::vector<mode_spec> specs = {{"gpu_adamw", zenflow::optimizer_mode::gpu_adamw, 0.1, 0},
+                                  {"offload_sync", zenflow::optimizer_mode::offload_sync, 0.1, 0}};
+  for (const double r : {0.05, 0.1}) {
+    for (const std::int64_t S : {std::int64_t{2}, std::int64_t{4}, std::int64_t{0}}) {
+      std::ostringstream l;
+      l << "zenflow S=" << (S == 0 ? std::string("auto") : std::to_string(S)) << " r=" << r;
+      specs.push_back({l.str(), zenflow::optimizer_mode::zenflow, r, S});
+    }
+  }
+  return specs;
+}
+
+/// The engine's settings for one mode under the options.
+inline zenflow::config config_of(const options& o, const mode_spec& spec) {
+  zenflow::config cfg;
+  cfg.mode = spec.mode;
+  cfg.topk_ratio = spec.r;
+  cfg.update_interval = spec.S;
+  cfg.host_threads = o.host_threads;
+  if (o.ring_slots > 0) {
+    cfg.ring_slots = o.ring_slots;
+  }
+  if (o.ring_slot_bytes > 0) {
+    cfg.ring_slot_bytes = o.ring_slot_bytes;
+  }
+  if (o.chunk_ring) {
+    cfg.upload = zenflow::upload_policy::chunk_ring;
+  }
+  if (o.select_interval > 0) {
+    cfg.select = zenflow::select_strategy::step;
+    cfg.select_interval = o.select_interval;
+  }
+  cfg.host_moments = o.host_moments;
+  cfg.select_on_mass_drop = o.mass_drop;
+  return cfg;
+}
+
+struct result {
+  mode_spec spec;
+  double step_ms_median = 0, step_ms_mean = 0, step_ms_min = 0, step_ms_max = 0;
+  double stall_share = 0, stall_ms_per_step = 0;
+  double d2h_bytes_per_step = 0, h2d_bytes_per_step = 0;
+  double host_window_ms_per_step = 0, accumulate_ms = 0;
+  double bound_ms = 0, ratio_to_bound = 0;
+  // A second bound, labelled as such (not issue 11's): C + the device's own kernel time after the
+  // backward (measured in this run) in place of C.
+  double kernel_ms = 0, kernel_train_ms = 0, bound_kernels_ms = 0, ratio_to_bound_kernels = 0;
+  std::string bound_kernels_term;
+  // Device memory per parameter: the user's bf16 weights and gradients (4 B) plus every buffer the
+  // engine owns on the device; dense AdamW on the GPU holds 16 B (4 + fp32 master, m, v).
+  double device_bytes_per_param = 0;
+  // The same read off the device (cudaMemGetInfo: what the engine took, after the warm-up steps);
+  // NaN where there is no device to ask (the emulated one).
+  double device_bytes_per_param_measured = std::nan("");
+  // Host optimizer state per parameter (fp32 master + m, v + counts: ~12 B, ~8 B with bf16 moments)
+  // and the host AdamW's time per host job (a window, or an offload_sync step).
+  double host_state_bytes_per_param = 0, host_window_ms_per_job = 0;
+  zenflow::memory_usage memory{}; // the engine's buffers, by kind
+  std::string bound_term;
+  // The D2H tail: from the end of a step's backward to the end of that step's last D2H copy
+  // (median over the timed steps), against one layer's backward. NaN where not measured.
+  double d2h_tail_ms = std::nan(""), layer_backward_ms = 0;
+  std::int64_t selections = 0, mass_drop_selections = 0; // in the timed steps
+  std::vector<double> step_ms;
+  std::vector<double> stall_ms;
+};
+
+/// Seconds that one step's accumulation takes on the host: acc += coef * slot over the unselected
+/// rows of every matrix (bf16 slots), with `threads` threads (median of 5).
+inline double time_accumulation(std::int64_t hidden, int layers, double r, unsigned threads) {
+  const std::int64_t k =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(r * static_cast<double>(hidden)));
+  const std::int64_t rows = hidden - k;
+  // One accumulator and one slot run per matrix, as in the engine (a model's worth: from DRAM).
+  std::vector<std::vector<float>> acc(static_cast<std::size_t>(layers));
+  std::vector<std::vector<bf16>> slot(static_cast<std::size_t>(layers));
+  for (int l = 0; l < layers; ++l) {
+    acc[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(hidden * hidden), 0.0f);
+    slot[static_cast<std::size_t>(l)].assign(static_cast<std::size_t>(rows * hidden),
+                                             zenflow::from_float<bf16>(0.5f));
+  }
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    idx[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + k);
+  }
+  std::unique_ptr<zenflow::worker_pool> pool;
+  if (threads > 1) {
+    pool = std::make_unique<zenflow::worker_pool>(threads);
+  }
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = clock_type::now();
+    for (int l = 0; l < layers; ++l) {
+      const auto li = static_cast<std::size_t>(l);
+      if (zenflow::host::accumulate_channels<bf16>(acc[li].data(), hidden, hidden, slot[li].data(),
+                                                   idx.data(), rows, 1.0f, pool.get()) != cudaSuccess) {
+        std::fputs("accumulate_channels failed\n", stderr);
+        std::exit(1);
+      }
+    }
+    t.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return median(t);
+}
+
+/// The modelled pass's two durations: the forward, and one matrix's backward.
+struct pass_times {
+  std::chrono::nanoseconds forward, layer_backward;
+};
+inline pass_times pass_times_of(const options& o) {
+  return {std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * (1.0 - o.backward_share) * 1e6)),
+          std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * o.backward_share / o.layers * 1e6))};
+}
+
+/// The timed loop, the same on every device: per step a modelled forward, one backward op per
+/// matrix (each announced with grad_ready() when asked), step(), and a wait for the stream (a
+/// trainer reading its loss). `dev` supplies what differs: compute(stream, ns, name),
+/// sync_stream(stream), on_timed_start() (the first timed step is next), after_backward(stream)
+/// and after_step(stream) (marks on the stream). Fills the step times and the stats-derived
+/// columns of `res`.
+template <class Engine, class Device>
+void timed_steps(const options& o,
+                 Engine& zf,
+                 const std::vector<zenflow::param_id>& ids,
+                 cudaStream_t stream,
+                 Device& dev,
+                 double params,
+                 result& res) {
+  const pass_times pass = pass_times_of(o);
+  res.layer_backward_ms = static_cast<double>(pass.layer_backward.count()) * 1e-6;
+  zenflow::stats at_warm{};
+  clock_type::time_point warm_t0{};
+  for (int t = 0; t < o.warmup + o.steps; ++t) {
+    if (t == o.warmup) {
+      dev.on_timed_start();
+      at_warm = zf.stats();
+      warm_t0 = clock_type::now();
+    }
+    const auto t0 = clock_type::now();
+    dev.compute(stream, pass.forward, "forward");
+    if (o.release_by_caller) {
+      zf.release_gradients(stream); // the backward writes the gradients next
+    }
+    for (int l = o.layers - 1; l >= 0; --l) {
+      dev.compute(stream, pass.layer_backward, "backward");
+      if (o.grad_ready) {
+        zf.grad_ready(ids[static_cast<std::size_t>(l)], stream);
+      }
+    }
+    dev.after_backward(stream);
+    const zenflow::step_report rep = zf.step(1e-4f, stream);
+    dev.after_step(stream);
+    dev.sync_stream(stream); // the trainer reads its loss
+    const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    if (t >= o.warmup) {
+      res.step_ms.push_back(ms);
+      res.stall_ms.push_back(rep.stall_s * 1e3);
+    }
+  }
+  const double wall = std::chrono::duration<double>(clock_type::now() - warm_t0).count();
+  const zenflow::stats& s = zf.stats();
+  const double steps = o.steps;
+  res.step_ms_median = median(res.step_ms);
+  res.step_ms_mean = wall * 1e3 / steps;
+  res.step_ms_min = *std::min_element(res.step_ms.begin(), res.step_ms.end());
+  res.step_ms_max = *std::max_element(res.step_ms.begin(), res.step_ms.end());
+  res.stall_ms_per_step = (s.stall_s - at_warm.stall_s) * 1e3 / steps;
+  res.stall_share = (s.stall_s - at_warm.stall_s) / wall;
+  res.d2h_bytes_per_step = static_cast<double>(s.d2h_bytes - at_warm.d2h_bytes) / steps;
+  res.h2d_bytes_per_step = static_cast<double>(s.h2d_bytes - at_warm.h2d_bytes) / steps;
+  res.host_window_ms_per_step = (s.host_window_s - at_warm.host_window_s) * 1e3 / steps;
+  res.device_bytes_per_param = (4.0 * params + static_cast<double>(s.memory.device_total())) / params;
+  res.memory = s.memory;
+  res.selections = s.selections - at_warm.selections;
+  res.mass_drop_selections = s.mass_drop_selections - at_warm.mass_drop_selections;
+  res.host_state_bytes_per_param = static_cast<double>(s.memory.host_state) / params;
+  res.host_window_ms_per_job = s.host_jobs > at_warm.host_jobs
+                                   ? (s.host_window_s - at_warm.host_window_s) * 1e3 /
+                                         static_cast<double>(s.host_jobs - at_warm.host_jobs)
+                                   : 0.0;
+}
+
+/// Issue 11's pipeline bound max(C, down / B, up / B, host window / S, accumulation), with the
+/// wire's measured or modelled bandwidth per direction; beside it the same max with C + K for C
+/// (res.kernel_ms, the device's own kernel time after the backward), labelled apart.
+inline void set_bounds(result& res, double compute_ms, double down_bytes_per_s, double up_bytes_per_s) {
+  const double terms[] = {compute_ms, res.d2h_bytes_per_step / down_bytes_per_s * 1e3,
+                          res.h2d_bytes_per_step / up_bytes_per_s * 1e3, res.host_window_ms_per_step,
+                          res.accumulate_ms};
+  const char* names[] = {"compute", "d2h", "h2d", "host_window/S", "accumulate"};
+  const auto* it = std::max_element(std::begin(terms), std::end(terms));
+  res.bound_ms = *it;
+  res.bound_term = names[it - std::begin(terms)];
+  res.ratio_to_bound = res.step_ms_mean / res.bound_ms;
+  double with_kernels[std::size(terms)];
+  std::copy(std::begin(terms), std::end(terms), with_kernels);
+  with_kernels[0] = compute_ms + res.kernel_ms;
+  const auto* kt = std::max_element(std::begin(with_kernels), std::end(with_kernels));
+  res.bound_kernels_ms = *kt;
+  res.bound_kernels_term =
+      kt == std::begin(with_kernels) ? "compute+kernels" : names[kt - std::begin(with_kernels)];
+  res.ratio_to_bound_kernels = res.step_ms_mean / res.bound_kernels_ms;
+}
+
+inline void print_table_header() {
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %7s %9s %8s %7s %9s %9s\n", "mode",
+              "median", "mean", "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound",
+              "x bound", "dev B/p", "host B/p", "job ms", "tail ms", "K ms", "bound+K", "x bnd+K");
+}
+
+inline void print_row(const result& r) {
+  std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %7.2f %9.2f %8.2f "
+              "%7.2f %9.2f %9.3f\n",
+              r.spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
+              r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step, r.accumulate_ms,
+              r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
+              r.host_state_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms,
+              r.bound_kernels_ms, r.ratio_to_bound_kernels);
+  std::fflush(stdout);
+}
+
+inline std::string json_array(const std::vector<double>& v) {
+  std::ostringstream s;
+  s << "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    s << (i ? "," : "") << v[i];
+  }
+  s << "]";
+  return s.str();
+}
+
+/// A number for JSON: NaN (not measured on this device) is null.
+inline std::string json_number(double v) {
+  if (std::isnan(v)) {
+    return "null";
+  }
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+/// The settings both programs record, as JSON members (each line ",\n  \"key\": value"), after the
+/// program's own (`head`: from "{" to its last member, no trailing comma).
+inline std::string json_settings(const options& o, std::int64_t hidden, double model_bytes, double compute_ms,
+                                 unsigned acc_threads) {
+  const zenflow::config defaults;
+  std::ostringstream out;
+  out.precision(10);
+  out << ",\n  \"number_digits\": 10,\n  \"matrices\": " << o.layers << ",\n  \"hidden\": " << hidden
+      << ",\n  \"params\": " << hidden * hidden * o.layers << ",\n  \"model_bytes\": " << model_bytes
+      << ",\n  \"compute_ms\": " << compute_ms << ",\n  \"host_threads\": " << o.host_threads
+      << ",\n  \"accumulate_threads\": " << acc_threads
+      << ",\n  \"ring_slots\": " << (o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots)
+      << ",\n  \"ring_slot_bytes\": " << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes)
+      << ",\n  \"upload\": \"" << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
+      << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false") << ",\n  \"gradient_release\": \""
+      << (o.release_by_caller ? "by_caller" : "at_step") << "\""
+      << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
+      << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \"" << zenflow::to_string(o.host_moments)
+      << "\""
+      << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup;
+  return out.str();
+}
+
+/// gpu_adamw's and offload_sync's results among `results`, where they ran.
+struct baselines {
+  const result* gpu = nullptr;
+  const result* sync = nullptr;
+};
+inline baselines baselines_of(const std::vector<result>& results) {
+  baselines b;
+  for (const auto& r : results) {
+    b.gpu = r.spec.label == "gpu_adamw" ? &r : b.gpu;
+    b.sync = r.spec.label == "offload_sync" ? &r : b.sync;
+  }
+  return b;
+}
+
+/// Writes the JSON file: `head` (the program's members, from "{"), then the shared settings,
+/// then one object per mode with its ratios to gpu_adamw and offload_sync when they ran. The
+/// programs write it again after each mode, so that a run cut short keeps the modes it finished.
+inline void write_json(const std::string& path,
+                       const std::string& head,
+                       const std::string& settings,
+                       const std::vector<result>& results,
+                       double model_bytes) {
+  const auto [gpu, sync] = baselines_of(results);
+  std::ofstream out(path);
+  out.precision(10);
+  out << head << settings << ",\n  \"modes\": [";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const result& r = results[i];
+    out << (i ? "," : "") << "\n    {\"label\": \"" << r.spec.label << "\", \"topk_ratio\": " << r.spec.r
+        << ", \"update_interval\": " << r.spec.S << ", \"step_ms_median\": " << r.step_ms_median
+        << ", \"step_ms_mean\": " << r.step_ms_mean << ", \"step_ms_min\": " << r.step_ms_min
+        << ", \"step_ms_max\": " << r.step_ms_max << ", \"stall_share\": " << r.stall_share
+        << ", \"stall_ms_per_step\": " << r.stall_ms_per_step
+        << ", \"d2h_bytes_per_step\": " << r.d2h_bytes_per_step
+        << ", \"h2d_bytes_per_step\": " << r.h2d_bytes_per_step
+        << ", \"pcie_model_ratio\": " << (r.d2h_bytes_per_step + r.h2d_bytes_per_step) / model_bytes
+        << ", \"host_window_ms_per_step\": " << r.host_window_ms_per_step
+        << ", \"accumulate_ms\": " << r.accumulate_ms << ", \"bound_ms\": " << r.bound_ms
+        << ", \"bound_term\": \"" << r.bound_term << "\", \"ratio_to_bound\": " << r.ratio_to_bound
+        << ", \"kernel_ms_after_backward\": " << r.kernel_ms
+        << ", \"kernel_ms_after_backward_training_stream\": " << r.kernel_train_ms
+        << ", \"bound_with_kernels_ms\": " << r.bound_kernels_ms << ", \"bound_with_kernels_term\": \""
+        << r.bound_kernels_term << "\", \"ratio_to_bound_with_kernels\": " << r.ratio_to_bound_kernels
+        << ", \"device_bytes_per_param\": " << r.device_bytes_per_param
+        << ", \"device_bytes_per_param_measured\": " << json_number(r.device_bytes_per_param_measured)
+        << ", \"d2h_tail_ms\": " << json_number(r.d2h_tail_ms) << ", \"layer_backward_ms\": " << r.layer_backward_ms
+        << ", \"host_state_bytes_per_param\": " << r.host_state_bytes_per_param
+        << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job << ", \"selections\": " << r.selections
+        << ", \"mass_drop_selections\": " << r.mass_drop_selections
+        << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
+        << ", \"vector_state\": " << r.memory.device_vector_state << ", \"staging\": " << r.memory.device_staging
+        << ", \"upload\": " << r.memory.device_upload << ", \"scratch\": " << r.memory.device_scratch << "}";
+    if (gpu != nullptr) {
+      out << ", \"x_gpu_adamw\": " << r.step_ms_mean / gpu->step_ms_mean;
+    }
+    if (sync != nullptr) {
+      out << ", \"offload_sync_over_this\": " << sync->step_ms_mean / r.step_ms_mean;
+    }
+    out << ", \"step_ms\": " << json_array(r.step_ms) << ", \"stall_ms\": " << json_array(r.stall_ms) << "}";
+  }
+  out << "\n  ]\n}\n";
+}
+
+/// The table of each mode's mean step over gpu_adamw's and offload_sync's over it.
+inline void print_ratios(const std::vector<result>& results) {
+  const auto [gpu, sync] = baselines_of(results);
+  if (gpu != nullptr || sync != nullptr) {
+    std::printf("%-20s %12s %16s\n", "mode", "x gpu_adamw", "offload_sync / it");
+    for (const auto& r : results) {
+      std::printf("%-20s %12.3f %16.3f\n", r.spec.label.c_str(), gpu ? r.step_ms_mean / gpu->step_ms_mean : 0.0,
+                  sync ? sync->step_ms_mean / r.step_ms_mean : 0.0);
+    }
+  }
+}
+
+/// Runs every standard mode that --only lets through (`run_mode(spec)` gives its result), printing
+/// each row as it ends and rewriting the JSON after each; then the ratios.
+template <class RunMode>
+void run_modes(const options& o,
+               const std::string& head,
+               const std::string& settings,
+               double model_bytes,
+               RunMode&& run_mode) {
+  print_table_header();
+  std::vector<result> results;
+  for (const auto& spec : standard_modes()) {
+    if (!o.only.empty() && spec.label.find(o.only) == std::string::npos) {
+      continue;
+    }
+    results.push_back(run_mode(spec));
+    print_row(results.back());
+    write_json(o.json, head, settings, results, model_bytes);
+  }
+  print_ratios(results);
+  std::printf("wrote %s\n", o.json.c_str());
+}
+
+/// The settings lines both programs print before the table (the program prints its first line:
+/// the model, C, B and the device).
+inline void print_settings(const options& o) {
+  std::printf("host moments %s; ", std::string(zenflow::to_string(o.host_moments)).c_str());
+  std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
+              "engine's device buffers; dense AdamW: 16)\n",
+              o.chunk_ring ? "chunk_ring" : "whole_window");
+  std::printf("gradient release: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step");
+  std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
+              "step's last D2H copy after the end of its backward (median; nan: not measured here)\n",
+              100.0 * o.backward_share, o.layers, o.compute_ms * o.backward_share / o.layers,
+              o.grad_ready ? ", each matrix announced with grad_ready() as its backward ends" : "");
+}
+
+} // namespace zf_bench_pipeline
