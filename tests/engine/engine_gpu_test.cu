@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -22,6 +24,8 @@
 #include "reference_cases.hpp"
 #include "resume_cases.hpp"
 #include "support/gpu.hpp"
+#include "support/random.hpp"
+#include "trace_checks.hpp"
 
 namespace {
 
@@ -143,6 +147,39 @@ INSTANTIATE_TEST_SUITE_P(cases,
 
 TEST_F(engine_gpu, baselines_equal_offload_sync_gpu_adamw_and_dense_adamw_bit_for_bit) {
   zf_engine_test::run_baseline_cases<device_driver>(2);
+}
+
+// The pipeline trace on the CUDA backend: its streams timed by events (every launch of the plan and
+// every copy, the D2H ring's included), checked with the emulated device's body (trace_checks.hpp);
+// the test's own gradient uploads go around the backend and are not in it.
+TEST_F(engine_gpu, pipeline_trace_times_the_streams_by_events_and_matches_the_counters) {
+  const std::uint64_t seed = zf_test::base_seed() + 304;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  const zenflow::config cfg = zf_trace_test::trace_config();
+  const std::int64_t C = zf_trace_test::kChannels, L = zf_trace_test::kLen;
+  const std::size_t n = static_cast<std::size_t>(2 * C * L);
+  zenflow::stream s;
+  zenflow::device_buffer<float> w(n), g(n);
+  const std::vector<float> w0 = zf_test::random_values<float>(n, seed);
+  ZF_CUDA_TRY(cudaMemcpy(w.data(), w0.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  gpu_engine zf(cfg);
+  zf.add_matrix(w.data(), g.data(), C, L);
+  zf.add_matrix(w.data() + C * L, g.data() + C * L, C, L);
+  zf.initialize(s);
+  s.synchronize();
+  const zenflow::stats before = zf.stats();
+  zf.start_trace();
+  const int steps = 10;
+  std::vector<std::vector<float>> grads;
+  for (int t = 0; t < steps; ++t) {
+    grads.push_back(zf_test::random_values<float>(n, seed + 1 + static_cast<std::uint64_t>(t), 1e-3f));
+    ZF_CUDA_TRY(cudaMemcpyAsync(g.data(), grads.back().data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
+    (void)zf.step(1e-3f, s);
+  }
+  zf.flush(s);
+  s.synchronize();
+  zf_trace_test::expect_trace_matches_the_run(zf_trace_test::written_trace(zf, "cuda"), steps, before, zf.stats(),
+                                              -1);
 }
 
 TEST_F(engine_gpu, bytes_meet_the_pcie_budget) {

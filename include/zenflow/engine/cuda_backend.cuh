@@ -12,7 +12,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
+
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/detail/cuda_timeline.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
@@ -177,7 +180,8 @@ private:
 } // namespace detail
 
 /// CUDA backend of `zenflow::engine`: parameters are device pointers of the device current when
-/// the engine is initialized.
+/// the engine is initialized. Copies of a backend share its stream timeline (the pipeline trace's
+/// device tracks, timed by CUDA events: engine::start_trace turns it on).
 class cuda_backend {
 public:
   static constexpr bool is_device = true;
@@ -187,7 +191,9 @@ public:
   template <class T>
   using host_buffer = pinned_buffer<T>;
 
-  [[nodiscard]] copy_backend_type copier() const noexcept { return {}; }
+  [[nodiscard]] copy_backend_type copier() const noexcept { return {timeline_.get()}; }
+  /// The streams' timeline of the pipeline trace (off until engine::start_trace()).
+  [[nodiscard]] detail::cuda_timeline& timeline() const noexcept { return *timeline_; }
 
   void copy_d2h(void* dst, const void* src, std::size_t bytes, cudaStream_t s) const {
     copy(dst, src, bytes, cudaMemcpyDeviceToHost, s);
@@ -200,7 +206,9 @@ public:
   }
   void zero(void* dst, std::size_t bytes, cudaStream_t s) const {
     if (bytes > 0) {
-      detail::check(cudaMemsetAsync(dst, 0, bytes, s), "zenflow::cuda_backend: cudaMemsetAsync");
+      timeline_->bracket(s, detail::timeline_op::kind::kernel, "memset", bytes, [&] {
+        detail::check(cudaMemsetAsync(dst, 0, bytes, s), "zenflow::cuda_backend: cudaMemsetAsync");
+      });
     }
   }
   void synchronize(cudaStream_t s) const {
@@ -251,8 +259,9 @@ public:
 
   /// An operation of the plan, `op(primitives, exec)`: the device launchers, stream-ordered on `s`.
   template <class Op>
-  void run(cudaStream_t s, std::size_t /*bytes*/, const char* name, Op&& op) const {
-    detail::check(std::forward<Op>(op)(detail::device_primitives{}, s), name);
+  void run(cudaStream_t s, std::size_t bytes, const char* name, Op&& op) const {
+    timeline_->bracket(s, detail::timeline_op::kind::kernel, name, bytes,
+                       [&] { detail::check(std::forward<Op>(op)(detail::device_primitives{}, s), name); });
   }
   /// A host-side query of an operation (temporary storage sizes), answered now.
   template <class Op>
@@ -261,11 +270,20 @@ public:
   }
 
 private:
-  static void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) const {
     if (bytes > 0) {
-      detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "zenflow::cuda_backend: cudaMemcpyAsync");
+      using op = detail::timeline_op::kind;
+      const op what = kind == cudaMemcpyDeviceToHost ? op::copy_d2h
+                      : kind == cudaMemcpyHostToDevice ? op::copy_h2d
+                                                       : op::copy_d2d;
+      static const char* const names[] = {"", "copy D2H", "copy H2D", "copy D2D"};
+      timeline_->bracket(s, what, names[static_cast<int>(what)], bytes, [&] {
+        detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "zenflow::cuda_backend: cudaMemcpyAsync");
+      });
     }
   }
+
+  std::shared_ptr<detail::cuda_timeline> timeline_ = std::make_shared<detail::cuda_timeline>();
 };
 
 static_assert(engine_backend<cuda_backend>);

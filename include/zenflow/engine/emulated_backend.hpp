@@ -81,6 +81,8 @@ public:
       : device_(&device), counts_(counts), kernel_threads_(kernel_threads) {}
 
   [[nodiscard]] emulated_device& device() const noexcept { return *device_; }
+  /// The streams' timeline of the pipeline trace: the emulated device's own record.
+  [[nodiscard]] emulated_device& timeline() const noexcept { return *device_; }
   [[nodiscard]] copy_backend_type copier() const noexcept { return copy_backend_type{*device_}; }
 
   void copy_d2h(void* dst, const void* src, std::size_t bytes, cudaStream_t s) const {

@@ -380,12 +380,13 @@ public:
 
   /// Starts recording a pipeline trace (docs/engine.md, "Pipeline trace"): the training thread's
   /// steps and stalls with their causes, the consumer's slots, the host jobs and, on the emulated
-  /// backend, every stream's kernels and copies (this turns the device's tracing on). Recording
-  /// costs a lock per span; off, nothing is recorded.
+  /// and CUDA backends, every stream's kernels and copies (this turns the backend's timeline on; on
+  /// CUDA it is timed by events and waits once for a reference event: call it between steps).
+  /// Recording costs a lock per span; off, nothing is recorded.
   void start_trace() {
     trace_.start();
-    if constexpr (requires { plan_.backend().device().set_tracing(true); }) {
-      plan_.backend().device().set_tracing(true);
+    if constexpr (requires { plan_.backend().timeline().set_tracing(true); }) {
+      plan_.backend().timeline().set_tracing(true);
     }
   }
   /// Writes what was recorded since start_trace() to `path` as Chrome trace-event JSON

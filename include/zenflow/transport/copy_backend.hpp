@@ -24,6 +24,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/copy_direction.hpp>
+#include <zenflow/core/detail/cuda_timeline.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/memory.hpp>
 
@@ -82,6 +83,9 @@ struct cuda_copy_backend {
   struct event_type {
     cudaEvent_t handle = nullptr;
   };
+  /// The engine's stream timeline (its pipeline trace), or none: the copies are bracketed by
+  /// timing events while it is on.
+  const detail::cuda_timeline* timeline = nullptr;
 
   void create_event(event_type& e) const {
     detail::check(cudaEventCreateWithFlags(&e.handle, cudaEventDisableTiming | cudaEventBlockingSync),
@@ -97,9 +101,17 @@ struct cuda_copy_backend {
     if (bytes == 0) {
       return;
     }
-    const cudaMemcpyKind kind =
-        dir == copy_direction::device_to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
-    detail::check(cudaMemcpyAsync(dst, src, bytes, kind, s), "zenflow::cuda_copy_backend: cudaMemcpyAsync");
+    const bool down = dir == copy_direction::device_to_host;
+    const auto enqueue = [&] {
+      detail::check(cudaMemcpyAsync(dst, src, bytes, down ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s),
+                    "zenflow::cuda_copy_backend: cudaMemcpyAsync");
+    };
+    if (timeline == nullptr) {
+      enqueue();
+    } else {
+      using kind = detail::timeline_op::kind;
+      timeline->bracket(s, down ? kind::copy_d2h : kind::copy_h2d, down ? "copy D2H" : "copy H2D", bytes, enqueue);
+    }
   }
   void record(event_type& e, cudaStream_t s) const {
     detail::check(cudaEventRecord(e.handle, s), "zenflow::cuda_copy_backend: cudaEventRecord");

@@ -156,17 +156,19 @@ inline void trace_step(pipeline_trace& tr, const step_report& rep, std::int64_t 
               ", \"stall_us\": " + std::to_string(static_cast<std::int64_t>(rep.stall_s * 1e6)));
 }
 
-/// Each stream's operations, on a backend whose device keeps a timeline (the emulated device:
-/// `device().trace()`, `device().now_ns()`); none on the others.
+/// Each stream's operations, on a backend that keeps a timeline (`timeline().trace()` and
+/// `timeline().now_ns()`: the emulated device's own record; the CUDA backend's, timed by events);
+/// none on the others (the host backend).
 template <class Backend>
 std::vector<trace_span> device_timeline(const Backend& b) {
   std::vector<trace_span> out;
   if constexpr (requires {
-                  b.device().trace();
-                  b.device().now_ns();
+                  b.timeline().trace();
+                  b.timeline().now_ns();
                 }) {
-    const auto& dev = b.device();
-    // The device's clock is steady_clock from its creation: one offset maps it onto ours.
+    const auto& dev = b.timeline();
+    // The timeline's clock is steady_clock (from the emulated device's creation): one offset maps it
+    // onto ours.
     const std::int64_t offset = pipeline_trace::now() - dev.now_ns();
     static const char* const kinds[] = {"kernel", "copy D2H", "copy H2D", "copy D2D", "compute"};
     for (const auto& op : dev.trace()) {
