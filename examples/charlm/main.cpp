@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
+#else
+  if (launched_by_mpi()) { // each rank would train a model of its own, silently
+    std::fprintf(stderr, "charlm_train: launched by mpirun, but built without MPI (ZENFLOW_WITH_MPI=OFF or no MPI "
+                         "found at configure time): run it without mpirun, or rebuild with MPI\n");
+    return 2;
+  }
 #endif
   charlm::options o;
   try {
