@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   std::ostringstream head;
   head.precision(10);
   head << "{\n  \"benchmark\": \"zf_bench_pipeline\",\n  \"machine\": \"emulated device on a " << hw
-       << "-thread CPU\",\n  \"pcie_bytes_per_second\": " << B << ",\n  \"device_threads\": " << o.device_threads;
+       << "-thread CPU\",\n  \"pcie_bytes_per_second\": " << B
+       << ",\n  \"device_threads\": " << o.device_threads;
   run_modes(o, head.str(), json_settings(o, hidden, model_bytes, o.compute_ms, acc_threads), model_bytes,
             [&](const mode_spec& spec) { return run_mode(o, spec, hidden, B, acc_threads); });
   return 0;

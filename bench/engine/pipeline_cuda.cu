@@ -71,7 +71,8 @@ __global__ void modelled_compute_kernel(long long ns) {
 /// every 17th channel's gradients 8x (a few important channels).
 __global__ void fill_kernel(bf16* w, bf16* g, std::int64_t n, std::int64_t channel_len, std::uint64_t seed) {
   const auto stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
     std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(i + 1); // splitmix64
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -159,7 +160,8 @@ struct gpu_pass {
   void after_step(cudaStream_t s) { step_end.record(s); }
 };
 
-result run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, const wire& B, unsigned acc_threads) {
+result
+run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, const wire& B, unsigned acc_threads) {
   zenflow::stream st;
   const zenflow::config cfg = config_of(o, spec);
   const auto n = static_cast<std::size_t>(hidden * hidden);
@@ -187,8 +189,8 @@ result run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, co
     }
     std::vector<zenflow::param_id> ids;
     for (int l = 0; l < o.layers; ++l) {
-      ids.push_back(zf.add_matrix(w[static_cast<std::size_t>(l)].data(), g[static_cast<std::size_t>(l)].data(),
-                                  hidden, hidden));
+      ids.push_back(zf.add_matrix(w[static_cast<std::size_t>(l)].data(),
+                                  g[static_cast<std::size_t>(l)].data(), hidden, hidden));
     }
     zf.initialize(st);
     timed_steps(o, zf, ids, st, pass, params, res);
@@ -220,16 +222,18 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (o.device_threads != 0) {
-    std::fprintf(stderr, "zf_bench_pipeline_cuda: --device-threads is the emulated device's (zf_bench_pipeline)\n");
+    std::fprintf(stderr,
+                 "zf_bench_pipeline_cuda: --device-threads is the emulated device's (zf_bench_pipeline)\n");
     return 2;
   }
   int devices = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
-    std::fprintf(stderr,
-                 "zf_bench_pipeline_cuda: no CUDA device (%s: %s): this benchmark needs a GPU; zf_bench_pipeline "
-                 "runs the same modes on the emulated device\n",
-                 e != cudaSuccess ? cudaGetErrorName(e) : "cudaErrorNoDevice",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+    std::fprintf(
+        stderr,
+        "zf_bench_pipeline_cuda: no CUDA device (%s: %s): this benchmark needs a GPU; zf_bench_pipeline "
+        "runs the same modes on the emulated device\n",
+        e != cudaSuccess ? cudaGetErrorName(e) : "cudaErrorNoDevice",
+        e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
     return 1;
   }
   cudaDeviceProp prop{};
@@ -254,21 +258,23 @@ int main(int argc, char** argv) {
     o.compute_ms = std::max(0.9 * model_bytes / B.down * 1e3, acc_r01_ms);
   }
   const zenflow::config defaults;
-  std::printf("pipeline on %s (%d multiprocessors, %.1f GiB): %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), "
-              "C = %.1f ms%s, B = %.2f GB/s down, %.2f GB/s up (%s), host threads %u (%s), accumulation threads %u, "
-              "ring_slots %d x %lld B, hw threads %u\n",
-              prop.name, prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30), o.layers,
-              static_cast<long long>(hidden), static_cast<long long>(hidden),
-              static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms,
-              acc_r01_ms > 0 ? " (the larger of 0.9 x model / B_down and one step's accumulation at r = 0.1)" : "",
-              B.down / 1e9, B.up / 1e9, o.pcie_gbps > 0 ? "given" : "measured: pinned copies of 256 MiB",
-              acc_threads, o.host_threads == 0 ? "the library's default" : "given", acc_threads,
-              o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
-              static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
+  std::printf(
+      "pipeline on %s (%d multiprocessors, %.1f GiB): %d matrices %lld x %lld bf16 (%.1fM params, %.1f MB), "
+      "C = %.1f ms%s, B = %.2f GB/s down, %.2f GB/s up (%s), host threads %u (%s), accumulation threads %u, "
+      "ring_slots %d x %lld B, hw threads %u\n",
+      prop.name, prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30), o.layers,
+      static_cast<long long>(hidden), static_cast<long long>(hidden),
+      static_cast<double>(hidden * hidden) * o.layers / 1e6, model_bytes / 1e6, o.compute_ms,
+      acc_r01_ms > 0 ? " (the larger of 0.9 x model / B_down and one step's accumulation at r = 0.1)" : "",
+      B.down / 1e9, B.up / 1e9, o.pcie_gbps > 0 ? "given" : "measured: pinned copies of 256 MiB", acc_threads,
+      o.host_threads == 0 ? "the library's default" : "given", acc_threads,
+      o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots,
+      static_cast<long long>(o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes), hw);
   print_settings(o);
-  std::printf("bound: issue 11's max(C, down/B, up/B, host window/S, accumulation); K: the training stream's time "
-              "from the backward's end to step()'s end (CUDA events, median); bound+K: the same max with C + K for "
-              "C; dev B/p as the engine reports it (measured off the device: in the JSON)\n");
+  std::printf(
+      "bound: issue 11's max(C, down/B, up/B, host window/S, accumulation); K: the training stream's time "
+      "from the backward's end to step()'s end (CUDA events, median); bound+K: the same max with C + K for "
+      "C; dev B/p as the engine reports it (measured off the device: in the JSON)\n");
   int driver = 0, runtime = 0;
   check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
   check(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");

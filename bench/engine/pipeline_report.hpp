@@ -151,8 +151,9 @@ inline int parse_options(int argc, char** argv, options& o) {
   }
   if (o.params_m <= 0 || o.layers <= 0 || o.steps <= 0 || o.warmup < 0 || o.compute_ms < 0 ||
       o.pcie_gbps < 0 || o.backward_share < 0 || o.backward_share > 1) {
-    std::fprintf(stderr, "%s: --params, --layers and --steps must be positive, --warmup, --compute-ms and "
-                         "--pcie-gbps not negative, --backward-share in [0, 1]\n",
+    std::fprintf(stderr,
+                 "%s: --params, --layers and --steps must be positive, --warmup, --compute-ms and "
+                 "--pcie-gbps not negative, --backward-share in [0, 1]\n",
                  argv[0]);
     return 2;
   }
@@ -285,8 +286,9 @@ struct pass_times {
   std::chrono::nanoseconds forward, layer_backward;
 };
 inline pass_times pass_times_of(const options& o) {
-  return {std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * (1.0 - o.backward_share) * 1e6)),
-          std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * o.backward_share / o.layers * 1e6))};
+  return {
+      std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * (1.0 - o.backward_share) * 1e6)),
+      std::chrono::nanoseconds(static_cast<std::int64_t>(o.compute_ms * o.backward_share / o.layers * 1e6))};
 }
 
 /// The timed loop, the same on every device: per step a modelled forward, one backward op per
@@ -389,8 +391,8 @@ inline void print_row(const result& r) {
   std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %7.2f %9.2f %8.2f "
               "%7.2f %9.2f %9.3f\n",
               r.spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
-              r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step, r.accumulate_ms,
-              r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
+              r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
+              r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
               r.host_state_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms,
               r.bound_kernels_ms, r.ratio_to_bound_kernels);
   std::fflush(stdout);
@@ -418,8 +420,8 @@ inline std::string json_number(double v) {
 
 /// The settings both programs record, as JSON members (each line ",\n  \"key\": value"), after the
 /// program's own (`head`: from "{" to its last member, no trailing comma).
-inline std::string json_settings(const options& o, std::int64_t hidden, double model_bytes, double compute_ms,
-                                 unsigned acc_threads) {
+inline std::string json_settings(
+    const options& o, std::int64_t hidden, double model_bytes, double compute_ms, unsigned acc_threads) {
   const zenflow::config defaults;
   std::ostringstream out;
   out.precision(10);
@@ -428,13 +430,14 @@ inline std::string json_settings(const options& o, std::int64_t hidden, double m
       << ",\n  \"compute_ms\": " << compute_ms << ",\n  \"host_threads\": " << o.host_threads
       << ",\n  \"accumulate_threads\": " << acc_threads
       << ",\n  \"ring_slots\": " << (o.ring_slots > 0 ? o.ring_slots : defaults.ring_slots)
-      << ",\n  \"ring_slot_bytes\": " << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes)
-      << ",\n  \"upload\": \"" << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
+      << ",\n  \"ring_slot_bytes\": "
+      << (o.ring_slot_bytes > 0 ? o.ring_slot_bytes : defaults.ring_slot_bytes) << ",\n  \"upload\": \""
+      << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
       << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false") << ",\n  \"gradient_release\": \""
       << (o.release_by_caller ? "by_caller" : "at_step") << "\""
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
-      << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \"" << zenflow::to_string(o.host_moments)
-      << "\""
+      << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \""
+      << zenflow::to_string(o.host_moments) << "\""
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup;
   return out.str();
 }
@@ -484,13 +487,15 @@ inline void write_json(const std::string& path,
         << r.bound_kernels_term << "\", \"ratio_to_bound_with_kernels\": " << r.ratio_to_bound_kernels
         << ", \"device_bytes_per_param\": " << r.device_bytes_per_param
         << ", \"device_bytes_per_param_measured\": " << json_number(r.device_bytes_per_param_measured)
-        << ", \"d2h_tail_ms\": " << json_number(r.d2h_tail_ms) << ", \"layer_backward_ms\": " << r.layer_backward_ms
+        << ", \"d2h_tail_ms\": " << json_number(r.d2h_tail_ms)
+        << ", \"layer_backward_ms\": " << r.layer_backward_ms
         << ", \"host_state_bytes_per_param\": " << r.host_state_bytes_per_param
-        << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job << ", \"selections\": " << r.selections
-        << ", \"mass_drop_selections\": " << r.mass_drop_selections
+        << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job
+        << ", \"selections\": " << r.selections << ", \"mass_drop_selections\": " << r.mass_drop_selections
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
-        << ", \"vector_state\": " << r.memory.device_vector_state << ", \"staging\": " << r.memory.device_staging
-        << ", \"upload\": " << r.memory.device_upload << ", \"scratch\": " << r.memory.device_scratch << "}";
+        << ", \"vector_state\": " << r.memory.device_vector_state
+        << ", \"staging\": " << r.memory.device_staging << ", \"upload\": " << r.memory.device_upload
+        << ", \"scratch\": " << r.memory.device_scratch << "}";
     if (gpu != nullptr) {
       out << ", \"x_gpu_adamw\": " << r.step_ms_mean / gpu->step_ms_mean;
     }
@@ -508,7 +513,8 @@ inline void print_ratios(const std::vector<result>& results) {
   if (gpu != nullptr || sync != nullptr) {
     std::printf("%-20s %12s %16s\n", "mode", "x gpu_adamw", "offload_sync / it");
     for (const auto& r : results) {
-      std::printf("%-20s %12.3f %16.3f\n", r.spec.label.c_str(), gpu ? r.step_ms_mean / gpu->step_ms_mean : 0.0,
+      std::printf("%-20s %12.3f %16.3f\n", r.spec.label.c_str(),
+                  gpu ? r.step_ms_mean / gpu->step_ms_mean : 0.0,
                   sync ? sync->step_ms_mean / r.step_ms_mean : 0.0);
     }
   }

@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
   }
 #else
   if (launched_by_mpi()) { // each rank would train a model of its own, silently
-    std::fprintf(stderr, "charlm_train: launched by mpirun, but built without MPI (ZENFLOW_WITH_MPI=OFF or no MPI "
-                         "found at configure time): run it without mpirun, or rebuild with MPI\n");
+    std::fprintf(stderr,
+                 "charlm_train: launched by mpirun, but built without MPI (ZENFLOW_WITH_MPI=OFF or no MPI "
+                 "found at configure time): run it without mpirun, or rebuild with MPI\n");
     return 2;
   }
 #endif

@@ -178,8 +178,8 @@ TEST_F(engine_gpu, pipeline_trace_times_the_streams_by_events_and_matches_the_co
   }
   zf.flush(s);
   s.synchronize();
-  zf_trace_test::expect_trace_matches_the_run(zf_trace_test::written_trace(zf, "cuda"), steps, before, zf.stats(),
-                                              -1);
+  zf_trace_test::expect_trace_matches_the_run(zf_trace_test::written_trace(zf, "cuda"), steps, before,
+                                              zf.stats(), -1);
 }
 
 TEST_F(engine_gpu, bytes_meet_the_pcie_budget) {

@@ -8,11 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 
 #include <cuda_runtime_api.h>
-
-#include <memory>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/cuda_timeline.hpp>
@@ -273,7 +272,7 @@ private:
   void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) const {
     if (bytes > 0) {
       using op = detail::timeline_op::kind;
-      const op what = kind == cudaMemcpyDeviceToHost ? op::copy_d2h
+      const op what = kind == cudaMemcpyDeviceToHost   ? op::copy_d2h
                       : kind == cudaMemcpyHostToDevice ? op::copy_h2d
                                                        : op::copy_d2d;
       static const char* const names[] = {"", "copy D2H", "copy H2D", "copy D2D"};

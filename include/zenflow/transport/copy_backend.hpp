@@ -103,14 +103,16 @@ struct cuda_copy_backend {
     }
     const bool down = dir == copy_direction::device_to_host;
     const auto enqueue = [&] {
-      detail::check(cudaMemcpyAsync(dst, src, bytes, down ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s),
-                    "zenflow::cuda_copy_backend: cudaMemcpyAsync");
+      detail::check(
+          cudaMemcpyAsync(dst, src, bytes, down ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s),
+          "zenflow::cuda_copy_backend: cudaMemcpyAsync");
     };
     if (timeline == nullptr) {
       enqueue();
     } else {
       using kind = detail::timeline_op::kind;
-      timeline->bracket(s, down ? kind::copy_d2h : kind::copy_h2d, down ? "copy D2H" : "copy H2D", bytes, enqueue);
+      timeline->bracket(s, down ? kind::copy_d2h : kind::copy_h2d, down ? "copy D2H" : "copy H2D", bytes,
+                        enqueue);
     }
   }
   void record(event_type& e, cudaStream_t s) const {

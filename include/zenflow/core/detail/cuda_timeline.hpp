@@ -69,7 +69,8 @@ public:
         check(cudaEventCreate(&reference_), "zenflow::cuda_backend: cudaEventCreate (trace reference)");
       }
       check(cudaEventRecord(reference_, nullptr), "zenflow::cuda_backend: cudaEventRecord (trace reference)");
-      check(cudaEventSynchronize(reference_), "zenflow::cuda_backend: cudaEventSynchronize (trace reference)");
+      check(cudaEventSynchronize(reference_),
+            "zenflow::cuda_backend: cudaEventSynchronize (trace reference)");
       reference_ns_ = now_ns();
     }
     on_.store(on, std::memory_order_relaxed);
@@ -78,7 +79,8 @@ public:
 
   /// `enqueue()` (which puts the operation on `s`), bracketed by two timing events while on.
   template <class Enqueue>
-  void bracket(cudaStream_t s, timeline_op::kind what, const char* name, std::size_t bytes, Enqueue&& enqueue) const {
+  void bracket(
+      cudaStream_t s, timeline_op::kind what, const char* name, std::size_t bytes, Enqueue&& enqueue) const {
     if (!on()) {
       std::forward<Enqueue>(enqueue)();
       return;
@@ -106,7 +108,8 @@ public:
       check(cudaEventSynchronize(p.end), "zenflow::cuda_backend: cudaEventSynchronize (trace)");
       float begin_ms = 0.0f;
       float end_ms = 0.0f;
-      check(cudaEventElapsedTime(&begin_ms, reference_, p.begin), "zenflow::cuda_backend: cudaEventElapsedTime");
+      check(cudaEventElapsedTime(&begin_ms, reference_, p.begin),
+            "zenflow::cuda_backend: cudaEventElapsedTime");
       check(cudaEventElapsedTime(&end_ms, reference_, p.end), "zenflow::cuda_backend: cudaEventElapsedTime");
       timeline_op op;
       op.what = p.what;
