@@ -111,8 +111,7 @@ struct cuda_copy_backend {
       enqueue();
     } else {
       using kind = detail::timeline_op::kind;
-      timeline->bracket(s, down ? kind::copy_d2h : kind::copy_h2d, down ? "copy D2H" : "copy H2D", bytes,
-                        enqueue);
+      timeline->bracket(s, down ? kind::copy_d2h : kind::copy_h2d, nullptr, bytes, enqueue); // named by kind
     }
   }
   void record(event_type& e, cudaStream_t s) const {

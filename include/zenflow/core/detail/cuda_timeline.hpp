@@ -78,6 +78,7 @@ public:
   [[nodiscard]] bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
 
   /// `enqueue()` (which puts the operation on `s`), bracketed by two timing events while on.
+  /// `name` may be null: the trace then names the operation by its kind.
   template <class Enqueue>
   void bracket(
       cudaStream_t s, timeline_op::kind what, const char* name, std::size_t bytes, Enqueue&& enqueue) const {
