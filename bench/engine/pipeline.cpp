@@ -136,11 +136,7 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
       zf.write_trace(o.trace); // Chrome trace JSON (bench/engine/plot_trace.py renders it)
     }
   }
-  if (spec.mode != zenflow::optimizer_mode::gpu_adamw) {
-    const double r = spec.mode == zenflow::optimizer_mode::zenflow ? spec.r : 0.0;
-    res.accumulate_ms = time_accumulation(hidden, o.layers, r, acc_threads) * 1e3;
-  }
-  set_bounds(res, o.compute_ms, B, B);
+  finish_result(res, o, hidden, acc_threads, B, B);
   return res;
 }
 

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -81,81 +82,120 @@ inline void usage(const char* program) {
               program);
 }
 
-/// Reads the command line into `o`; returns -1 to go on, else the exit status (usage printed).
+/// Reads the command line into `o`; returns -1 to go on, else the exit status: 0 after --help, 2
+/// after a bad option (named on stderr, with the usage on stdout; nothing run).
 inline int parse_options(int argc, char** argv, options& o) {
+  const auto refuse = [&](const std::string& what) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], what.c_str());
+    usage(argv[0]);
+    return 2;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        usage(argv[0]);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--params") {
-      o.params_m = std::stod(next());
-    } else if (a == "--layers") {
-      o.layers = std::stoi(next());
-    } else if (a == "--steps") {
-      o.steps = std::stoi(next());
-    } else if (a == "--warmup") {
-      o.warmup = std::stoi(next());
-    } else if (a == "--compute-ms") {
-      o.compute_ms = std::stod(next());
-    } else if (a == "--pcie-gbps") {
-      o.pcie_gbps = std::stod(next());
-    } else if (a == "--host-threads") {
-      o.host_threads = static_cast<unsigned>(std::stoul(next()));
-    } else if (a == "--device-threads") {
-      o.device_threads = static_cast<unsigned>(std::stoul(next()));
-    } else if (a == "--ring-slots") {
-      o.ring_slots = std::stoi(next());
-    } else if (a == "--ring-slot-bytes") {
-      o.ring_slot_bytes = std::stoll(next());
-    } else if (a == "--upload") {
-      const std::string v = next();
-      if (v != "whole_window" && v != "chunk_ring") {
-        usage(argv[0]);
-        return 2;
-      }
-      o.chunk_ring = v == "chunk_ring";
-    } else if (a == "--select-interval") {
-      o.select_interval = std::stoll(next());
-    } else if (a == "--mass-drop") {
-      o.mass_drop = std::stod(next());
-    } else if (a == "--grad-ready") {
-      o.grad_ready = true;
-    } else if (a == "--release-by-caller") {
-      o.release_by_caller = true;
-    } else if (a == "--backward-share") {
-      o.backward_share = std::stod(next());
-    } else if (a == "--host-moments") {
-      const std::string v = next();
-      if (v != "fp32" && v != "bf16") {
-        usage(argv[0]);
-        return 2;
-      }
-      o.host_moments = v == "bf16" ? zenflow::moment_precision::bf16 : zenflow::moment_precision::fp32;
-    } else if (a == "--only") {
-      o.only = next();
-    } else if (a == "--trace") {
-      o.trace = next();
-    } else if (a == "--trace-mode") {
-      o.trace_mode = next();
-    } else if (a == "--json") {
-      o.json = next();
-    } else {
+    if (a == "--help") {
       usage(argv[0]);
-      return a == "--help" ? 0 : 2;
+      return 0;
+    }
+    if (a == "--grad-ready" || a == "--release-by-caller") {
+      (a == "--grad-ready" ? o.grad_ready : o.release_by_caller) = true;
+      continue;
+    }
+    static const char* const valued[] = {
+        "--params",     "--layers",          "--steps",        "--warmup",
+        "--compute-ms", "--pcie-gbps",       "--host-threads", "--device-threads",
+        "--ring-slots", "--ring-slot-bytes", "--upload",       "--select-interval",
+        "--mass-drop",  "--backward-share",  "--host-moments", "--only",
+        "--trace",      "--trace-mode",      "--json"};
+    if (std::find(std::begin(valued), std::end(valued), a) == std::end(valued)) {
+      return refuse(a + ": unknown option");
+    }
+    if (i + 1 >= argc) {
+      return refuse(a + ": needs a value");
+    }
+    const std::string v = argv[++i];
+    try {
+      std::size_t used = 0;
+      // A number with nothing after it (std::stod alone would take "12abc" as 12).
+      const auto number = [&](auto parse) {
+        const auto x = parse(v, &used);
+        if (used != v.size()) {
+          throw std::invalid_argument(v);
+        }
+        return x;
+      };
+      const auto real = [&] {
+        return number([](const std::string& t, std::size_t* n) { return std::stod(t, n); });
+      };
+      const auto integer = [&] {
+        return number([](const std::string& t, std::size_t* n) { return std::stoll(t, n); });
+      };
+      if (a == "--params") {
+        o.params_m = real();
+      } else if (a == "--layers") {
+        o.layers = static_cast<int>(integer());
+      } else if (a == "--steps") {
+        o.steps = static_cast<int>(integer());
+      } else if (a == "--warmup") {
+        o.warmup = static_cast<int>(integer());
+      } else if (a == "--compute-ms") {
+        o.compute_ms = real();
+      } else if (a == "--pcie-gbps") {
+        o.pcie_gbps = real();
+      } else if (a == "--host-threads" || a == "--device-threads") {
+        const long long t = integer();
+        if (t < 0) {
+          return refuse(a + ": must not be negative, got " + v);
+        }
+        (a == "--host-threads" ? o.host_threads : o.device_threads) = static_cast<unsigned>(t);
+      } else if (a == "--ring-slots") {
+        o.ring_slots = static_cast<int>(integer());
+      } else if (a == "--ring-slot-bytes") {
+        o.ring_slot_bytes = integer();
+      } else if (a == "--upload") {
+        if (v != "whole_window" && v != "chunk_ring") {
+          return refuse("--upload: expected whole_window or chunk_ring, got '" + v + "'");
+        }
+        o.chunk_ring = v == "chunk_ring";
+      } else if (a == "--select-interval") {
+        o.select_interval = integer();
+      } else if (a == "--mass-drop") {
+        o.mass_drop = real();
+      } else if (a == "--backward-share") {
+        o.backward_share = real();
+      } else if (a == "--host-moments") {
+        if (v != "fp32" && v != "bf16") {
+          return refuse("--host-moments: expected fp32 or bf16, got '" + v + "'");
+        }
+        o.host_moments = v == "bf16" ? zenflow::moment_precision::bf16 : zenflow::moment_precision::fp32;
+      } else if (a == "--only") {
+        o.only = v;
+      } else if (a == "--trace") {
+        o.trace = v;
+      } else if (a == "--trace-mode") {
+        o.trace_mode = v;
+      } else { // "--json", the last of `valued`
+        o.json = v;
+      }
+    } catch (const std::exception&) { // std::invalid_argument, std::out_of_range
+      return refuse(a + ": not a number in range: '" + v + "'");
     }
   }
-  if (o.params_m <= 0 || o.layers <= 0 || o.steps <= 0 || o.warmup < 0 || o.compute_ms < 0 ||
-      o.pcie_gbps < 0 || o.backward_share < 0 || o.backward_share > 1) {
-    std::fprintf(stderr,
-                 "%s: --params, --layers and --steps must be positive, --warmup, --compute-ms and "
-                 "--pcie-gbps not negative, --backward-share in [0, 1]\n",
-                 argv[0]);
-    return 2;
+  // Each bad value named, and nothing run.
+  const struct {
+    bool bad;
+    const char* what;
+  } checks[] = {{!(o.params_m > 0), "--params: must be positive"},
+                {o.layers <= 0, "--layers: must be positive"},
+                {o.steps <= 0, "--steps: must be positive"},
+                {o.warmup < 0, "--warmup: must not be negative"},
+                {!(o.compute_ms >= 0), "--compute-ms: must not be negative"},
+                {!(o.pcie_gbps >= 0), "--pcie-gbps: must not be negative"},
+                {!(o.backward_share >= 0 && o.backward_share <= 1), "--backward-share: must be in [0, 1]"}};
+  for (const auto& c : checks) {
+    if (c.bad) {
+      std::fprintf(stderr, "%s: %s\n", argv[0], c.what);
+      return 2;
+    }
   }
   return -1;
 }
@@ -379,6 +419,21 @@ inline void set_bounds(result& res, double compute_ms, double down_bytes_per_s, 
   res.bound_kernels_term =
       kt == std::begin(with_kernels) ? "compute+kernels" : names[kt - std::begin(with_kernels)];
   res.ratio_to_bound_kernels = res.step_ms_mean / res.bound_kernels_ms;
+}
+
+/// The columns after a mode's run, the same on every device: the standalone host accumulation of
+/// one step (offload modes: every channel; ZenFlow: the unselected ones) and the bounds.
+inline void finish_result(result& res,
+                          const options& o,
+                          std::int64_t hidden,
+                          unsigned acc_threads,
+                          double down_bytes_per_s,
+                          double up_bytes_per_s) {
+  if (res.spec.mode != zenflow::optimizer_mode::gpu_adamw) {
+    const double r = res.spec.mode == zenflow::optimizer_mode::zenflow ? res.spec.r : 0.0;
+    res.accumulate_ms = time_accumulation(hidden, o.layers, r, acc_threads) * 1e3;
+  }
+  set_bounds(res, o.compute_ms, down_bytes_per_s, up_bytes_per_s);
 }
 
 inline void print_table_header() {
