@@ -101,7 +101,8 @@ template <class G, class T = float, class M = float>
 /// Channels not listed (the selected ones) are not touched.
 ///
 /// @param state  full-size host state (master, m, v, counts) of the matrix; fp32 or bf16 moments
-///               (bf16: stochastic rounding hashed from (c * channel_len + j, counts[c] + 1)).
+///               (bf16: stochastic rounding hashed from the whole-matrix element index
+///               (c + first_channel) * channel_len + j and the new count counts[c] + moment_steps).
 /// @param acc    fp32 accumulator, `channels x channel_len`.
 /// @param steps  n_w, the non-skipped steps summed into acc (>= 0). With 0 there is nothing to
 ///               apply: no update, no count change; upload gets the current master and acc is
