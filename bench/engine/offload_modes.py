@@ -47,6 +47,19 @@ def find_binary(explicit):
     sys.exit("offload_modes.py: charlm_train not found; build it (scripts/demo does) or pass --binary")
 
 
+def without_option(args, name):
+    """args less every `name VALUE` and `name=VALUE` (an option that a phase sets itself)."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == name:
+            i += 2
+            continue
+        if not args[i].startswith(name + "="):
+            out.append(args[i])
+        i += 1
+    return out
+
+
 def run(binary, label, flags, extra, workdir, verbose, progress_every, position):
     """One charlm_train run; relays its progress lines (stderr) prefixed with the run's label."""
     out = os.path.join(workdir, "".join(c if c.isalnum() else "_" for c in label) + ".json")
@@ -206,7 +219,7 @@ def main():
             weights = os.path.join(tmp, "pretrained.bin")
             pre = run(binary, "pretrain (gpu-adamw, prose corpus)",
                       ["--optimizer", "gpu-adamw", "--save-weights", weights],
-                      extra + ["--steps", str(args.pretrain_steps)], tmp, args.verbose, args.progress_every,
+                      without_option(extra, "--steps") + ["--steps", str(args.pretrain_steps)], tmp, args.verbose, args.progress_every,
                       f"0/{len(runs)}")
             phase_note = (f"fine-tuning on the shifted corpus from weights pretrained with dense AdamW for "
                           f"{args.pretrain_steps} steps on the prose corpus (eval loss "
