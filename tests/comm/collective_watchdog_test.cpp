@@ -4,11 +4,15 @@
 // collectives that complete are never taken for a hang, however many and however the pool of
 // events is exhausted; a hang is caught no earlier than the bound and well within a few bounds,
 // naming the collective and the rank; an asynchronous error or a failed event stops the transport
-// at once; the transport is stopped exactly once; nothing is marked after that; and the watchdog's
-// destructor returns with collectives still pending. Its NCCL probe is in nccl_communicator.cuh
-// (gpu tests).
+// at once; the transport is stopped exactly once; nothing is marked after that; the watchdog's
+// destructor returns with collectives still pending; a revoke that blocks (on the transport's lock,
+// or inside NCCL) blocks none of the communicator's calls into the watchdog, nor the transport's
+// lock while it waits; and poll_released (the communicator's bounded wait for a call in progress)
+// releases the transport's lock between polls. Its NCCL probe is in nccl_communicator.cuh (gpu
+// tests).
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -233,6 +237,132 @@ TEST(collective_watchdog, its_destructor_returns_with_collectives_pending) {
     EXPECT_EQ(w.pending(), 2u);
   } // must not wait for them (the ctest timeout would catch a hang)
   EXPECT_EQ(t->stops.load(), 0);
+}
+
+// A probe whose stop_transport blocks until the test lets it go, taking the transport's lock
+// first (as nccl_probe's ncclCommRevoke under the NCCL lock): a revoke that blocks inside NCCL.
+struct blocking_revoke_probe {
+  using token = int;
+  struct shared {
+    std::mutex transport_lock; // nccl_communicator's NCCL lock
+    std::mutex mu;
+    std::condition_variable cv;
+    bool revoking = false;
+    bool release = false;
+    std::atomic<int> async_polls{0};
+  };
+  std::shared_ptr<shared> s;
+  void enter_thread() {}
+  watch_state poll(token) { return {}; } // never completes: a hang
+  std::string async_error() {
+    std::lock_guard lk(s->transport_lock);
+    s->async_polls.fetch_add(1);
+    return {};
+  }
+  void stop_transport() {
+    std::unique_lock lk(s->mu);
+    s->revoking = true;
+    s->cv.notify_all();
+    s->cv.wait(lk, [&] { return s->release; });
+  }
+};
+
+TEST(collective_watchdog, a_revoke_that_blocks_does_not_block_the_communicators_calls) {
+  auto s = std::make_shared<blocking_revoke_probe::shared>();
+  collective_watchdog<blocking_revoke_probe> w(blocking_revoke_probe{s}, pool(4), 50ms, "rank 0 of 2");
+  w.watch("all_reduce_sum #0", [](int) {});
+  {
+    std::unique_lock lk(s->mu);
+    ASSERT_TRUE(s->cv.wait_for(lk, 20s, [&] { return s->revoking; })) << "no revoke";
+  }
+  // The revoke is blocked. A communicator's call (another thread) reads the verdict and marks a
+  // collective, as nccl_communicator's expect_usable() and mark() do: both take the watchdog's
+  // lock, which the watchdog held around the revoke before (every caller then waited with it).
+  std::atomic<bool> done{false};
+  std::string why;
+  std::thread caller([&] {
+    why = w.reason();
+    w.watch("all_reduce_sum #1", [](int) { ADD_FAILURE() << "marked after the watchdog fired"; });
+    (void)w.pending();
+    done.store(true);
+  });
+  const bool returned = wait_until([&] { return done.load(); }, 10s);
+  {
+    std::lock_guard lk(s->mu);
+    s->release = true;
+  }
+  s->cv.notify_all();
+  caller.join();
+  EXPECT_TRUE(returned) << "the communicator's call waited for the blocked revoke";
+  EXPECT_TRUE(w.fired());
+  EXPECT_NE(why.find("all_reduce_sum #0 not complete"), std::string::npos) << why;
+}
+
+TEST(collective_watchdog, the_asynchronous_error_poll_does_not_hold_the_watchdogs_lock) {
+  // The transport's lock held for a long time (a call settling under it): the watchdog's error
+  // poll waits for it, and must not hold the watchdog's lock meanwhile.
+  auto s = std::make_shared<blocking_revoke_probe::shared>();
+  std::unique_lock transport(s->transport_lock);
+  collective_watchdog<blocking_revoke_probe> w(blocking_revoke_probe{s}, pool(4), 60000ms, "rank 0 of 2");
+  w.watch("all_reduce_sum #0", [](int) {});
+  std::this_thread::sleep_for(50ms); // the watchdog's thread is now waiting for the transport's lock
+  std::atomic<bool> done{false};
+  std::thread caller([&] {
+    w.watch("all_reduce_sum #1", [](int) {});
+    (void)w.reason();
+    done.store(true);
+  });
+  const bool returned = wait_until([&] { return done.load(); }, 10s);
+  transport.unlock();
+  caller.join();
+  EXPECT_TRUE(returned) << "watch() waited for the transport's lock";
+  EXPECT_TRUE(wait_until([&] { return s->async_polls.load() > 0; }, 10s));
+  EXPECT_FALSE(w.fired());
+}
+
+// Whether `m` is held (by this thread: a try_lock from another one, std::mutex's owner may not).
+bool held(std::mutex& m) {
+  bool got = false;
+  std::thread t([&] {
+    got = m.try_lock();
+    if (got) {
+      m.unlock();
+    }
+  });
+  t.join();
+  return !got;
+}
+
+TEST(collective_watchdog, poll_released_releases_the_lock_between_polls_and_holds_it_on_return) {
+  using zenflow::detail::comm::poll_released;
+  std::mutex nccl_lock;
+  std::atomic<bool> finish{false};
+  std::atomic<int> polls{0};
+  bool held_while_polling = true;
+  std::unique_lock lk(nccl_lock); // the communicator's call holds it, as in enqueue()
+  std::thread other([&] {         // the watchdog's revoke, under the same lock
+    std::lock_guard g(nccl_lock);
+    finish.store(true); // ncclCommRevoke ends the call in progress
+  });
+  const bool settled = poll_released(&nccl_lock, 10000ms, [&] {
+    if (polls.fetch_add(1) % 64 == 0) {
+      held_while_polling = held_while_polling && held(nccl_lock);
+    }
+    return finish.load();
+  });
+  EXPECT_TRUE(settled) << "the lock was held for the whole wait";
+  EXPECT_TRUE(held_while_polling);
+  EXPECT_TRUE(held(nccl_lock)) << "not held again on return";
+  lk.unlock();
+  other.join();
+  // The bound: false after it, with the lock held again; no lock at all also works.
+  std::unique_lock again(nccl_lock);
+  const auto t0 = clock_type::now();
+  EXPECT_FALSE(poll_released(&nccl_lock, 30ms, [] { return false; }));
+  EXPECT_GE(clock_type::now() - t0, 30ms);
+  EXPECT_TRUE(held(nccl_lock));
+  again.unlock();
+  EXPECT_TRUE(poll_released(static_cast<std::mutex*>(nullptr), 30ms, [&] { return polls.load() > 0; }));
 }
 
 } // namespace

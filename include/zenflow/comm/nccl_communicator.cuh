@@ -500,27 +500,25 @@ private:
   }
 
   /// A non-blocking communicator's call that answered ncclInProgress: polls ncclCommGetAsyncError
-  /// until NCCL has finished enqueuing it (bounded by the timeout), and returns its result.
+  /// until NCCL has finished enqueuing it (bounded by the timeout), and returns its result. Called
+  /// with the NCCL lock held (every nccl() is, while the watchdog runs), which it releases between
+  /// polls: the watchdog's revoke, which takes it, is not held up for up to the timeout.
   ncclResult_t settle(const std::string& what) {
-    using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + options_.timeout;
-    auto pause = std::chrono::microseconds(1);
     ncclResult_t state = ncclInProgress;
-    while (state == ncclInProgress) {
-      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
-      if (rc != ncclSuccess) {
-        return rc;
-      }
-      if (state == ncclInProgress && clock::now() >= deadline) {
-        failure_ = "timeout in " + what;
-        throw comm_timeout(what + ": still in progress after " + std::to_string(options_.timeout.count()) +
-                           " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                           "; the communicator is unusable (end the job, or ncclCommAbort)");
-      }
-      if (state == ncclInProgress) {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(1000));
-      }
+    ncclResult_t rc = ncclSuccess;
+    const bool settled =
+        detail::comm::poll_released(watch_ != nullptr ? &watch_->nccl_lock : nullptr, options_.timeout, [&] {
+          rc = ncclCommGetAsyncError(comm_, &state);
+          return rc != ncclSuccess || state != ncclInProgress;
+        });
+    if (rc != ncclSuccess) {
+      return rc;
+    }
+    if (!settled) {
+      failure_ = "timeout in " + what;
+      throw comm_timeout(what + ": still in progress after " + std::to_string(options_.timeout.count()) +
+                         " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                         "; the communicator is unusable (end the job, or ncclCommAbort)");
     }
     return state;
   }

@@ -16,11 +16,16 @@
 ///   void enter_thread();                        // on the watchdog's thread, before any poll
 ///   watch_state poll(token) ;                   // pending, complete, or failed (with a reason)
 ///   std::string async_error();                  // "" while the transport is healthy
-///   void stop_transport();                      // called at most once, on the watchdog's thread
+///   void stop_transport();                      // at most once, on the watchdog's thread
 ///
-/// Locks: the watchdog calls the probe under its own lock, so a probe that takes the transport's
-/// lock (nccl_communicator's, held around each NCCL call) must never be waited for by a thread
-/// that holds that lock and calls watch(): mark a collective after releasing the transport's lock.
+/// poll_released: the communicator's own bounded poll of an NCCL call in progress, its lock
+/// released between polls (so that the watchdog's revoke is not held up by it).
+///
+/// Locks: the watchdog polls the tokens under its own lock (poll() must not take the transport's
+/// lock), and calls async_error() and stop_transport(), which may take the transport's lock
+/// (nccl_communicator's, held around each NCCL call), after releasing its own: a revoke that
+/// blocks (on that lock, or inside NCCL) never blocks watch(), reason() or pending(), which every
+/// communicator call takes. Mark a collective after releasing the transport's lock all the same.
 #pragma once
 
 #include <algorithm>
@@ -46,6 +51,46 @@ struct watch_state {
   enum kind_t { pending, complete, failed } kind = pending;
   std::string reason; // with failed
 };
+
+/// Polls `done()` until it answers true (returns true) or `limit` has passed (returns false),
+/// backing off from 1 us to 1 ms between polls. `lock` (a BasicLockable, or null for none) is held
+/// by the caller on entry and on return, and during each poll only: released while it waits, so
+/// that another thread's call under it (the watchdog's ncclCommRevoke) is not held up by this
+/// wait for up to `limit`.
+template <class Lockable, class Done>
+bool poll_released(Lockable* lock, std::chrono::milliseconds limit, Done&& done) {
+  using clock = std::chrono::steady_clock;
+  struct released { // the lock again on every way out, an exception included
+    Lockable* l;
+    explicit released(Lockable* x) : l(x) {
+      if (l != nullptr) {
+        l->unlock();
+      }
+    }
+    released(const released&) = delete;
+    released& operator=(const released&) = delete;
+    ~released() {
+      if (l != nullptr) {
+        l->lock();
+      }
+    }
+  };
+  const auto deadline = clock::now() + limit;
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    if (done()) {
+      return true;
+    }
+    if (clock::now() >= deadline) {
+      return false;
+    }
+    {
+      const released r(lock);
+      std::this_thread::sleep_for(pause);
+    }
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
 
 template <class Probe>
 class collective_watchdog {
@@ -135,19 +180,32 @@ private:
         continue;
       }
       std::string why = sweep();
+      if (why.empty()) {
+        // The transport's error without our lock: async_error() may wait for the transport's.
+        lk.unlock();
+        std::string async = probe_.async_error();
+        lk.lock();
+        if (!async.empty() && !stopping_) {
+          why = "an asynchronous error on " + where_ + ": " + async;
+        }
+      }
       if (!why.empty()) {
+        // Under our lock: a watch() racing this one sees fired_ and marks nothing.
         reason_ = std::move(why);
         fired_.store(true, std::memory_order_release);
-        // Under the lock: a watch() racing this one sees fired_ and marks nothing.
+        // Not under it: a revoke that blocks must not block the communicator's calls (each takes
+        // our lock: watch(), reason()). The destructor still waits for it (it joins the thread).
+        lk.unlock();
         probe_.stop_transport();
-        break;
+        return;
       }
       cv_.wait_for(lk, period(), [&] { return stopping_; });
     }
   }
 
   /// Returns the completed tokens to the pool (any of them: collectives on different streams
-  /// complete in any order); a reason to stop the transport, or "".
+  /// complete in any order); a reason to stop the transport ("" while none: the transport's
+  /// asynchronous error is asked by run(), without the lock).
   std::string sweep() {
     const auto now = clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -166,10 +224,6 @@ private:
                ": a rank has failed, hangs, or did not make the same call";
       }
       ++it;
-    }
-    std::string async = probe_.async_error();
-    if (!async.empty()) {
-      return "an asynchronous error on " + where_ + ": " + async;
     }
     return {};
   }
