@@ -112,7 +112,7 @@ __global__ void wait_for_host(const volatile unsigned* flag) {
 TEST_F(nccl_one_rank, the_watchdog_revokes_a_collective_that_does_not_end_and_the_next_call_says_why) {
   if (!ZF_NCCL_HAS_REVOKE) {
     GTEST_SKIP() << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR
-                 << " has no ncclCommRevoke (2.28): no watchdog";
+                 << " has no ncclCommRevoke (2.28.7): no watchdog";
   }
   unsigned* flag = nullptr;
   ZF_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(unsigned), cudaHostAllocMapped));

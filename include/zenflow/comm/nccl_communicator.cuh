@@ -24,7 +24,7 @@
 /// - Bounds: the stream-ordered calls cannot wait, so a missing rank shows up as collectives that
 ///   never complete, and whatever waits on their stream (the engine's consumer thread, the CUDA
 ///   backend's cudaStreamSynchronize) would wait with them. A watchdog thread bounds that
-///   (`nccl_options::revoke_after`, 10 minutes unless set; NCCL >= 2.28): each collective is
+///   (`nccl_options::revoke_after`, 10 minutes unless set; NCCL >= 2.28.7): each collective is
 ///   marked by an event, and one not complete that long after it was enqueued, or an asynchronous
 ///   NCCL error, makes it call ncclCommRevoke once: the collectives' kernels end, every wait on the
 ///   stream returns, and the next call of this communicator throws comm_timeout with the reason
@@ -80,7 +80,7 @@ struct nccl_options {
   std::size_t or_elements = 4096;
   /// The watchdog's bound on each collective, from its enqueue to its end (module comment):
   /// past it, the communicator is revoked. 0 disables the watchdog (no thread, no events).
-  /// Needs NCCL >= 2.28 (ncclCommRevoke); with an older NCCL it defaults to 0 and a non-zero value
+  /// Needs NCCL >= 2.28.7 (ncclCommRevoke); with an older NCCL it defaults to 0 and a non-zero value
   /// is refused.
   std::chrono::milliseconds revoke_after {
 #if ZF_NCCL_HAS_REVOKE
@@ -117,7 +117,7 @@ public:
     }
     if (!ZF_NCCL_HAS_REVOKE && options.revoke_after.count() > 0) {
       detail::comm::bad_argument(fn, "options.revoke_after",
-                                 "needs NCCL >= 2.28 (ncclCommRevoke); set it to 0");
+                                 "needs NCCL >= 2.28.7 (ncclCommRevoke); set it to 0");
     }
     nccl(ncclCommUserRank(comm_, &rank_), "zenflow::nccl_communicator: ncclCommUserRank");
     nccl(ncclCommCount(comm_, &size_), "zenflow::nccl_communicator: ncclCommCount");

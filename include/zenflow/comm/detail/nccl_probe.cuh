@@ -12,7 +12,10 @@
 #include <zenflow/comm/detail/collective_watchdog.hpp>
 #include <zenflow/core/config.hpp>
 
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+// ncclCommRevoke (and NCCL_REVOKE_DEFAULT) first appeared in NCCL 2.28.7, not 2.28.0: with 2.28.0
+// to 2.28.6 the watchdog would not compile. NCCL_VERSION(X, Y, Z) is X * 10000 + Y * 100 + Z
+// since 2.9, so 2.28.7 is 22807.
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 7)
 #  define ZF_NCCL_HAS_REVOKE 1
 #else
 #  define ZF_NCCL_HAS_REVOKE 0
