@@ -1,0 +1,207 @@
+/// @file
+/// The planner (issue 35): from a model's parameter shapes, the hardware (host memory and PCIe
+/// bandwidths, the device's step time, the memories) and a configuration, what ZenFlow holds on
+/// the host and the device per parameter, what it moves per step, the pipeline bound, whether the
+/// run is stall-free, and the smallest change that makes it so (`suggest`).
+///
+/// The byte counts follow the engine's own allocations (engine::initialize, device_plan::setup,
+/// detail::resolve_d2h_slots is called as is); the bound is the pipeline benchmark's
+/// (`pipeline_bound`, which bench/engine/pipeline_report.hpp calls: one implementation). Two
+/// options are modelled but not implemented by the engine yet, and `plan_result::not_implemented`
+/// names them when used: 8-bit host moments (`plan_moments::int8`: 1 B per moment plus an fp32
+/// scale per block) and accumulation of the window's gradient sum on the device
+/// (`plan_accumulation::device`: the fp32 sum goes down once per window). docs/planning.md.
+///
+///   zenflow::plan_model m = zenflow::plan_model::preset("7b");
+///   zenflow::plan_hardware hw{.host_bytes_per_s = 300e9, .pcie_bytes_per_s = 25e9, .step_s = 1.5};
+///   zenflow::plan_result p = zenflow::plan(m, hw, {});        // S = 4, r = 0.1, fp32 moments
+///   zenflow::plan_suggestion s = zenflow::suggest(m, hw, {}); // the smallest stall-free change
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/config.hpp>
+
+ZF_NAMESPACE_BEGIN
+
+/// `count` matrices of `channels` channels of `channel_len` elements (a Linear weight [out, in]:
+/// out channels of length in).
+struct plan_matrix {
+  std::int64_t channels = 0;
+  std::int64_t channel_len = 0;
+  std::int64_t count = 1;
+};
+
+/// `count` vector parameters (biases, norms) of `elements` each.
+struct plan_vector {
+  std::int64_t elements = 0;
+  std::int64_t count = 1;
+};
+
+/// A model's parameters as the planner sees them: matrices and vectors in the working precision.
+struct plan_model {
+  std::string name;
+  std::vector<plan_matrix> matrices;
+  std::vector<plan_vector> vectors;
+  std::int64_t elem_bytes = 2; ///< working precision: 2 (bf16, fp16) or 4
+
+  /// Elements of every matrix; of every parameter.
+  [[nodiscard]] double matrix_params() const noexcept;
+  [[nodiscard]] double params() const noexcept;
+
+  /// A LLaMA-style decoder: per layer q, o (hidden x hidden), k, v (kv_dim x hidden), gate, up
+  /// (intermediate x hidden), down (hidden x intermediate), two norms; the embedding and the
+  /// output head (vocab x hidden; one when tied) and the final norm.
+  [[nodiscard]] static plan_model transformer(std::string name,
+                                              std::int64_t layers,
+                                              std::int64_t hidden,
+                                              std::int64_t intermediate,
+                                              std::int64_t vocab,
+                                              std::int64_t kv_dim,
+                                              bool tied_embeddings);
+  /// "1b" (LLaMA-3.2-1B's shapes), "7b", "13b", "70b" (LLaMA-2's); throws
+  /// zenflow::invalid_argument naming 'preset' for another name.
+  [[nodiscard]] static plan_model preset(std::string_view name);
+  /// The names preset() accepts.
+  [[nodiscard]] static std::vector<std::string_view> preset_names();
+  /// `layers` matrices of `hidden` channels, ceil(params / (layers x hidden)) long (the pipeline
+  /// benchmark's model with hidden = that length).
+  [[nodiscard]] static plan_model uniform(double params, std::int64_t layers, std::int64_t hidden);
+};
+
+/// What the run has. Bandwidths in bytes per second, memories in bytes (0: not checked).
+struct plan_hardware {
+  double host_bytes_per_s = 0;   ///< host memory bandwidth the host optimizer gets (the whole node)
+  double pcie_bytes_per_s = 0;   ///< per direction, per GPU
+  double step_s = 0;             ///< the device's forward + backward of one step (C)
+  double host_memory_bytes = 0;  ///< the node's host memory
+  double device_memory_bytes = 0; ///< one GPU's memory
+  std::int64_t gpus = 1;         ///< data-parallel ranks sharing the host (docs/data-parallel.md)
+};
+
+/// How the host keeps the Adam moments. int8: modelled, not implemented by the engine.
+enum class plan_moments : std::uint8_t { fp32, bf16, int8 };
+/// Where a window's unselected gradients are summed. device: modelled, not implemented.
+enum class plan_accumulation : std::uint8_t { host, device };
+
+/// The settings the planner reads.
+struct plan_config {
+  optimizer_mode mode = optimizer_mode::zenflow;
+  double topk_ratio = 0.1;            ///< r, in [0, 1]; k = config::topk(channels)
+  std::int64_t update_interval = 4;   ///< S >= 1 (Zen-auto's windows: plan at its shortest)
+  plan_moments moments = plan_moments::fp32;
+  plan_accumulation accumulate = plan_accumulation::host;
+  upload_policy upload = upload_policy::whole_window;
+  std::int64_t ring_slot_bytes = 4 << 20;
+  std::int32_t ring_slots = 0; ///< 0: the engine's automatic sizing
+  bool overlap_step = true;    ///< two host accumulators (the window job runs beside the next window)
+  std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (modelled)
+
+  /// The settings of an engine config (`update_interval` 0, Zen-auto, becomes min_update_interval).
+  [[nodiscard]] static plan_config of(const config& c) noexcept;
+};
+
+/// The terms of the pipeline bound, in any one unit of time: the device step C, the D2H and H2D
+/// copies of a step, the host window's time per step (its window's time / S), the host
+/// accumulation of a step.
+struct pipeline_terms {
+  double compute = 0, d2h = 0, h2d = 0, host_window = 0, accumulate = 0;
+};
+
+/// The bound and its largest term's name ("compute", "d2h", "h2d", "host_window/S", "accumulate";
+/// the first of equal terms).
+struct pipeline_bound_value {
+  double value = 0;
+  std::string_view term;
+};
+
+/// Issue 11's pipeline bound max(C, down / B, up / B, host window / S, accumulation): no pipeline
+/// of these stages can run a step faster. The pipeline benchmark's bound is this function.
+[[nodiscard]] pipeline_bound_value pipeline_bound(const pipeline_terms& t) noexcept;
+
+/// Host bytes (the whole node: every rank's ring and upload buffer) by buffer, as the engine counts
+/// them in stats().memory.host_*.
+struct plan_host_bytes {
+  double state = 0;        ///< fp32 master + m, v + counts
+  double accumulators = 0; ///< fp32 window accumulators (device accumulation: the landed sum)
+  double ring = 0;         ///< pinned D2H ring
+  double upload = 0;       ///< pinned upload buffer
+  [[nodiscard]] double total() const noexcept { return state + accumulators + ring + upload; }
+};
+
+/// One GPU's bytes: the user's weights and gradients plus what stats().memory.device_* counts
+/// (activations are not modelled).
+struct plan_device_bytes {
+  double weights_and_grads = 0;
+  double selected_state = 0; ///< fp32 master, m, v of the selected channels + counts and indices
+  double vector_state = 0;
+  double staging = 0;
+  double upload = 0;
+  double scratch = 0;      ///< scores, host sets, selection lists, migration stage (the larger parts)
+  double accumulators = 0; ///< device accumulation's fp32 window sum (modelled)
+  [[nodiscard]] double engine() const noexcept {
+    return selected_state + vector_state + staging + upload + scratch + accumulators;
+  }
+  [[nodiscard]] double total() const noexcept { return weights_and_grads + engine(); }
+};
+
+/// Bytes a step moves: over one GPU's PCIe link, and through the host's memory (all ranks).
+struct plan_traffic {
+  double d2h_per_step = 0;
+  double h2d_per_step = 0;
+  double host_window_per_step = 0; ///< the host AdamW's reads and writes, over S
+  double accumulate_per_step = 0;  ///< the host accumulation's reads and writes
+};
+
+/// What `plan` computes.
+struct plan_result {
+  plan_config config;
+  double params = 0;
+  plan_host_bytes host;
+  plan_device_bytes device;
+  plan_traffic traffic;
+  std::int64_t ring_slots = 0, staging_slots = 0; ///< per rank, as the engine resolves them
+  pipeline_terms terms;                           ///< seconds
+  pipeline_bound_value bound;                     ///< seconds
+  /// The step time to expect: the bound for ZenFlow and gpu_adamw (the device's optimizer time is
+  /// not modelled), C + down + host + up for offload_sync (no overlap).
+  double predicted_step_s = 0;
+  bool stall_free = false; ///< ZenFlow whose every stage fits in C (gpu_adamw: true; offload_sync: false)
+  bool fits_host = true, fits_device = true; ///< within plan_hardware's memories (true when 0)
+  std::vector<std::string> not_implemented;  ///< modelled options the engine does not have yet
+  [[nodiscard]] double host_bytes_per_param() const noexcept { return host.total() / params; }
+  [[nodiscard]] double device_bytes_per_param() const noexcept { return device.total() / params; }
+  /// Stall-free and within both memories.
+  [[nodiscard]] bool feasible() const noexcept { return stall_free && fits_host && fits_device; }
+};
+
+/// Plans one configuration. Throws zenflow::invalid_argument naming the argument ('model',
+/// 'hardware', 'config') and the field for an empty model, a non-positive bandwidth or step
+/// time, r outside [0, 1], S < 1, a ring slot smaller than a channel.
+[[nodiscard]] plan_result plan(const plan_model& model, const plan_hardware& hw, const plan_config& cfg);
+
+/// The first feasible configuration (stall-free, within both memories), changing as little as it
+/// can: the smallest S in [1, max_interval] with the given moments and accumulation (possibly
+/// smaller than the given S); else bf16 moments, then int8 (modelled), then device accumulation
+/// (modelled) with each precision, each at its smallest S. Modes other than zenflow: the plan of
+/// the given configuration, found when it is feasible.
+struct plan_suggestion {
+  bool found = false;
+  plan_result result;  ///< the suggested configuration's plan (found), else the given one's
+  std::string change; ///< what changed, in words ("none", "S = 2", "S = 3, moments bf16", ...)
+};
+[[nodiscard]] plan_suggestion
+suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg, std::int64_t max_interval = 64);
+
+/// Spellings: "fp32" | "bf16" | "int8", "host" | "device".
+[[nodiscard]] std::string_view to_string(plan_moments v) noexcept;
+[[nodiscard]] std::string_view to_string(plan_accumulation v) noexcept;
+
+ZF_NAMESPACE_END
+
+#include <zenflow/engine/detail/plan_impl.hpp>
