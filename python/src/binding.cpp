@@ -1,0 +1,792 @@
+// zenflow's Python module (_zenflow): Config, Engine over the host and emulated backends (and
+// CUDA when built with ZENFLOW_PY_CUDA, in cuda_engine.cu), arrays through DLPack, the host
+// primitives. Errors: zenflow::invalid_argument -> ValueError, everything else -> RuntimeError,
+// with the library's message. The GIL is released in every call that can wait.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <zenflow/core/emulated_device.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+#include <zenflow/select/channel_norms.hpp>
+#include <zenflow/select/topk.hpp>
+
+#include "engine_iface.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace zenflow_py {
+namespace {
+
+using array = nb::ndarray<>;
+
+[[noreturn]] void bad(const std::string& fn, const std::string& arg, const std::string& what) {
+  throw nb::value_error((fn + ": '" + arg + "' " + what).c_str());
+}
+
+cudaStream_t to_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); } // NOLINT
+
+std::string dtype_name(nb::dlpack::dtype t) {
+  const char* kind = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)    ? "float"
+                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
+                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int)    ? "int"
+                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)   ? "uint"
+                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool)   ? "bool"
+                                                                                            : "complex";
+  return std::string(kind) + std::to_string(t.bits);
+}
+
+std::optional<elem> elem_of(nb::dlpack::dtype t) {
+  if (t.lanes != 1) {
+    return std::nullopt;
+  }
+  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 32) {
+    return elem::f32;
+  }
+  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) {
+    return elem::f16;
+  }
+  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) {
+    return elem::bf16;
+  }
+  return std::nullopt;
+}
+
+std::string device_name(const array& a) {
+  switch (a.device_type()) {
+  case nb::device::cpu::value:
+    return "cpu";
+  case nb::device::cuda::value:
+    return "cuda:" + std::to_string(a.device_id());
+  case nb::device::cuda_host::value:
+    return "cuda_host (pinned cpu)";
+  case nb::device::cuda_managed::value:
+    return "cuda_managed";
+  default:
+    return "device type " + std::to_string(a.device_type());
+  }
+}
+
+/// Where a backend's "device" arrays live.
+enum class where : std::uint8_t { host, cuda };
+
+bool on_host(const array& a) {
+  return a.device_type() == nb::device::cpu::value || a.device_type() == nb::device::cuda_host::value;
+}
+
+/// The checks every array argument of the engine gets, naming the argument.
+void check_place(const std::string& fn, const char* name, const array& a, where w, int device) {
+  if (w == where::host && !on_host(a)) {
+    bad(fn, name, "is on " + device_name(a) + ", but this engine's backend takes host (cpu) memory");
+  }
+  if (w == where::cuda &&
+      !(a.device_type() == nb::device::cuda::value || a.device_type() == nb::device::cuda_managed::value)) {
+    bad(fn, name, "is on " + device_name(a) + ", but this engine's backend (cuda) takes CUDA device memory");
+  }
+  if (w == where::cuda && a.device_type() == nb::device::cuda::value && device >= 0 && a.device_id() != device) {
+    bad(fn, name,
+        "is on " + device_name(a) + ", but this engine runs on cuda:" + std::to_string(device));
+  }
+}
+
+/// The leading dimension of a 2-D array whose last dimension is dense, or of a dense array.
+struct shape2 {
+  std::int64_t rows = 0, cols = 0, ld = 0;
+};
+
+bool dense(const array& a) {
+  std::int64_t expect = 1;
+  for (std::size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1 && a.stride(d) != expect) {
+      return false;
+    }
+    expect *= a.shape(d);
+  }
+  return true;
+}
+
+shape2 matrix_shape(const std::string& fn, const char* name, const array& a) {
+  if (a.ndim() < 2) {
+    bad(fn, name, "must have 2 (or more) dimensions, it has " + std::to_string(a.ndim()));
+  }
+  shape2 s;
+  s.rows = a.shape(0);
+  if (a.ndim() == 2) {
+    s.cols = a.shape(1);
+    s.ld = a.stride(0);
+    if (a.stride(1) != 1 && s.cols != 1) {
+      bad(fn, name, "must be contiguous in its last dimension (stride " + std::to_string(a.stride(1)) + ")");
+    }
+    if (s.cols == 1) {
+      s.ld = std::max<std::int64_t>(s.ld, 1);
+    }
+    return s;
+  }
+  if (!dense(a)) {
+    bad(fn, name, "has more than 2 dimensions and is not contiguous");
+  }
+  s.cols = static_cast<std::int64_t>(a.size()) / std::max<std::int64_t>(s.rows, 1);
+  s.ld = s.cols;
+  return s;
+}
+
+struct options_in {
+  std::optional<float> lr_scale;
+  std::optional<float> weight_decay;
+  std::string name;
+  [[nodiscard]] zenflow::param_options get() const { return {lr_scale, weight_decay, name}; }
+};
+
+/// A weights/grads pair checked against each other and the backend.
+elem check_pair(const std::string& fn, const array& w, const array& g, where wh, int device) {
+  if (w.data() == nullptr && w.size() > 0) {
+    bad(fn, "weights", "has no storage (freed, or resized to 0 bytes)");
+  }
+  if (g.data() == nullptr && g.size() > 0) {
+    bad(fn, "grads", "has no storage (freed, or resized to 0 bytes)");
+  }
+  const auto t = elem_of(w.dtype());
+  if (!t) {
+    bad(fn, "weights", "has dtype " + dtype_name(w.dtype()) + "; the engine takes float32, float16 or bfloat16");
+  }
+  if (!(g.dtype() == w.dtype())) {
+    bad(fn, "grads", "has dtype " + dtype_name(g.dtype()) + ", not the weights' " + dtype_name(w.dtype()));
+  }
+  check_place(fn, "weights", w, wh, device);
+  check_place(fn, "grads", g, wh, device);
+  if (g.ndim() != w.ndim()) {
+    bad(fn, "grads", "has " + std::to_string(g.ndim()) + " dimensions, the weights " + std::to_string(w.ndim()));
+  }
+  for (std::size_t d = 0; d < w.ndim(); ++d) {
+    if (g.shape(d) != w.shape(d)) {
+      bad(fn, "grads", "has another shape than 'weights' (dimension " + std::to_string(d) + ": " +
+                           std::to_string(g.shape(d)) + " vs " + std::to_string(w.shape(d)) + ")");
+    }
+    if (g.shape(d) != 1 && g.stride(d) != w.stride(d)) {
+      bad(fn, "grads", "has other strides than 'weights' (dimension " + std::to_string(d) + ")");
+    }
+  }
+  if (w.size() == 0) {
+    bad(fn, "weights", "is empty");
+  }
+  return *t;
+}
+
+zenflow::channel_layout parse_layout(const std::string& fn, const std::string& s) {
+  if (s == "contiguous") {
+    return zenflow::channel_layout::contiguous;
+  }
+  if (s == "strided") {
+    return zenflow::channel_layout::strided;
+  }
+  bad(fn, "layout", "must be \"contiguous\" or \"strided\", not \"" + s + "\"");
+}
+
+// ---- numpy results -------------------------------------------------------------------------
+
+template <class T>
+nb::ndarray<nb::numpy, T> to_numpy(std::vector<T> v) {
+  auto* heap = new std::vector<T>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  const std::size_t n = heap->size();
+  return nb::ndarray<nb::numpy, T>(heap->data(), {n}, owner);
+}
+
+// ---- Engine ------------------------------------------------------------------------------
+
+/// The Python Engine: the backend-erased engine, the arrays it was given (kept alive), its backend.
+class py_engine {
+public:
+  py_engine(const zenflow::config& cfg, const std::string& backend, int device) : backend_(backend) {
+    constexpr const char* fn = "zenflow.Engine";
+    if (backend == "host") {
+      e_ = std::make_unique<engine_impl<zenflow::engine<zenflow::host_backend>>>(cfg);
+      where_ = where::host;
+    } else if (backend == "emulated") {
+      emu_ = std::make_unique<zenflow::emulated_device>();
+      e_ = std::make_unique<engine_impl<zenflow::engine<zenflow::emulated_backend>>>(cfg, *emu_);
+      where_ = where::host;
+    } else if (backend == "cuda") {
+#if ZENFLOW_PY_CUDA
+      if (device >= 0) {
+        if (cudaSetDevice(device) != cudaSuccess) {
+          bad(fn, "device", "is not a usable CUDA device (" + std::to_string(device) + ")");
+        }
+      } else if (cudaGetDevice(&device) != cudaSuccess) {
+        throw std::runtime_error("zenflow.Engine: no usable CUDA device");
+      }
+      e_ = make_cuda_engine(cfg);
+      where_ = where::cuda;
+      device_ = device;
+#else
+      (void)device;
+      bad(fn, "backend",
+          "is \"cuda\", but this zenflow module was built without CUDA (ZENFLOW_ENABLE_CUDA=OFF; see docs/python.md)");
+#endif
+    } else {
+      bad(fn, "backend", "must be \"host\", \"emulated\" or \"cuda\", not \"" + backend + "\"");
+    }
+  }
+  ~py_engine() {
+    nb::gil_scoped_release nogil; // the destructor joins the engine's threads
+    e_.reset();
+    emu_.reset();
+  }
+
+  std::int32_t add_matrix(const array& w,
+                          const array& g,
+                          std::optional<std::int64_t> channels,
+                          std::optional<std::int64_t> channel_len,
+                          std::optional<std::int64_t> ld,
+                          const std::string& layout_s,
+                          options_in opt) {
+    const std::string fn = "zenflow.Engine.add_matrix";
+    const auto layout = parse_layout(fn, layout_s);
+    const elem t = check_pair(fn, w, g, where_, device_);
+    std::int64_t ch = 0, len = 0, lead = 0;
+    if (!channels && !channel_len) { // from the shape: contiguous [channels, channel_len], strided [channel_len, channels]
+      const shape2 s = matrix_shape(fn, "weights", w);
+      ch = layout == zenflow::channel_layout::contiguous ? s.rows : s.cols;
+      len = layout == zenflow::channel_layout::contiguous ? s.cols : s.rows;
+      lead = s.ld;
+      if (ld && *ld != 0 && *ld != lead) {
+        bad(fn, "ld", "is " + std::to_string(*ld) + ", but the array's row stride is " + std::to_string(lead));
+      }
+    } else {
+      if (!channels || !channel_len) {
+        bad(fn, channels ? "channel_len" : "channels", "must be given with the other one (or neither)");
+      }
+      if (!dense(w)) {
+        bad(fn, "weights", "must be contiguous when 'channels' and 'channel_len' are given");
+      }
+      ch = *channels;
+      len = *channel_len;
+      lead = ld.value_or(0);
+      if (ch >= 1 && len >= 1) {
+        const std::int64_t l =
+            lead != 0 ? lead : (layout == zenflow::channel_layout::contiguous ? len : ch);
+        const std::int64_t extent =
+            layout == zenflow::channel_layout::contiguous ? (ch - 1) * l + len : (len - 1) * l + ch;
+        if (l > 0 && extent > static_cast<std::int64_t>(w.size())) {
+          bad(fn, "weights",
+              "has " + std::to_string(w.size()) + " elements, fewer than the " + std::to_string(extent) +
+                  " that channels, channel_len and ld span");
+        }
+      }
+    }
+    const auto id = e_->add_matrix(t, w.data(), g.data(), ch, len, lead, layout, opt.get());
+    keep_.push_back(w);
+    keep_.push_back(g);
+    return id.index;
+  }
+
+  std::int32_t add_vector(const array& w, const array& g, options_in opt) {
+    const std::string fn = "zenflow.Engine.add_vector";
+    const elem t = check_pair(fn, w, g, where_, device_);
+    if (!dense(w)) {
+      bad(fn, "weights", "must be contiguous");
+    }
+    const auto id = e_->add_vector(t, w.data(), g.data(), static_cast<std::int64_t>(w.size()), opt.get());
+    keep_.push_back(w);
+    keep_.push_back(g);
+    return id.index;
+  }
+
+  void initialize(std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    e_->initialize(to_stream(s));
+  }
+  void grad_ready(std::int32_t p, std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    e_->grad_ready(zenflow::param_id{p}, to_stream(s));
+  }
+  zenflow::step_report step(float lr, std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    return e_->step(lr, to_stream(s));
+  }
+  void flush(std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    e_->flush(to_stream(s));
+  }
+  /// Waits until the work enqueued on `s` so far is done (the emulated device's stream, or the CUDA
+  /// stream): after it the host may write the gradients the last step read. The host backend runs
+  /// everything when it is enqueued.
+  void synchronize(std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    if (emu_) {
+      emu_->synchronize_stream(to_stream(s));
+    } else if (where_ == where::cuda) {
+      if (const cudaError_t e = cudaStreamSynchronize(to_stream(s)); e != cudaSuccess) {
+        throw std::runtime_error(std::string("zenflow.Engine.synchronize: ") + cudaGetErrorString(e));
+      }
+    }
+  }
+  void save(const std::string& path, std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    e_->save(path, to_stream(s));
+  }
+  void load(const std::string& path, std::uintptr_t s) {
+    nb::gil_scoped_release nogil;
+    e_->load(path, to_stream(s));
+  }
+  nb::dict state(std::int32_t p, std::uintptr_t s) {
+    check_param("zenflow.Engine.state", p);
+    zenflow::param_state st;
+    {
+      nb::gil_scoped_release nogil;
+      st = e_->state(zenflow::param_id{p}, to_stream(s));
+    }
+    nb::dict d;
+    d["master"] = to_numpy(std::move(st.master));
+    d["m"] = to_numpy(std::move(st.m));
+    d["v"] = to_numpy(std::move(st.v));
+    d["counts"] = to_numpy(std::move(st.counts));
+    return d;
+  }
+  void check_param(const char* fn, std::int32_t p) const {
+    if (p < 0 || static_cast<std::size_t>(p) >= e_->param_count()) {
+      bad(fn, "param", "is not a registered parameter (" + std::to_string(p) + ")");
+    }
+  }
+
+  engine_iface& e() { return *e_; }
+  [[nodiscard]] const std::string& backend() const { return backend_; }
+
+private:
+  std::string backend_;
+  where where_ = where::host;
+  int device_ = -1;
+  std::unique_ptr<zenflow::emulated_device> emu_; // before e_: outlives the engine on it
+  std::unique_ptr<engine_iface> e_;
+  std::vector<array> keep_; // the arrays registered: the engine writes them until it is gone
+};
+
+// ---- config: the enums as their JSON spellings --------------------------------------------
+
+template <class E>
+E parse_enum(const char* key, const std::string& s, std::initializer_list<E> all) {
+  std::string names;
+  for (E e : all) {
+    if (zenflow::to_string(e) == s) {
+      return e;
+    }
+    names += (names.empty() ? "\"" : ", \"") + std::string(zenflow::to_string(e)) + "\"";
+  }
+  throw nb::value_error(("zenflow.Config: '" + std::string(key) + "' must be one of " + names + ", not \"" + s + "\"")
+                            .c_str());
+}
+
+#define ZF_PY_ENUM(cls, field, key, ...)                                                                   \
+  cls.def_prop_rw(                                                                                         \
+      key, [](const zenflow::config& c) { return std::string(zenflow::to_string(c.field)); },             \
+      [](zenflow::config& c, const std::string& s) { c.field = parse_enum(key, s, {__VA_ARGS__}); })
+
+std::string norm_name(zenflow::channel_norm n) { return n == zenflow::channel_norm::sq_l2 ? "sq_l2" : "l1"; }
+
+const char* cause_name(zenflow::selection_cause c) {
+  switch (c) {
+  case zenflow::selection_cause::schedule:
+    return "schedule";
+  case zenflow::selection_cause::mass_drop:
+    return "mass_drop";
+  case zenflow::selection_cause::none:
+    break;
+  }
+  return "none";
+}
+
+nb::dict memory_dict(const zenflow::memory_usage& m) {
+  nb::dict d;
+  d["device_selected_state"] = m.device_selected_state;
+  d["device_vector_state"] = m.device_vector_state;
+  d["device_staging"] = m.device_staging;
+  d["device_upload"] = m.device_upload;
+  d["device_scratch"] = m.device_scratch;
+  d["host_state"] = m.host_state;
+  d["host_accumulators"] = m.host_accumulators;
+  d["host_ring"] = m.host_ring;
+  d["host_upload"] = m.host_upload;
+  d["host_landing"] = m.host_landing;
+  d["device_total"] = m.device_total();
+  d["host_total"] = m.host_total();
+  return d;
+}
+
+// ---- primitives (host arrays) ------------------------------------------------------------
+
+void check_cuda(cudaError_t e, const char* fn) {
+  if (e != cudaSuccess) {
+    const std::string& msg = zenflow::last_error_message();
+    throw nb::value_error(msg.empty() ? fn : msg.c_str());
+  }
+}
+
+template <class T>
+std::vector<float> norms_of(const T* g, const shape2& s, zenflow::channel_layout layout, zenflow::channel_norm norm) {
+  const std::int64_t ch = layout == zenflow::channel_layout::contiguous ? s.rows : s.cols;
+  const std::int64_t len = layout == zenflow::channel_layout::contiguous ? s.cols : s.rows;
+  std::vector<float> out(static_cast<std::size_t>(ch));
+  std::size_t bytes = 0;
+  auto run = [&](void* tmp) {
+    return norm == zenflow::channel_norm::sq_l2
+               ? zenflow::host::channel_norms<zenflow::channel_norm::sq_l2>(tmp, bytes, g, ch, len, s.ld, layout,
+                                                                             out.data())
+               : zenflow::host::channel_norms<zenflow::channel_norm::l1>(tmp, bytes, g, ch, len, s.ld, layout,
+                                                                          out.data());
+  };
+  check_cuda(run(nullptr), "zenflow.channel_norms");
+  std::vector<std::byte> tmp(std::max<std::size_t>(bytes, 1));
+  check_cuda(run(tmp.data()), "zenflow.channel_norms");
+  return out;
+}
+
+nb::ndarray<nb::numpy, float> channel_norms(const array& g, const std::string& layout_s, const std::string& norm_s) {
+  const std::string fn = "zenflow.channel_norms";
+  const auto layout = parse_layout(fn, layout_s);
+  if (norm_s != "sq_l2" && norm_s != "l1") {
+    bad(fn, "norm", "must be \"sq_l2\" or \"l1\", not \"" + norm_s + "\"");
+  }
+  const auto norm = norm_s == "sq_l2" ? zenflow::channel_norm::sq_l2 : zenflow::channel_norm::l1;
+  if (!on_host(g)) {
+    bad(fn, "grad", "is on " + device_name(g) + "; the primitives' binding takes host (cpu) arrays");
+  }
+  const auto t = elem_of(g.dtype());
+  if (!t) {
+    bad(fn, "grad", "has dtype " + dtype_name(g.dtype()) + "; float32, float16 or bfloat16");
+  }
+  const shape2 s = matrix_shape(fn, "grad", g);
+  std::vector<float> out;
+  {
+    nb::gil_scoped_release nogil;
+    switch (*t) {
+    case elem::f32:
+      out = norms_of(static_cast<const float*>(g.data()), s, layout, norm);
+      break;
+    case elem::f16:
+      out = norms_of(static_cast<const zenflow::half*>(g.data()), s, layout, norm);
+      break;
+    case elem::bf16:
+      out = norms_of(static_cast<const zenflow::bfloat16*>(g.data()), s, layout, norm);
+      break;
+    }
+  }
+  return to_numpy(std::move(out));
+}
+
+nb::ndarray<nb::numpy, std::int32_t> topk(const array& scores, std::int64_t k) {
+  const std::string fn = "zenflow.topk";
+  if (!on_host(scores)) {
+    bad(fn, "scores", "is on " + device_name(scores) + "; the primitives' binding takes host (cpu) arrays");
+  }
+  if (!(elem_of(scores.dtype()) == elem::f32) || scores.ndim() != 1 || !dense(scores)) {
+    bad(fn, "scores", "must be a contiguous 1-D float32 array");
+  }
+  const auto n = static_cast<std::int64_t>(scores.size());
+  if (k < 0 || k > n) {
+    bad(fn, "k", "must be in [0, " + std::to_string(n) + "], not " + std::to_string(k));
+  }
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(k));
+  {
+    nb::gil_scoped_release nogil;
+    std::size_t bytes = 0;
+    const auto* p = static_cast<const float*>(scores.data());
+    check_cuda(zenflow::host::topk(nullptr, bytes, p, n, k, idx.data()), "zenflow.topk");
+    std::vector<std::byte> tmp(std::max<std::size_t>(bytes, 1));
+    check_cuda(zenflow::host::topk(tmp.data(), bytes, p, n, k, idx.data()), "zenflow.topk");
+  }
+  return to_numpy(std::move(idx));
+}
+
+void adamw(const array& master,
+           const array& m,
+           const array& v,
+           const array& grad,
+           std::int32_t count,
+           float lr,
+           float beta1,
+           float beta2,
+           float eps,
+           float weight_decay,
+           bool decoupled,
+           float grad_scale,
+           std::optional<array> out) {
+  const std::string fn = "zenflow.adamw";
+  const auto n = static_cast<std::int64_t>(master.size());
+  auto f32 = [&](const char* name, const array& a) {
+    if (!on_host(a)) {
+      bad(fn, name, "is on " + device_name(a) + "; the primitives' binding takes host (cpu) arrays");
+    }
+    if (!(elem_of(a.dtype()) == elem::f32) || !dense(a)) {
+      bad(fn, name, "must be a contiguous float32 array");
+    }
+    if (static_cast<std::int64_t>(a.size()) != n) {
+      bad(fn, name, "has " + std::to_string(a.size()) + " elements, 'master' " + std::to_string(n));
+    }
+  };
+  f32("master", master);
+  f32("m", m);
+  f32("v", v);
+  f32("grad", grad);
+  if (out) {
+    f32("out", *out);
+  }
+  const zenflow::adamw_hparams hp{lr, beta1, beta2, eps, weight_decay, decoupled};
+  nb::gil_scoped_release nogil;
+  check_cuda(zenflow::host::adamw_span<float, float, float>(
+                 static_cast<float*>(master.data()), static_cast<float*>(m.data()), static_cast<float*>(v.data()),
+                 static_cast<const float*>(grad.data()), out ? static_cast<float*>(out->data()) : nullptr, n,
+                 count, hp, grad_scale, nullptr),
+             "zenflow.adamw");
+}
+
+} // namespace
+} // namespace zenflow_py
+
+NB_MODULE(_zenflow, mod) {
+  using namespace zenflow_py;
+  using zenflow::config;
+  mod.doc() = "zenflow: ZenFlow's stall-free offloaded optimizer (C++ engine binding)";
+#if ZENFLOW_PY_CUDA
+  mod.attr("has_cuda") = true;
+#else
+  mod.attr("has_cuda") = false;
+#endif
+#if ZENFLOW_WITH_JSON
+  mod.attr("has_json") = true;
+#else
+  mod.attr("has_json") = false;
+#endif
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const zenflow::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  // ---- Config ----
+  auto cfg = nb::class_<config>(mod, "_Config");
+  cfg.def(nb::init<>())
+      .def("_assign", [](config& c, const config& o) { c = o; })
+      .def("validate", &config::validate)
+      .def("describe", [](const config& c) { return c.describe(); })
+      .def("topk", &config::topk, "channels"_a)
+      .def_static("_deepspeed_defaults", &config::deepspeed_defaults)
+      .def_rw("topk_ratio", &config::topk_ratio)
+      .def_rw("select_interval", &config::select_interval)
+      .def_rw("update_interval", &config::update_interval)
+      .def_rw("full_warm_up_rounds", &config::full_warm_up_rounds)
+      .def_rw("overlap_step", &config::overlap_step)
+      .def_rw("auto_ratio", &config::auto_ratio)
+      .def_rw("pt_reserved_cores_perc", &config::pt_reserved_cores_perc)
+      .def_rw("steps_per_epoch", &config::steps_per_epoch)
+      .def_rw("max_update_interval", &config::max_update_interval)
+      .def_rw("min_update_interval", &config::min_update_interval)
+      .def_rw("host_moments_per_step", &config::host_moments_per_step)
+      .def_rw("select_on_mass_drop", &config::select_on_mass_drop)
+      .def_rw("min_select_interval", &config::min_select_interval)
+      .def_rw("gradient_clipping", &config::gradient_clipping)
+      .def_rw("loss_scale", &config::loss_scale)
+      .def_rw("ring_slot_bytes", &config::ring_slot_bytes)
+      .def_rw("ring_slots", &config::ring_slots)
+      .def_rw("host_threads", &config::host_threads)
+      .def_prop_rw(
+          "lr", [](const config& c) { return c.adam.lr; }, [](config& c, float v) { c.adam.lr = v; })
+      .def_prop_rw(
+          "beta1", [](const config& c) { return c.adam.beta1; }, [](config& c, float v) { c.adam.beta1 = v; })
+      .def_prop_rw(
+          "beta2", [](const config& c) { return c.adam.beta2; }, [](config& c, float v) { c.adam.beta2 = v; })
+      .def_prop_rw(
+          "eps", [](const config& c) { return c.adam.eps; }, [](config& c, float v) { c.adam.eps = v; })
+      .def_prop_rw(
+          "weight_decay", [](const config& c) { return c.adam.weight_decay; },
+          [](config& c, float v) { c.adam.weight_decay = v; })
+      .def_prop_rw(
+          "decoupled", [](const config& c) { return c.adam.decoupled; },
+          [](config& c, bool v) { c.adam.decoupled = v; })
+      .def_prop_rw(
+          "importance", [](const config& c) { return norm_name(c.importance); },
+          [](config& c, const std::string& s) {
+            if (s != "sq_l2" && s != "l1") {
+              throw nb::value_error(("zenflow.Config: 'importance' must be \"sq_l2\" or \"l1\", not \"" + s + "\"").c_str());
+            }
+            c.importance = s == "sq_l2" ? zenflow::channel_norm::sq_l2 : zenflow::channel_norm::l1;
+          })
+      .def_prop_rw(
+          "param_groups",
+          [](const config& c) {
+            nb::list l;
+            for (const auto& g : c.param_groups) {
+              nb::dict d;
+              d["match"] = g.match;
+              if (g.lr_scale) {
+                d["lr_scale"] = *g.lr_scale;
+              }
+              if (g.weight_decay) {
+                d["weight_decay"] = *g.weight_decay;
+              }
+              l.append(d);
+            }
+            return l;
+          },
+          [](config& c, const nb::list& l) {
+            std::vector<zenflow::param_group> gs;
+            for (nb::handle h : l) {
+              nb::dict d = nb::cast<nb::dict>(h);
+              zenflow::param_group g;
+              g.match = nb::cast<std::string>(d["match"]);
+              if (d.contains("lr_scale")) {
+                g.lr_scale = nb::cast<float>(d["lr_scale"]);
+              }
+              if (d.contains("weight_decay")) {
+                g.weight_decay = nb::cast<float>(d["weight_decay"]);
+              }
+              gs.push_back(std::move(g));
+            }
+            c.param_groups = std::move(gs);
+          });
+  ZF_PY_ENUM(cfg, mode, "mode", zenflow::optimizer_mode::zenflow, zenflow::optimizer_mode::offload_sync,
+             zenflow::optimizer_mode::gpu_adamw);
+  ZF_PY_ENUM(cfg, select, "select_strategy", zenflow::select_strategy::step, zenflow::select_strategy::epoch,
+             zenflow::select_strategy::automatic);
+  ZF_PY_ENUM(cfg, host_lr_scale, "host_lr_scale", zenflow::host_lr_scaling::linear, zenflow::host_lr_scaling::sqrt,
+             zenflow::host_lr_scaling::none, zenflow::host_lr_scaling::capped, zenflow::host_lr_scaling::snr);
+  ZF_PY_ENUM(cfg, host_moments, "host_moments", zenflow::moment_precision::fp32, zenflow::moment_precision::bf16);
+  ZF_PY_ENUM(cfg, upload, "upload", zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring);
+#if ZENFLOW_WITH_JSON
+  cfg.def_static(
+         "_from_deepspeed_json_string",
+         [](const std::string& text, bool strict) {
+           return config::from_deepspeed_json_string(text, zenflow::config_read_options{strict});
+         },
+         "text"_a, "strict"_a = false)
+      .def_static(
+          "_from_deepspeed_json_file",
+          [](const std::string& path, bool strict) {
+            return config::from_deepspeed_json_file(path, zenflow::config_read_options{strict});
+          },
+          "path"_a, "strict"_a = false)
+      .def("_to_deepspeed_json_string", [](const config& c) { return c.to_deepspeed_json().dump(); });
+#endif
+
+  // ---- reports ----
+  nb::class_<zenflow::step_report>(mod, "StepReport")
+      .def_ro("step", &zenflow::step_report::step)
+      .def_ro("warm_up", &zenflow::step_report::warm_up)
+      .def_ro("selection", &zenflow::step_report::selection)
+      .def_ro("window_closed", &zenflow::step_report::window_closed)
+      .def_ro("skip_known", &zenflow::step_report::skip_known)
+      .def_ro("skipped", &zenflow::step_report::skipped)
+      .def_ro("d2h_bytes", &zenflow::step_report::d2h_bytes)
+      .def_ro("h2d_bytes", &zenflow::step_report::h2d_bytes)
+      .def_ro("stall_s", &zenflow::step_report::stall_s)
+      .def_ro("comm_bytes", &zenflow::step_report::comm_bytes)
+      .def_ro("window_length", &zenflow::step_report::window_length)
+      .def_ro("selection_age", &zenflow::step_report::selection_age)
+      .def_prop_ro("selection_reason", [](const zenflow::step_report& r) { return cause_name(r.selection_reason); })
+      .def("__repr__", [](const zenflow::step_report& r) {
+        return "StepReport(step=" + std::to_string(r.step) + ", warm_up=" + (r.warm_up ? "True" : "False") +
+               ", selection=" + (r.selection ? "True" : "False") + ", window_closed=" +
+               (r.window_closed ? "True" : "False") + ", skipped=" + (r.skipped ? "True" : "False") +
+               ", d2h_bytes=" + std::to_string(r.d2h_bytes) + ", h2d_bytes=" + std::to_string(r.h2d_bytes) +
+               ", stall_s=" + std::to_string(r.stall_s) + ", window_length=" + std::to_string(r.window_length) + ")";
+      });
+
+  nb::class_<zenflow::stats>(mod, "Stats")
+      .def_ro("last", &zenflow::stats::last)
+      .def_ro("steps", &zenflow::stats::steps)
+      .def_ro("skipped_steps", &zenflow::stats::skipped_steps)
+      .def_ro("selections", &zenflow::stats::selections)
+      .def_ro("mass_drop_selections", &zenflow::stats::mass_drop_selections)
+      .def_ro("windows_closed", &zenflow::stats::windows_closed)
+      .def_ro("host_jobs", &zenflow::stats::host_jobs)
+      .def_ro("d2h_bytes", &zenflow::stats::d2h_bytes)
+      .def_ro("h2d_bytes", &zenflow::stats::h2d_bytes)
+      .def_ro("stall_s", &zenflow::stats::stall_s)
+      .def_ro("comm_bytes", &zenflow::stats::comm_bytes)
+      .def_ro("host_window_s", &zenflow::stats::host_window_s)
+      .def_ro("last_host_window_s", &zenflow::stats::last_host_window_s)
+      .def_ro("last_window_length", &zenflow::stats::last_window_length)
+      .def_ro("model_bytes", &zenflow::stats::model_bytes)
+      .def_ro("max_staleness_windows", &zenflow::stats::max_staleness_windows)
+      .def_prop_ro("memory", [](const zenflow::stats& s) { return memory_dict(s.memory); })
+      .def("pcie_model_ratio", &zenflow::stats::pcie_model_ratio);
+
+  // ---- Engine ----
+  nb::class_<py_engine>(mod, "_Engine")
+      .def(nb::init<const config&, const std::string&, int>(), "config"_a, "backend"_a = "host", "device"_a = -1)
+      .def(
+          "add_matrix",
+          [](py_engine& e, const array& w, const array& g, std::optional<std::int64_t> channels,
+             std::optional<std::int64_t> channel_len, std::optional<std::int64_t> ld, const std::string& layout,
+             std::optional<float> lr_scale, std::optional<float> weight_decay, const std::string& name) {
+            return e.add_matrix(w, g, channels, channel_len, ld, layout, {lr_scale, weight_decay, name});
+          },
+          "weights"_a, "grads"_a, "channels"_a = nb::none(), "channel_len"_a = nb::none(), "ld"_a = nb::none(),
+          "layout"_a = "contiguous", "lr_scale"_a = nb::none(), "weight_decay"_a = nb::none(), "name"_a = "")
+      .def(
+          "add_vector",
+          [](py_engine& e, const array& w, const array& g, std::optional<float> lr_scale,
+             std::optional<float> weight_decay, const std::string& name) {
+            return e.add_vector(w, g, {lr_scale, weight_decay, name});
+          },
+          "weights"_a, "grads"_a, "lr_scale"_a = nb::none(), "weight_decay"_a = nb::none(), "name"_a = "")
+      .def("initialize", &py_engine::initialize, "stream"_a = 0)
+      .def("grad_ready", &py_engine::grad_ready, "param"_a, "stream"_a = 0)
+      .def("step", &py_engine::step, "lr"_a, "stream"_a = 0)
+      .def("flush", &py_engine::flush, "stream"_a = 0)
+      .def("synchronize", &py_engine::synchronize, "stream"_a = 0)
+      .def("save", &py_engine::save, "path"_a, "stream"_a = 0)
+      .def("load", &py_engine::load, "path"_a, "stream"_a = 0)
+      .def("state", &py_engine::state, "param"_a, "stream"_a = 0)
+      .def("stats", [](py_engine& e) { return e.e().stats(); })
+      .def("selected",
+           [](py_engine& e, std::int32_t p) {
+             e.check_param("zenflow.Engine.selected", p);
+             return to_numpy(e.e().selected(zenflow::param_id{p}));
+           })
+      .def("settings",
+           [](py_engine& e, std::int32_t p) {
+             e.check_param("zenflow.Engine.settings", p);
+             const auto s = e.e().settings(zenflow::param_id{p});
+             nb::dict d;
+             d["name"] = s.name;
+             d["lr_scale"] = s.lr_scale;
+             d["weight_decay"] = s.weight_decay;
+             return d;
+           })
+      .def("start_trace", [](py_engine& e) { e.e().start_trace(); })
+      .def("write_trace",
+           [](py_engine& e, const std::string& path) {
+             nb::gil_scoped_release nogil;
+             e.e().write_trace(path);
+           })
+      .def_prop_ro("steps", [](py_engine& e) { return e.e().steps(); })
+      .def_prop_ro("param_count", [](py_engine& e) { return e.e().param_count(); })
+      .def_prop_ro("initialized", [](py_engine& e) { return e.e().initialized(); })
+      .def_prop_ro("backend", &py_engine::backend)
+      .def_prop_ro("config", [](py_engine& e) { return e.e().configuration(); });
+
+  // ---- primitives ----
+  mod.def("channel_norms", &channel_norms, "grad"_a, "layout"_a = "contiguous", "norm"_a = "sq_l2");
+  mod.def("topk", &topk, "scores"_a, "k"_a);
+  mod.def("adamw", &adamw, "master"_a, "m"_a, "v"_a, "grad"_a, "count"_a, "lr"_a, "beta1"_a = 0.9f,
+          "beta2"_a = 0.999f, "eps"_a = 1e-8f, "weight_decay"_a = 0.0f, "decoupled"_a = true, "grad_scale"_a = 1.0f,
+          "out"_a = nb::none());
+}
