@@ -1,0 +1,326 @@
+// zenflow::plan and zenflow::suggest (engine/plan.hpp): the numbers against a hand computation in
+// float64 written here from the formulas of docs/planning.md; the byte counts against the engine's
+// own stats().memory for the same model and settings; the suggestions at their boundaries; bad
+// inputs refused by name; the presets' parameter counts (LLaMA's published totals).
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/plan.hpp>
+
+namespace {
+
+using zenflow::plan_accumulation;
+using zenflow::plan_moments;
+
+/// Two 1000 x 512 matrices, one 256 x 1024, three vectors of 512; bf16.
+zenflow::plan_model small_model() {
+  zenflow::plan_model m;
+  m.name = "small";
+  m.matrices = {{1000, 512, 2}, {256, 1024, 1}};
+  m.vectors = {{512, 3}};
+  return m;
+}
+
+zenflow::plan_hardware small_machine() {
+  zenflow::plan_hardware hw;
+  hw.host_bytes_per_s = 10e9;
+  hw.pcie_bytes_per_s = 1e9;
+  hw.step_s = 5e-3;
+  return hw;
+}
+
+void expect_rel(double got, double want, const char* what) {
+  EXPECT_NEAR(got, want, 1e-12 * std::max(1.0, std::abs(want))) << what;
+}
+
+TEST(planner, zenflow_numbers_match_the_hand_computation) {
+  const auto m = small_model();
+  const auto hw = small_machine();
+  zenflow::plan_config cfg; // zenflow, r = 0.1, S = 4, fp32 moments, host accumulation
+  const zenflow::plan_result r = zenflow::plan(m, hw, cfg);
+  // k = int(0.1 x channels): 100 of 1000, 25 of 256.
+  const double n = 2.0 * 1000 * 512 + 256.0 * 1024;
+  const double P = n + 3.0 * 512;
+  const double unsel = 2.0 * 900 * 512 + 231.0 * 1024;
+  const double slot = 4194304.0;
+  EXPECT_EQ(r.params, P);
+  expect_rel(r.host.state, n * 12 + (2000 + 256) * 4.0, "host state: fp32 master, m, v + counts");
+  expect_rel(r.host.accumulators, n * 8, "two fp32 accumulators");
+  expect_rel(r.host.upload, n * 2, "a bf16 upload buffer");
+  // A step's D2H: one 4 MiB slot per matrix (900 x 1 KiB, 231 x 2 KiB), + 2: ring 2 x 5 (at least 8).
+  EXPECT_EQ(r.ring_slots, 10);
+  EXPECT_EQ(r.staging_slots, 8);
+  expect_rel(r.host.ring, 10 * slot, "ring");
+  expect_rel(r.traffic.d2h_per_step, unsel * 2, "down: the unselected rows, bf16");
+  expect_rel(r.traffic.h2d_per_step, unsel * 2 / 4, "up: the window's rows over S");
+  // Window: acc 4 + master 4 + m, v 8 read; master 4 + m, v 8 + bf16 2 written; acc zeroed 4.
+  expect_rel(r.traffic.host_window_per_step, unsel * 34 / 4, "host window bytes per step");
+  expect_rel(r.traffic.accumulate_per_step, unsel * 10, "accumulation: slot 2 + acc 4 read, 4 written");
+  expect_rel(r.terms.d2h, unsel * 2 / 1e9, "d2h seconds");
+  expect_rel(r.terms.h2d, unsel * 2 / 4 / 1e9, "h2d seconds");
+  expect_rel(r.terms.host_window, unsel * 34 / 4 / 10e9, "host window seconds");
+  expect_rel(r.terms.accumulate, unsel * 10 / 10e9, "accumulation seconds");
+  // d2h = 2.32 ms, the largest stage, under C = 5 ms.
+  EXPECT_EQ(r.bound.term, "compute");
+  EXPECT_EQ(r.bound.value, 5e-3);
+  EXPECT_EQ(r.predicted_step_s, 5e-3);
+  EXPECT_TRUE(r.stall_free);
+  EXPECT_TRUE(r.not_implemented.empty());
+  // Device: the user's bf16 weights and gradients, the selected rows' fp32 state + counts, indices.
+  expect_rel(r.device.weights_and_grads, 4 * P, "weights + grads");
+  expect_rel(r.device.selected_state, 2 * (12.0 * 100 * 512 + 8 * 100) + 12.0 * 25 * 1024 + 8 * 25, "selected");
+  expect_rel(r.device.vector_state, 3 * (12.0 * 512 + 8) + 3 * 4.0, "vectors + their counts");
+  expect_rel(r.device.staging, 8 * slot, "staging");
+  expect_rel(r.device.upload, n * 2, "whole-window upload");
+}
+
+TEST(planner, bf16_int8_moments_device_accumulation_and_two_gpus) {
+  const auto m = small_model();
+  auto hw = small_machine();
+  hw.gpus = 2;
+  zenflow::plan_config cfg;
+  cfg.moments = plan_moments::bf16;
+  cfg.update_interval = 2;
+  const double n = 2.0 * 1000 * 512 + 256.0 * 1024;
+  const double unsel = 2.0 * 900 * 512 + 231.0 * 1024;
+  const auto r = zenflow::plan(m, hw, cfg);
+  expect_rel(r.host.state, n * 8 + (2000 + 256) * 4.0, "bf16 moments: 8 B");
+  expect_rel(r.host.upload, 2 * n * 2, "one upload buffer per rank");
+  expect_rel(r.host.ring, 2 * 10 * 4194304.0, "one ring per rank");
+  expect_rel(r.traffic.d2h_per_step, unsel * 2 / 2, "each rank its block");
+  expect_rel(r.traffic.host_window_per_step, unsel * 26 / 2, "bf16 window: 26 B");
+
+  cfg.moments = plan_moments::int8; // modelled: 1 B + 4 B per 64 elements per moment
+  cfg.accumulate = plan_accumulation::device;
+  const auto q = zenflow::plan(m, hw, cfg);
+  const double mb = 1.0 + 4.0 / 64;
+  expect_rel(q.host.state, n * (4 + 2 * mb) + (2000 + 256) * 4.0, "int8 moments");
+  expect_rel(q.host.accumulators, unsel * 4, "the landed window sum");
+  expect_rel(q.device.accumulators, unsel * 4 / 1, "the device's fp32 window sum (per GPU: every row)");
+  expect_rel(q.traffic.d2h_per_step, unsel * 4 / 2 / 2, "the fp32 sum once per window, each rank its block");
+  expect_rel(q.traffic.accumulate_per_step, 0, "nothing accumulated on the host");
+  expect_rel(q.traffic.host_window_per_step, unsel * (4 + 2 * (4 + 2 * mb) + 2) / 2, "no zeroing");
+  ASSERT_EQ(q.not_implemented.size(), 2u);
+  EXPECT_NE(q.not_implemented[0].find("int8"), std::string::npos);
+  EXPECT_NE(q.not_implemented[1].find("device accumulation"), std::string::npos);
+}
+
+TEST(planner, baselines) {
+  const auto m = small_model();
+  const auto hw = small_machine();
+  zenflow::plan_config cfg;
+  cfg.mode = zenflow::optimizer_mode::offload_sync;
+  const auto s = zenflow::plan(m, hw, cfg);
+  const double P = 2.0 * 1000 * 512 + 256.0 * 1024 + 3 * 512;
+  expect_rel(s.traffic.d2h_per_step, 2 * P, "offload_sync: everything down");
+  expect_rel(s.traffic.h2d_per_step, 2 * P, "and up, every step");
+  expect_rel(s.host.accumulators, 4 * P, "one accumulator");
+  expect_rel(s.predicted_step_s, 5e-3 + 2 * P / 1e9 * 2 + P * 34 / 10e9 + P * 10 / 10e9, "the sum: no overlap");
+  EXPECT_FALSE(s.stall_free);
+  cfg.mode = zenflow::optimizer_mode::gpu_adamw;
+  const auto g = zenflow::plan(m, hw, cfg);
+  EXPECT_EQ(g.traffic.d2h_per_step, 0);
+  EXPECT_EQ(g.host.state + g.host.accumulators + g.host.upload, 0);
+  EXPECT_TRUE(g.stall_free);
+  EXPECT_NEAR(g.device.selected_state / (2.0 * 1000 * 512 + 256.0 * 1024), 12.0, 0.02);
+}
+
+/// The engine on the host backend, registered with `m`'s shapes and initialized: its counts.
+zenflow::memory_usage engine_memory(const zenflow::plan_model& m, const zenflow::config& cfg) {
+  using bf16 = zenflow::bfloat16;
+  std::vector<std::vector<bf16>> w, g;
+  zenflow::engine<zenflow::host_backend> zf(cfg);
+  for (const auto& x : m.matrices) {
+    for (std::int64_t i = 0; i < x.count; ++i) {
+      w.emplace_back(static_cast<std::size_t>(x.channels * x.channel_len), zenflow::from_float<bf16>(0.01f));
+      g.emplace_back(w.back().size(), zenflow::from_float<bf16>(0.0f));
+      zf.add_matrix(w.back().data(), g.back().data(), x.channels, x.channel_len);
+    }
+  }
+  for (const auto& x : m.vectors) {
+    for (std::int64_t i = 0; i < x.count; ++i) {
+      w.emplace_back(static_cast<std::size_t>(x.elements), zenflow::from_float<bf16>(0.01f));
+      g.emplace_back(w.back().size(), zenflow::from_float<bf16>(0.0f));
+      zf.add_vector(w.back().data(), g.back().data(), x.elements);
+    }
+  }
+  zf.initialize();
+  return zf.stats().memory;
+}
+
+TEST(planner, byte_counts_are_the_engines) {
+  const auto m = small_model();
+  const auto hw = small_machine();
+  for (const auto mode : {zenflow::optimizer_mode::zenflow, zenflow::optimizer_mode::offload_sync,
+                          zenflow::optimizer_mode::gpu_adamw}) {
+    for (const auto moments : {zenflow::moment_precision::fp32, zenflow::moment_precision::bf16}) {
+      for (const auto upload : {zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring}) {
+        zenflow::config cfg;
+        cfg.mode = mode;
+        cfg.update_interval = 4;
+        cfg.host_moments = moments;
+        cfg.upload = upload;
+        cfg.host_threads = 1;
+        const auto mem = engine_memory(m, cfg);
+        const auto r = zenflow::plan(m, hw, zenflow::plan_config::of(cfg));
+        const std::string what = std::string(zenflow::to_string(mode)) + " " +
+                                 std::string(zenflow::to_string(moments)) + " " +
+                                 std::string(zenflow::to_string(upload));
+        EXPECT_EQ(r.host.state, static_cast<double>(mem.host_state)) << what;
+        EXPECT_EQ(r.host.accumulators, static_cast<double>(mem.host_accumulators)) << what;
+        EXPECT_EQ(r.host.ring, static_cast<double>(mem.host_ring)) << what;
+        EXPECT_EQ(r.host.upload, static_cast<double>(mem.host_upload)) << what;
+        EXPECT_EQ(r.device.selected_state, static_cast<double>(mem.device_selected_state)) << what;
+        EXPECT_EQ(r.device.vector_state, static_cast<double>(mem.device_vector_state)) << what;
+        EXPECT_EQ(r.device.staging, static_cast<double>(mem.device_staging)) << what;
+        EXPECT_EQ(r.device.upload, static_cast<double>(mem.device_upload)) << what;
+        // Scratch: the larger buffers only (top-k temporaries, per-step records and tables not
+        // modelled); never above the engine's count, within 10% of it in zenflow mode and within
+        // 128 KiB in the baselines (a fixed size there: top-k temporaries over every channel).
+        const auto scratch = static_cast<double>(mem.device_scratch);
+        EXPECT_LE(r.device.scratch, scratch) << what;
+        EXPECT_GE(r.device.scratch, mode == zenflow::optimizer_mode::zenflow ? 0.9 * scratch : scratch - 131072)
+            << what;
+      }
+    }
+  }
+}
+
+TEST(planner, suggestions_at_their_boundaries) {
+  // One 1000 x 1000 matrix at r = 0.1: 900 unselected rows of 1000.
+  const auto m = zenflow::plan_model::uniform(1e6, 1, 1000);
+  ASSERT_EQ(m.params(), 1e6);
+  const double unsel = 900e3;
+  zenflow::plan_hardware hw;
+  hw.host_bytes_per_s = 1e9;
+  hw.pcie_bytes_per_s = 1e9;
+  const double window = unsel * 34 / 1e9; // 30.6 ms a window (fp32 moments)
+  zenflow::plan_config cfg;               // S = 4
+  hw.step_s = window / 3;                 // the window fits in 3 steps exactly
+  auto s = zenflow::suggest(m, hw, cfg);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.result.config.update_interval, 3);
+  EXPECT_EQ(s.change, "S = 3");
+  EXPECT_FALSE(zenflow::plan(m, hw, [&] { auto c = cfg; c.update_interval = 2; return c; }()).stall_free);
+  hw.step_s = window / 3 * (1 - 1e-9); // a hair less: S = 4, the given one
+  s = zenflow::suggest(m, hw, cfg);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.result.config.update_interval, 4);
+  EXPECT_EQ(s.change, "none");
+
+  // Host memory: fp32 moments take exactly the limit (fits), one byte less asks for bf16.
+  hw.step_s = window; // S = 1 stall-free
+  const double fp32_total = zenflow::plan(m, hw, cfg).host.total();
+  hw.host_memory_bytes = fp32_total;
+  s = zenflow::suggest(m, hw, cfg);
+  EXPECT_EQ(s.change, "S = 1");
+  hw.host_memory_bytes = fp32_total - 1;
+  s = zenflow::suggest(m, hw, cfg);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.change, "S = 1, moments bf16");
+  EXPECT_TRUE(s.result.not_implemented.empty());
+  hw.host_memory_bytes = 0;
+
+  // The wire: 1.8 MB down a step cannot fit in C at 100 MB/s whatever S with host accumulation;
+  // the device's fp32 sum, 3.6 MB once per window, fits from S = ceil(36 ms / C).
+  hw.pcie_bytes_per_s = 1e8;
+  hw.step_s = 10.2e-3;
+  s = zenflow::suggest(m, hw, cfg);
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.result.config.accumulate, plan_accumulation::device);
+  EXPECT_EQ(s.result.config.moments, plan_moments::fp32);
+  EXPECT_EQ(s.result.config.update_interval, 4);
+  EXPECT_EQ(s.change, "accumulate device");
+  EXPECT_FALSE(s.result.not_implemented.empty());
+  // Nothing fits: a 1 ms step.
+  hw.step_s = 1e-3;
+  s = zenflow::suggest(m, hw, cfg, 8);
+  EXPECT_FALSE(s.found);
+  EXPECT_NE(s.change.find("none found"), std::string::npos);
+}
+
+TEST(planner, pipeline_bound_names_the_largest_term) {
+  auto b = zenflow::pipeline_bound({1, 2, 3, 4, 5});
+  EXPECT_EQ(b.value, 5);
+  EXPECT_EQ(b.term, "accumulate");
+  b = zenflow::pipeline_bound({7, 7, 1, 1, 1}); // a tie: the first
+  EXPECT_EQ(b.term, "compute");
+  EXPECT_EQ(zenflow::pipeline_bound({1, 2, 9, 4, 5}).term, "h2d");
+  EXPECT_EQ(zenflow::pipeline_bound({1, 2, 3, 9, 5}).term, "host_window/S");
+}
+
+TEST(planner, presets_have_llamas_parameter_counts) {
+  EXPECT_EQ(zenflow::plan_model::preset("1b").params(), 1235814400.0);
+  EXPECT_EQ(zenflow::plan_model::preset("7b").params(), 6738415616.0);
+  EXPECT_EQ(zenflow::plan_model::preset("13b").params(), 13015864320.0);
+  EXPECT_EQ(zenflow::plan_model::preset("70b").params(), 68976648192.0);
+  EXPECT_THROW((void)zenflow::plan_model::preset("8b"), zenflow::invalid_argument);
+}
+
+void expect_refused(const std::string& field, const zenflow::plan_model& m, const zenflow::plan_hardware& hw,
+                    const zenflow::plan_config& c) {
+  try {
+    (void)zenflow::plan(m, hw, c);
+    ADD_FAILURE() << field << " accepted";
+  } catch (const zenflow::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+TEST(planner, bad_inputs_are_refused_by_name) {
+  const auto m = small_model();
+  const auto hw = small_machine();
+  const zenflow::plan_config c;
+  expect_refused("has no parameters", zenflow::plan_model{}, hw, c);
+  auto bad_m = m;
+  bad_m.matrices[0].channels = 0;
+  expect_refused("'model'", bad_m, hw, c);
+  bad_m = m;
+  bad_m.elem_bytes = 3;
+  expect_refused("elem_bytes", bad_m, hw, c);
+  auto h = hw;
+  h.host_bytes_per_s = 0;
+  expect_refused("host_bytes_per_s", m, h, c);
+  h = hw;
+  h.pcie_bytes_per_s = std::nan("");
+  expect_refused("pcie_bytes_per_s", m, h, c);
+  h = hw;
+  h.step_s = -1;
+  expect_refused("step_s", m, h, c);
+  h = hw;
+  h.gpus = 0;
+  expect_refused("gpus", m, h, c);
+  h = hw;
+  h.host_memory_bytes = -1;
+  expect_refused("host_memory_bytes", m, h, c);
+  auto k = c;
+  k.topk_ratio = 1.5;
+  expect_refused("topk_ratio", m, hw, k);
+  k = c;
+  k.update_interval = 0;
+  expect_refused("update_interval", m, hw, k);
+  k = c;
+  k.ring_slot_bytes = 1000;
+  expect_refused("ring_slot_bytes", m, hw, k);
+  k = c;
+  k.ring_slot_bytes = 4096; // smaller than a 1024-element bf16 channel? no: 2 KiB fits; 512 x 2 too
+  bad_m = m;
+  bad_m.matrices[1].channel_len = 4096; // 8 KiB a channel
+  expect_refused("smaller than one channel", bad_m, hw, k);
+  k = c;
+  k.ring_slots = 1;
+  expect_refused("ring_slots", m, hw, k);
+  EXPECT_THROW((void)zenflow::suggest(m, hw, c, 0), zenflow::invalid_argument);
+  EXPECT_THROW((void)zenflow::plan_model::uniform(0, 1, 1), zenflow::invalid_argument);
+}
+
+} // namespace
