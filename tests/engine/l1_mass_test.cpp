@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,6 +178,50 @@ TEST(l1_mass, kernel_bodies_match_the_host_twins_bit_for_bit_f16) {
 }
 TEST(l1_mass, kernel_bodies_match_the_host_twins_bit_for_bit_bf16) {
   check_all<zenflow::bfloat16>(zf_test::base_seed() + 2);
+}
+
+// The device's arithmetic is written so that a consumer's -ftz=true / --use_fast_math cannot
+// flush subnormals (the PTX is checked by cpu.engine.ptx_no_ftz); its host side must be the
+// plain arithmetic: |x| a bit clear with std::fabs's bits (-0 and NaN included), widening and
+// narrowing exact, subnormals kept. A row of subnormals has its exact mass.
+TEST(l1_mass, the_ftz_free_helpers_have_the_host_arithmetics_bits) {
+  using zenflow::detail::abs_f32;
+  using zenflow::detail::f32_to_f64;
+  using zenflow::detail::f64_to_f32;
+  const float sub = std::numeric_limits<float>::denorm_min();
+  for (const float x :
+       {0.0f, -0.0f, 1.5f, -1.5f, sub, -sub, -3.0f * sub, std::numeric_limits<float>::min() / 4,
+        -std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+    const float a = abs_f32(x);
+    const float f = std::fabs(x);
+    EXPECT_EQ(std::memcmp(&a, &f, 4), 0) << x;
+    const double w = f32_to_f64(x);
+    const double wc = static_cast<double>(x);
+    EXPECT_EQ(std::memcmp(&w, &wc, 8), 0) << x;
+    const float n = f64_to_f32(wc / 3);
+    const float nc = static_cast<float>(wc / 3);
+    EXPECT_EQ(std::memcmp(&n, &nc, 4), 0) << x;
+  }
+  EXPECT_EQ(f32_to_f64(-sub), -static_cast<double>(sub));
+  EXPECT_EQ(f64_to_f32(static_cast<double>(sub) * 2.4), 2 * sub); // rounded, not flushed
+
+  constexpr std::int64_t len = 37; // 2 whole groups of 16 and a tail
+  std::vector<float> g(static_cast<std::size_t>(2 * len));
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    g[i] = (i % 2 == 0 ? 1.0f : -1.0f) * static_cast<float>(i + 1) * sub;
+  }
+  std::vector<std::int32_t> idx{1, 0};
+  std::vector<float> row_l1(2);
+  for (const bool lanes : {true, false}) {
+    float mass = 0.0f;
+    zenflow::detail::l1_mass_args a{
+        g.data(), zenflow::dtype::f32, 2, len,           len,     channel_layout::contiguous,
+        lanes,    idx.data(),          2, row_l1.data(), nullptr, &mass};
+    zenflow::detail::host_l1_mass(a);
+    // Every partial sum is a multiple of denorm_min below 2^-126: exact, the mass sum(i + 1) sub.
+    EXPECT_EQ(mass, static_cast<float>((2 * len) * (2 * len + 1) / 2) * sub) << "lanes " << lanes;
+    EXPECT_EQ(row_l1[1], static_cast<float>(len * (len + 1) / 2) * sub);
+  }
 }
 
 } // namespace

@@ -75,6 +75,37 @@ ZF_HOST_DEVICE ZF_FORCEINLINE float bits_float(std::uint32_t u) {
 #endif
 }
 
+/// |x| by clearing the sign bit: exact, the same bits as std::fabs on the host, and without an
+/// `.ftz` form on the device (fabsf compiles to `abs.ftz.f32` under -ftz=true / --use_fast_math,
+/// which flushes a subnormal to zero).
+ZF_HOST_DEVICE ZF_FORCEINLINE float abs_f32(float x) {
+  return bits_float(float_bits(x) & 0x7fffffffu);
+}
+
+/// float -> double, exact, a subnormal kept on the device whatever the consumer's flags (inline
+/// `cvt.f64.f32`: a plain conversion is `cvt.ftz.f64.f32` under -ftz=true, which flushes it).
+ZF_HOST_DEVICE ZF_FORCEINLINE double f32_to_f64(float x) {
+#if ZF_DEVICE_COMPILE
+  double r;
+  asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(x));
+  return r;
+#else
+  return static_cast<double>(x);
+#endif
+}
+
+/// double -> float, round to nearest even, a subnormal result kept on the device whatever the
+/// consumer's flags (inline `cvt.rn.f32.f64`, not `cvt.rn.ftz.f32.f64`).
+ZF_HOST_DEVICE ZF_FORCEINLINE float f64_to_f32(double x) {
+#if ZF_DEVICE_COMPILE
+  float r;
+  asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(x));
+  return r;
+#else
+  return static_cast<float>(x);
+#endif
+}
+
 /// float -> binary16 bits, round to nearest even, overflow to infinity, subnormals kept.
 ZF_HOST_DEVICE constexpr std::uint16_t float_to_half_bits_rne(std::uint32_t x) {
   const std::uint32_t sign = (x >> 16) & 0x8000u;

@@ -140,23 +140,25 @@ ZF_HOST_DEVICE ZF_FORCEINLINE float sqrt_f(float a) {
 /// <= 0 is treated as 1).
 ZF_HOST_DEVICE inline adam_constants make_adam_constants(const adamw_hparams& hp, std::int32_t count) {
   const std::int32_t t = count < 1 ? 1 : count;
-  const double bc1 = 1.0 - detail::pow_int(static_cast<double>(hp.beta1), t);
-  const double bc2 = 1.0 - detail::pow_int(static_cast<double>(hp.beta2), t);
+  // The conversions as f32_to_f64 / f64_to_f32 (inline PTX on the device): a plain cast is
+  // cvt.ftz under -ftz=true, and float(1.0 - double(b)) may be folded into sub.ftz.f32 there.
+  const double bc1 = 1.0 - detail::pow_int(detail::f32_to_f64(hp.beta1), t);
+  const double bc2 = 1.0 - detail::pow_int(detail::f32_to_f64(hp.beta2), t);
   adam_constants c{};
   c.beta1 = hp.beta1;
-  c.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(hp.beta1));
+  c.one_minus_beta1 = detail::f64_to_f32(1.0 - detail::f32_to_f64(hp.beta1));
   c.beta2 = hp.beta2;
-  c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(hp.beta2));
+  c.one_minus_beta2 = detail::f64_to_f32(1.0 - detail::f32_to_f64(hp.beta2));
   c.eps = hp.eps;
-  c.neg_step_size = static_cast<float>(-static_cast<double>(hp.lr) / bc1);
+  c.neg_step_size = detail::f64_to_f32(-detail::f32_to_f64(hp.lr) / bc1);
 #if ZF_DEVICE_COMPILE
-  c.inv_sqrt_bc2 = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(bc2)));
+  c.inv_sqrt_bc2 = detail::f64_to_f32(__ddiv_rn(1.0, __dsqrt_rn(bc2)));
 #else
   c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #endif
-  c.decay = hp.decoupled
-                ? static_cast<float>(1.0 - detail::mul_d(static_cast<double>(hp.lr), hp.weight_decay))
-                : 1.0f;
+  c.decay = hp.decoupled ? detail::f64_to_f32(1.0 - detail::mul_d(detail::f32_to_f64(hp.lr),
+                                                                  detail::f32_to_f64(hp.weight_decay)))
+                         : 1.0f;
   c.l2 = hp.decoupled ? 0.0f : hp.weight_decay;
   return c;
 }

@@ -32,7 +32,7 @@ namespace detail {
 template <channel_norm Norm>
 ZF_HOST_DEVICE ZF_FORCEINLINE float norm_accumulate(float acc, float x) {
 #if ZF_DEVICE_COMPILE
-  float term = fabsf(x);
+  float term = abs_f32(x); // a bit clear: fabsf would be abs.ftz.f32 under -ftz=true
   if constexpr (Norm == channel_norm::sq_l2) {
     asm("mul.rn.f32 %0, %1, %1;" : "=f"(term) : "f"(x));
   }
@@ -86,7 +86,7 @@ template <class T>
 ZF_HOST_DEVICE double channel_sq_f64(const T* first, std::int64_t len, std::int64_t stride) {
   double s = 0.0;
   for (std::int64_t i = 0; i < len; ++i) {
-    const double x = to_float(first[i * stride]);
+    const double x = f32_to_f64(to_float(first[i * stride])); // cvt without .ftz
     s += x * x;
   }
   return s;
@@ -118,7 +118,7 @@ sq_total_lane(channel_matrix<const T> grad, const float* scores, int lane, const
   for (std::int64_t c = lane; c < grad.channels; c += sq_total_lanes) {
     const float score = scores[c];
     if (is_finite(score)) {
-      s += static_cast<double>(score);
+      s += f32_to_f64(score); // a subnormal score kept under -ftz=true
     } else {
       s += rescan != nullptr ? rescan[c] : sq_rescan_channel(grad, scores, c);
     }

@@ -87,14 +87,11 @@ ZF_HOST_DEVICE int item_of_block(const Item* items, int n, std::int64_t b) {
 }
 
 /// Item `it`'s hyper-parameters in a batched call with `hp`: its lr float(hp.lr * lr_scale) (one
-/// correctly rounded product on host and device) and its weight decay.
+/// correctly rounded product on host and device, a subnormal kept: mul_f, not __fmul_rn, which is
+/// mul.rn.ftz.f32 under -ftz=true) and its weight decay.
 template <class Item>
 ZF_HOST_DEVICE adamw_hparams item_hparams(adamw_hparams hp, const Item& it) {
-#if ZF_DEVICE_COMPILE
-  hp.lr = __fmul_rn(hp.lr, it.lr_scale);
-#else
-  hp.lr = hp.lr * it.lr_scale;
-#endif
+  hp.lr = mul_f(hp.lr, it.lr_scale);
   hp.weight_decay = it.weight_decay;
   return hp;
 }

@@ -18,6 +18,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/math/adam.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -42,8 +43,11 @@ struct l1_mass_args {
   float* l1 = nullptr;
 };
 
+/// |x| and a + b with the host's bits on the device whatever the consumer's flags: a bit clear and
+/// inline `add.rn.f32` (detail::add_f), neither of which -ftz=true / --use_fast_math turns into an
+/// `.ftz` instruction that flushes subnormals (the compare-and-negate and `+=` did).
 ZF_HOST_DEVICE ZF_FORCEINLINE float abs_l1(float x) {
-  return x < 0.0f ? -x : x;
+  return abs_f32(x);
 }
 
 /// Lane `lane` of row `c` (contiguous): |x[16 i + lane]| over the whole groups, in i order.
@@ -53,7 +57,7 @@ ZF_HOST_DEVICE float l1_row_lane(channel_matrix<const T> g, std::int64_t c, int 
   const T* x = g.data + c * g.ld + lane;
   float s = 0.0f;
   for (std::int64_t i = 0; i < groups; ++i) {
-    s += abs_l1(to_float(x[i * l1_row_lanes]));
+    s = add_f(s, abs_l1(to_float(x[i * l1_row_lanes])));
   }
   return s;
 }
@@ -63,10 +67,10 @@ template <class T>
 ZF_HOST_DEVICE float l1_row_finish(channel_matrix<const T> g, std::int64_t c, const float* lanes) {
   float s = 0.0f;
   for (int j = 0; j < l1_row_lanes; ++j) {
-    s += lanes[j];
+    s = add_f(s, lanes[j]);
   }
   for (std::int64_t i = (g.channel_len / l1_row_lanes) * l1_row_lanes; i < g.channel_len; ++i) {
-    s += abs_l1(to_float(g(c, i)));
+    s = add_f(s, abs_l1(to_float(g(c, i))));
   }
   return s;
 }
@@ -76,7 +80,7 @@ template <class T>
 ZF_HOST_DEVICE float l1_row_sequential(channel_matrix<const T> g, std::int64_t c) {
   float s = 0.0f;
   for (std::int64_t i = 0; i < g.channel_len; ++i) {
-    s += abs_l1(to_float(g(c, i)));
+    s = add_f(s, abs_l1(to_float(g(c, i))));
   }
   return s;
 }
@@ -85,9 +89,9 @@ ZF_HOST_DEVICE float l1_row_sequential(channel_matrix<const T> g, std::int64_t c
 ZF_HOST_DEVICE inline void l1_add_rows(const l1_mass_args& a) {
   float s = 0.0f;
   for (std::int64_t r = 0; r < a.count; ++r) {
-    s += a.row_l1[r];
+    s = add_f(s, a.row_l1[r]);
   }
-  *a.l1 += s;
+  *a.l1 = add_f(*a.l1, s);
 }
 
 /// The gradient of the call as a matrix of its working type, passed to `f(matrix, args...)`

@@ -121,7 +121,7 @@ ZF_HOST_DEVICE inline void finish_step_header(const step_scalars_args& a) {
 /// The record's rest mass starts from the early one: rest[i] = 0 + early[i] (the bits of packs
 /// adding into a zeroed record), early[i] = 0 for the next step.
 ZF_HOST_DEVICE ZF_FORCEINLINE void adopt_early_mass_at(float* early, float* rest, int i) {
-  rest[i] = 0.0f + early[i];
+  rest[i] = norm_add(0.0f, early[i]); // no add.ftz under -ftz=true
   early[i] = 0.0f;
 }
 

@@ -117,11 +117,13 @@ ZF_HOST_DEVICE inline void finish_step_scalars(double sum_sq,
   const float inv_scale = op::reciprocal(loss_scale);
   float c = inv_scale;
   const bool bad = nonfinite != 0;
-  if (max_norm > 0.0f && !bad) {
-    const double norm = op::mul(op::sqrt(sum_sq), static_cast<double>(inv_scale));
-    const double clip = op::div(static_cast<double>(max_norm), op::add(norm, 1e-6));
+  // The float operands widened and the result narrowed by f32_to_f64 / f64_to_f32, and the test
+  // in fp64: none of them flushes a subnormal under the consumer's -ftz=true (fp64 has no ftz).
+  if (f32_to_f64(max_norm) > 0.0 && !bad) {
+    const double norm = op::mul(op::sqrt(sum_sq), f32_to_f64(inv_scale));
+    const double clip = op::div(f32_to_f64(max_norm), op::add(norm, 1e-6));
     if (clip < 1.0) {
-      c = static_cast<float>(op::mul(static_cast<double>(inv_scale), clip));
+      c = f64_to_f32(op::mul(f32_to_f64(inv_scale), clip));
     }
   }
   *coef = c;

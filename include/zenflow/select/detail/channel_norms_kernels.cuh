@@ -127,7 +127,7 @@ ZF_DEVICE float contiguous_warp_score(const T* p, std::int64_t len, int t, bool&
 ZF_DEVICE ZF_FORCEINLINE float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = norm_add(v, __shfl_xor_sync(0xffffffffu, v, o)); // no add.ftz under -ftz=true
   }
   return v;
 }
@@ -286,7 +286,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const __grid_cons
   const float* s = l.scores[i];
   float acc = 0.0f;
   for (std::int64_t c = threadIdx.x; c < l.channels[i]; c += norm_block) {
-    acc += s[c];
+    acc = norm_add(acc, s[c]);
   }
   acc = warp_sum(acc);
   if (threadIdx.x % 32 == 0) {
@@ -297,7 +297,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const __grid_cons
     float t = 0.0f;
 #pragma unroll
     for (int w = 0; w < norm_block / 32; ++w) {
-      t += warp_acc[w];
+      t = norm_add(t, warp_acc[w]);
     }
     *l.total[i] = t;
   }
