@@ -50,6 +50,10 @@
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 
+#if defined(__GLIBC__)
+#  include <malloc.h> // malloc_trim: the previous mode's freed memory back to the system
+#endif
+
 #include "pipeline_report.hpp"
 #include "pipeline_timeline.hpp"
 
@@ -109,6 +113,14 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
   if (o.device_threads > 0) {
     sms = std::make_unique<zenflow::worker_pool>(o.device_threads);
   }
+  // The emulated device's memory is this process's: its growth from here is the engine's host and
+  // device buffers (the weights and gradients above are already resident).
+  // glibc keeps freed heap pages resident (the previous mode's engine): hand them back first.
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  res.device_memory_in_rss = true;
+  res.rss_before_bytes = rss_bytes();
   {
     zenflow::engine<zenflow::emulated_backend> zf(cfg, zenflow::emulated_backend{device, nullptr, sms.get()});
     if (o.release_by_caller) {

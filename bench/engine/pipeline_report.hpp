@@ -23,6 +23,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/plan.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/channels.hpp>
 
@@ -273,6 +274,20 @@ struct result {
   // Host optimizer state per parameter (fp32 master + m, v + counts: ~12 B, ~8 B with bf16 moments)
   // and the host AdamW's time per host job (a window, or an offload_sync step).
   double host_state_bytes_per_param = 0, host_window_ms_per_job = 0;
+  // Everything the engine holds on the host per parameter (stats().memory.host_total(): state,
+  // accumulators, pinned ring, upload buffer, landing), the "host B/p" column.
+  double host_bytes_per_param = 0;
+  // The process's resident memory (/proc/self/statm) before the engine was built and after the
+  // warm-up steps, against what the engine counts (host_total(), plus device_total() where the
+  // device's memory is this process's: the emulated device). NaN where not measured.
+  double rss_before_bytes = std::nan(""), rss_at_warm_bytes = std::nan(""), rss_counted_bytes = std::nan("");
+  bool device_memory_in_rss = false;
+  // The planner's prediction (zenflow::plan) for this mode from C, B and the host bandwidth the
+  // standalone accumulation reached in this run; checked against the mean step for ZenFlow at a
+  // fixed S (prediction_checked), flagged past 10%.
+  zenflow::plan_result plan{};
+  double host_bytes_per_s = 0;
+  bool prediction_checked = false;
   zenflow::memory_usage memory{}; // the engine's buffers, by kind
   std::string bound_term;
   // The D2H tail: from the end of a step's backward to the end of that step's last D2H copy
@@ -321,6 +336,16 @@ inline double time_accumulation(std::int64_t hidden, int layers, double r, unsig
   return median(t);
 }
 
+/// The process's resident bytes (/proc/self/statm); NaN where it cannot be read.
+inline double rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  double size = 0, resident = 0;
+  if (!(f >> size >> resident)) {
+    return std::nan("");
+  }
+  return resident * 4096.0;
+}
+
 /// The modelled pass's two durations: the forward, and one matrix's backward.
 struct pass_times {
   std::chrono::nanoseconds forward, layer_backward;
@@ -351,6 +376,10 @@ void timed_steps(const options& o,
   clock_type::time_point warm_t0{};
   for (int t = 0; t < o.warmup + o.steps; ++t) {
     if (t == o.warmup) {
+      if (!std::isnan(res.rss_before_bytes)) {
+        dev.sync_stream(stream);
+        res.rss_at_warm_bytes = rss_bytes();
+      }
       dev.on_timed_start();
       at_warm = zf.stats();
       warm_t0 = clock_type::now();
@@ -393,6 +422,9 @@ void timed_steps(const options& o,
   res.selections = s.selections - at_warm.selections;
   res.mass_drop_selections = s.mass_drop_selections - at_warm.mass_drop_selections;
   res.host_state_bytes_per_param = static_cast<double>(s.memory.host_state) / params;
+  res.host_bytes_per_param = static_cast<double>(s.memory.host_total()) / params;
+  res.rss_counted_bytes = static_cast<double>(at_warm.memory.host_total()) +
+                          (res.device_memory_in_rss ? static_cast<double>(at_warm.memory.device_total()) : 0.0);
   res.host_window_ms_per_job = s.host_jobs > at_warm.host_jobs
                                    ? (s.host_window_s - at_warm.host_window_s) * 1e3 /
                                          static_cast<double>(s.host_jobs - at_warm.host_jobs)
@@ -403,23 +435,51 @@ void timed_steps(const options& o,
 /// wire's measured or modelled bandwidth per direction; beside it the same max with C + K for C
 /// (res.kernel_ms, the device's own kernel time after the backward), labelled apart.
 inline void set_bounds(result& res, double compute_ms, double down_bytes_per_s, double up_bytes_per_s) {
-  const double terms[] = {compute_ms, res.d2h_bytes_per_step / down_bytes_per_s * 1e3,
-                          res.h2d_bytes_per_step / up_bytes_per_s * 1e3, res.host_window_ms_per_step,
-                          res.accumulate_ms};
-  const char* names[] = {"compute", "d2h", "h2d", "host_window/S", "accumulate"};
-  const auto* it = std::max_element(std::begin(terms), std::end(terms));
-  res.bound_ms = *it;
-  res.bound_term = names[it - std::begin(terms)];
+  zenflow::pipeline_terms terms{compute_ms, res.d2h_bytes_per_step / down_bytes_per_s * 1e3,
+                                res.h2d_bytes_per_step / up_bytes_per_s * 1e3, res.host_window_ms_per_step,
+                                res.accumulate_ms};
+  const zenflow::pipeline_bound_value b = zenflow::pipeline_bound(terms);
+  res.bound_ms = b.value;
+  res.bound_term = std::string(b.term);
   res.ratio_to_bound = res.step_ms_mean / res.bound_ms;
-  double with_kernels[std::size(terms)];
-  std::copy(std::begin(terms), std::end(terms), with_kernels);
-  with_kernels[0] = compute_ms + res.kernel_ms;
-  const auto* kt = std::max_element(std::begin(with_kernels), std::end(with_kernels));
-  res.bound_kernels_ms = *kt;
-  res.bound_kernels_term =
-      kt == std::begin(with_kernels) ? "compute+kernels" : names[kt - std::begin(with_kernels)];
+  terms.compute = compute_ms + res.kernel_ms;
+  const zenflow::pipeline_bound_value k = zenflow::pipeline_bound(terms);
+  res.bound_kernels_ms = k.value;
+  res.bound_kernels_term = k.term == "compute" ? std::string("compute+kernels") : std::string(k.term);
   res.ratio_to_bound_kernels = res.step_ms_mean / res.bound_kernels_ms;
 }
+
+/// The benchmark's model for the planner: `layers` square bf16 matrices of side `hidden`.
+inline zenflow::plan_model plan_model_of(const options& o, std::int64_t hidden) {
+  return zenflow::plan_model::uniform(static_cast<double>(hidden * hidden) * o.layers, o.layers, hidden);
+}
+
+/// The planner's view of one mode (its settings as the engine got them; S "auto" planned at
+/// Zen-auto's shortest window, not checked), with this run's C, B and host bandwidth.
+inline zenflow::plan_result plan_of(
+    const options& o, const mode_spec& spec, std::int64_t hidden, double compute_ms, double pcie_bytes_per_s,
+    double host_bytes_per_s) {
+  zenflow::plan_hardware hw;
+  hw.host_bytes_per_s = host_bytes_per_s;
+  hw.pcie_bytes_per_s = pcie_bytes_per_s;
+  hw.step_s = compute_ms * 1e-3;
+  return zenflow::plan(plan_model_of(o, hidden), hw, zenflow::plan_config::of(config_of(o, spec)));
+}
+
+/// Fills the planner's columns of `res`: the host bandwidth is the one the standalone
+/// accumulation reached (its bytes, from the planner, over its time; the planner's host terms are
+/// bytes over that), the prediction is checked for ZenFlow at a fixed S.
+inline void set_prediction(result& res, const options& o, std::int64_t hidden, double compute_ms,
+                           double pcie_bytes_per_s) {
+  const auto first = plan_of(o, res.spec, hidden, compute_ms, pcie_bytes_per_s, 1.0);
+  res.host_bytes_per_s = res.accumulate_ms > 0 ? first.traffic.accumulate_per_step / (res.accumulate_ms * 1e-3)
+                                               : 1e12; // gpu_adamw: no host work
+  res.plan = plan_of(o, res.spec, hidden, compute_ms, pcie_bytes_per_s, res.host_bytes_per_s);
+  res.prediction_checked = res.spec.mode == zenflow::optimizer_mode::zenflow && res.spec.S > 0;
+}
+
+/// The mean step over the planner's predicted step.
+inline double ratio_to_prediction(const result& r) { return r.step_ms_mean / (r.plan.predicted_step_s * 1e3); }
 
 /// The columns after a mode's run, the same on every device: the standalone host accumulation of
 /// one step (offload modes: every channel; ZenFlow: the unselected ones) and the bounds.
@@ -434,22 +494,26 @@ inline void finish_result(result& res,
     res.accumulate_ms = time_accumulation(hidden, o.layers, r, acc_threads) * 1e3;
   }
   set_bounds(res, o.compute_ms, down_bytes_per_s, up_bytes_per_s);
+  set_prediction(res, o, hidden, o.compute_ms, std::min(down_bytes_per_s, up_bytes_per_s));
 }
 
 inline void print_table_header() {
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %7s %9s %8s %7s %9s %9s\n", "mode",
-              "median", "mean", "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound",
-              "x bound", "dev B/p", "host B/p", "job ms", "tail ms", "K ms", "bound+K", "x bnd+K");
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %8s %9s %8s %7s %9s %9s %9s %7s\n",
+              "mode", "median", "mean", "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound",
+              "x bound", "dev B/p", "host B/p", "job ms", "tail ms", "K ms", "bound+K", "x bnd+K", "pred ms",
+              "x pred");
 }
 
 inline void print_row(const result& r) {
-  std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %7.2f %9.2f %8.2f "
-              "%7.2f %9.2f %9.3f\n",
+  const double x_pred = ratio_to_prediction(r);
+  std::printf("%-20s %9.2f %9.2f %7.2f %9.2f %9.2f %9.2f %9.2f %9.2f %-13s %7.3f %7.2f %8.2f %9.2f %8.2f "
+              "%7.2f %9.2f %9.3f %9.2f %6.3f%s\n",
               r.spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
               r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
               r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
-              r.host_state_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms,
-              r.bound_kernels_ms, r.ratio_to_bound_kernels);
+              r.host_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms, r.bound_kernels_ms,
+              r.ratio_to_bound_kernels, r.plan.predicted_step_s * 1e3, x_pred,
+              !r.prediction_checked ? " " : std::abs(x_pred - 1.0) <= 0.10 ? " " : "!");
   std::fflush(stdout);
 }
 
@@ -470,6 +534,26 @@ inline std::string json_number(double v) {
   }
   std::ostringstream s;
   s << v;
+  return s.str();
+}
+
+/// The planner's prediction and counts for one mode, a JSON object.
+inline std::string json_plan(const result& r) {
+  const zenflow::plan_result& p = r.plan;
+  std::ostringstream s;
+  s.precision(10);
+  s << "{\"host_bytes_per_s\": " << r.host_bytes_per_s << ", \"update_interval\": " << p.config.update_interval
+    << ", \"predicted_step_ms\": " << p.predicted_step_s * 1e3 << ", \"bound_term\": \"" << p.bound.term
+    << "\", \"terms_ms\": {\"compute\": " << p.terms.compute * 1e3 << ", \"d2h\": " << p.terms.d2h * 1e3
+    << ", \"h2d\": " << p.terms.h2d * 1e3 << ", \"host_window\": " << p.terms.host_window * 1e3
+    << ", \"accumulate\": " << p.terms.accumulate * 1e3 << "}, \"d2h_bytes_per_step\": " << p.traffic.d2h_per_step
+    << ", \"h2d_bytes_per_step\": " << p.traffic.h2d_per_step << ", \"host_bytes\": {\"state\": " << p.host.state
+    << ", \"accumulators\": " << p.host.accumulators << ", \"ring\": " << p.host.ring
+    << ", \"upload\": " << p.host.upload << "}, \"host_bytes_per_param\": " << p.host_bytes_per_param()
+    << ", \"device_engine_bytes\": " << p.device.engine() << ", \"stall_free\": " << (p.stall_free ? "true" : "false")
+    << ", \"checked\": " << (r.prediction_checked ? "true" : "false")
+    << ", \"x_predicted\": " << ratio_to_prediction(r)
+    << ", \"within_10pct\": " << (std::abs(ratio_to_prediction(r) - 1.0) <= 0.10 ? "true" : "false") << "}";
   return s.str();
 }
 
@@ -545,6 +629,15 @@ inline void write_json(const std::string& path,
         << ", \"d2h_tail_ms\": " << json_number(r.d2h_tail_ms)
         << ", \"layer_backward_ms\": " << r.layer_backward_ms
         << ", \"host_state_bytes_per_param\": " << r.host_state_bytes_per_param
+        << ", \"host_bytes_per_param\": " << r.host_bytes_per_param
+        << ", \"host_bytes\": {\"state\": " << r.memory.host_state
+        << ", \"accumulators\": " << r.memory.host_accumulators << ", \"ring\": " << r.memory.host_ring
+        << ", \"upload\": " << r.memory.host_upload << ", \"landing\": " << r.memory.host_landing << "}"
+        << ", \"rss_before_bytes\": " << json_number(r.rss_before_bytes)
+        << ", \"rss_at_warm_bytes\": " << json_number(r.rss_at_warm_bytes)
+        << ", \"rss_counted_bytes\": " << json_number(r.rss_before_bytes > 0 ? r.rss_counted_bytes : std::nan(""))
+        << ", \"rss_counts_device\": " << (r.device_memory_in_rss ? "true" : "false")
+        << ", \"plan\": " << json_plan(r)
         << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job
         << ", \"selections\": " << r.selections << ", \"mass_drop_selections\": " << r.mass_drop_selections
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
@@ -604,6 +697,9 @@ inline void print_settings(const options& o) {
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");
+  std::printf("host B/p: everything the engine holds on the host per parameter (state, accumulators, pinned "
+              "ring, upload); pred: the planner's step (zenflow::plan from C, B and the host bandwidth of this "
+              "run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
   std::printf("gradient release: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step");
   std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
               "step's last D2H copy after the end of its backward (median; nan: not measured here)\n",
