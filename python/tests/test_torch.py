@@ -1,0 +1,154 @@
+"""zenflow.torch.ZenFlowAdamW: against torch.optim.AdamW, resume, parameters without gradients,
+argument errors."""
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import zenflow  # noqa: E402
+from zenflow.torch import ZenFlowAdamW  # noqa: E402
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                               torch.nn.Linear(32, 8))
+
+
+def _data(seed=1, n=64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 16, generator=g), torch.randn(n, 8, generator=g)
+
+
+def _train(model, opt, steps, x, y, sched=None):
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+
+
+def _groups(model, lr):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0, "lr": lr * 0.5}]
+
+
+def test_topk_one_equals_torch_adamw_with_groups_and_scheduler():
+    x, y = _data()
+    m1 = _mlp()
+    m2 = copy.deepcopy(m1)
+    o1 = ZenFlowAdamW(_groups(m1, 1e-2), lr=1e-2, topk_ratio=1.0, update_interval=1)
+    o2 = torch.optim.AdamW(_groups(m2, 1e-2), lr=1e-2)
+    s1 = torch.optim.lr_scheduler.LambdaLR(o1, lambda s: min(1.0, (s + 1) / 5))
+    s2 = torch.optim.lr_scheduler.LambdaLR(o2, lambda s: min(1.0, (s + 1) / 5))
+    _train(m1, o1, 25, x, y, s1)
+    _train(m2, o2, 25, x, y, s2)
+    o1.flush()
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert o1.last_report.step == 24
+
+
+def test_state_dict_resumes_bit_exactly():
+    x, y = _data()
+    opts = dict(lr=3e-3, topk_ratio=0.25, update_interval=0, select_interval=6, select_strategy="step")
+
+    m1 = _mlp()
+    o1 = ZenFlowAdamW(m1.parameters(), **opts)
+    _train(m1, o1, 7, x, y)
+    sd = copy.deepcopy(o1.state_dict())
+    weights = copy.deepcopy(m1.state_dict())
+    _train(m1, o1, 9, x, y)
+    o1.flush()
+
+    m2 = _mlp(seed=5)  # other weights: the saved ones are loaded
+    m2.load_state_dict(weights)
+    o2 = ZenFlowAdamW(m2.parameters(), **opts)
+    o2.load_state_dict(sd)
+    assert o2.engine.steps == 7
+    _train(m2, o2, 9, x, y)
+    o2.flush()
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="not a ZenFlowAdamW state_dict"):
+        o2.load_state_dict(torch.optim.AdamW(m2.parameters()).state_dict())
+
+
+class _Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)  # used on odd steps only
+
+    def forward(self, x, use_b):
+        return self.b(self.a(x)) if use_b else self.a(x)
+
+
+def test_parameters_without_gradient_are_handled():
+    torch.manual_seed(0)
+    m = _Branchy()
+    o = ZenFlowAdamW(m.parameters(), lr=1e-2, topk_ratio=0.5, update_interval=2)
+    x = torch.randn(4, 8)
+    for s in range(6):
+        o.zero_grad()
+        m(x, use_b=s % 2 == 1).sum().backward()
+        o.step()
+    m.zero_grad()  # torch's zero_grad: .grad = None, the unused branch gets none at all
+    m(x, use_b=False).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        o.step()
+    o.flush()
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+    assert m.b.weight.grad is not None and torch.count_nonzero(m.b.weight.grad) == 0
+
+
+def test_clip_grad_norm_is_detected_and_accumulation_checked():
+    m = _mlp()
+    x, y = _data()
+    o = ZenFlowAdamW(m.parameters(), lr=1e-3)
+    _train(m, o, 1, x, y)
+    torch.nn.functional.mse_loss(m(x), y).backward()
+    with pytest.warns(UserWarning, match="gradient_clipping"):
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    o.step()
+    # A second backward without accumulation_steps: the hook says so.
+    o.zero_grad()
+    torch.nn.functional.mse_loss(m(x), y).backward()
+    with pytest.raises(RuntimeError, match="accumulation_steps=2"):
+        torch.nn.functional.mse_loss(m(x), y).backward()
+
+
+def test_bad_arguments_raise_and_change_nothing():
+    m = _mlp()
+    with pytest.raises(ValueError, match="dtype torch.float64"):
+        ZenFlowAdamW([torch.nn.Parameter(torch.zeros(3, 3, dtype=torch.float64))])
+    bad = torch.nn.Parameter(torch.randn(6, 8)[::2, ::2])
+    with pytest.raises(ValueError, match="not contiguous"):
+        ZenFlowAdamW([bad])
+    with pytest.raises(ValueError, match="is on meta"):
+        ZenFlowAdamW([*m.parameters(), torch.nn.Parameter(torch.empty(3, device="meta"))])
+    with pytest.raises(ValueError, match="unknown key 'topk'"):
+        ZenFlowAdamW(m.parameters(), topk=0.1)
+    with pytest.raises(ValueError, match="topk_ratio"):
+        ZenFlowAdamW(m.parameters(), topk_ratio=1.5)
+    with pytest.raises(ValueError, match="betas"):
+        ZenFlowAdamW([{"params": [m[0].weight], "betas": (0.8, 0.9)}, {"params": [m[0].bias]}])
+    assert all(p.grad is None for p in m.parameters())  # nothing was changed
+
+    x, y = _data()
+    o = ZenFlowAdamW(m.parameters(), lr=1e-2)
+    _train(m, o, 2, x, y)
+    before = [p.detach().clone() for p in m.parameters()]
+    m[3].weight.untyped_storage().resize_(0)  # a freed tensor
+    with pytest.raises(RuntimeError, match="no longer has the storage"):
+        o.step()
+    for a, b in list(zip(m.parameters(), before))[:3]:
+        assert torch.equal(a, b)
+    o2 = ZenFlowAdamW(_groups(_mlp(), 1e-2), lr=1e-2)
+    o2.param_groups[1]["lr"] = 1.0  # the groups' ratio broken
+    with pytest.raises(ValueError, match="ratio"):
+        o2.step()
