@@ -1,10 +1,15 @@
 // cpu tier for the emulated device: stream order and asynchrony, events across streams (with
-// jitter), the timing model's copy engines, the sticky error, bad handles.
+// jitter), the timing model's copy engines, the sticky error, bad handles, and the rules a GPU
+// punishes (each broken on purpose: pageable copies, allocations and frees, device calls from a
+// host task, use after free, busy destroys, the legacy null stream).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <future>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -23,6 +28,23 @@ using zenflow::copy_direction;
 using zenflow::emulated_device;
 using zenflow::emulated_op;
 using zenflow::emulated_timing;
+
+/// `v` registered with `dev` as pinned for the scope: copies from and to it run asynchronously
+/// (pageable memory would make each copy synchronous).
+class pinned_scope {
+public:
+  template <class V>
+  pinned_scope(emulated_device& dev, V& v) : dev_(dev), p_(v.data()) {
+    dev.register_host(v.data(), v.size() * sizeof(v[0]));
+  }
+  pinned_scope(const pinned_scope&) = delete;
+  pinned_scope& operator=(const pinned_scope&) = delete;
+  ~pinned_scope() { dev_.unregister_host(p_); }
+
+private:
+  emulated_device& dev_;
+  void* p_;
+};
 
 TEST(emulated_device, a_stream_runs_its_work_in_order_on_another_thread) {
   emulated_device dev;
@@ -65,6 +87,10 @@ TEST(emulated_device, events_order_work_across_streams_whatever_the_delays) {
   std::vector<std::vector<std::uint32_t>> device(rounds, std::vector<std::uint32_t>(n));
   std::vector<std::vector<std::uint32_t>> host(rounds, std::vector<std::uint32_t>(n, 0));
   std::vector<emulated_device::event> ready(rounds);
+  std::vector<std::unique_ptr<pinned_scope>> pinned;
+  for (auto& h : host) {
+    pinned.push_back(std::make_unique<pinned_scope>(dev, h));
+  }
   for (int r = 0; r < rounds; ++r) {
     // "Kernel" on the compute stream writes round r; the copy stream waits for it, then copies.
     dev.launch(compute, [&, r] {
@@ -157,6 +183,7 @@ TEST(emulated_device, copies_in_one_direction_share_one_engine_and_take_their_mo
   cudaStream_t b = dev.create_stream();
   constexpr std::size_t bytes = 1 << 20;
   std::vector<std::uint8_t> src(bytes, 7), dst_a(bytes, 0), dst_b(bytes, 0);
+  const pinned_scope pin_a(dev, dst_a), pin_b(dev, dst_b);
   dev.copy(dst_a.data(), src.data(), bytes, copy_direction::device_to_host, a);
   dev.copy(dst_b.data(), src.data(), bytes, copy_direction::device_to_host, b);
   dev.synchronize();
@@ -208,6 +235,10 @@ TEST(emulated_device, back_to_back_operations_of_a_stream_run_on_its_modelled_cl
   std::mt19937_64 rng(seed);
   std::vector<std::vector<std::uint8_t>> src(n, std::vector<std::uint8_t>(bytes));
   std::vector<std::vector<std::uint8_t>> dst(n, std::vector<std::uint8_t>(bytes, 0));
+  std::vector<std::unique_ptr<pinned_scope>> pinned;
+  for (auto& d : dst) {
+    pinned.push_back(std::make_unique<pinned_scope>(dev, d));
+  }
   for (auto& v : src) {
     for (auto& b : v) {
       b = static_cast<std::uint8_t>(rng());
@@ -256,6 +287,7 @@ TEST(emulated_device, an_operation_after_a_wait_or_idle_time_starts_no_earlier_t
   cudaStream_t b = dev.create_stream();
   constexpr std::size_t bytes = 1 << 20; // ~1 ms
   std::vector<std::uint8_t> src(bytes, 3), dst(bytes, 0);
+  const pinned_scope pin(dev, dst);
   dev.compute(a, std::chrono::milliseconds(20), "slow"); // "before" ends first (on an idle machine)
   const auto e = dev.create_event();
   dev.record(e, a);
@@ -346,6 +378,7 @@ TEST(emulated_device, example_a_step_pipeline_rehearsed_on_the_cpu) {
   cudaStream_t compute = gpu.create_stream();
   cudaStream_t copies = gpu.create_stream();
   auto grads_ready = gpu.create_event();
+  gpu.register_host(host_grads.data(), host_grads.size() * sizeof(float)); // pinned: copies run async
   for (int step = 0; step < 3; ++step) {
     gpu.compute(compute, std::chrono::microseconds(200), "forward+backward"); // modelled time
     gpu.launch(
@@ -358,6 +391,8 @@ TEST(emulated_device, example_a_step_pipeline_rehearsed_on_the_cpu) {
   }
   const std::vector<zenflow::emulated_op> timeline = gpu.trace(); // start/end of every operation
   // example-end emulated-pipeline
+  gpu.unregister_host(host_grads.data());
+  EXPECT_EQ(gpu.stats().pageable_copies, 0u);
   EXPECT_EQ(host_grads.front(), 2.0f);
   EXPECT_EQ(host_grads.back(), 2.0f);
   ASSERT_EQ(timeline.size(), 9u);
@@ -375,6 +410,229 @@ TEST(emulated_device, example_a_step_pipeline_rehearsed_on_the_cpu) {
     }
   }
   EXPECT_EQ(copies_seen, 3);
+}
+
+// The rules a GPU punishes: each broken on purpose, and the device's report seen.
+
+/// A body that keeps its stream busy for `ms`, then sets `done`.
+std::function<void()> busy_for(int ms, std::atomic<bool>& done) {
+  return [ms, &done] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    done = true;
+  };
+}
+
+TEST(emulated_device_rules, a_copy_from_or_to_pageable_memory_runs_synchronously_and_is_counted) {
+  emulated_device dev;
+  cudaStream_t s = dev.create_stream();
+  constexpr std::size_t bytes = 4096;
+  std::vector<std::uint8_t> pageable(bytes, 5), device(bytes, 0);
+  std::atomic<bool> before{false};
+  dev.launch(s, busy_for(20, before)); // queued before the copies
+  dev.copy(device.data(), pageable.data(), bytes, copy_direction::host_to_device, s);
+  EXPECT_TRUE(before.load()) << "a pageable upload returned before the stream's earlier work ran";
+  EXPECT_EQ(device, pageable); // and it has run: the caller may reuse its memory
+  std::fill(device.begin(), device.end(), std::uint8_t{9});
+  dev.copy(pageable.data(), device.data(), bytes, copy_direction::device_to_host, s);
+  EXPECT_EQ(pageable, device);
+  EXPECT_EQ(dev.stats().pageable_copies, 2u);
+
+  // Pinned (allocated or registered): the same copies are asynchronous and not counted.
+  auto* pinned = static_cast<std::uint8_t*>(dev.allocate(bytes, zenflow::emulated_memory::pinned));
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  dev.launch(s, [opened] { opened.wait(); });
+  dev.copy(device.data(), pinned, bytes, copy_direction::host_to_device, s); // returns at once
+  dev.copy(pinned, device.data(), bytes, copy_direction::device_to_host, s); // (the gate is shut)
+  const pinned_scope registered(dev, pageable);
+  dev.copy(device.data(), pageable.data(), bytes, copy_direction::host_to_device, s);
+  EXPECT_EQ(dev.stats().pageable_copies, 2u);
+  gate.set_value();
+  dev.synchronize_stream(s);
+  EXPECT_EQ(device, pageable);
+  dev.free(pinned);
+}
+
+TEST(emulated_device_rules, allocations_and_frees_synchronise_the_whole_device_and_are_counted) {
+  emulated_device dev;
+  cudaStream_t a = dev.create_stream();
+  cudaStream_t b = dev.create_stream();
+  std::atomic<bool> on_a{false}, on_b{false};
+  dev.launch(a, busy_for(20, on_a));
+  dev.launch(b, busy_for(10, on_b));
+  void* d = dev.allocate(1000); // device memory, as cudaMalloc: waits for both streams
+  EXPECT_TRUE(on_a.load() && on_b.load()) << "an allocation did not synchronise the device";
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(d) % emulated_device::alignment, 0u);
+  EXPECT_EQ(static_cast<unsigned char*>(d)[999], 0u); // zero-filled
+  on_a = false;
+  dev.launch(a, busy_for(20, on_a));
+  void* h = dev.allocate(64, zenflow::emulated_memory::pinned); // as cudaHostAlloc
+  EXPECT_TRUE(on_a.load());
+  on_a = false;
+  dev.launch(a, busy_for(20, on_a));
+  dev.free(d); // as cudaFree
+  EXPECT_TRUE(on_a.load()) << "a free did not synchronise the device";
+  on_b = false;
+  dev.launch(b, busy_for(10, on_b));
+  dev.free(h); // as cudaFreeHost
+  EXPECT_TRUE(on_b.load());
+  dev.free(nullptr); // nothing, not counted
+  const zenflow::emulated_device_stats st = dev.stats();
+  EXPECT_EQ(st.allocations, 2u);
+  EXPECT_EQ(st.frees, 2u);
+  EXPECT_EQ(st.device_syncs, 4u);
+  // A pointer the device did not allocate, or one already freed: rejected naming 'p'.
+  int local = 0;
+  for (void* bad : {static_cast<void*>(&local), d}) {
+    try {
+      dev.free(bad);
+      FAIL() << "a bad free was accepted";
+    } catch (const zenflow::invalid_argument& err) {
+      EXPECT_NE(std::string(err.what()).find("'p'"), std::string::npos) << err.what();
+    }
+  }
+  dev.synchronize(); // no sticky error
+}
+
+TEST(emulated_device_rules, a_device_call_from_a_host_task_throws_naming_the_rule) {
+  // Each device call a host callback might be tempted to make, from a launch's body.
+  const std::vector<std::pair<std::string, std::function<void(emulated_device&, cudaStream_t)>>> calls = {
+      {"launch", [](emulated_device& dev, cudaStream_t s) { dev.launch(s, [] {}); }},
+      {"copy",
+       [](emulated_device& dev, cudaStream_t s) {
+         static float x = 0, y = 0;
+         dev.copy(&x, &y, sizeof(float), copy_direction::device_to_host, s);
+       }},
+      {"synchronize_stream", [](emulated_device& dev, cudaStream_t s) { dev.synchronize_stream(s); }},
+      {"allocate", [](emulated_device& dev, cudaStream_t) { (void)dev.allocate(16); }},
+      {"create_event", [](emulated_device& dev, cudaStream_t) { (void)dev.create_event(); }},
+  };
+  for (const auto& [name, call] : calls) {
+    SCOPED_TRACE(name);
+    emulated_device dev;
+    cudaStream_t s = dev.create_stream();
+    cudaStream_t other = dev.create_stream();
+    dev.launch(
+        s, [&dev, other, &call = call] { call(dev, other); }, 0, "host task");
+    try {
+      dev.synchronize_stream(s);
+      FAIL() << "a device call from a host task went through";
+    } catch (const zenflow::cuda_error& err) {
+      EXPECT_EQ(err.code(), cudaErrorNotPermitted);
+      EXPECT_NE(std::string(err.what()).find("from a host task"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(dev.stats().host_task_calls, 1u);
+    ASSERT_EQ(dev.reports().size(), 1u);
+    EXPECT_NE(dev.reports()[0].find(name), std::string::npos) << dev.reports()[0];
+  }
+}
+
+TEST(emulated_device_rules, memory_freed_while_a_queued_copy_still_uses_it_is_detected) {
+  // Stream-ordered free on one stream while another stream's copy of it is still queued (the bug
+  // of a cudaFreeAsync on the wrong stream): the copy fails instead of reading freed memory.
+  emulated_device dev;
+  cudaStream_t reader = dev.create_stream();
+  cudaStream_t freer = dev.create_stream();
+  constexpr std::size_t n = 256;
+  auto* d = static_cast<float*>(dev.allocate(n * sizeof(float)));
+  auto* h = static_cast<float*>(dev.allocate(n * sizeof(float), zenflow::emulated_memory::pinned));
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  dev.launch(reader, [opened] { opened.wait(); }); // the copy below waits behind it
+  dev.copy(h, d, n * sizeof(float), copy_direction::device_to_host, reader);
+  dev.free_async(d, freer); // nothing orders it after the reader's copy
+  dev.synchronize_stream(freer);
+  EXPECT_TRUE(std::isnan(d[0])) << "freed memory is poisoned (a kernel reading it sees NaN)";
+  gate.set_value();
+  try {
+    dev.synchronize_stream(reader);
+    FAIL() << "a copy of freed memory went through";
+  } catch (const zenflow::cuda_error& err) {
+    EXPECT_EQ(err.code(), cudaErrorIllegalAddress);
+    EXPECT_NE(std::string(err.what()).find("use after free"), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(h[0], 0.0f); // the copy did not run
+  EXPECT_EQ(dev.stats().use_after_free, 1u);
+  ASSERT_EQ(dev.reports().size(), 1u);
+}
+
+TEST(emulated_device_rules, a_copy_enqueued_after_a_free_is_detected) {
+  emulated_device dev;
+  cudaStream_t s = dev.create_stream();
+  std::vector<float> host(64, 1.0f);
+  const pinned_scope pin(dev, host);
+  auto* d = static_cast<float*>(dev.allocate(host.size() * sizeof(float)));
+  dev.free(d);
+  dev.copy(d + 8, host.data(), 8 * sizeof(float), copy_direction::host_to_device, s); // stale pointer
+  EXPECT_THROW(dev.synchronize_stream(s), zenflow::cuda_error);
+  EXPECT_EQ(dev.stats().use_after_free, 1u);
+}
+
+TEST(emulated_device_rules, a_stream_or_event_destroyed_with_work_still_queued_is_reported) {
+  emulated_device dev;
+  cudaStream_t s = dev.create_stream();
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  std::atomic<bool> ran{false};
+  dev.launch(s, [opened, &ran] {
+    opened.wait();
+    ran = true;
+  });
+  auto e = dev.create_event();
+  dev.record(e, s);
+  auto waited_on = dev.create_event();
+  dev.record(waited_on, s);
+  cudaStream_t t = dev.create_stream();
+  dev.stream_wait(t, waited_on);
+  auto kept = waited_on; // the waits keep the event's state alive; this handle is another copy
+  dev.destroy_event(e);  // its record is still queued behind the busy body
+  EXPECT_EQ(dev.stats().busy_destroys, 1u);
+  dev.destroy_event(waited_on); // its record and a stream's wait on it are still queued
+  EXPECT_EQ(dev.stats().busy_destroys, 2u);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    gate.set_value();
+  });
+  dev.destroy_stream(s); // still busy: reported, then drained
+  opener.join();
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(dev.stats().busy_destroys, 3u);
+  dev.synchronize_stream(t);
+  dev.destroy_event(kept); // everything has run: not reported
+  cudaStream_t idle = dev.create_stream();
+  dev.destroy_stream(idle);
+  EXPECT_EQ(dev.stats().busy_destroys, 3u);
+  EXPECT_EQ(dev.reports().size(), 3u);
+}
+
+TEST(emulated_device_rules, the_legacy_null_stream_synchronises_with_every_other_stream) {
+  for (const bool legacy : {false, true}) {
+    SCOPED_TRACE(legacy ? "legacy null stream" : "ordinary null stream");
+    zenflow::emulated_rules rules;
+    rules.legacy_null_stream = legacy;
+    emulated_device dev({}, rules);
+    cudaStream_t a = dev.create_stream();
+    cudaStream_t b = dev.create_stream();
+    std::promise<void> gate;
+    std::shared_future<void> opened = gate.get_future().share();
+    dev.launch(a, [opened] { opened.wait(); });
+    std::atomic<bool> null_ran{false}, b_ran{false};
+    dev.launch(nullptr, [&] { null_ran = true; }); // legacy: waits for `a`
+    dev.launch(b, [&] { b_ran = true; });          // legacy: waits for the null stream's work
+    if (!legacy) {
+      dev.synchronize_stream(nullptr);
+      dev.synchronize_stream(b);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(null_ran.load(), !legacy);
+    EXPECT_EQ(b_ran.load(), !legacy);
+    gate.set_value();
+    dev.synchronize();
+    EXPECT_TRUE(null_ran.load() && b_ran.load());
+    EXPECT_EQ(dev.stats().legacy_syncs, legacy ? 2u : 0u);
+  }
 }
 
 } // namespace

@@ -13,7 +13,8 @@
 ///   reached the record; waiting on an event never recorded returns at once; a re-record moves
 ///   the event to the new point, on any stream (waits already enqueued keep the old one, even
 ///   when the new one, on another stream, completes first);
-/// - the null stream is an ordinary stream of the device (no legacy implicit synchronisation);
+/// - the null stream is an ordinary stream of the device (no legacy implicit synchronisation),
+///   unless `emulated_rules::legacy_null_stream` asks for CUDA's legacy default stream;
 /// - copies in one direction share one copy engine (they serialise across streams, as on a GPU
 ///   with one engine per direction), the two directions overlap; modelled kernels share one
 ///   compute resource;
@@ -28,6 +29,22 @@
 ///
 /// Results never depend on timing: the delays and jitter change when things happen, never what
 /// the ordered operations compute.
+///
+/// The rules a GPU punishes, enforced here so that the cpu and sanitizer suites catch them
+/// (counted in `stats()`, described in `reports()`):
+/// - a copy whose host side is not pinned (`allocate(bytes, emulated_memory::pinned)`,
+///   `register_host`, `pinned_buffer`) is pageable: it runs synchronously with the caller, as
+///   `cudaMemcpyAsync` does on pageable memory (`pageable_copies`);
+/// - `allocate` and `free` synchronise the whole device, as `cudaMalloc`, `cudaHostAlloc`,
+///   `cudaFree` and `cudaFreeHost` do (`allocations`, `frees`, `device_syncs`);
+/// - a call into a device from a host task (the body of `launch`, on a stream's thread) throws
+///   `cuda_error(cudaErrorNotPermitted)`, as any CUDA call inside a host callback is illegal;
+/// - freed memory is poisoned (every byte 0xFF: a float NaN) and kept aside for a while: a copy
+///   that touches it fails with `cudaErrorIllegalAddress` (sticky), a kernel reads NaN
+///   (`use_after_free`); a stream or an event destroyed while work that uses it is still queued
+///   is reported (`busy_destroys`);
+/// - opt-in (`emulated_rules::legacy_null_stream`): the null stream synchronises with every other
+///   stream, as CUDA's legacy default stream does (`legacy_syncs`).
 #pragma once
 
 #include <algorithm>
@@ -40,6 +57,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -54,6 +72,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/copy_direction.hpp>
+#include <zenflow/core/detail/emulated_pinned.hpp>
 #include <zenflow/core/error.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -79,6 +98,33 @@ struct emulated_timing {
   std::uint64_t fail_at_op = 0;
 };
 
+/// Rules of the CUDA model that an `emulated_device` enforces only when asked.
+struct emulated_rules {
+  /// The null stream behaves as CUDA's legacy default stream: an operation on it waits for the
+  /// work enqueued so far on every other stream, and work enqueued on another stream afterwards
+  /// waits for it (each such wait counted in `emulated_device_stats::legacy_syncs`). Shows what
+  /// code that forgot its stream would cost; off by default (the null stream is then an ordinary
+  /// stream, as with a per-thread default stream or streams created non-blocking).
+  bool legacy_null_stream = false;
+};
+
+/// What an `emulated_device` counted of the rules a GPU punishes (`emulated_device::stats()`;
+/// every count since the device was created).
+struct emulated_device_stats {
+  std::uint64_t pageable_copies = 0; ///< copies whose host side was not pinned: ran synchronously
+  std::uint64_t allocations = 0;     ///< `allocate` calls (device or pinned; each synchronised the device)
+  std::uint64_t frees = 0;           ///< `free` and `free_async` calls (`free` synchronised the device)
+  std::uint64_t device_syncs = 0;    ///< device-wide synchronisations: `synchronize()`, allocate, free
+  std::uint64_t legacy_syncs = 0;    ///< implicit waits of the legacy null stream (opt-in)
+  std::uint64_t use_after_free = 0;  ///< copies that touched freed memory (each failed, sticky)
+  std::uint64_t busy_destroys = 0;   ///< streams or events destroyed with work on them still queued
+  std::uint64_t host_task_calls = 0; ///< calls into the device from a host task (each threw)
+};
+
+/// What an `emulated_device::allocate` returns: device memory, or pinned host memory (a copy
+/// from or to it runs asynchronously). Both are host memory here.
+enum class emulated_memory : std::uint8_t { device, pinned };
+
 /// One operation of the device's timeline (recorded when tracing is on).
 struct emulated_op {
   enum class kind : std::uint8_t { kernel, copy_d2h, copy_h2d, copy_d2d, compute };
@@ -98,6 +144,7 @@ struct emulated_event_state {
   std::condition_variable cv;
   std::uint64_t recorded = 0;        ///< number of records so far; record n is numbered n
   std::set<std::uint64_t> unreached; ///< records their stream has not reached yet
+  std::uint64_t waiting = 0;         ///< stream waits on it enqueued and not over yet
   /// Record `n` has completed (0: never recorded).
   [[nodiscard]] bool reached(std::uint64_t n) const { return n == 0 || unreached.count(n) == 0; }
 };
@@ -111,42 +158,165 @@ public:
     std::shared_ptr<emulated_event_state> state;
   };
 
-  explicit emulated_device(emulated_timing timing = {}) : timing_(timing), epoch_(clock::now()) {
+  explicit emulated_device(emulated_timing timing = {}, emulated_rules rules = {})
+      : timing_(timing), rules_(rules), epoch_(clock::now()) {
     streams_.push_back(std::make_unique<stream_state>(*this, 0)); // the null stream
+    const std::lock_guard lock(live().mutex);
+    live().devices.insert(this);
   }
   emulated_device(const emulated_device&) = delete;
   emulated_device& operator=(const emulated_device&) = delete;
-  /// Drains every stream (all enqueued work completes) and joins the threads.
+  /// Drains every stream (all enqueued work completes) and joins the threads. Memory still
+  /// allocated is not freed (its owner must be gone before the device).
   ~emulated_device() {
+    {
+      const std::lock_guard lock(live().mutex);
+      live().devices.erase(this);
+    }
     std::vector<std::unique_ptr<stream_state>> all;
     {
       std::lock_guard lock(streams_mutex_);
       all = std::move(streams_);
     }
     all.clear(); // each stream drains and joins in its destructor
+    for (auto& [p, a] : freed_) {
+      std::free(p);
+    }
   }
 
   [[nodiscard]] const emulated_timing& timing() const noexcept { return timing_; }
+  [[nodiscard]] const emulated_rules& rules() const noexcept { return rules_; }
+
+  /// The device allocations on the calling thread go to (`emulated_backend`'s buffers), as a
+  /// CUDA device is current on a thread: the last one made current there, if still alive.
+  [[nodiscard]] static emulated_device* current() noexcept {
+    emulated_device* d = current_slot();
+    const std::lock_guard lock(live().mutex);
+    return d != nullptr && live().devices.count(d) != 0 ? d : nullptr;
+  }
+  /// Makes this device the calling thread's current one (`cudaSetDevice`'s twin).
+  void make_current() noexcept { current_slot() = this; }
+
+  /// What the device counted of the rules (see the file comment and docs/emulated-device.md).
+  [[nodiscard]] emulated_device_stats stats() const noexcept {
+    emulated_device_stats out;
+    out.pageable_copies = pageable_copies_.load();
+    out.allocations = allocations_.load();
+    out.frees = frees_.load();
+    out.device_syncs = device_syncs_.load();
+    out.legacy_syncs = legacy_syncs_.load();
+    out.use_after_free = use_after_free_.load();
+    out.busy_destroys = busy_destroys_.load();
+    out.host_task_calls = host_task_calls_.load();
+    return out;
+  }
+  /// One line per broken rule that was reported (a use after free, a busy destroy, a call from a
+  /// host task), in the order they happened.
+  [[nodiscard]] std::vector<std::string> reports() const {
+    const std::lock_guard lock(reports_mutex_);
+    return reports_;
+  }
+
+  /// `bytes` of device memory (`emulated_memory::device`) or of pinned host memory, 256-byte
+  /// aligned, zero-filled; nullptr for 0 bytes. Synchronises the whole device first, as
+  /// `cudaMalloc` and `cudaHostAlloc` do (counted: `allocations`, `device_syncs`).
+  [[nodiscard]] void* allocate(std::size_t bytes, emulated_memory kind = emulated_memory::device) {
+    no_host_task("allocate");
+    quiet_synchronize();
+    allocations_.fetch_add(1, std::memory_order_relaxed);
+    if (bytes == 0) {
+      return nullptr;
+    }
+    const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, rounded);
+    if (p == nullptr) {
+      throw std::bad_alloc();
+    }
+    std::memset(p, 0, rounded);
+    {
+      const std::lock_guard lock(memory_mutex_);
+      allocated_[p] = allocation{bytes, kind};
+    }
+    if (kind == emulated_memory::pinned) {
+      detail::emulated_pinned_ranges::instance().add(p, bytes);
+    }
+    return p;
+  }
+  /// Frees an allocation of this device (nullptr: nothing), after synchronising the whole device,
+  /// as `cudaFree` and `cudaFreeHost` do (counted: `frees`, `device_syncs`). The memory is
+  /// poisoned and kept aside for a while: a copy enqueued on it later fails (`use_after_free`).
+  /// Throws `zenflow::invalid_argument` naming `p` for a pointer it did not allocate, or one
+  /// already freed.
+  void free(void* p) {
+    no_host_task("free");
+    if (p == nullptr) {
+      return;
+    }
+    live_allocation(p, "free");
+    quiet_synchronize();
+    frees_.fetch_add(1, std::memory_order_relaxed);
+    retire(p);
+  }
+  /// Frees an allocation when `s` reaches this point, without synchronising (`cudaFreeAsync`'s
+  /// twin): work of other streams that still uses it must be ordered before, or it reads poison
+  /// (a copy fails with `cudaErrorIllegalAddress`, counted in `use_after_free`).
+  void free_async(void* p, cudaStream_t s) {
+    no_host_task("free_async");
+    if (p == nullptr) {
+      return;
+    }
+    live_allocation(p, "free_async");
+    frees_.fetch_add(1, std::memory_order_relaxed);
+    push_op(find(s), [this, p] { retire(p); });
+  }
+  /// Host memory the device's copies treat as pinned from now on (`cudaHostRegister`'s twin).
+  void register_host(void* p, std::size_t bytes) {
+    no_host_task("register_host");
+    detail::emulated_pinned_ranges::instance().add(p, bytes);
+  }
+  /// Ends a `register_host` (`cudaHostUnregister`'s twin).
+  void unregister_host(void* p) {
+    no_host_task("unregister_host");
+    detail::emulated_pinned_ranges::instance().remove(p);
+  }
+  static constexpr std::size_t alignment = 256;
 
   /// A new stream: an in-order executor thread of its own.
   [[nodiscard]] cudaStream_t create_stream() {
+    no_host_task("create_stream");
     std::lock_guard lock(streams_mutex_);
     streams_.push_back(std::make_unique<stream_state>(*this, static_cast<int>(streams_.size())));
     return handle(*streams_.back());
   }
-  /// Drains the stream's work, then ends its thread. The null stream cannot be destroyed.
+  /// Drains the stream's work, then ends its thread. The null stream cannot be destroyed. A
+  /// stream destroyed with work still queued on it is reported (`busy_destroys`): the code that
+  /// destroys it has usually not ordered its own teardown after that work. From a host task it
+  /// is reported (`host_task_calls`) and does nothing.
   void destroy_stream(cudaStream_t s) noexcept {
     if (s == nullptr) {
+      return;
+    }
+    if (on_stream_thread()) {
+      host_task_calls_.fetch_add(1, std::memory_order_relaxed);
+      report("zenflow::emulated_device::destroy_stream: called from a host task (a stream's thread), "
+             "where CUDA calls are not allowed; the stream was not destroyed");
       return;
     }
     std::unique_ptr<stream_state> gone;
     {
       std::lock_guard lock(streams_mutex_);
       auto it = std::find_if(streams_.begin(), streams_.end(),
-                             [&](const std::unique_ptr<stream_state>& p) { return handle(*p) == s; });
+                             [&](const std::unique_ptr<stream_state>& p) { return p && handle(*p) == s; });
       if (it != streams_.end()) {
         gone = std::move(*it);
         it->reset();
+      }
+    }
+    if (gone) {
+      if (const std::uint64_t queued = gone->pending(); queued > 0) {
+        busy_destroys_.fetch_add(1, std::memory_order_relaxed);
+        report("zenflow::emulated_device::destroy_stream: stream " + std::to_string(gone->index) +
+               " destroyed with " + std::to_string(queued) + " operation(s) still queued on it");
       }
     }
   }
@@ -154,49 +324,89 @@ public:
   /// A kernel: `body` runs on the stream's thread, after `launch_latency` plus `bytes` over the
   /// device bandwidth on the shared compute resource.
   void launch(cudaStream_t s, std::function<void()> body, std::size_t bytes = 0, std::string name = {}) {
+    no_host_task("launch");
     const auto cost = timing_.launch_latency + duration_of(bytes, timing_.device_bytes_per_second);
-    enqueue(s, emulated_op::kind::kernel, bytes, cost, std::move(body), std::move(name));
+    enqueue(find(s), emulated_op::kind::kernel, bytes, cost, std::move(body), std::move(name));
   }
   /// Modelled compute (a forward/backward pass stand-in): occupies the compute resource for `t`.
   void compute(cudaStream_t s, std::chrono::nanoseconds t, std::string name = {}) {
-    enqueue(s, emulated_op::kind::compute, 0, t, {}, std::move(name));
+    no_host_task("compute");
+    enqueue(find(s), emulated_op::kind::compute, 0, t, {}, std::move(name));
   }
   /// An asynchronous copy on `s`; the direction's copy engine is busy for `bytes` over its
   /// bandwidth. The memory must stay valid until the copy has run (as with cudaMemcpyAsync).
+  /// Pageable host memory (the host side not pinned: see `allocate`, `register_host`): the copy
+  /// runs synchronously, the call returns once it and everything before it on `s` have run, as
+  /// `cudaMemcpyAsync` on pageable memory does (counted: `pageable_copies`).
   void copy(void* dst,
             const void* src,
             std::size_t bytes,
             copy_direction dir,
             cudaStream_t s,
             std::string name = {}) {
+    no_host_task("copy");
     const double bw =
         dir == copy_direction::device_to_host ? timing_.d2h_bytes_per_second : timing_.h2d_bytes_per_second;
     const auto what =
         dir == copy_direction::device_to_host ? emulated_op::kind::copy_d2h : emulated_op::kind::copy_h2d;
+    const void* host = dir == copy_direction::device_to_host ? static_cast<const void*>(dst) : src;
+    const bool pageable = !detail::emulated_pinned_ranges::instance().contains(host, bytes);
+    stream_state& st = find(s);
     enqueue(
-        s, what, bytes, duration_of(bytes, bw),
-        [dst, src, bytes] {
+        st, what, bytes, duration_of(bytes, bw),
+        [this, dst, src, bytes] {
           if (bytes > 0) {
+            check_live(dst, src, bytes, "copy");
             std::memcpy(dst, src, bytes);
           }
         },
         std::move(name));
+    if (pageable) {
+      pageable_copies_.fetch_add(1, std::memory_order_relaxed);
+      st.drain();
+    }
   }
   /// A device-to-device copy, charged to the compute resource at twice its bytes (read + write).
   void copy_device(void* dst, const void* src, std::size_t bytes, cudaStream_t s, std::string name = {}) {
+    no_host_task("copy_device");
     enqueue(
-        s, emulated_op::kind::copy_d2d, bytes, duration_of(2 * bytes, timing_.device_bytes_per_second),
-        [dst, src, bytes] {
+        find(s), emulated_op::kind::copy_d2d, bytes, duration_of(2 * bytes, timing_.device_bytes_per_second),
+        [this, dst, src, bytes] {
           if (bytes > 0) {
+            check_live(dst, src, bytes, "copy_device");
             std::memmove(dst, src, bytes);
           }
         },
         std::move(name));
   }
 
-  [[nodiscard]] event create_event() const { return event{std::make_shared<emulated_event_state>()}; }
+  [[nodiscard]] event create_event() const {
+    no_host_task("create_event");
+    return event{std::make_shared<emulated_event_state>()};
+  }
+  /// Ends this handle of the event (`cudaEventDestroy`'s twin; other copies of the handle keep
+  /// it). An event destroyed while a record of it or a stream's wait on it is still queued is
+  /// reported (`busy_destroys`); the queued work still completes.
+  void destroy_event(event& e) noexcept {
+    if (!e.state) {
+      return;
+    }
+    std::uint64_t records = 0, waits = 0;
+    {
+      const std::lock_guard lock(e.state->mutex);
+      records = e.state->unreached.size();
+      waits = e.state->waiting;
+    }
+    if (records + waits > 0) {
+      busy_destroys_.fetch_add(1, std::memory_order_relaxed);
+      report("zenflow::emulated_device::destroy_event: event destroyed with " + std::to_string(records) +
+             " record(s) and " + std::to_string(waits) + " stream wait(s) on it still queued");
+    }
+    e.state.reset();
+  }
   /// Marks the point of `s` reached by the work enqueued so far.
   void record(const event& e, cudaStream_t s) {
+    no_host_task("record");
     auto st = checked(e);
     std::uint64_t target = 0;
     {
@@ -204,7 +414,7 @@ public:
       target = ++st->recorded;
       st->unreached.insert(target);
     }
-    find(s).push([st, target] {
+    push_op(find(s), [st, target] {
       {
         std::lock_guard lock(st->mutex);
         st->unreached.erase(target);
@@ -214,30 +424,35 @@ public:
   }
   /// Work enqueued on `s` from now on starts after the event's last record completes.
   void stream_wait(cudaStream_t s, const event& e) {
+    no_host_task("stream_wait");
     auto st = checked(e);
+    stream_state& on = find(s);
     std::uint64_t target = 0;
     {
       std::lock_guard lock(st->mutex);
       target = st->recorded;
+      st->waiting += target == 0 ? 0 : 1;
     }
     if (target == 0) {
       return;
     }
-    stream_state& on = find(s);
-    on.push([st, target, &on] {
+    push_op(on, [st, target, &on] {
       on.chained = false; // the next operation starts when the wait is over, not before
       std::unique_lock lock(st->mutex);
       st->cv.wait(lock, [&] { return st->reached(target); });
+      --st->waiting;
     });
   }
   /// True when the event's last record has completed (or it was never recorded).
   [[nodiscard]] bool query(const event& e) const {
+    no_host_task("query");
     auto st = checked(e);
     std::lock_guard lock(st->mutex);
     return st->reached(st->recorded);
   }
   /// Blocks until the event's last record has completed; rethrows the device's sticky error.
   void synchronize(const event& e) {
+    no_host_task("synchronize");
     auto st = checked(e);
     {
       std::unique_lock lock(st->mutex);
@@ -249,24 +464,15 @@ public:
   }
   /// Blocks until everything enqueued on `s` so far has run; rethrows the sticky error.
   void synchronize_stream(cudaStream_t s) {
+    no_host_task("synchronize_stream");
     find(s).drain();
     host_jitter();
     rethrow_sticky();
   }
-  /// Blocks until every stream is idle; rethrows the sticky error.
+  /// Blocks until every stream is idle; rethrows the sticky error (counted: `device_syncs`).
   void synchronize() {
-    std::vector<stream_state*> all;
-    {
-      std::lock_guard lock(streams_mutex_);
-      for (auto& p : streams_) {
-        if (p) {
-          all.push_back(p.get());
-        }
-      }
-    }
-    for (stream_state* p : all) {
-      p->drain();
-    }
+    no_host_task("synchronize");
+    quiet_synchronize();
     rethrow_sticky();
   }
 
@@ -315,7 +521,13 @@ private:
       const std::uint64_t target = enqueued;
       cv.wait(lock, [&] { return done >= target; });
     }
+    /// Operations enqueued and not run yet.
+    std::uint64_t pending() {
+      std::lock_guard lock(mutex);
+      return enqueued - done;
+    }
     void loop() {
+      on_stream_thread() = true;
       for (;;) {
         std::function<void()> task;
         {
@@ -416,16 +628,15 @@ private:
     }
   }
 
-  void enqueue(cudaStream_t s,
+  void enqueue(stream_state& st,
                emulated_op::kind what,
                std::size_t bytes,
                std::chrono::nanoseconds cost,
                std::function<void()> body,
                std::string name) {
-    stream_state& st = find(s);
     const auto enqueued = clock::now();
-    st.push([this, &st, what, bytes, cost, enqueued, body = std::move(body),
-             name = std::move(name)]() mutable {
+    push_op(st, [this, &st, what, bytes, cost, enqueued, body = std::move(body),
+                 name = std::move(name)]() mutable {
       if (const auto j = st.jitter(); j.count() > 0) {
         std::this_thread::sleep_for(j);
         st.chained = false;
@@ -480,6 +691,164 @@ private:
     });
   }
 
+  /// `st.push(task)`, after the legacy null stream's implicit waits where they are on.
+  void push_op(stream_state& st, std::function<void()> task) {
+    if (rules_.legacy_null_stream) {
+      legacy_order(st);
+    }
+    st.push(std::move(task));
+  }
+  /// The legacy null stream: an operation on it waits for the work so far on every other stream;
+  /// an operation on another stream waits for the null stream's work so far.
+  void legacy_order(stream_state& st) {
+    std::vector<stream_state*> before;
+    {
+      std::lock_guard lock(streams_mutex_);
+      for (auto& p : streams_) {
+        const bool other = st.index == 0 ? p && p.get() != &st : p && p->index == 0;
+        if (other && p->pending() > 0) {
+          before.push_back(p.get());
+        }
+      }
+      for (stream_state* p : before) {
+        auto mark = std::make_shared<emulated_event_state>();
+        mark->recorded = 1;
+        mark->unreached.insert(1);
+        p->push([mark] {
+          {
+            std::lock_guard l(mark->mutex);
+            mark->unreached.clear();
+          }
+          mark->cv.notify_all();
+        });
+        st.push([mark, &st] {
+          st.chained = false;
+          std::unique_lock l(mark->mutex);
+          mark->cv.wait(l, [&] { return mark->unreached.empty(); });
+        });
+        legacy_syncs_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  /// True on a stream's thread (inside a host task, a kernel's body, a copy).
+  static bool& on_stream_thread() noexcept {
+    static thread_local bool on = false;
+    return on;
+  }
+  static emulated_device*& current_slot() noexcept {
+    static thread_local emulated_device* d = nullptr;
+    return d;
+  }
+  struct live_devices {
+    std::mutex mutex;
+    std::set<const emulated_device*> devices;
+  };
+  static live_devices& live() {
+    static auto* all = new live_devices; // NOLINT: never freed (a thread may ask after main)
+    return *all;
+  }
+  /// Throws (and reports) when called from a stream's thread: CUDA calls are illegal there.
+  void no_host_task(const char* call) const {
+    if (!on_stream_thread()) {
+      return;
+    }
+    host_task_calls_.fetch_add(1, std::memory_order_relaxed);
+    const std::string what = std::string("zenflow::emulated_device::") + call +
+                             ": called from a host task (a stream's thread); a CUDA call inside a host "
+                             "callback (cudaLaunchHostFunc) is not allowed";
+    report(what);
+    throw cuda_error(cudaErrorNotPermitted, what);
+  }
+  void report(std::string line) const noexcept {
+    try {
+      const std::lock_guard lock(reports_mutex_);
+      reports_.push_back(std::move(line));
+    } catch (...) { // NOLINT(bugprone-empty-catch): a report lost to bad_alloc is still counted
+    }
+  }
+  /// Every stream drained, no rethrow (allocate, free, synchronize), counted.
+  void quiet_synchronize() {
+    device_syncs_.fetch_add(1, std::memory_order_relaxed);
+    std::vector<stream_state*> all;
+    {
+      std::lock_guard lock(streams_mutex_);
+      for (auto& p : streams_) {
+        if (p) {
+          all.push_back(p.get());
+        }
+      }
+    }
+    for (stream_state* p : all) {
+      p->drain();
+    }
+  }
+
+  struct allocation {
+    std::size_t bytes = 0;
+    emulated_memory kind = emulated_memory::device;
+  };
+  /// Throws naming `p` unless it is a live allocation of this device.
+  void live_allocation(void* p, const char* call) {
+    const std::lock_guard lock(memory_mutex_);
+    if (allocated_.count(p) == 0) {
+      detail::fail_argument(std::string("zenflow::emulated_device::") + call, "p",
+                            freed_.count(p) != 0 ? "was already freed" : "was not allocated by this device");
+    }
+  }
+  /// Poisons `p` and keeps it aside (the oldest beyond `quarantine_bytes` really freed).
+  void retire(void* p) {
+    const std::lock_guard lock(memory_mutex_);
+    auto it = allocated_.find(p);
+    if (it == allocated_.end()) {
+      return;
+    }
+    const allocation a = it->second;
+    allocated_.erase(it);
+    if (a.kind == emulated_memory::pinned) {
+      detail::emulated_pinned_ranges::instance().remove(p);
+    }
+    std::memset(p, 0xFF, a.bytes);
+    freed_[p] = a;
+    freed_order_.push_back(p);
+    freed_bytes_ += a.bytes;
+    while (freed_bytes_ > quarantine_bytes && !freed_order_.empty()) {
+      void* oldest = freed_order_.front();
+      freed_order_.pop_front();
+      freed_bytes_ -= freed_[oldest].bytes;
+      freed_.erase(oldest);
+      std::free(oldest);
+    }
+  }
+  /// On a stream's thread, before a copy's memcpy: fails when either side touches freed memory.
+  void check_live(const void* dst, const void* src, std::size_t bytes, const char* call) {
+    const char* side = nullptr;
+    {
+      const std::lock_guard lock(memory_mutex_);
+      side = touches_freed(dst, bytes) ? "destination" : touches_freed(src, bytes) ? "source" : nullptr;
+    }
+    if (side == nullptr) {
+      return;
+    }
+    use_after_free_.fetch_add(1, std::memory_order_relaxed);
+    const std::string what = std::string("zenflow::emulated_device::") + call + ": use after free: the " +
+                             side + " of a " + std::to_string(bytes) +
+                             "-byte copy was freed before the copy ran (freed while work that uses it "
+                             "was still queued, or used after its free)";
+    report(what);
+    throw cuda_error(cudaErrorIllegalAddress, what);
+  }
+  /// True when [p, p + bytes) overlaps freed memory kept aside (under memory_mutex_).
+  bool touches_freed(const void* p, std::size_t bytes) const {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    auto it = freed_.lower_bound(reinterpret_cast<void*>(at + bytes));
+    if (it == freed_.begin()) {
+      return false;
+    }
+    it = std::prev(it);
+    return reinterpret_cast<std::uintptr_t>(it->first) + it->second.bytes > at;
+  }
+
   std::int64_t since_epoch(clock::time_point t) const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count();
   }
@@ -527,7 +896,17 @@ private:
   }
 
   emulated_timing timing_;
+  emulated_rules rules_;
   clock::time_point epoch_;
+  mutable std::atomic<std::uint64_t> pageable_copies_{0}, allocations_{0}, frees_{0}, device_syncs_{0},
+      legacy_syncs_{0}, use_after_free_{0}, busy_destroys_{0}, host_task_calls_{0};
+  mutable std::mutex reports_mutex_;
+  mutable std::vector<std::string> reports_;
+  static constexpr std::size_t quarantine_bytes = std::size_t{64} << 20; // freed memory kept aside
+  std::mutex memory_mutex_;
+  std::map<void*, allocation> allocated_, freed_; // freed_: poisoned, kept aside
+  std::deque<void*> freed_order_;
+  std::size_t freed_bytes_ = 0;
   std::atomic<std::uint64_t> ops_started_{0}; // fault injection's count
   std::mutex host_rng_mutex_;
   std::mt19937_64 host_rng_{timing_.jitter_seed ^ 0xC2B2AE3D27D4EB4Full}; // host_jitter(), under its mutex

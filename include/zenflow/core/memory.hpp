@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/detail/emulated_pinned.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
 
@@ -85,7 +86,8 @@ private:
 ///
 /// Without a CUDA driver it falls back to 4 KiB-aligned pageable memory so that the host backend
 /// runs the same code; `pinned()` says which one you got, and the first fallback in a process is
-/// reported once on stderr.
+/// reported once on stderr. An `emulated_device` treats the fallback as pinned (what a GPU
+/// machine would have pinned): its copies from and to it run asynchronously.
 template <class T>
 class pinned_buffer {
 public:
@@ -110,6 +112,8 @@ public:
     if (data_ == nullptr) {
       throw std::bad_alloc();
     }
+    // What a GPU machine would have pinned: an emulated device's copies treat it as pinned.
+    detail::emulated_pinned_ranges::instance().add(data_, bytes);
     note_fallback(status);
   }
   pinned_buffer(const pinned_buffer&) = delete;
@@ -127,6 +131,7 @@ public:
       if (pinned_) {
         (void)cudaFreeHost(data_);
       } else {
+        detail::emulated_pinned_ranges::instance().remove(data_);
         std::free(data_);
       }
     }

@@ -25,7 +25,7 @@ public:
   explicit emulated_copy_backend(emulated_device& device) noexcept : device_(&device) {}
 
   void create_event(event_type& e) const { e = device_->create_event(); }
-  void destroy_event(event_type& e) const noexcept { e.state.reset(); }
+  void destroy_event(event_type& e) const noexcept { device_->destroy_event(e); }
   void copy(void* dst, const void* src, std::size_t bytes, copy_direction dir, cudaStream_t s) const {
     device_->copy(dst, src, bytes, dir, s);
   }
