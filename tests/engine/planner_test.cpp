@@ -229,6 +229,16 @@ TEST(planner, suggestions_at_their_boundaries) {
   EXPECT_EQ(s.change, "S = 1, moments bf16");
   EXPECT_TRUE(s.result.not_implemented.empty());
   hw.host_memory_bytes = 0;
+  // GPU memory: the whole-window upload buffer (2 B a parameter) does not fit, the ring's chunk does.
+  auto small_slots = cfg; // 64 KiB slots: the ring's chunk smaller than the model
+  small_slots.ring_slot_bytes = 65536;
+  auto ring_upload = small_slots;
+  ring_upload.upload = zenflow::upload_policy::chunk_ring;
+  hw.device_memory_bytes = zenflow::plan(m, hw, ring_upload).device.total();
+  ASSERT_LT(hw.device_memory_bytes, zenflow::plan(m, hw, small_slots).device.total());
+  s = zenflow::suggest(m, hw, small_slots);
+  EXPECT_EQ(s.change, "S = 1, upload chunk_ring");
+  hw.device_memory_bytes = 0;
 
   // The wire: 1.8 MB down a step cannot fit in C at 100 MB/s whatever S with host accumulation;
   // the device's fp32 sum, 3.6 MB once per window, fits from S = ceil(36 ms / C).

@@ -186,10 +186,11 @@ struct plan_result {
 [[nodiscard]] plan_result plan(const plan_model& model, const plan_hardware& hw, const plan_config& cfg);
 
 /// The first feasible configuration (stall-free, within both memories), changing as little as it
-/// can: the smallest S in [1, max_interval] with the given moments and accumulation (possibly
-/// smaller than the given S); else bf16 moments, then int8 (modelled), then device accumulation
-/// (modelled) with each precision, each at its smallest S. Modes other than zenflow: the plan of
-/// the given configuration, found when it is feasible.
+/// can: the smallest S in [1, max_interval] with the given moments, upload and accumulation
+/// (possibly smaller than the given S); else the upload through the ring (chunk_ring: less device
+/// memory), bf16 moments, then int8 (modelled), then device accumulation (modelled) with each,
+/// each at its smallest S. Modes other than zenflow: the plan of the given configuration, found
+/// when it is feasible.
 struct plan_suggestion {
   bool found = false;
   plan_result result;  ///< the suggested configuration's plan (found), else the given one's

@@ -343,24 +343,31 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
     out.change = out.found ? "none" : "no change of S, moments or accumulation applies to this mode";
     return out;
   }
-  std::vector<std::pair<plan_moments, plan_accumulation>> tries = {{cfg.moments, cfg.accumulate}};
-  const auto add = [&](plan_moments m, plan_accumulation a) {
-    if (std::find(tries.begin(), tries.end(), std::make_pair(m, a)) == tries.end()) {
-      tries.emplace_back(m, a);
-    }
+  struct choice {
+    plan_moments moments;
+    plan_accumulation accumulate;
+    upload_policy upload;
   };
-  // Less precise moments only (a smaller change than moving the accumulation), then the device.
+  // The implemented changes first (the upload through the ring, bf16 moments), then the modelled
+  // ones (int8 moments, then device accumulation).
+  std::vector<choice> tries;
   for (const plan_accumulation a : {cfg.accumulate, plan_accumulation::device}) {
     for (const plan_moments m : {cfg.moments, plan_moments::bf16, plan_moments::int8}) {
-      if (static_cast<int>(m) >= static_cast<int>(cfg.moments)) {
-        add(m, a);
+      for (const upload_policy u : {cfg.upload, upload_policy::chunk_ring}) {
+        const bool seen = std::any_of(tries.begin(), tries.end(), [&](const choice& c) {
+          return c.moments == m && c.accumulate == a && c.upload == u;
+        });
+        if (!seen && static_cast<int>(m) >= static_cast<int>(cfg.moments)) {
+          tries.push_back({m, a, u});
+        }
       }
     }
   }
-  for (const auto& [m, a] : tries) {
+  for (const auto& [m, a, u] : tries) {
     plan_config c = cfg;
     c.moments = m;
     c.accumulate = a;
+    c.upload = u;
     for (std::int64_t s = 1; s <= max_interval; ++s) {
       c.update_interval = s;
       plan_result p = plan(model, hw, c);
@@ -372,6 +379,9 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
       if (m != cfg.moments) {
         also("moments " + std::string(to_string(m)));
       }
+      if (u != cfg.upload) {
+        also("upload " + std::string(to_string(u)));
+      }
       if (a != cfg.accumulate) {
         also("accumulate " + std::string(to_string(a)));
       }
@@ -381,7 +391,8 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
       return out;
     }
   }
-  out.change = "none found (S up to " + std::to_string(max_interval) + ", every moment precision and accumulation)";
+  out.change = "none found (S up to " + std::to_string(max_interval) +
+               ", every moment precision, upload and accumulation)";
   return out;
 }
 
