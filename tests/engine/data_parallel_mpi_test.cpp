@@ -55,7 +55,8 @@ void run_on(const zenflow::config& cfg,
             int steps,
             std::int64_t nan_step,
             const std::vector<shape>& shapes = kShapes,
-            std::int64_t big_step = -1) {
+            std::int64_t big_step = -1,
+            bool big_rival = false) {
   const int rank = world_rank();
   const int n = world_size();
   auto w = initial_weights<T>(shapes);
@@ -118,6 +119,10 @@ void run_on(const zenflow::config& cfg,
   const bool zen = cfg.mode == zenflow::optimizer_mode::zenflow;
   const std::int64_t nan_channel = nan_step >= 0 ? 3 / shapes[0].len : -1;
   std::int64_t big_channel = -1; // at big_step: param 0's, its score overflows (finite elements)
+  // With big_rival, a device-set row of param 0 overflows too: the lower index of the two with
+  // the smaller fp64 sum, so that ranking them by index would pick the wrong one.
+  std::int64_t rival = -1;
+  std::int64_t winner = -1;
   bool pending = false;
   std::uint64_t wire = 0; // summed over the ranks
   auto step_bytes = [&](std::int64_t t, int r, bool selecting,
@@ -168,6 +173,11 @@ void run_on(const zenflow::config& cfg,
             std::binary_search(prev_sel[0].begin(), prev_sel[0].end(), static_cast<std::int32_t>(c)) ? -1 : c;
       }
       ASSERT_GE(big_channel, 0);
+      if (big_rival) {
+        ASSERT_FALSE(prev_sel[0].empty());
+        rival = prev_sel[0].front();
+        winner = std::max(rival, big_channel);
+      }
     }
     if constexpr (Emulated) {
       device.synchronize_stream(stream); // the step before has read the gradients
@@ -184,6 +194,10 @@ void run_on(const zenflow::config& cfg,
       for (int r = 0; t == big_step && p == 0 && r < n; ++r) { // 8 x (3e19)^2 overflows an fp32 score
         std::fill_n(all[static_cast<std::size_t>(r)].begin() + big_channel * shapes[0].len, shapes[0].len,
                     zenflow::from_float<T>(3e19f));
+        if (rival >= 0) { // 8 x (2e19)^2 or 8 x (4e19)^2: below or above big_channel's sum
+          std::fill_n(all[static_cast<std::size_t>(r)].begin() + rival * shapes[0].len, shapes[0].len,
+                      zenflow::from_float<T>(rival < big_channel ? 2e19f : 4e19f));
+        }
       }
       // Copied into the registered buffers (an assignment could move another buffer in).
       const auto& mine = all[static_cast<std::size_t>(rank)];
@@ -208,6 +222,10 @@ void run_on(const zenflow::config& cfg,
       mine_wire = r == rank ? bytes : mine_wire;
     }
     EXPECT_EQ(a.selection, b.selection) << "step " << t;
+    if (t == big_step && winner >= 0) {
+      EXPECT_TRUE(a.selection) << "step " << t;
+      EXPECT_EQ(dp.selected(ids[0]), std::vector<std::int32_t>{static_cast<std::int32_t>(winner)});
+    }
     EXPECT_EQ(a.window_closed, b.window_closed) << "step " << t;
     // Exact where no window's weights cross (a close, or the drain of a selection step, applies
     // the job before it); the sum over the run below counts those too.
@@ -319,15 +337,16 @@ void run_against_one_rank(const zenflow::config& cfg,
                           int steps,
                           std::int64_t nan_step,
                           const std::vector<shape>& shapes = kShapes,
-                          std::int64_t big_step = -1) {
+                          std::int64_t big_step = -1,
+                          bool big_rival = false) {
   {
     SCOPED_TRACE("host backend, mpi_communicator");
-    run_on<T, dp_path::host>(cfg, steps, nan_step, shapes, big_step);
+    run_on<T, dp_path::host>(cfg, steps, nan_step, shapes, big_step, big_rival);
   }
   SCOPED_TRACE("emulated backend, emulated_device_communicator<mpi_communicator>");
   auto device_cfg = cfg;
   device_cfg.upload = zenflow::upload_policy::whole_window; // chunk_ring is refused there (below)
-  run_on<T, dp_path::emulated_device_comm>(device_cfg, steps, nan_step, shapes, big_step);
+  run_on<T, dp_path::emulated_device_comm>(device_cfg, steps, nan_step, shapes, big_step, big_rival);
 }
 
 TEST(engine_data_parallel, fixed_windows_overlap_float_with_a_nan_on_one_rank) {
@@ -425,6 +444,17 @@ TEST(engine_data_parallel, an_overflowing_score_with_clipping_float) {
   auto cfg = small_config();
   cfg.gradient_clipping = 1.0f;
   run_against_one_rank<float>(cfg, 12, -1, kShapes, 5);
+}
+
+// Issue 36: at a selection step (k = 1) two channels of param 0 overflow fp32, the last rank's
+// unselected big_channel and a device-set row, the lower index of the two with the smaller fp64
+// sum: every rank selects the larger (the fp64 rescans of the owners' rows, the same on every
+// rank), as one rank does.
+TEST(engine_data_parallel, overflowing_scores_rank_by_their_fp64_sums_float) {
+  auto cfg = small_config();
+  cfg.gradient_clipping = 1.0f;
+  cfg.topk_ratio = 1.5 / 24; // k = 1 of 24 channels, and of 13
+  run_against_one_rank<float>(cfg, 12, -1, kShapes, 8, true);
 }
 
 // "snr" needs every block's accumulator inside the window job: refused on every rank, by name.

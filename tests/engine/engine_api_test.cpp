@@ -322,6 +322,29 @@ TEST(engine_overflow,
   overflow_case<emulated_driver>();
 }
 
+// Issue 36: overflowing channel scores rank by their fp64 sums, not by index (the issue's
+// reproduction first), with overlap and without, host threads 1 and 3, both working types.
+template <template <class> class Driver>
+void overflow_ranking_case() {
+  for (const unsigned threads : {1u, 3u}) {
+    for (const bool overlap : {true, false}) {
+      SCOPED_TRACE(std::string(overlap ? "overlap" : "no overlap") + ", threads " + std::to_string(threads));
+      auto cfg = small_config(threads);
+      cfg.overlap_step = overlap;
+      zf_engine_test::expect_overflowing_channels_rank_by_fp64<Driver, zenflow::bfloat16>(cfg, 1.01);
+      zf_engine_test::expect_overflowing_channels_rank_by_fp64<Driver, float>(cfg, 64.0);
+    }
+  }
+}
+
+TEST(engine_overflow, overflowing_channel_scores_rank_by_their_fp64_sums) {
+  overflow_ranking_case<host_driver>();
+}
+
+TEST(engine_overflow, overflowing_channel_scores_rank_by_their_fp64_sums_on_the_emulated_backend) {
+  overflow_ranking_case<emulated_driver>();
+}
+
 TEST(engine_overflow, nan_and_inf_elements_still_skip_the_step) {
   // "Bad" is a property of the elements: a NaN beside an overflowing finite value still skips.
   auto cfg = small_config();

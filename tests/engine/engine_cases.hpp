@@ -352,6 +352,76 @@ overflow_against_reference(zenflow::config cfg, overflow_kind kind, int steps, i
   return worst;
 }
 
+/// Issue 36: channels whose squared L2 overflows fp32 all score +Inf, and the selection ranks
+/// them by their fp64 sums (the larger first, ties to the lower index), as the float64 reference
+/// does. kOverflowShapes, k = 1 of each matrix, a selection every 2 steps from step 0:
+///   step 0, the issue's reproduction: matrix 0's channel 5 holds one element 3e19, channel 40
+///     one element 1e20 (squares ~9e38 and ~1e40): channel 40, not 5;
+///   step 2: matrix 0's channels 9 and 30 one element 1e20 each, channel 50 2e19 (a tie: 9);
+///     matrix 1's channel 3 2e19, channel 33 5e19 (33);
+///   step 4: three overflowing channels in matrix 1, the largest the last (39).
+/// Every step is applied (finite gradients), and the weights follow the reference's.
+template <template <class> class Driver, class T>
+void expect_overflowing_channels_rank_by_fp64(zenflow::config cfg, double max_ulps) {
+  cfg.mode = zenflow::optimizer_mode::zenflow;
+  cfg.gradient_clipping = 1.0f;
+  cfg.full_warm_up_rounds = 0;
+  cfg.select = zenflow::select_strategy::step;
+  cfg.select_interval = 2;
+  cfg.topk_ratio = 1.5 / 64; // k = 1 of 64 channels, and of 40
+  model<T> m(kOverflowShapes, zf_test::base_seed() + 3600);
+  Driver<T> d(m);
+  const auto owned = d.make_engine(cfg);
+  auto& eng = *owned;
+  zf_test::zenflow_reference ref(cfg);
+  m.add_to_reference(ref);
+  std::vector<zenflow::param_id> ids;
+  for (std::size_t p = 0; p < m.shapes.size(); ++p) {
+    ids.push_back(d.add(eng, p));
+  }
+  d.initialize(eng);
+  const auto set = [&](std::size_t p, std::int64_t c, std::int64_t i, float v) {
+    m.g[p][static_cast<std::size_t>(c * m.shapes[p].len + i)] = zenflow::from_float<T>(v);
+  };
+  const std::vector<std::vector<std::int32_t>> expected[] = {{{40}, {}}, {{9}, {33}}, {{}, {39}}};
+  for (int t = 0; t < 6; ++t) {
+    m.next_grads();
+    if (t == 0) {
+      set(0, 5, 3, 3e19f);
+      set(0, 40, 7, 1e20f);
+    } else if (t == 2) {
+      set(0, 9, 0, 1e20f);
+      set(0, 30, 31, 1e20f);
+      set(0, 50, 4, 2e19f);
+      set(1, 3, 1, 2e19f);
+      set(1, 33, 2, 5e19f);
+    } else if (t == 4) {
+      set(1, 0, 0, 3e19f);
+      set(1, 20, 5, 4e19f);
+      set(1, 39, 9, 6e19f);
+    }
+    const auto rep = d.step(eng, 1e-2f);
+    ref.step(m.grads_as_float(), 1e-2);
+    if (rep.skip_known) {
+      EXPECT_FALSE(rep.skipped) << "step " << t;
+    }
+    if (t % 2 == 0) {
+      EXPECT_TRUE(rep.selection) << "step " << t;
+      for (std::size_t p = 0; p < 2; ++p) {
+        const auto& want = expected[t / 2][p];
+        if (!want.empty()) {
+          EXPECT_EQ(eng.selected(ids[p]), want) << "step " << t << " matrix " << p;
+        }
+        EXPECT_EQ(eng.selected(ids[p]), ref.selected(p)) << "step " << t << " matrix " << p;
+      }
+    }
+  }
+  d.flush(eng);
+  ref.flush();
+  EXPECT_LE(max_weight_ulps(m, ref), max_ulps);
+  EXPECT_EQ(eng.stats().skipped_steps, 0);
+}
+
 /// Captures the log while alive; restores the quiet default after.
 /// Captures the engine's own log messages (the shared helper, filtered to "zenflow::engine").
 struct log_capture : zf_test::log_capture {

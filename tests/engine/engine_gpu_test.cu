@@ -252,6 +252,18 @@ TEST_F(engine_gpu, finite_gradients_whose_norm_overflows_fp32_are_clipped_by_the
   }
 }
 
+TEST_F(engine_gpu, overflowing_channel_scores_rank_by_their_fp64_sums) {
+  // Issue 36 on the CUDA backend: the issue's reproduction (64 x 32 bf16, k = 1: channel 40's
+  // 1e20 over channel 5's 3e19) and the cases after it, as on the cpu.
+  for (const bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "no overlap");
+    auto cfg = small_config(2);
+    cfg.overlap_step = overlap;
+    zf_engine_test::expect_overflowing_channels_rank_by_fp64<device_driver, zenflow::bfloat16>(cfg, 1.01);
+    zf_engine_test::expect_overflowing_channels_rank_by_fp64<device_driver, float>(cfg, 64.0);
+  }
+}
+
 TEST_F(engine_gpu, destruction_drops_a_window_never_applied_with_a_warning) {
   zf_engine_test::expect_destruction_drops_and_logs<device_driver>(small_config(2));
 }

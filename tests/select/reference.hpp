@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include <zenflow/core/dtype.hpp>
@@ -67,6 +69,84 @@ inline std::vector<std::int32_t> reference_topk(const float* scores, std::int64_
   std::vector<std::int32_t> out(idx.begin(), idx.begin() + k);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+/// Brute-force top-k with `topk_item::wide`: as reference_topk, except that two +Inf scores
+/// rank by their fp64 values `wide` (larger first, NaN last, ties to the lower index). Plain
+/// double comparisons only.
+inline std::vector<std::int32_t>
+reference_topk_wide(const float* scores, const double* wide, std::int64_t n, std::int64_t k) {
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  const auto pos_inf = [](float v) { return std::isinf(v) && v > 0; };
+  std::sort(idx.begin(), idx.end(), [&](std::int64_t a, std::int64_t b) {
+    if (pos_inf(scores[a]) && pos_inf(scores[b])) {
+      const bool na = std::isnan(wide[a]), nb = std::isnan(wide[b]);
+      if (na != nb) {
+        return nb;
+      }
+      if (!na && wide[a] != wide[b]) {
+        return wide[a] > wide[b];
+      }
+      return a < b;
+    }
+    return ranks_before(scores[a], a, scores[b], b);
+  });
+  std::vector<std::int32_t> out(idx.begin(), idx.begin() + k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Scores of a selection whose squared norms overflowed fp32 in places: random finite scores
+/// (a few NaN, -Inf and FLT_MAX among them), `inf` of them +Inf with fp64 values in [3.5e38,
+/// 3.5e40) in `wide` (a few equal, a few at the smallest and largest such value, one NaN);
+/// `wide` is NaN where the score is finite (the selection must not read it there).
+struct overflow_scores {
+  std::vector<float> scores;
+  std::vector<double> wide;
+};
+
+inline overflow_scores make_overflow_scores(std::int64_t n, std::int64_t inf, std::uint64_t seed) {
+  overflow_scores o;
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> finite(0.0f, 1e30f);
+  std::uniform_real_distribution<double> big(0.0, 2.0);
+  o.scores.resize(static_cast<std::size_t>(n));
+  o.wide.assign(static_cast<std::size_t>(n), std::nan(""));
+  for (auto& x : o.scores) {
+    x = finite(gen);
+  }
+  if (n > 8) {
+    o.scores[1] = std::nanf("");
+    o.scores[2] = -std::numeric_limits<float>::infinity();
+    o.scores[3] = std::numeric_limits<float>::max();
+  }
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::shuffle(idx.begin(), idx.end(), gen);
+  for (std::int64_t j = 0; j < inf; ++j) {
+    const auto i = static_cast<std::size_t>(idx[static_cast<std::size_t>(j)]);
+    o.scores[i] = std::numeric_limits<float>::infinity();
+    double w = 3.5e38 * std::pow(10.0, big(gen));
+    switch (j % 7) {
+    case 0:
+      w = 1e40; // equal values: ties to the lower index
+      break;
+    case 1:
+      w = 3.5e38;
+      break;
+    case 2:
+      w = std::nextafter(1e40, 0.0);
+      break;
+    default:
+      break;
+    }
+    o.wide[i] = w;
+  }
+  if (inf > 3) {
+    o.wide[static_cast<std::size_t>(idx[3])] = std::nan(""); // lowest of the +Inf scores
+  }
+  return o;
 }
 
 } // namespace zf_test

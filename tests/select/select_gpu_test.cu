@@ -1,6 +1,7 @@
 // gpu tier for the select area: the device launchers against the same float64 / brute-force
 // references as the cpu tier, each also under CUDA graph capture; plus the launchers' argument
 // checks and size queries, which need no device and therefore run everywhere.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -302,6 +303,51 @@ void check_device_topk_segmented(bool graph) {
     const auto val = download(d_val[i], s);
     for (std::size_t j = 0; j < ref.size(); ++j) {
       ASSERT_EQ(zenflow::detail::float_bits(val[j]), zenflow::detail::float_bits(host[i][ref[j]]));
+    }
+  }
+}
+
+// Issue 36: +Inf scores ranked by their fp64 values (topk_item::wide), against the brute force
+// and the host backend's set, over the cpu tier's cases (one past the one-block segments
+// included) and more segments than one launch takes.
+TEST_F(select_gpu, topk_segmented_ranks_overflowed_scores_by_their_fp64_values) {
+  zenflow::stream s;
+  std::vector<std::array<std::int64_t, 3>> cases = {
+      {64, 4, 1},       {64, 4, 2},       {64, 4, 4},          {64, 4, 6},       {1, 1, 1},
+      {5, 0, 2},        {100, 100, 37},   {3000, 300, 1},      {3000, 300, 100}, {3000, 300, 300},
+      {3000, 300, 301}, {3000, 300, 500}, {40000, 2000, 1500}, {200000, 50, 10}, {200000, 3000, 2999}};
+  for (int i = 0; i < 30; ++i) {
+    cases.push_back({64 + i, 3 + i % 5, 1 + i % 3});
+  }
+  std::vector<zf_test::overflow_scores> host;
+  std::vector<zenflow::device_buffer<float>> d_scores, d_val;
+  std::vector<zenflow::device_buffer<double>> d_wide;
+  std::vector<zenflow::device_buffer<std::int32_t>> d_idx;
+  std::vector<zenflow::topk_item> items;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto [n, inf, k] = cases[i];
+    host.push_back(zf_test::make_overflow_scores(n, inf, zf_test::base_seed() + 900 + i));
+    d_scores.push_back(upload(host.back().scores, s));
+    d_wide.push_back(upload(host.back().wide, s));
+    d_idx.emplace_back(static_cast<std::size_t>(k), s);
+    d_val.emplace_back(static_cast<std::size_t>(k), s);
+    items.push_back(
+        {d_scores.back().data(), n, k, d_idx.back().data(), d_val.back().data(), d_wide.back().data()});
+  }
+  std::size_t bytes = 0;
+  ZF_CUDA_TRY(
+      zenflow::device::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())));
+  zenflow::device_buffer<std::byte> temp(bytes, s);
+  ZF_CUDA_TRY(zenflow::device::topk_segmented(temp.data(), bytes, items.data(),
+                                              static_cast<std::int64_t>(items.size()),
+                                              topk_order::ascending_index, s.get()));
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& h = host[i];
+    const auto ref = zf_test::reference_topk_wide(h.scores.data(), h.wide.data(), cases[i][0], cases[i][2]);
+    ASSERT_EQ(download(d_idx[i], s), ref) << "segment " << i;
+    const auto val = download(d_val[i], s);
+    for (std::size_t j = 0; j < ref.size(); ++j) {
+      ASSERT_EQ(zenflow::detail::float_bits(val[j]), zenflow::detail::float_bits(h.scores[ref[j]]));
     }
   }
 }

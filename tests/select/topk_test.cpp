@@ -1,6 +1,7 @@
 // cpu tier for top-k: the host backend against a brute-force full sort (plain float
 // comparisons), over many sizes and k, ties, NaN/Inf/-0/denormals, unaligned pointers,
 // threaded and segmented; the radix arithmetic on its own; and the argument checks.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
 
 #include "select/reference.hpp"
@@ -212,6 +214,116 @@ TEST(topk_cpu, segmented_matches_brute_force_per_segment) {
         ASSERT_EQ(zenflow::detail::float_bits(vals[i][j]), zenflow::detail::float_bits(data[i][ref[j]]));
       }
     }
+  }
+}
+
+// ---- +Inf scores ranked by their fp64 values (topk_item::wide; issue 36) ----
+
+TEST(radix_math, wide_keys_follow_the_documented_order) {
+  using zenflow::detail::topk_wide_key;
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> ascending = {-inf, -1e300, -1.0, -4.9e-324, 0.0, 4.9e-324,
+                                         1.0,  3.4e38, 1e40, 1e300,     inf};
+  EXPECT_EQ(topk_wide_key(std::nan("")), 0u);
+  EXPECT_EQ(topk_wide_key(-std::nan("")), 0u);
+  EXPECT_LT(topk_wide_key(std::nan("")), topk_wide_key(-inf));
+  for (std::size_t i = 1; i < ascending.size(); ++i) {
+    EXPECT_LT(topk_wide_key(ascending[i - 1]), topk_wide_key(ascending[i])) << ascending[i];
+  }
+  EXPECT_EQ(topk_wide_key(-0.0), topk_wide_key(0.0));
+  EXPECT_LT(topk_wide_key(1e40), topk_wide_key(std::nextafter(1e40, inf)));
+  using zenflow::detail::topk_wide_composite;
+  using zenflow::detail::topk_wide_ge;
+  EXPECT_TRUE(topk_wide_ge(topk_wide_composite(1e40, 3), topk_wide_composite(1e40, 4))); // lower index first
+  EXPECT_FALSE(topk_wide_ge(topk_wide_composite(1e40, 4), topk_wide_composite(1e40, 3)));
+  EXPECT_TRUE(topk_wide_ge(topk_wide_composite(2e40, 9), topk_wide_composite(1e40, 0)));
+}
+
+/// Segments of (n, +Inf scores, k): fewer, as many and more +Inf scores than k, all +Inf, none,
+/// a threaded size and one past the device's one-block segments.
+const std::vector<std::array<std::int64_t, 3>> kWideCases = {
+    {64, 4, 1},       {64, 4, 2},       {64, 4, 4},          {64, 4, 6},       {1, 1, 1},
+    {5, 0, 2},        {100, 100, 37},   {3000, 300, 1},      {3000, 300, 100}, {3000, 300, 300},
+    {3000, 300, 301}, {3000, 300, 500}, {40000, 2000, 1500}, {200000, 50, 10}, {200000, 3000, 2999}};
+
+TEST(topk_cpu, overflowed_scores_rank_by_their_fp64_values) {
+  std::vector<zf_test::overflow_scores> data;
+  std::vector<std::vector<std::int32_t>> out;
+  std::vector<std::vector<float>> vals;
+  std::vector<zenflow::topk_item> items;
+  for (std::size_t i = 0; i < kWideCases.size(); ++i) {
+    const auto [n, inf, k] = kWideCases[i];
+    data.push_back(zf_test::make_overflow_scores(n, inf, zf_test::base_seed() + 900 + i));
+    out.emplace_back(static_cast<std::size_t>(k), -1);
+    vals.emplace_back(static_cast<std::size_t>(k), -1.0f);
+  }
+  for (std::size_t i = 0; i < kWideCases.size(); ++i) {
+    items.push_back({data[i].scores.data(), kWideCases[i][0], kWideCases[i][2], out[i].data(), vals[i].data(),
+                     data[i].wide.data()});
+  }
+  for (unsigned threads : {0u, 2u, 8u, 32u}) { // 32: one segment per task
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    std::unique_ptr<zenflow::worker_pool> pool;
+    if (threads != 0) {
+      pool = std::make_unique<zenflow::worker_pool>(threads);
+    }
+    std::size_t bytes = 0;
+    ASSERT_EQ(
+        zenflow::host::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())),
+        cudaSuccess);
+    std::vector<std::byte> temp(bytes);
+    ASSERT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(),
+                                            static_cast<std::int64_t>(items.size()),
+                                            topk_order::ascending_index, pool.get()),
+              cudaSuccess);
+    for (std::size_t i = 0; i < kWideCases.size(); ++i) {
+      const auto& d = data[i];
+      const auto ref =
+          zf_test::reference_topk_wide(d.scores.data(), d.wide.data(), kWideCases[i][0], kWideCases[i][2]);
+      ASSERT_EQ(out[i], ref) << "segment " << i;
+      for (std::size_t j = 0; j < ref.size(); ++j) {
+        ASSERT_EQ(zenflow::detail::float_bits(vals[i][j]), zenflow::detail::float_bits(d.scores[ref[j]]));
+      }
+    }
+  }
+}
+
+// The issue's reproduction at the primitive level: 64 x 32 bf16, channel 5 holds one element
+// 3e19, channel 40 one element 1e20: both fp32 scores are +Inf; ranked by the fp64 rescan
+// (math/norms.hpp, the one the squared totals use) channel 40 wins, by index alone channel 5.
+TEST(topk_cpu, the_issues_overflowing_channels_rank_by_their_rescans) {
+  constexpr std::int64_t channels = 64;
+  constexpr std::int64_t len = 32;
+  std::vector<zenflow::bfloat16> g = zf_test::random_values<zenflow::bfloat16>(channels * len, 36);
+  g[5 * len + 3] = zenflow::from_float<zenflow::bfloat16>(3e19f);
+  g[40 * len + 7] = zenflow::from_float<zenflow::bfloat16>(1e20f);
+  std::vector<float> scores(channels);
+  std::size_t bytes = 0;
+  ASSERT_EQ(
+      zenflow::host::channel_norms<zenflow::channel_norm::sq_l2>(
+          nullptr, bytes, g.data(), channels, len, len, zenflow::channel_layout::contiguous, scores.data()),
+      cudaSuccess);
+  std::vector<std::byte> temp(bytes);
+  ASSERT_EQ(zenflow::host::channel_norms<zenflow::channel_norm::sq_l2>(
+                temp.data(), bytes, g.data(), channels, len, len, zenflow::channel_layout::contiguous,
+                scores.data()),
+            cudaSuccess);
+  ASSERT_TRUE(std::isinf(scores[5]) && std::isinf(scores[40]));
+  const zenflow::channel_matrix<const zenflow::bfloat16> m{g.data(), channels, len, len,
+                                                           zenflow::channel_layout::contiguous};
+  std::vector<double> wide(channels);
+  for (std::int64_t c = 0; c < channels; ++c) {
+    wide[static_cast<std::size_t>(c)] = zenflow::detail::sq_rescan_channel(m, scores.data(), c);
+  }
+  EXPECT_GT(wide[40], wide[5]);
+  for (const bool with_wide : {false, true}) {
+    std::int32_t idx = -1;
+    const zenflow::topk_item it{scores.data(), channels, 1, &idx, nullptr, with_wide ? wide.data() : nullptr};
+    bytes = 0;
+    ASSERT_EQ(zenflow::host::topk_segmented(nullptr, bytes, &it, 1), cudaSuccess);
+    std::vector<std::byte> t(bytes);
+    ASSERT_EQ(zenflow::host::topk_segmented(t.data(), bytes, &it, 1), cudaSuccess);
+    EXPECT_EQ(idx, with_wide ? 40 : 5);
   }
 }
 

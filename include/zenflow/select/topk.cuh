@@ -81,7 +81,8 @@ namespace device {
 ///
 /// @param d_temp      device scratch; nullptr only writes `temp_bytes`
 /// @param temp_bytes  size of `d_temp` in bytes
-/// @param items       `count` segments: a host array of descriptors of device memory
+/// @param items       `count` segments: a host array of descriptors of device memory; an
+///                    item's `wide` ranks its +Inf scores by their fp64 values (types.hpp)
 /// @param count       number of items, >= 0
 /// @param order       as for `topk`
 /// @param stream      stream everything is ordered on

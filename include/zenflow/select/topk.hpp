@@ -74,7 +74,8 @@ namespace host {
 ///
 /// @param temp        scratch; nullptr only writes `temp_bytes`
 /// @param temp_bytes  size of `temp` in bytes
-/// @param items       `count` segments (host array of descriptors; the data is host memory)
+/// @param items       `count` segments (host array of descriptors; the data is host memory);
+///                    an item's `wide` ranks its +Inf scores by their fp64 values (types.hpp)
 /// @param count       number of items, >= 0
 /// @param order       as for `topk`
 /// @param pool        threads to use (segments run in parallel); nullptr: the calling thread

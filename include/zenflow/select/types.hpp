@@ -47,6 +47,11 @@ struct topk_item {
   std::int64_t k = 0;
   std::int32_t* indices = nullptr; ///< `k` indices out (into `scores`)
   float* values = nullptr;         ///< `k` values out, or nullptr
+  /// Nullable (`topk_segmented` only): `n` fp64 values, read where the score is +Inf (an fp32
+  /// sum that overflowed), each such score's value recomputed in fp64. +Inf scores still rank
+  /// above every other score, and among themselves by this value (larger first, ties to the
+  /// lower index, NaN lowest) instead of by index alone (`detail/radix_math.hpp`).
+  const double* wide = nullptr;
 };
 
 ZF_NAMESPACE_END

@@ -163,6 +163,8 @@ public:
   /// the importance into scores(p) (with sq_l2, the prologue's: nothing to do) ...
   void importance(channel_norm kind, cudaStream_t stream);
   /// ... and the top-k of every matrix over scores(p), read back with the skip flag (blocking).
+  /// With sq_l2, channels whose fp32 score overflowed rank by their fp64 rescans (the squared
+  /// totals'): above every finite score, the larger first, ties to the lower index.
   bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
   /// Moves optimizer state between the host's rows `host_rows` (channels `host_first` to
   /// `host_first + host_rows.channels`: the whole matrix, or this rank's block of it) and the
@@ -449,6 +451,16 @@ private:
   dbuf<float> mass_rows_[2];          // per-row masses: step()'s packs', grad_ready()'s packs'
   dbuf<double> totals_;               // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
+  // A selection by sq_l2: the fp64 rescans of the +Inf scores, which the top-k ranks them by
+  // (topk_item::wide; the same rescans the squared totals add). Per parameter: rescan_[p] where
+  // set, else its place in wide_, written at the selection by the wide_items_ (nullptr: a vector).
+  std::vector<const double*> wide_of_;
+  dbuf<double> wide_;
+  dbuf<sq_rescan_item> wide_items_;
+  int wide_count_ = 0;
+  std::int64_t wide_max_ = 0;
+  // The last importance()'s kind.
+  channel_norm importance_ = channel_norm::sq_l2;
   dbuf<std::uint32_t> flags_; // per parameter, in dtype-group order
   dbuf<float> stage_;
   dbuf<std::int32_t> stage_counts_;

@@ -92,7 +92,37 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     }
     sq_items_ = dbuf<sq_total_item>(items.size());
     b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
-    b_.synchronize(nullptr); // `items` is freed next
+    // A selection's rescans of the matrices whose squared totals rescan their gradient.
+    std::size_t wide_total = 0;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (params[p].matrix && items[p].rescan == nullptr) {
+        wide_total += static_cast<std::size_t>(params[p].channels);
+      }
+    }
+    wide_ = dbuf<double>(std::max<std::size_t>(wide_total, 1));
+    wide_of_.assign(params.size(), nullptr);
+    std::vector<sq_rescan_item> wide_items;
+    std::size_t off = 0;
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      if (!params[p].matrix) {
+        continue;
+      }
+      if (items[p].rescan != nullptr) {
+        wide_of_[p] = items[p].rescan;
+        continue;
+      }
+      wide_of_[p] = wide_.data() + off;
+      wide_items.push_back({items[p], 0, params[p].channels, wide_.data() + off});
+      wide_max_ = std::max(wide_max_, params[p].channels);
+      off += static_cast<std::size_t>(params[p].channels);
+    }
+    wide_count_ = static_cast<int>(wide_items.size());
+    wide_items_ = dbuf<sq_rescan_item>(std::max<std::size_t>(wide_items.size(), 1));
+    if (!wide_items.empty()) {
+      b_.copy_h2d(wide_items_.data(), wide_items.data(), wide_items.size() * sizeof(wide_items[0]), nullptr);
+    }
+    mem.device_scratch += wide_.size() * 8 + wide_items_.size() * sizeof(sq_rescan_item);
+    b_.synchronize(nullptr); // `items` and `wide_items` are freed next
   }
   stage_ = dbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
   stage_counts_ = dbuf<std::int32_t>(static_cast<std::size_t>(max_rows));

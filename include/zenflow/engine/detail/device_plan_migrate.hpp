@@ -20,6 +20,7 @@ namespace detail {
 
 template <class Backend>
 void device_plan<Backend>::importance(channel_norm kind, cudaStream_t stream) {
+  importance_ = kind;
   if (kind == channel_norm::l1) { // the prologue computed squared L2: L1 of every matrix instead
     for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
       using T = decltype(tag);
@@ -50,14 +51,23 @@ template <class Backend>
 bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& sets,
                                       std::size_t& d2h,
                                       cudaStream_t stream) {
+  // sq_l2: a channel whose fp32 score overflowed ranks by its fp64 rescan (zero where the score
+  // is finite: only +Inf scores read it), computed here unless data parallel's owners did.
+  const bool wide = importance_ == channel_norm::sq_l2;
+  if (wide && wide_count_ > 0) {
+    b_.run(stream, 0, "zenflow::engine: sq_rescan",
+           [items = wide_items_.data(), n = wide_count_, max = wide_max_](auto prim, auto on) {
+             return prim.sq_rescan(items, n, max, on);
+           });
+  }
   std::vector<topk_item> items;
   std::vector<std::size_t> which;
   std::size_t at = 0;
   for (std::size_t p = 0; p < dev_.size(); ++p) {
     const param_info& pi = info(p);
     if (pi.matrix) {
-      items.push_back(
-          {dev_[p].scores.data(), pi.channels, pi.device_capacity, sel_idx_.data() + at, nullptr});
+      items.push_back({dev_[p].scores.data(), pi.channels, pi.device_capacity, sel_idx_.data() + at, nullptr,
+                       wide ? wide_of_[p] : nullptr});
       which.push_back(p);
       at += static_cast<std::size_t>(pi.device_capacity);
     }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
@@ -94,6 +95,74 @@ ZF_HOST_DEVICE inline void topk_advance(topk_radix_state& s, int p, const topk_b
   if (s.k_remaining == b.count || p + 1 == topk_passes) {
     s.done = 1;
   }
+}
+
+// ---- +Inf scores ranked by their fp64 values (topk_item::wide) -----------------------------------
+//
+// The radix selection above ranks every +Inf score equal (ties to the lower index). With `wide`,
+// the scores that are +Inf rank by the 96-bit key (topk_wide_key(wide[i]), ~i) instead: the
+// larger fp64 value first, ties to the lower index. This changes the set only when its k-th
+// largest score is +Inf (every selected score +Inf, maybe more +Inf left out): then the set is
+// the k largest such keys among the +Inf scores; otherwise every +Inf score is selected already.
+// Both backends find that set with the bitwise threshold search below (integer counts only, so
+// the same set whatever the thread count).
+
+/// True when `v` is +Inf.
+ZF_HOST_DEVICE ZF_FORCEINLINE bool topk_is_pos_inf(float v) {
+  return float_bits(v) == 0x7f800000u;
+}
+
+/// Monotone 64-bit key of an fp64 value: larger value, larger key; -0 -> +0; NaN -> 0 (the lowest).
+ZF_HOST_DEVICE ZF_FORCEINLINE std::uint64_t topk_wide_key(double v) {
+#if ZF_DEVICE_COMPILE
+  std::uint64_t bits = static_cast<std::uint64_t>(__double_as_longlong(v));
+#else
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+#endif
+  constexpr std::uint64_t sign = 0x8000000000000000ull;
+  if ((bits & ~sign) > 0x7ff0000000000000ull) {
+    return 0ull; // NaN ranks below everything
+  }
+  if (bits == sign) {
+    bits = 0ull; // -0 ties with +0
+  }
+  return (bits & sign) != 0 ? ~bits : (bits | sign);
+}
+
+/// A 96-bit key of the +Inf ranking: `hi` the value's (topk_wide_key), `lo` = ~index.
+struct topk_wide96 {
+  std::uint64_t hi = 0;
+  std::uint32_t lo = 0;
+};
+
+ZF_HOST_DEVICE ZF_FORCEINLINE topk_wide96 topk_wide_composite(double v, std::uint32_t index) {
+  return {topk_wide_key(v), 0xffffffffu - index};
+}
+
+ZF_HOST_DEVICE ZF_FORCEINLINE bool topk_wide_ge(const topk_wide96& a, const topk_wide96& b) {
+  return a.hi > b.hi || (a.hi == b.hi && a.lo >= b.lo);
+}
+
+/// `t` with bit `b` (0..95; 95 the most significant, of `hi`) set: the search's next candidate.
+ZF_HOST_DEVICE ZF_FORCEINLINE topk_wide96 topk_wide_with_bit(topk_wide96 t, int b) {
+  if (b >= 32) {
+    t.hi |= 1ull << (b - 32);
+  } else {
+    t.lo |= 1u << b;
+  }
+  return t;
+}
+
+/// Number of bits the threshold search walks (most significant first).
+inline constexpr int topk_wide_bits = 96;
+
+/// Whether score `i` of a segment is selected once its +Inf scores are re-ranked with threshold
+/// `t` (the k-th largest 96-bit key among them).
+ZF_HOST_DEVICE ZF_FORCEINLINE bool
+topk_wide_selected(const float* scores, const double* wide, std::int64_t i, const topk_wide96& t) {
+  return topk_is_pos_inf(scores[i]) &&
+         topk_wide_ge(topk_wide_composite(wide[i], static_cast<std::uint32_t>(i)), t);
 }
 
 } // namespace detail

@@ -103,6 +103,32 @@ dispatch_topk_small(const topk_item* items, std::int64_t count, std::int64_t max
   return cudaSuccess;
 }
 
+/// After the selections: the +Inf re-ranking of the segments with `wide`, 32 per launch.
+[[nodiscard]] inline cudaError_t
+dispatch_topk_wide(const topk_item* items, std::int64_t count, cudaStream_t stream) {
+  topk_wide_launch l{};
+  int m = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const topk_item& it = items[i];
+    if (it.k == 0 || it.wide == nullptr) {
+      continue;
+    }
+    l.seg[m++] = {it.scores, it.wide, it.indices, it.values, it.n, it.k};
+    if (m == topk_segment_batch_max) {
+      topk_wide_kernel<<<static_cast<unsigned>(m), topk_block, 0, stream>>>(l);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+        return e;
+      }
+      m = 0;
+    }
+  }
+  if (m > 0) {
+    topk_wide_kernel<<<static_cast<unsigned>(m), topk_block, 0, stream>>>(l);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+
 /// Scratch of `device::topk` for `n` scores (the one-block path needs none).
 [[nodiscard]] inline std::size_t topk_temp_bytes(std::int64_t n) {
   return std::max(min_temp_bytes, n > topk_one_block_max_n ? topk_large_temp_bytes(n) + 256 : 0);
@@ -120,7 +146,8 @@ dispatch_topk_small(const topk_item* items, std::int64_t count, std::int64_t max
   return std::max(min_temp_bytes, largest > 0 ? topk_large_temp_bytes(largest) + 256 : 0);
 }
 
-/// Every segment: the small ones 32 per launch, then the large ones one after the other.
+/// Every segment: the small ones 32 per launch, then the large ones one after the other, then
+/// the +Inf re-ranking of those with `wide`.
 [[nodiscard]] inline cudaError_t
 dispatch_topk_segmented(void* d_temp, const topk_item* items, std::int64_t count, cudaStream_t stream) {
   if (const cudaError_t e = dispatch_topk_small(items, count, topk_segment_one_block_max_n, stream);
@@ -135,7 +162,7 @@ dispatch_topk_segmented(void* d_temp, const topk_item* items, std::int64_t count
       }
     }
   }
-  return cudaSuccess;
+  return dispatch_topk_wide(items, count, stream);
 }
 
 } // namespace detail

@@ -137,6 +137,50 @@ inline void host_topk_item(const topk_item& it, std::byte* temp, worker_pool* po
   });
 }
 
+/// After `host_topk_item`: the item's +Inf scores re-ranked by `it.wide` when its k-th largest
+/// score is +Inf (radix_math.hpp, "+Inf scores ranked by their fp64 values"), on the calling
+/// thread (a rare case: a gradient whose channels' squares overflow fp32).
+inline void host_topk_wide(const topk_item& it) {
+  if (it.wide == nullptr || it.k == 0) {
+    return;
+  }
+  for (std::int64_t o = 0; o < it.k; ++o) {
+    if (!topk_is_pos_inf(it.scores[it.indices[o]])) {
+      return; // every +Inf score is selected
+    }
+  }
+  std::vector<std::int64_t> inf;
+  for (std::int64_t i = 0; i < it.n; ++i) {
+    if (topk_is_pos_inf(it.scores[i])) {
+      inf.push_back(i);
+    }
+  }
+  if (static_cast<std::int64_t>(inf.size()) == it.k) {
+    return;
+  }
+  topk_wide96 t{};
+  for (int b = topk_wide_bits - 1; b >= 0; --b) {
+    const topk_wide96 cand = topk_wide_with_bit(t, b);
+    std::int64_t count = 0;
+    for (const std::int64_t i : inf) {
+      count += topk_wide_selected(it.scores, it.wide, i, cand) ? 1 : 0;
+    }
+    if (count >= it.k) {
+      t = cand;
+    }
+  }
+  std::int64_t o = 0;
+  for (const std::int64_t i : inf) {
+    if (topk_wide_selected(it.scores, it.wide, i, t)) {
+      it.indices[o] = static_cast<std::int32_t>(i);
+      if (it.values != nullptr) {
+        it.values[o] = it.scores[i];
+      }
+      ++o;
+    }
+  }
+}
+
 /// Scratch of a segmented host selection (the size query adds `host_topk_align`).
 [[nodiscard]] inline std::size_t host_topk_segmented_temp_bytes(const topk_item* items, std::int64_t count) {
   std::size_t need = 0;
@@ -161,11 +205,13 @@ host_topk_segmented(const topk_item* items, std::int64_t count, std::byte* base,
     pool->parallel_for(count, 1, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         host_topk_item(items[i], base + offsets[static_cast<std::size_t>(i)], nullptr);
+        host_topk_wide(items[i]);
       }
     });
   } else {
     for (std::int64_t i = 0; i < count; ++i) {
       host_topk_item(items[i], base + offset, pool);
+      host_topk_wide(items[i]);
       offset += align_up(host_topk_temp_bytes(items[i].n));
     }
   }

@@ -15,6 +15,8 @@
 ///
 /// Small n and segmented top-k: `topk_block_kernel`, one block per segment, everything in
 /// shared memory except the (L2-resident) input.
+///
+/// Segments with `topk_item::wide`: then `topk_wide_kernel`, one block per segment (radix_math.hpp).
 #pragma once
 
 #include <cstdint>
@@ -402,6 +404,84 @@ ZF_KERNEL void __launch_bounds__(topk_segment_block)
       g.indices[o + off] = static_cast<std::int32_t>(i);
       if (g.values != nullptr) {
         g.values[o + off] = v;
+      }
+    }
+    o += total;
+    __syncthreads();
+  }
+}
+
+/// One segment of the +Inf re-ranking (topk_item::wide), after its selection was written.
+struct topk_wide_segment {
+  const float* scores;
+  const double* wide;
+  std::int32_t* indices;
+  float* values;
+  std::int64_t n;
+  std::int64_t k;
+};
+
+struct topk_wide_launch {
+  topk_wide_segment seg[topk_segment_batch_max];
+};
+
+/// The +Inf scores of each segment re-ranked by their fp64 values when its k-th largest score is
+/// +Inf (radix_math.hpp): one block per segment, which returns at once otherwise. The bitwise
+/// threshold search counts in integers, the set is written in index order with a block scan:
+/// the host's set (host_topk_wide), whatever the block size.
+template <int = 0>
+ZF_KERNEL void __launch_bounds__(topk_block) topk_wide_kernel(const __grid_constant__ topk_wide_launch l) {
+  using scan_t = cub::BlockScan<std::uint32_t, topk_block>;
+  __shared__ typename scan_t::TempStorage scan_tmp;
+  __shared__ unsigned long long count;
+  __shared__ int all_inf;
+  const topk_wide_segment g = l.seg[blockIdx.x];
+  if (g.k == 0 || g.wide == nullptr) {
+    return;
+  }
+  if (threadIdx.x == 0) {
+    all_inf = 1;
+  }
+  __syncthreads();
+  for (std::int64_t o = threadIdx.x; o < g.k; o += topk_block) {
+    if (!topk_is_pos_inf(g.scores[g.indices[o]])) {
+      all_inf = 0;
+    }
+  }
+  __syncthreads();
+  if (all_inf == 0) {
+    return; // every +Inf score is selected (the same for every thread)
+  }
+  topk_wide96 t{};
+  for (int b = topk_wide_bits - 1; b >= 0; --b) {
+    const topk_wide96 cand = topk_wide_with_bit(t, b);
+    if (threadIdx.x == 0) {
+      count = 0;
+    }
+    __syncthreads();
+    unsigned long long c = 0;
+    for (std::int64_t i = threadIdx.x; i < g.n; i += topk_block) {
+      c += topk_wide_selected(g.scores, g.wide, i, cand) ? 1u : 0u;
+    }
+    if (c != 0) {
+      atomicAdd(&count, c);
+    }
+    __syncthreads();
+    if (count >= static_cast<unsigned long long>(g.k)) {
+      t = cand;
+    }
+    __syncthreads(); // every thread has read `count` before it is cleared
+  }
+  std::uint32_t o = 0;
+  for (std::int64_t b = 0; b < g.n; b += topk_block) {
+    const std::int64_t i = b + threadIdx.x;
+    const bool sel = i < g.n && topk_wide_selected(g.scores, g.wide, i, t);
+    std::uint32_t off = 0, total = 0;
+    scan_t(scan_tmp).ExclusiveSum(sel ? 1u : 0u, off, total);
+    if (sel) {
+      g.indices[o + off] = static_cast<std::int32_t>(i);
+      if (g.values != nullptr) {
+        g.values[o + off] = g.scores[i];
       }
     }
     o += total;
