@@ -16,13 +16,15 @@ raw columns, recomputed here independently of the program:
 - host B/p is the whole host footprint (state + accumulators + ring + upload + landing) over the
   parameters, and the planner's (zenflow::plan, files from 2026-11-28 on) host bytes equal the
   engine's buffer by buffer;
-- the planner's predicted step, recomputed here for ZenFlow at a fixed S: max(C, down / B, up / B,
-  window bytes / S / H, accumulation bytes / H) with down = the unselected rows (bf16), up = down /
+- the planner's predicted step, recomputed here for ZenFlow at a fixed S: max(C + K, down / B, up / B,
+  window bytes / S / H, accumulation bytes / H) with K the device's kernel time after the backward
+  (the device's own step time beside C, measured in the run), down = the unselected rows (bf16), up = down /
   S, a window 34 B per unselected element (26 with bf16 moments), an accumulation 10 B, and H the
   host bandwidth the file records (the standalone accumulation's bytes over its time), and
   x_predicted = mean / predicted. With --prediction-within F every such mode's mean step must be
   within F of it (the issue's 10%: F = 0.1); with --rss-within F the process's resident growth
-  over the engine's construction and warm-up must be within F of what the engine counts.
+  over the engine's construction and warm-up must be within F of what the engine counts (ZenFlow
+  modes: gpu_adamw never touches its ring and staging, offload_sync not every slot of them).
 
   check_pipeline_json.py FILE [--modes LABEL,LABEL,...] [--standard-modes] [--self-test]
                          [--prediction-within F] [--rss-within F]
@@ -231,7 +233,7 @@ def check_plan(d, modes, args, say):
             k = max(1, math.floor(m["topk_ratio"] * channels))
             unsel = (channels - k) * channels * layers
             window = 26 if d.get("host_moments") == "bf16" else 34
-            terms = [C, unsel * 2 / B * 1e3, unsel * 2 / S / B * 1e3, unsel * window / S / H * 1e3,
+            terms = [C + m["kernel_ms_after_backward"], unsel * 2 / B * 1e3, unsel * 2 / S / B * 1e3, unsel * window / S / H * 1e3,
                      unsel * 10 / H * 1e3]
             if not close(p["predicted_step_ms"], max(terms), 1e-6):
                 fail(f"{label}: predicted step {p['predicted_step_ms']} ms, the formulas give {max(terms)}")
@@ -241,7 +243,7 @@ def check_plan(d, modes, args, say):
             if args.prediction_within is not None and abs(p["x_predicted"] - 1) > args.prediction_within:
                 fail(f"{label}: mean step {m['step_ms_mean']:.3f} ms is {p['x_predicted']:.3f}x the "
                      f"predicted {p['predicted_step_ms']:.3f} ms (allowed: within {args.prediction_within})")
-        if args.rss_within is not None and m.get("rss_counted_bytes") is not None:
+        if args.rss_within is not None and m.get("rss_counted_bytes") is not None and label.startswith("zenflow"):
             growth = m["rss_at_warm_bytes"] - m["rss_before_bytes"]
             if abs(growth - m["rss_counted_bytes"]) > args.rss_within * m["rss_counted_bytes"]:
                 fail(f"{label}: resident memory grew {growth / 1e6:.1f} MB, the engine counts "

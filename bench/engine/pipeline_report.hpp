@@ -282,9 +282,9 @@ struct result {
   // device's memory is this process's: the emulated device). NaN where not measured.
   double rss_before_bytes = std::nan(""), rss_at_warm_bytes = std::nan(""), rss_counted_bytes = std::nan("");
   bool device_memory_in_rss = false;
-  // The planner's prediction (zenflow::plan) for this mode from C, B and the host bandwidth the
-  // standalone accumulation reached in this run; checked against the mean step for ZenFlow at a
-  // fixed S (prediction_checked), flagged past 10%.
+  // The planner's prediction (zenflow::plan) for this mode from the device's step C + K, B and the
+  // host bandwidth the standalone accumulation reached in this run; checked against the mean step
+  // for ZenFlow at a fixed S (prediction_checked), flagged past 10%.
   zenflow::plan_result plan{};
   double host_bytes_per_s = 0;
   bool prediction_checked = false;
@@ -466,7 +466,7 @@ inline zenflow::plan_result plan_of(
   return zenflow::plan(plan_model_of(o, hidden), hw, zenflow::plan_config::of(config_of(o, spec)));
 }
 
-/// Fills the planner's columns of `res`: the host bandwidth is the one the standalone
+/// Fills the planner's columns of `res` for a device step of `compute_ms`: the host bandwidth is the one the standalone
 /// accumulation reached (its bytes, from the planner, over its time; the planner's host terms are
 /// bytes over that), the prediction is checked for ZenFlow at a fixed S.
 inline void set_prediction(result& res, const options& o, std::int64_t hidden, double compute_ms,
@@ -494,7 +494,9 @@ inline void finish_result(result& res,
     res.accumulate_ms = time_accumulation(hidden, o.layers, r, acc_threads) * 1e3;
   }
   set_bounds(res, o.compute_ms, down_bytes_per_s, up_bytes_per_s);
-  set_prediction(res, o, hidden, o.compute_ms, std::min(down_bytes_per_s, up_bytes_per_s));
+  // The device's step as the planner takes it: C plus the device's own kernel time after the
+  // backward, K (measured in this run; microseconds on a GPU, host code on the emulated device).
+  set_prediction(res, o, hidden, o.compute_ms + res.kernel_ms, std::min(down_bytes_per_s, up_bytes_per_s));
 }
 
 inline void print_table_header() {
@@ -698,8 +700,8 @@ inline void print_settings(const options& o) {
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");
   std::printf("host B/p: everything the engine holds on the host per parameter (state, accumulators, pinned "
-              "ring, upload); pred: the planner's step (zenflow::plan from C, B and the host bandwidth of this "
-              "run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
+              "ring, upload); pred: the planner's step (zenflow::plan from C + K, B and the host bandwidth of "
+              "this run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
   std::printf("gradient release: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step");
   std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
               "step's last D2H copy after the end of its backward (median; nan: not measured here)\n",
