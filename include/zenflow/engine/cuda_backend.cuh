@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_runtime_api.h>
@@ -74,6 +75,8 @@ struct device_primitives {
     }
     return masses == nullptr ? cudaSuccess : l1_mass_batched(masses, count, max_rows, s);
   }
+  /// The pack: with a mass and its ticket (device_plan's packs), the copy and the mass in one
+  /// launch (pack_mass_kernel); else the gather, then the mass in two.
   template <class Tin, class Tout>
   static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,
                                           const std::int32_t* idx,
@@ -81,6 +84,28 @@ struct device_primitives {
                                           Tout* dst,
                                           const l1_mass_args& mass,
                                           cudaStream_t s) {
+    if constexpr (std::is_same_v<Tin, Tout>) {
+      if (mass.l1 != nullptr && mass.ticket != nullptr && count > 0 && src.channel_len > 0) {
+        row_copy_item it{const_cast<void*>(static_cast<const void*>(src.data)),
+                         dtype_of<Tin>(),
+                         src.channels,
+                         src.channel_len,
+                         src.ld,
+                         src.layout,
+                         idx,
+                         count,
+                         dst,
+                         dtype_of<Tin>(),
+                         0};
+        const std::int64_t copy_blocks = row_copy_item_blocks(it);
+        const std::int64_t per_block = mass.lanes ? engine_kernels::l1_rows_per_block : 256;
+        const std::int64_t mass_blocks = (count + per_block - 1) / per_block;
+        engine_kernels::pack_mass_kernel<Tin>
+            <<<static_cast<unsigned>(copy_blocks + mass_blocks), 256, 0, s>>>(it, copy_blocks, mass,
+                                                                              mass_blocks);
+        return cudaGetLastError();
+      }
+    }
     if (const cudaError_t e = device::gather_channels(src, idx, count, dst, nullptr, s); e != cudaSuccess) {
       return e;
     }

@@ -449,6 +449,7 @@ private:
   std::vector<const double*> rescan_; // per parameter, nullable: set_norm_rescan()
   dbuf<float> early_rest_;            // per matrix: rest mass of the packs done by grad_ready
   dbuf<float> mass_rows_[2];          // per-row masses: step()'s packs', grad_ready()'s packs'
+  dbuf<std::uint32_t> pack_tickets_;  // their packs' tickets (l1_mass_args::ticket), zero between packs
   dbuf<double> totals_;               // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
   // A selection by sq_l2: the fp64 rescans of the +Inf scores, which the top-k ranks them by

@@ -77,6 +77,9 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     for (auto& m : mass_rows_) {
       m = dbuf<float>(static_cast<std::size_t>(rows));
     }
+    // Their packs' tickets (l1_mass_args::ticket): zero between packs.
+    pack_tickets_ = dbuf<std::uint32_t>(2);
+    b_.zero(pack_tickets_.data(), pack_tickets_.size() * 4, nullptr);
   }
   totals_ = dbuf<double>(params.size());
   flags_ = dbuf<std::uint32_t>(params.size());
@@ -241,7 +244,7 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   }
   mem.device_staging += staging_.size();
   mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
-                        2 * mass_rows_[0].size() * 4 + totals_.size() * 8 +
+                        2 * mass_rows_[0].size() * 4 + pack_tickets_.size() * 4 + totals_.size() * 8 +
                         sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 + stage_.size() * 4 +
                         stage_counts_.size() * 4;
   b_.synchronize_all(); // allocations and their first writes done
@@ -450,8 +453,9 @@ void device_plan<Backend>::pack(
   const param_info& pi = info(p);
   auto& d = dev_[p];
   float* mass = early ? early_rest_.data() + d.matrix_index : layout_.rest(record_words(), d.matrix_index);
-  const l1_mass_args m =
+  l1_mass_args m =
       mass_args(p, d.host_set.data() + begin, end - begin, mass_rows_[early ? 1 : 0].data(), nullptr, mass);
+  m.ticket = pack_tickets_.data() + (early ? 1 : 0); // the CUDA backend's pack adds the mass itself
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
     const auto src = pi.grad_matrix<T>();

@@ -231,6 +231,46 @@ __device__ void row_copy_block_of(const row_copy_item& it,
   }
 }
 
+/// A pack (rows of one matrix gathered into its working type) with Zen-auto's mass of those rows,
+/// in one launch instead of three (the gather, l1_rows_kernel, and l1_add_rows_kernel's single
+/// thread): blocks [0, copy_blocks) copy the rows (row_copy_block), the `mass_blocks` after them
+/// compute the rows' sums (l1_rows_block, into a.row_l1), and the mass block that finishes last,
+/// told by the ticket `a.ticket` (zero before the launch, zero again after it), adds them in row
+/// order into the mass: l1_add_rows' order and bits. The copy is gather_channels' (every value
+/// through float), the rows' sums are l1_rows_kernel's: the same bits as before, run to run.
+template <class T>
+ZF_KERNEL void __launch_bounds__(256)
+    pack_mass_kernel(row_copy_item it, std::int64_t copy_blocks, l1_mass_args a, std::int64_t mass_blocks) {
+  __shared__ float tile[row_copy_tile][row_copy_tile + 1];
+  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  __shared__ bool last;
+  const std::int64_t b = blockIdx.x;
+  if (b < copy_blocks) {
+    row_copy_block<T, T>(it, b, row_copy_direction::gather, tile);
+    return;
+  }
+  if (a.skip != nullptr && *a.skip != 0) {
+    return; // the same for every block: none takes a ticket
+  }
+  l1_rows_block(a, b - copy_blocks, lanes);
+  __threadfence(); // this block's rows visible to the last block before its ticket is taken
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(a.ticket, 1u) == static_cast<unsigned>(mass_blocks - 1);
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    __threadfence();
+    // l1_add_rows, its loads past L1 (__ldcg: the rows were written by other blocks).
+    float s = 0.0f;
+    for (std::int64_t r = 0; r < a.count; ++r) {
+      s = add_f(s, __ldcg(a.row_l1 + r));
+    }
+    *a.l1 = add_f(*a.l1, s);
+    *a.ticket = 0; // for the next pack on this stream
+  }
+}
+
 /// A batched row copy: grid-stride over the launch's blocks, each finding its item by
 /// `block_begin` (item_of_block, as adamw_selective_batched_kernel).
 template <int = 0>

@@ -10,7 +10,8 @@
 /// - a row read through the strided path: |x[i]| added in i order from 0;
 /// - the call's rows added in row order from 0, that sum added to the mass.
 /// The CUDA backend computes each row apart (kernels.cuh: 16 threads per row, then one thread
-/// adds the rows in order) instead of the float atomics that made its windows vary run to run.
+/// adds the rows in order; for a pack, in the pack's own launch) instead of the float atomics that
+/// made its windows vary run to run.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,11 @@ struct l1_mass_args {
   float* row_l1 = nullptr;
   const std::uint32_t* skip = nullptr;
   float* l1 = nullptr;
+  /// The CUDA backend's pack: a zeroed device word that lets the rows' blocks of one launch tell
+  /// which of them finished last, and so add the rows into the mass in the same launch (kernels.cuh,
+  /// pack_mass_kernel; left 0 again). Null elsewhere (and ignored by the host and emulated
+  /// backends, which add in the same order).
+  std::uint32_t* ticket = nullptr;
 };
 
 /// |x| and a + b with the host's bits on the device whatever the consumer's flags: a bit clear and
