@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -215,6 +216,86 @@ TEST(engine_launches, the_engines_own_threads_enter_before_their_first_device_ca
   }
   EXPECT_EQ(once, 1u) << "the consumer enters once";
   EXPECT_EQ(more, 1u) << "the job's thread enters at every job";
+}
+
+// Issue 31: a steady step breaks none of the rules a GPU punishes (emulated_device::stats()): after
+// warm-up (the first selections, window closes and migrations) no allocation, no free (each would
+// synchronise the whole device, as cudaMalloc/cudaFree/cudaFreeHost do) and no copy from or to
+// pageable host memory (it would run synchronously); and, over the whole run, no device call from a
+// host task, no use after free, no stream or event destroyed with work still queued.
+TEST(engine_launches, a_steady_step_allocates_nothing_frees_nothing_and_copies_no_pageable_memory) {
+  std::vector<std::pair<std::string, zenflow::config>> modes;
+  zenflow::config fixed = zf_engine_test::small_config();
+  fixed.select_interval = 4;
+  modes.emplace_back("zenflow fixed windows, overlap", fixed);
+  zenflow::config sync = fixed;
+  sync.overlap_step = false;
+  sync.update_interval = 3;
+  sync.select_interval = 6;
+  modes.emplace_back("zenflow fixed windows, no overlap", sync);
+  zenflow::config zen_auto = fixed;
+  zen_auto.update_interval = 0;
+  zen_auto.max_update_interval = 3;
+  zen_auto.full_warm_up_rounds = 2;
+  modes.emplace_back("zenflow Zen-auto with warm-up", zen_auto);
+  zenflow::config offload = fixed;
+  offload.mode = zenflow::optimizer_mode::offload_sync;
+  modes.emplace_back("offload_sync", offload);
+  zenflow::config gpu = fixed;
+  gpu.mode = zenflow::optimizer_mode::gpu_adamw;
+  modes.emplace_back("gpu_adamw", gpu);
+  for (const auto& [name, cfg] : modes) {
+    SCOPED_TRACE(name);
+    zenflow::emulated_device device;
+    const cudaStream_t stream = device.create_stream();
+    constexpr std::int64_t channels = 24;
+    constexpr std::int64_t len = 16;
+    const auto n = static_cast<std::size_t>(channels * len);
+    std::vector<float> w0 = zf_test::random_values<float>(n, 1), g0(n);
+    std::vector<zenflow::bfloat16> w1 = zf_test::random_values<zenflow::bfloat16>(n, 2), g1(n);
+    std::vector<float> vec(7, 0.5f), vec_g(7);
+    {
+      zenflow::engine<zenflow::emulated_backend> eng(cfg, zenflow::emulated_backend{device});
+      eng.add_matrix(w0.data(), g0.data(), channels, len);
+      eng.add_matrix(w1.data(), g1.data(), channels, len);
+      eng.add_vector(vec.data(), vec_g.data(), 7);
+      eng.initialize(stream);
+      constexpr int warm_up = 12; // three selections, several windows (and Zen-auto's warm-up)
+      constexpr int steady = 12;
+      zenflow::emulated_device_stats before{};
+      for (int t = 0; t < warm_up + steady; ++t) {
+        if (t == warm_up) {
+          before = device.stats();
+        }
+        const auto seed = static_cast<std::uint64_t>(100 + t);
+        device.launch(stream, [&, seed] { // the backward, stream-ordered
+          const auto fill = [](auto& dst, const auto& src) {
+            std::copy(src.begin(), src.end(), dst.begin());
+          };
+          fill(g0, zf_test::random_values<float>(n, seed));
+          fill(g1, zf_test::random_values<zenflow::bfloat16>(n, seed + 1));
+          fill(vec_g, zf_test::random_values<float>(7, seed + 2));
+        });
+        (void)eng.step(1e-2f, stream);
+        device.synchronize_stream(stream); // the trainer reads its loss
+      }
+      const zenflow::emulated_device_stats after = device.stats();
+      EXPECT_EQ(after.allocations - before.allocations, 0u) << "allocations in steady steps";
+      EXPECT_EQ(after.frees - before.frees, 0u) << "frees in steady steps";
+      EXPECT_EQ(after.pageable_copies - before.pageable_copies, 0u) << "pageable copies in steady steps";
+      EXPECT_GT(after.allocations, 0u); // the engine's buffers are the device's allocations
+      eng.flush(stream);
+      device.synchronize_stream(stream);
+    }
+    const zenflow::emulated_device_stats end = device.stats();
+    EXPECT_EQ(end.host_task_calls, 0u);
+    EXPECT_EQ(end.use_after_free, 0u);
+    EXPECT_EQ(end.busy_destroys, 0u);
+    EXPECT_EQ(end.allocations, end.frees); // every buffer freed with the engine
+    for (const std::string& line : device.reports()) {
+      ADD_FAILURE() << line;
+    }
+  }
 }
 
 } // namespace

@@ -11,6 +11,13 @@
 /// As on a GPU, the user's own work must be stream-ordered too: write the gradients of a step on
 /// the stream given to step() (`emulated_device::launch`), or synchronize that stream before
 /// writing them on the host and before reading the weights after a step.
+///
+/// The engine's buffers are the device's allocations (device memory, and pinned host memory for
+/// its host buffers), as on CUDA: each allocation and free synchronises the device and is
+/// counted, and a copy from or to host memory that is not pinned runs synchronously and is
+/// counted (`emulated_device::stats()`, docs/emulated-device.md). Constructing the backend makes
+/// its device current on the calling thread (as a CUDA device is current): buffers go to the
+/// device current on the thread that constructs them.
 #pragma once
 
 #include <atomic>
@@ -19,7 +26,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,6 +45,80 @@
 #include <zenflow/transport/emulated_copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN
+
+namespace detail {
+/// An owning, move-only allocation of `size()` value-initialised elements from the calling
+/// thread's current emulated device (`emulated_device::current()`), as `device_buffer` and
+/// `pinned_buffer` are on CUDA: allocated and freed through the device (each synchronises it and
+/// is counted), pinned host memory when `Kind` is `emulated_memory::pinned`. Without a current
+/// device: plain host memory (pageable, not counted). The device must outlive the buffer.
+template <class T, emulated_memory Kind>
+class emulated_buffer {
+public:
+  using value_type = T;
+  emulated_buffer() = default;
+  explicit emulated_buffer(std::size_t count) : size_(count) {
+    if (count == 0) {
+      return;
+    }
+    device_ = emulated_device::current();
+    void* p = device_ != nullptr ? device_->allocate(count * sizeof(T), Kind)
+                                 : ::operator new (count * sizeof(T), std::align_val_t{alignment});
+    data_ = static_cast<T*>(p);
+    std::uninitialized_value_construct_n(data_, count);
+  }
+  emulated_buffer(const emulated_buffer&) = delete;
+  emulated_buffer& operator=(const emulated_buffer&) = delete;
+  emulated_buffer(emulated_buffer&& o) noexcept { swap(o); }
+  emulated_buffer& operator=(emulated_buffer&& o) noexcept {
+    emulated_buffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~emulated_buffer() { reset(); }
+
+  /// Frees through the device (synchronising it), or to the heap.
+  void reset() noexcept {
+    if (data_ != nullptr) {
+      std::destroy_n(data_, size_);
+      if (device_ != nullptr) {
+        try {
+          device_->free(data_);
+        } catch (...) { // NOLINT(bugprone-empty-catch): a free from a host task, reported there
+        }
+      } else {
+        ::operator delete (data_, std::align_val_t{alignment});
+      }
+    }
+    data_ = nullptr;
+    size_ = 0;
+    device_ = nullptr;
+  }
+
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  [[nodiscard]] T* begin() noexcept { return data_; }
+  [[nodiscard]] T* end() noexcept { return data_ + size_; }
+  [[nodiscard]] const T* begin() const noexcept { return data_; }
+  [[nodiscard]] const T* end() const noexcept { return data_ + size_; }
+
+private:
+  static constexpr std::size_t alignment = emulated_device::alignment;
+  void swap(emulated_buffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(device_, o.device_);
+  }
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  emulated_device* device_ = nullptr;
+};
+} // namespace detail
 
 /// What the engine asked of an emulated backend, counted (a test hook: the number of device
 /// operations and of host waits must not grow with the number of parameters). `runs`: operations
@@ -68,7 +151,14 @@ class emulated_backend : public detail::host_memory {
 public:
   static constexpr bool is_device = true;
   using copy_backend_type = emulated_copy_backend;
+  /// The device's memory (see the file comment): device allocations, and pinned host ones.
+  template <class T>
+  using device_buffer = detail::emulated_buffer<T, emulated_memory::device>;
+  template <class T>
+  using host_buffer = detail::emulated_buffer<T, emulated_memory::pinned>;
 
+  /// Makes `device` current on the calling thread (`emulated_device::make_current`): the engine's
+  /// buffers are its allocations.
   /// `counts` (nullable, must outlive the engine): what the engine asks, counted.
   /// `kernel_threads` (nullable, must outlive the engine): the device's multiprocessors. The plan's
   /// operations (the host twins) run their parallel-fors on this pool, as a kernel spreads over a
@@ -78,7 +168,9 @@ public:
   explicit emulated_backend(emulated_device& device,
                             emulated_backend_counts* counts = nullptr,
                             worker_pool* kernel_threads = nullptr) noexcept
-      : device_(&device), counts_(counts), kernel_threads_(kernel_threads) {}
+      : device_(&device), counts_(counts), kernel_threads_(kernel_threads) {
+    device.make_current();
+  }
 
   [[nodiscard]] emulated_device& device() const noexcept { return *device_; }
   /// The streams' timeline of the pipeline trace: the emulated device's own record.
@@ -113,9 +205,11 @@ public:
     device_->synchronize();
   }
   [[nodiscard]] int current_device() const noexcept { return 0; }
-  void bind_device(int) const noexcept {}
-  /// Nothing to make current here; counted (`emulated_backend_counts::engine_threads`).
+  /// Makes the device current on the calling thread (the engine's job threads).
+  void bind_device(int) const noexcept { device_->make_current(); }
+  /// Makes the device current; counted (`emulated_backend_counts::engine_threads`).
   void enter_engine_thread(int) const {
+    device_->make_current();
     if (counts_ != nullptr) {
       const std::lock_guard lock(counts_->mutex);
       ++counts_->entered[std::this_thread::get_id()];

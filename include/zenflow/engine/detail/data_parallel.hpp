@@ -355,6 +355,8 @@ public:
       bytes += split ? device_owners_.setup(params, grads_, wide_.data(), owned(params), comm_.rank(),
                                             comm_.size(), slot_bytes, plan)
                      : 0;
+    } else if (split) {
+      (void)owners_.setup(params); // host memory: not counted as device bytes
     }
     // A selection's entering state (migrate_partitioned's gathers, one matrix at a time) at its
     // largest, so that no selection step allocates: the widest device set, fp32 moments.

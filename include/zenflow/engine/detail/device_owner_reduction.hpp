@@ -25,6 +25,8 @@
 /// The index lists' and the masses' descriptors are built on the host and copied up on the stream
 /// from one of two host mirrors in turn: a host set changes only at a selection or a restore, both
 /// of which wait for the stream, so the copy from the other mirror is done before it is rewritten.
+/// The copies read pinned staging allocated at setup (a copy from pageable memory would run
+/// synchronously, and an allocation in a step would synchronise the device).
 #pragma once
 
 #include <algorithm>
@@ -126,6 +128,14 @@ public:
     own_l1_ = dbuf<l1_mass_args>(items);
     matrix_calls_ = dbuf<l1_mass_args>(items);
     slot_calls_ = dbuf<l1_mass_args>(slot_sums_.size());
+    for (mirror& m : mirrors_) { // pinned, at their largest: what the uploads read
+      m.idx_up = hbuf<std::int32_t>(idx_.size());
+      m.rescans_up = hbuf<sq_rescan_item>(rescan_items_.size());
+      m.own_l1_up = hbuf<l1_mass_args>(own_l1_.size());
+      m.slots_up = hbuf<l1_mass_args>(slot_calls_.size());
+      m.matrices_up = hbuf<l1_mass_args>(matrix_calls_.size());
+    }
+    enter_idx_up_ = hbuf<std::int32_t>(enter_idx_.size());
     for (std::size_t p = 0; p < params.size(); ++p) {
       if (chan_off_[p] >= 0) {
         plan.set_norm_rescan(p, rescan_.data() + chan_off_[p]);
@@ -241,7 +251,8 @@ public:
     if (idx.empty()) {
       return 0; // every rank computes the same lists: every rank skips the collective
     }
-    b.copy_h2d(enter_idx_.data(), idx.data(), idx.size() * 4, stream);
+    std::copy(idx.begin(), idx.end(), enter_idx_up_.data()); // pinned (setup), at most enter_idx_'s size
+    b.copy_h2d(enter_idx_.data(), enter_idx_up_.data(), idx.size() * 4, stream);
     // The rows in the staging in owner order, each owner's matrix by matrix in the working type:
     // this rank's gathered there from its mean gradient, the others' scattered from there into
     // it after the all-gather; one batched row copy each.
@@ -494,20 +505,23 @@ private:
     own_l1_count_ = h.own_l1.size();
     slot_call_count_ = h.slots.size();
     matrix_call_count_ = h.matrices.size();
-    upload(b, idx_, h.idx, stream);
-    upload(b, rescan_items_, h.rescans, stream);
-    upload(b, own_l1_, h.own_l1, stream);
-    upload(b, slot_calls_, h.slots, stream);
-    upload(b, matrix_calls_, h.matrices, stream);
+    upload(b, idx_, h.idx, h.idx_up, stream);
+    upload(b, rescan_items_, h.rescans, h.rescans_up, stream);
+    upload(b, own_l1_, h.own_l1, h.own_l1_up, stream);
+    upload(b, slot_calls_, h.slots, h.slots_up, stream);
+    upload(b, matrix_calls_, h.matrices, h.matrices_up, stream);
     gathers_.assign(b, h.gathers, stream);
     scatters_.assign(b, h.scatters, stream);
   }
 
-  /// `dst` (device, sized by setup() for the largest host sets) <- `src`, on the stream.
+  /// `dst` (device, sized by setup() for the largest host sets) <- `src`, on the stream, through
+  /// `pinned` (the mirror's, as large as `dst`).
   template <class T>
-  static void upload(const Backend& b, dbuf<T>& dst, const std::vector<T>& src, cudaStream_t stream) {
+  static void
+  upload(const Backend& b, dbuf<T>& dst, const std::vector<T>& src, hbuf<T>& pinned, cudaStream_t stream) {
     if (!src.empty()) {
-      b.copy_h2d(dst.data(), src.data(), src.size() * sizeof(T), stream);
+      std::copy(src.begin(), src.end(), pinned.data());
+      b.copy_h2d(dst.data(), pinned.data(), src.size() * sizeof(T), stream);
     }
   }
 
@@ -516,6 +530,9 @@ private:
     std::vector<sq_rescan_item> rescans;
     std::vector<l1_mass_args> own_l1, slots, matrices;
     std::vector<row_copy_item> gathers, scatters;
+    hbuf<std::int32_t> idx_up; // pinned copies of the lists (setup), what the uploads read
+    hbuf<sq_rescan_item> rescans_up;
+    hbuf<l1_mass_args> own_l1_up, slots_up, matrices_up;
   };
 
   block_fn block_;
@@ -537,6 +554,7 @@ private:
   dbuf<float> scores_, row_l1_, mine_, rest_, junk_, slot_sums_;
   dbuf<double> rescan_;
   dbuf<std::int32_t> idx_, enter_idx_;
+  hbuf<std::int32_t> enter_idx_up_; // pinned (setup): fetch_entering()'s upload reads it
   dbuf<sq_rescan_item> rescan_items_;
   dbuf<l1_mass_args> own_l1_, slot_calls_, matrix_calls_;
   row_copy_table<Backend> gathers_, scatters_, enter_gathers_, enter_scatters_;

@@ -49,6 +49,16 @@ public:
   /// Split by owner: the host-side matrices (their host set by owner, the rest all-reduced).
   [[nodiscard]] static bool split(const param_info& pi) noexcept { return pi.matrix && pi.host_side; }
 
+  /// At setup: the pinned staging of write_rest() (one float per matrix), so that no step
+  /// allocates (a pinned allocation synchronises the whole device, as cudaHostAlloc does).
+  /// Returns the host bytes allocated.
+  std::size_t setup(const std::vector<param_info>& params) {
+    const auto matrices = static_cast<std::size_t>(
+        std::count_if(params.begin(), params.end(), [](const param_info& pi) { return pi.matrix; }));
+    h_rest_ = typename Backend::template host_buffer<float>(std::max<std::size_t>(matrices, 1));
+    return h_rest_.size() * 4;
+  }
+
   /// `wide`: every parameter's fp32 gradient, channel-major (row c of p at offsets[p] + c x len),
   /// final (the stream synchronized). On return it holds the mean of every row this rank needs,
   /// and zeros on the other blocks' host-set rows. Returns the bytes this rank sent: the
@@ -190,10 +200,8 @@ public:
     if (rest_.empty()) {
       return sent;
     }
-    if (h_rest_.size() < rest_.size()) {
-      h_rest_ = typename Backend::template host_buffer<float>(rest_.size());
-    }
-    // The copy reads h_rest_ when the stream runs it; the next write is after a synchronize.
+    // Pinned at setup (one float per matrix). The copy reads h_rest_ when the stream runs it;
+    // the next write is after a synchronize.
     std::copy(rest_.begin(), rest_.end(), h_rest_.data());
     b.copy_h2d(plan.record_rest(), h_rest_.data(), rest_.size() * 4, stream);
     return sent;

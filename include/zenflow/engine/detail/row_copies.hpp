@@ -155,31 +155,36 @@ host_copy_rows_batched(const row_copy_item* items, int n, row_copy_direction dir
 }
 
 /// A batched row copy's table in device memory: sized once (nothing allocated after
-/// initialize()), filled from a host table, launched as one operation of the backend.
+/// initialize()), filled from a host table through pinned staging of the same size (a copy from
+/// pageable memory would run synchronously), launched as one operation of the backend.
 template <class Backend>
 struct row_copy_table {
   typename Backend::template device_buffer<row_copy_item> items;
+  typename Backend::template host_buffer<row_copy_item> staging; // pinned: what the upload reads
   int n = 0;
   std::int64_t blocks = 0;
   std::size_t bytes = 0;
 
   row_copy_table() = default;
-  explicit row_copy_table(std::size_t capacity) : items(std::max<std::size_t>(capacity, 1)) {}
+  explicit row_copy_table(std::size_t capacity)
+      : items(std::max<std::size_t>(capacity, 1)), staging(std::max<std::size_t>(capacity, 1)) {}
 
-  /// `host` (at most the capacity; its block_begin written here) copied up on `s`: it must stay
-  /// unchanged until the stream has read it.
+  /// `host` (at most the capacity; its block_begin written here) copied up on `s` through the
+  /// staging, which must not be rewritten (by another assign) until the stream has read it.
   /// @throws cuda_error (cudaErrorMisalignedAddress) for an item off its element's boundary,
   ///         before anything is copied: on a GPU the kernel would fault and lose the context.
   void assign(const Backend& b, std::vector<row_copy_item>& host, cudaStream_t s) {
     if (row_copies_misaligned(host.data(), static_cast<int>(host.size()))) {
-      detail::check(cudaErrorMisalignedAddress, "zenflow::engine: a batched row copy's item is not aligned to its "
-                                                "element size");
+      detail::check(cudaErrorMisalignedAddress,
+                    "zenflow::engine: a batched row copy's item is not aligned to its "
+                    "element size");
     }
     n = static_cast<int>(host.size());
     blocks = row_copy_blocks(host.data(), n);
     bytes = row_copy_bytes(host.data(), n);
     if (n > 0) {
-      b.copy_h2d(items.data(), host.data(), host.size() * sizeof(row_copy_item), s);
+      std::copy(host.begin(), host.end(), staging.data());
+      b.copy_h2d(items.data(), staging.data(), host.size() * sizeof(row_copy_item), s);
     }
   }
   void run(const Backend& b,
