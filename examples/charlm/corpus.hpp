@@ -264,6 +264,10 @@ public:
   /// The next random training batch.
   [[nodiscard]] batch next_train(std::int32_t rows) { return sample(rows, 0, split_, gen_); }
 
+  /// The training sampler's generator state (a checkpoint's data position), and its restore.
+  [[nodiscard]] std::uint64_t rng_state() const { return gen_.state; }
+  void set_rng_state(std::uint64_t s) { gen_.state = s; }
+
   /// Evaluation batch `i`: the same for the same (seed, i), independent of training progress.
   [[nodiscard]] batch eval_batch(std::int32_t rows, std::uint64_t i) const {
     rng g(0xe7a1ull * (i + 1) + 17);

@@ -1,5 +1,6 @@
 // charlm_train: the example trainer. `charlm_train --help` lists the options; the README's quick
 // start runs it through bench/engine/offload_modes.py (scripts/demo).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -29,6 +30,9 @@ inline int main_data_parallel(int argc, char** argv) {
       }
       return 0;
     }
+    if (!o.checkpoint_dir.empty()) {
+      throw zenflow::invalid_argument("--checkpoint-dir: one process only (not under mpirun)");
+    }
 #  if !defined(CHARLM_HAS_NCCL)
     if (o.backend == "cuda") {
       throw zenflow::invalid_argument("--backend: built without NCCL, data parallel (mpirun) runs on the "
@@ -50,6 +54,7 @@ inline int main_data_parallel(int argc, char** argv) {
       print_summary(r);
       std::printf("data parallel: replicas %s\n", same ? "identical" : "DIFFER");
       write_json(r, o);
+      write_losses(r, o);
     }
     return same ? 0 : 1;
   } catch (const std::exception& e) {
@@ -117,10 +122,15 @@ int main(int argc, char** argv) {
   try {
     const bool want_cuda = o.backend == "cuda" || (o.backend == "auto" && zenflow::cuda_available());
     charlm::run_result r;
-    if (want_cuda && (!o.init_weights.empty() || !o.save_weights.empty())) {
-      std::fprintf(stderr, "charlm_train: --init-weights / --save-weights run on the host backend only "
-                           "(add --backend host)\n");
+    if (want_cuda && (!o.init_weights.empty() || !o.save_weights.empty() || !o.checkpoint_dir.empty())) {
+      std::fprintf(stderr, "charlm_train: --init-weights / --save-weights / --checkpoint-dir run on the host "
+                           "backend only (add --backend host)\n");
       return 2;
+    }
+    if (!o.checkpoint_dir.empty()) {
+      // Past a file size limit (ulimit -f) a write then fails with EFBIG, reported as a failed
+      // save that leaves the previous set in place, instead of the signal killing the process.
+      std::signal(SIGXFSZ, SIG_IGN);
     }
 #if defined(CHARLM_HAS_CUDA)
     r = want_cuda ? charlm::run_cuda(o) : charlm::run_host(o);
@@ -134,6 +144,7 @@ int main(int argc, char** argv) {
 #endif
     charlm::print_summary(r);
     charlm::write_json(r, o);
+    charlm::write_losses(r, o);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "charlm_train: %s\n", e.what());

@@ -36,6 +36,12 @@ struct options {
   std::string init_weights; ///< start from this weights file (fine-tuning) instead of a fresh init
   std::string save_weights; ///< write the trained weights here (weights.hpp)
   std::string vocab_chars;  ///< set by make_dataset: the vocabulary in use
+  // checkpoint sets (checkpoint.hpp), host backend
+  std::string checkpoint_dir;        ///< save checkpoint sets here ("": none)
+  std::int64_t checkpoint_every = 0; ///< a set every N steps (0: only after the last step)
+  bool resume = false;               ///< continue from the newest complete set in checkpoint_dir
+  std::string losses_out;            ///< write every step's training loss here
+  std::int64_t stop_after = 0;       ///< tests only, no flag: end the run once the set of this step is saved
   // model and schedule
   model_shape shape{};
   std::int32_t batch = 64;
@@ -98,6 +104,17 @@ usage: charlm_train [options]
   --save-weights FILE       after training, write the model's weights (and vocabulary) to FILE
   --init-weights FILE       start from FILE's weights instead of a fresh init (fine-tuning): the
                             model shape and vocabulary are the file's; host backend
+  --checkpoint-dir DIR      save checkpoint sets in DIR (host backend): the model's weights, the
+                            data position, the loss history and the engine, one consistent set
+                            (a new set is complete before the old one goes); after the last step
+                            always, and every --checkpoint-every steps. DIR must hold no set
+                            unless --resume is given
+  --checkpoint-every N      a set every N steps (N >= 1; needs --checkpoint-dir)
+  --resume                  continue from DIR's newest complete set, bit-identically to a run
+                            that never stopped (from step 0 when DIR holds none); the other
+                            options must be the ones the set was saved with
+  --losses-out FILE         after training, write every step's loss to FILE ("step bits value"
+                            per line, bits the float's hex pattern; a resumed run's whole history)
   --log-every N             progress line every N steps (default 50)
   --eval-batches N          held-out batches for the eval loss (default 8)
   --json-out FILE           write the progress and the summary as JSON
@@ -250,7 +267,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
     if (eq != std::string::npos) {
       value = a.substr(eq + 1);
       a = a.substr(0, eq);
-    } else if ((a == "--quiet" || a == "--strict-config" || a == "--print-config") &&
+    } else if ((a == "--quiet" || a == "--strict-config" || a == "--print-config" || a == "--resume") &&
                (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
       value = "true";
     } else {
@@ -265,6 +282,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
   bool mode_given = false;
   bool strategy_given = false;
   bool lr_given = false;
+  bool every_given = false;
   for (const auto& [f, v] : flags) {
     if (f == "--strict-config") {
       o.strict_config = detail::parse_bool(f, v);
@@ -334,6 +352,20 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
        }},
       {"--save-weights", [&](S, S v) { o.save_weights = v; }},
       {"--init-weights", [&](S, S v) { o.init_weights = v; }},
+      {"--checkpoint-dir",
+       [&](S f, S v) {
+         if (v.empty()) {
+           throw zenflow::invalid_argument(f + ": expected a directory, got ''");
+         }
+         o.checkpoint_dir = v;
+       }},
+      {"--checkpoint-every",
+       [&](S f, S v) {
+         o.checkpoint_every = parse_int(f, v);
+         every_given = true;
+       }},
+      {"--resume", [&](S f, S v) { o.resume = detail::parse_bool(f, v); }},
+      {"--losses-out", [&](S, S v) { o.losses_out = v; }},
       {"--log-every", [&](S f, S v) { o.log_every = parse_int(f, v); }},
       {"--eval-batches", [&](S f, S v) { o.eval_batches = i32(f, v); }},
       {"--json-out", [&](S, S v) { o.json_out = v; }},
@@ -453,6 +485,14 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
   need(o.shape.embed >= 1, "--embed: must be >= 1");
   need(o.shape.hidden >= 1, "--hidden: must be >= 1");
   need(o.shape.layers >= 1, "--layers: must be >= 1");
+  if (every_given && o.checkpoint_every < 1) {
+    throw zenflow::invalid_argument(
+        "--checkpoint-every: must be >= 1 (steps between two checkpoint sets), got " +
+        std::to_string(o.checkpoint_every));
+  }
+  need(!every_given || !o.checkpoint_dir.empty(), "--checkpoint-every: needs --checkpoint-dir DIR");
+  need(!o.resume || !o.checkpoint_dir.empty(),
+       "--resume: needs --checkpoint-dir DIR (the directory of the checkpoint sets to resume from)");
   z.validate();
   return true;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
+#include "checkpoint.hpp"
 #include "corpus.hpp"
 #include "host_charlm.hpp"
 #include "options.hpp"
@@ -69,19 +71,60 @@ namespace charlm {
 
 /// The host backend: the "device" is host memory and the model runs on `model_threads` threads;
 /// the engine's host windows run on its own threads.
-/// --init-weights starts from a weights file, --save-weights writes the trained weights.
+/// --init-weights starts from a weights file, --save-weights writes the trained weights;
+/// --checkpoint-dir saves checkpoint sets and --resume continues from the newest (checkpoint.hpp):
+/// the directory and the set are checked before anything trains.
 [[nodiscard]] inline run_result run_host(options o) {
   const std::optional<weights_file> init = load_init_weights(o);
   dataset data = make_dataset(o, init ? &*init : nullptr);
+  std::optional<checkpoint_sets> sets;
+  std::optional<loaded_set> resumed;
+  if (!o.checkpoint_dir.empty()) {
+    sets.emplace(o.checkpoint_dir);
+    if (o.resume) {
+      resumed = sets->load_latest(o);
+      if (!resumed) {
+        std::fprintf(stderr, "checkpoint: no complete set in '%s': starting at step 0\n",
+                     o.checkpoint_dir.c_str());
+      }
+    } else {
+      sets->prepare_fresh();
+    }
+  }
   zenflow::worker_pool pool(model_threads(o));
   host_charlm model(o.shape, o.seed, &pool);
   if (init) {
     model.set_weights(init->weights);
   }
+  if (resumed) {
+    model.set_weights(resumed->weights); // before initialize(): the engine's arrays hold the saved values
+  }
   zenflow::engine<zenflow::host_backend> opt(o.zf);
   register_params(model, opt);
   opt.initialize(nullptr);
-  run_result r = train(model, opt, data, o, nullptr);
+  train_hooks hooks;
+  if (resumed) {
+    opt.load(resumed->path + "/engine.zfck");
+    hooks.resume = &resumed->state;
+    std::fprintf(stderr, "checkpoint: resuming from %s (step %lld)\n", resumed->path.c_str(),
+                 static_cast<long long>(resumed->state.step));
+  }
+  if (sets) {
+    hooks.every = o.checkpoint_every;
+    hooks.save = [&](const trainer_state& st) { sets->save(opt, st, model.all_weights(), o); };
+  }
+  run_result r;
+  try {
+    r = train(model, opt, data, o, nullptr, 0, 1, &hooks);
+  } catch (...) {
+    // A failed save ends the run: finish the host window in flight rather than have the engine
+    // warn, as it is destroyed, that its updates are dropped (the set kept has its own).
+    try {
+      opt.flush(nullptr);
+    } catch (...) {
+    }
+    throw;
+  }
   if (!o.save_weights.empty()) {
     save_weights_file(o.save_weights, weights_file{o.shape, o.vocab_chars, model.all_weights()});
   }

@@ -12,14 +12,19 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
+#include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/stats.hpp>
 
@@ -72,6 +77,46 @@ struct run_result {
   std::vector<progress_row> progress;
   std::vector<float> losses; ///< every step's training loss
 };
+
+/// Where a run stands between two steps: what a checkpoint set holds besides the model's weights
+/// and the engine (checkpoint.hpp), so that a resumed run prints, reports and trains as the
+/// uninterrupted one would (the timings excepted).
+struct trainer_state {
+  std::int64_t step = 0;        ///< steps done
+  std::uint64_t data_rng = 0;   ///< the batch sampler's generator after `step` batches
+  double eval_loss_initial = 0; ///< of the run's first model, not the resumed one's
+  double train_loss_final = 0;
+  // the open log interval and the running sums of the summary
+  double iv_loss = 0, iv_s = 0, iv_stall = 0, iv_bytes = 0;
+  std::int64_t iv_n = 0, window_sum = 0, window_steps = 0;
+  double timed_s = 0, timed_stall_s = 0, timed_bytes = 0;
+  std::vector<float> losses;          ///< every step's training loss so far
+  std::vector<progress_row> progress; ///< the log rows so far
+};
+
+/// Checkpointing hooks of `train`: start from `resume` (nullptr: from step 0), and call `save`
+/// between steps every `every` steps and after the last one (`save` empty: never).
+struct train_hooks {
+  const trainer_state* resume = nullptr;
+  std::int64_t every = 0;
+  std::function<void(const trainer_state&)> save;
+};
+
+/// A test hook: sleeps for the milliseconds the environment variable `name` gives (read once per
+/// name; unset or 0: no pause), so that a test can kill the trainer at that point
+/// (tests/examples/charlm_kill_resume.py: CHARLM_STEP_PAUSE_MS inside a step,
+/// CHARLM_CHECKPOINT_PAUSE_MS at each stage of a save).
+template <const char* Name>
+void test_pause() {
+  static const long ms = [] {
+    const char* v = std::getenv(Name);
+    return v != nullptr ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+}
+inline constexpr char step_pause_env[] = "CHARLM_STEP_PAUSE_MS";
 
 /// Corpus for the options: the text file, or the generated one.
 [[nodiscard]] inline std::string load_text(const options& o) {
@@ -144,7 +189,8 @@ run_result train(Model& model,
                  const options& o,
                  cudaStream_t stream,
                  int rank = 0,
-                 int ranks = 1) {
+                 int ranks = 1,
+                 const train_hooks* hooks = nullptr) {
   using clock = std::chrono::steady_clock;
   run_result r;
   r.backend = Model::name();
@@ -153,7 +199,8 @@ run_result train(Model& model,
   r.model_bytes = static_cast<std::uint64_t>(r.parameters) * 2;
   r.vocab = o.shape.vocab;
   r.steps = o.steps;
-  r.eval_loss_initial = eval_loss(model, data, o);
+  const trainer_state* resume = hooks != nullptr ? hooks->resume : nullptr;
+  r.eval_loss_initial = resume != nullptr ? resume->eval_loss_initial : eval_loss(model, data, o);
   if (!o.quiet) {
     std::printf("%s | %s | %lld parameters (%.1f MB bf16) | vocab %d | eval loss %.4f\n", r.backend.c_str(),
                 r.mode.c_str(), static_cast<long long>(r.parameters),
@@ -165,11 +212,24 @@ run_result train(Model& model,
   double timed_s = 0, timed_stall_s = 0, timed_bytes = 0;
   double iv_loss = 0, iv_s = 0, iv_stall = 0, iv_bytes = 0;
   std::int64_t iv_n = 0, window_sum = 0, window_steps = 0;
+  std::int64_t first = 0;
+  if (resume != nullptr) { // the batches, the sums and the rows where the saved run stood
+    first = resume->step;
+    data.set_rng_state(resume->data_rng);
+    r.losses = resume->losses;
+    r.progress = resume->progress;
+    r.train_loss_final = resume->train_loss_final;
+    iv_loss = resume->iv_loss, iv_s = resume->iv_s, iv_stall = resume->iv_stall, iv_bytes = resume->iv_bytes;
+    iv_n = resume->iv_n, window_sum = resume->window_sum, window_steps = resume->window_steps;
+    timed_s = resume->timed_s, timed_stall_s = resume->timed_stall_s, timed_bytes = resume->timed_bytes;
+  }
+  const bool saving = hooks != nullptr && hooks->save && hooks->every >= 0;
   const auto start = clock::now();
-  for (std::int64_t t = 0; t < o.steps; ++t) {
+  for (std::int64_t t = first; t < o.steps; ++t) {
     const batch b = shard(data.next_train(o.batch), rank, ranks);
     const auto t0 = clock::now();
     const float loss = model.train_step(b);
+    test_pause<step_pause_env>(); // the gradients made, the optimizer's step not yet taken
     const zenflow::step_report rep = opt.step(learning_rate(o, t), stream);
     model.sync();
     const double dt = std::chrono::duration<double>(clock::now() - t0).count();
@@ -205,6 +265,24 @@ run_result train(Model& model,
       r.train_loss_final = row.loss;
       iv_loss = iv_s = iv_stall = iv_bytes = 0;
       iv_n = 0;
+    }
+    // A checkpoint set between two steps: every `every` steps and after the last one.
+    if (saving && ((hooks->every > 0 && (t + 1) % hooks->every == 0) || t + 1 == o.steps)) {
+      trainer_state st;
+      st.step = t + 1;
+      st.data_rng = data.rng_state();
+      st.eval_loss_initial = r.eval_loss_initial;
+      st.train_loss_final = r.train_loss_final;
+      st.iv_loss = iv_loss, st.iv_s = iv_s, st.iv_stall = iv_stall, st.iv_bytes = iv_bytes;
+      st.iv_n = iv_n, st.window_sum = window_sum, st.window_steps = window_steps;
+      st.timed_s = timed_s, st.timed_stall_s = timed_stall_s, st.timed_bytes = timed_bytes;
+      st.losses = r.losses;
+      st.progress = r.progress;
+      hooks->save(st);
+      if (st.step == o.stop_after) { // as if killed right after this save (tests)
+        r.steps = st.step;
+        return r;
+      }
     }
   }
   opt.flush(stream);
@@ -303,6 +381,26 @@ inline void print_summary(const run_result& r, std::FILE* out = stdout) {
   row("engine memory (dev / host)", f("%.1f MB", static_cast<double>(r.memory.device_total()) / 1e6) + " / " +
                                         f("%.1f MB", static_cast<double>(r.memory.host_total()) / 1e6));
   row("wall time", f("%.1f s", r.total_s));
+}
+
+/// --losses-out: every step's training loss, "step bits value" per line (bits: the float's pattern
+/// in hex, for bit-exact comparisons).
+inline void write_losses(const run_result& r, const options& o) {
+  if (o.losses_out.empty()) {
+    return;
+  }
+  std::FILE* f = std::fopen(o.losses_out.c_str(), "w");
+  if (f == nullptr) {
+    throw zenflow::invalid_argument("--losses-out: cannot write '" + o.losses_out + "'");
+  }
+  for (std::size_t t = 0; t < r.losses.size(); ++t) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &r.losses[t], sizeof bits);
+    std::fprintf(f, "%zu %08x %.9g\n", t + 1, bits, static_cast<double>(r.losses[t]));
+  }
+  if (std::fclose(f) != 0) {
+    throw zenflow::invalid_argument("--losses-out: cannot write '" + o.losses_out + "'");
+  }
 }
 
 inline void write_json(const run_result& r, const options& o) {
