@@ -19,6 +19,13 @@
 /// this machine's cores, microseconds on a GPU) between a backward's end and the next forward,
 /// measured from the device's timeline in the same run (kernel_ms_after_backward).
 ///
+/// Memory and the planner (issue 35, docs/planning.md): "host B/p" is everything the engine holds
+/// on the host (state, accumulators, pinned ring, upload buffer); the JSON records each buffer, the
+/// planner's count of it, and the process's resident memory before the engine and after the
+/// warm-up (check_pipeline_json.py --rss-within F). "pred ms" is zenflow::plan's step for the mode
+/// (device step C + K, B, the host bandwidth of this run's accumulation), "x pred" the mean step
+/// over it, '!' past 10% for ZenFlow at a fixed S (--prediction-within F checks it).
+///
 ///   build/cpu/bench/engine/zf_bench_pipeline --json out.json
 ///   build/cpu/bench/engine/zf_bench_pipeline --params 100 --compute-ms 750 --json 100M.json
 ///       (the issue's model sizes, 50M-200M, with C = 7.5 ms per million parameters: the emulated

@@ -262,11 +262,13 @@ void print(const cli& c, const zenflow::plan_model& m, const zenflow::plan_hardw
     std::printf("NOT IMPLEMENTED in the engine yet: %s\n", n.c_str());
   }
   if (s.found) {
-    std::printf("suggestion: %s (S = %lld, moments %s, accumulate %s: host %.2f B/param, bound %.1f ms)\n",
+    std::printf("suggestion: %s (then S = %lld, moments %s, upload %s, accumulate %s: host %.2f B/param, GPU "
+                "%.2f B/param, bound %.1f ms)\n",
                 s.change.c_str(), static_cast<long long>(s.result.config.update_interval),
                 std::string(zenflow::to_string(s.result.config.moments)).c_str(),
+                std::string(zenflow::to_string(s.result.config.upload)).c_str(),
                 std::string(zenflow::to_string(s.result.config.accumulate)).c_str(), s.result.host_bytes_per_param(),
-                s.result.bound.value * 1e3);
+                s.result.device_bytes_per_param(), s.result.bound.value * 1e3);
     for (const auto& n : s.result.not_implemented) {
       std::printf("  the suggestion needs what the engine does not implement yet: %s\n", n.c_str());
     }
