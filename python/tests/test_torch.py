@@ -155,6 +155,8 @@ def test_bad_arguments_raise_and_change_nothing():
         o.step()
     for a, b in list(zip(m.parameters(), before))[:3]:
         assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="at construction"):
+        o.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
     o2 = ZenFlowAdamW(_groups(_mlp(), 1e-2), lr=1e-2)
     o2.param_groups[1]["lr"] = 1.0  # the groups' ratio broken
     with pytest.raises(ValueError, match="ratio"):
@@ -174,3 +176,25 @@ def test_transformer_finetune_within_2_percent_of_adamw():
     zen = ex.run_mode("zenflow", args, device, weights, tune, held)
     assert zen["pcie"] < 2.0  # less than the synchronous offload's 2x the model per step
     assert zen["eval"] <= 1.02 * adamw["eval"], (zen["eval"], adamw["eval"])
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and zenflow.has_cuda),
+                    reason="needs a GPU and zenflow built with ZENFLOW_ENABLE_CUDA=ON")
+def test_cuda_backend_matches_adamw_and_the_host_backend():
+    x, y = _data()
+    runs = {}
+    for name, device, opts in (("adamw", "cuda", None), ("zf-dense", "cuda", dict(topk_ratio=1.0, update_interval=1)),
+                               ("zf-cuda", "cuda", dict(topk_ratio=0.25)), ("zf-host", "cpu", dict(topk_ratio=0.25))):
+        m = _mlp().to(device)
+        o = (torch.optim.AdamW(m.parameters(), lr=1e-2) if opts is None
+             else ZenFlowAdamW(m.parameters(), lr=1e-2, **opts))
+        _train(m, o, 12, x.to(device), y.to(device))
+        if opts is not None:
+            o.flush()
+            assert o.engine.backend == ("cuda" if device == "cuda" else "host")
+        torch.cuda.synchronize()
+        runs[name] = [p.detach().cpu() for p in m.parameters()]
+    for a, b in zip(runs["adamw"], runs["zf-dense"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(runs["zf-cuda"], runs["zf-host"]):  # the same algorithm, torch's own forward differs
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)

@@ -319,6 +319,14 @@ class ZenFlowAdamW(torch.optim.Optimizer):
 
     # ---- torch.optim.Optimizer ---------------------------------------------------------------
 
+    def add_param_group(self, param_group: dict) -> None:
+        if hasattr(self, "_engine"):
+            raise ValueError(
+                "ZenFlowAdamW.add_param_group: the parameters are registered with the engine at construction; "
+                "pass every group to the constructor"
+            )
+        super().add_param_group(param_group)
+
     @property
     def engine(self) -> Engine:
         """The zenflow.Engine underneath (stats(), state(), selected(), trace calls)."""
