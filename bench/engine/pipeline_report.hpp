@@ -423,8 +423,9 @@ void timed_steps(const options& o,
   res.mass_drop_selections = s.mass_drop_selections - at_warm.mass_drop_selections;
   res.host_state_bytes_per_param = static_cast<double>(s.memory.host_state) / params;
   res.host_bytes_per_param = static_cast<double>(s.memory.host_total()) / params;
-  res.rss_counted_bytes = static_cast<double>(at_warm.memory.host_total()) +
-                          (res.device_memory_in_rss ? static_cast<double>(at_warm.memory.device_total()) : 0.0);
+  res.rss_counted_bytes =
+      static_cast<double>(at_warm.memory.host_total()) +
+      (res.device_memory_in_rss ? static_cast<double>(at_warm.memory.device_total()) : 0.0);
   res.host_window_ms_per_job = s.host_jobs > at_warm.host_jobs
                                    ? (s.host_window_s - at_warm.host_window_s) * 1e3 /
                                          static_cast<double>(s.host_jobs - at_warm.host_jobs)
@@ -456,9 +457,12 @@ inline zenflow::plan_model plan_model_of(const options& o, std::int64_t hidden) 
 
 /// The planner's view of one mode (its settings as the engine got them; S "auto" planned at
 /// Zen-auto's shortest window, not checked), with this run's C, B and host bandwidth.
-inline zenflow::plan_result plan_of(
-    const options& o, const mode_spec& spec, std::int64_t hidden, double compute_ms, double pcie_bytes_per_s,
-    double host_bytes_per_s) {
+inline zenflow::plan_result plan_of(const options& o,
+                                    const mode_spec& spec,
+                                    std::int64_t hidden,
+                                    double compute_ms,
+                                    double pcie_bytes_per_s,
+                                    double host_bytes_per_s) {
   zenflow::plan_hardware hw;
   hw.host_bytes_per_s = host_bytes_per_s;
   hw.pcie_bytes_per_s = pcie_bytes_per_s;
@@ -466,20 +470,23 @@ inline zenflow::plan_result plan_of(
   return zenflow::plan(plan_model_of(o, hidden), hw, zenflow::plan_config::of(config_of(o, spec)));
 }
 
-/// Fills the planner's columns of `res` for a device step of `compute_ms`: the host bandwidth is the one the standalone
-/// accumulation reached (its bytes, from the planner, over its time; the planner's host terms are
+/// Fills the planner's columns of `res` for a device step of `compute_ms`: the host bandwidth is the one the
+/// standalone accumulation reached (its bytes, from the planner, over its time; the planner's host terms are
 /// bytes over that), the prediction is checked for ZenFlow at a fixed S.
-inline void set_prediction(result& res, const options& o, std::int64_t hidden, double compute_ms,
-                           double pcie_bytes_per_s) {
+inline void set_prediction(
+    result& res, const options& o, std::int64_t hidden, double compute_ms, double pcie_bytes_per_s) {
   const auto first = plan_of(o, res.spec, hidden, compute_ms, pcie_bytes_per_s, 1.0);
-  res.host_bytes_per_s = res.accumulate_ms > 0 ? first.traffic.accumulate_per_step / (res.accumulate_ms * 1e-3)
-                                               : 1e12; // gpu_adamw: no host work
+  res.host_bytes_per_s = res.accumulate_ms > 0
+                             ? first.traffic.accumulate_per_step / (res.accumulate_ms * 1e-3)
+                             : 1e12; // gpu_adamw: no host work
   res.plan = plan_of(o, res.spec, hidden, compute_ms, pcie_bytes_per_s, res.host_bytes_per_s);
   res.prediction_checked = res.spec.mode == zenflow::optimizer_mode::zenflow && res.spec.S > 0;
 }
 
 /// The mean step over the planner's predicted step.
-inline double ratio_to_prediction(const result& r) { return r.step_ms_mean / (r.plan.predicted_step_s * 1e3); }
+inline double ratio_to_prediction(const result& r) {
+  return r.step_ms_mean / (r.plan.predicted_step_s * 1e3);
+}
 
 /// The columns after a mode's run, the same on every device: the standalone host accumulation of
 /// one step (offload modes: every channel; ZenFlow: the unselected ones) and the bounds.
@@ -500,8 +507,8 @@ inline void finish_result(result& res,
 }
 
 inline void print_table_header() {
-  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %8s %9s %8s %7s %9s %9s %9s %7s\n",
-              "mode", "median", "mean", "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound",
+  std::printf("%-20s %9s %9s %7s %9s %9s %9s %9s %9s %-13s %7s %7s %8s %9s %8s %7s %9s %9s %9s %7s\n", "mode",
+              "median", "mean", "stall%", "down MB", "up MB", "win/S ms", "acc ms", "bound ms", "bound",
               "x bound", "dev B/p", "host B/p", "job ms", "tail ms", "K ms", "bound+K", "x bnd+K", "pred ms",
               "x pred");
 }
@@ -513,9 +520,11 @@ inline void print_row(const result& r) {
               r.spec.label.c_str(), r.step_ms_median, r.step_ms_mean, 100.0 * r.stall_share,
               r.d2h_bytes_per_step / 1e6, r.h2d_bytes_per_step / 1e6, r.host_window_ms_per_step,
               r.accumulate_ms, r.bound_ms, r.bound_term.c_str(), r.ratio_to_bound, r.device_bytes_per_param,
-              r.host_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms, r.bound_kernels_ms,
-              r.ratio_to_bound_kernels, r.plan.predicted_step_s * 1e3, x_pred,
-              !r.prediction_checked ? " " : std::abs(x_pred - 1.0) <= 0.10 ? " " : "!");
+              r.host_bytes_per_param, r.host_window_ms_per_job, r.d2h_tail_ms, r.kernel_ms,
+              r.bound_kernels_ms, r.ratio_to_bound_kernels, r.plan.predicted_step_s * 1e3, x_pred,
+              !r.prediction_checked            ? " "
+              : std::abs(x_pred - 1.0) <= 0.10 ? " "
+                                               : "!");
   std::fflush(stdout);
 }
 
@@ -544,15 +553,19 @@ inline std::string json_plan(const result& r) {
   const zenflow::plan_result& p = r.plan;
   std::ostringstream s;
   s.precision(10);
-  s << "{\"host_bytes_per_s\": " << r.host_bytes_per_s << ", \"update_interval\": " << p.config.update_interval
+  s << "{\"host_bytes_per_s\": " << r.host_bytes_per_s
+    << ", \"update_interval\": " << p.config.update_interval
     << ", \"predicted_step_ms\": " << p.predicted_step_s * 1e3 << ", \"bound_term\": \"" << p.bound.term
     << "\", \"terms_ms\": {\"compute\": " << p.terms.compute * 1e3 << ", \"d2h\": " << p.terms.d2h * 1e3
     << ", \"h2d\": " << p.terms.h2d * 1e3 << ", \"host_window\": " << p.terms.host_window * 1e3
-    << ", \"accumulate\": " << p.terms.accumulate * 1e3 << "}, \"d2h_bytes_per_step\": " << p.traffic.d2h_per_step
-    << ", \"h2d_bytes_per_step\": " << p.traffic.h2d_per_step << ", \"host_bytes\": {\"state\": " << p.host.state
-    << ", \"accumulators\": " << p.host.accumulators << ", \"ring\": " << p.host.ring
-    << ", \"upload\": " << p.host.upload << "}, \"host_bytes_per_param\": " << p.host_bytes_per_param()
-    << ", \"device_engine_bytes\": " << p.device.engine() << ", \"stall_free\": " << (p.stall_free ? "true" : "false")
+    << ", \"accumulate\": " << p.terms.accumulate * 1e3
+    << "}, \"d2h_bytes_per_step\": " << p.traffic.d2h_per_step
+    << ", \"h2d_bytes_per_step\": " << p.traffic.h2d_per_step
+    << ", \"host_bytes\": {\"state\": " << p.host.state << ", \"accumulators\": " << p.host.accumulators
+    << ", \"ring\": " << p.host.ring << ", \"upload\": " << p.host.upload
+    << "}, \"host_bytes_per_param\": " << p.host_bytes_per_param()
+    << ", \"device_engine_bytes\": " << p.device.engine()
+    << ", \"stall_free\": " << (p.stall_free ? "true" : "false")
     << ", \"checked\": " << (r.prediction_checked ? "true" : "false")
     << ", \"x_predicted\": " << ratio_to_prediction(r)
     << ", \"within_10pct\": " << (std::abs(ratio_to_prediction(r) - 1.0) <= 0.10 ? "true" : "false") << "}";
@@ -636,11 +649,10 @@ inline void write_json(const std::string& path,
         << ", \"accumulators\": " << r.memory.host_accumulators << ", \"ring\": " << r.memory.host_ring
         << ", \"upload\": " << r.memory.host_upload << ", \"landing\": " << r.memory.host_landing << "}"
         << ", \"rss_before_bytes\": " << json_number(r.rss_before_bytes)
-        << ", \"rss_at_warm_bytes\": " << json_number(r.rss_at_warm_bytes)
-        << ", \"rss_counted_bytes\": " << json_number(r.rss_before_bytes > 0 ? r.rss_counted_bytes : std::nan(""))
+        << ", \"rss_at_warm_bytes\": " << json_number(r.rss_at_warm_bytes) << ", \"rss_counted_bytes\": "
+        << json_number(r.rss_before_bytes > 0 ? r.rss_counted_bytes : std::nan(""))
         << ", \"rss_counts_device\": " << (r.device_memory_in_rss ? "true" : "false")
-        << ", \"plan\": " << json_plan(r)
-        << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job
+        << ", \"plan\": " << json_plan(r) << ", \"host_window_ms_per_job\": " << r.host_window_ms_per_job
         << ", \"selections\": " << r.selections << ", \"mass_drop_selections\": " << r.mass_drop_selections
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
         << ", \"vector_state\": " << r.memory.device_vector_state
@@ -699,9 +711,10 @@ inline void print_settings(const options& o) {
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");
-  std::printf("host B/p: everything the engine holds on the host per parameter (state, accumulators, pinned "
-              "ring, upload); pred: the planner's step (zenflow::plan from C + K, B and the host bandwidth of "
-              "this run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
+  std::printf(
+      "host B/p: everything the engine holds on the host per parameter (state, accumulators, pinned "
+      "ring, upload); pred: the planner's step (zenflow::plan from C + K, B and the host bandwidth of "
+      "this run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
   std::printf("gradient release: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step");
   std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
               "step's last D2H copy after the end of its backward (median; nan: not measured here)\n",

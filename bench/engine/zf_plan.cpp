@@ -70,11 +70,12 @@ int parse(int argc, char** argv, cli& c) {
       c.json = true;
       continue;
     }
-    static const char* const valued[] = {
-        "--preset",     "--params",      "--layers",     "--hidden",     "--machine",    "--host-gbps",
-        "--pcie-gbps",  "--gpus",        "--host-mem-gb", "--gpu-mem-gb", "--step-ms",   "--tokens",
-        "--tflops",     "--mode",        "--topk-ratio", "--update-interval", "--moments", "--accumulate",
-        "--upload",     "--ring-slot-bytes", "--max-interval"};
+    static const char* const valued[] = {"--preset",      "--params",     "--layers",     "--hidden",
+                                         "--machine",     "--host-gbps",  "--pcie-gbps",  "--gpus",
+                                         "--host-mem-gb", "--gpu-mem-gb", "--step-ms",    "--tokens",
+                                         "--tflops",      "--mode",       "--topk-ratio", "--update-interval",
+                                         "--moments",     "--accumulate", "--upload",     "--ring-slot-bytes",
+                                         "--max-interval"};
     bool known = false;
     for (const char* v : valued) {
       known = known || a == v;
@@ -169,17 +170,19 @@ int parse(int argc, char** argv, cli& c) {
       why = "must be an integer in [1, 100000]";
     } else if (a == "--moments") {
       ok = v == "fp32" || v == "bf16" || v == "int8";
-      c.cfg.moments = v == "bf16" ? zenflow::plan_moments::bf16
+      c.cfg.moments = v == "bf16"   ? zenflow::plan_moments::bf16
                       : v == "int8" ? zenflow::plan_moments::int8
                                     : zenflow::plan_moments::fp32;
       why = "expected fp32, bf16 or int8";
     } else if (a == "--accumulate") {
       ok = v == "host" || v == "device";
-      c.cfg.accumulate = v == "device" ? zenflow::plan_accumulation::device : zenflow::plan_accumulation::host;
+      c.cfg.accumulate =
+          v == "device" ? zenflow::plan_accumulation::device : zenflow::plan_accumulation::host;
       why = "expected host or device";
     } else if (a == "--upload") {
       ok = v == "whole_window" || v == "chunk_ring";
-      c.cfg.upload = v == "chunk_ring" ? zenflow::upload_policy::chunk_ring : zenflow::upload_policy::whole_window;
+      c.cfg.upload =
+          v == "chunk_ring" ? zenflow::upload_policy::chunk_ring : zenflow::upload_policy::whole_window;
       why = "expected whole_window or chunk_ring";
     } else { // --ring-slot-bytes
       ok = integer(c.cfg.ring_slot_bytes, 4096) && c.cfg.ring_slot_bytes <= (std::int64_t{1} << 30) &&
@@ -213,8 +216,11 @@ std::string gb(double bytes) {
   return s.str();
 }
 
-void print(const cli& c, const zenflow::plan_model& m, const zenflow::plan_hardware& hw,
-           const zenflow::plan_result& r, const zenflow::plan_suggestion& s) {
+void print(const cli& c,
+           const zenflow::plan_model& m,
+           const zenflow::plan_hardware& hw,
+           const zenflow::plan_result& r,
+           const zenflow::plan_suggestion& s) {
   const double P = r.params;
   std::printf("model %s: %.3fB parameters (%.3fB in matrices), %lld B per weight\n", m.name.c_str(), P / 1e9,
               m.matrix_params() / 1e9, static_cast<long long>(m.elem_bytes));
@@ -228,9 +234,12 @@ void print(const cli& c, const zenflow::plan_model& m, const zenflow::plan_hardw
   std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, upload %s\n\n",
               std::string(zenflow::to_string(k.mode)).c_str(), k.topk_ratio,
               static_cast<long long>(k.update_interval), std::string(zenflow::to_string(k.moments)).c_str(),
-              std::string(zenflow::to_string(k.accumulate)).c_str(), std::string(zenflow::to_string(k.upload)).c_str());
+              std::string(zenflow::to_string(k.accumulate)).c_str(),
+              std::string(zenflow::to_string(k.upload)).c_str());
   std::printf("%-34s %9s %10s\n", "host (the node)", "B/param", "GB");
-  const auto row = [&](const char* what, double bytes) { std::printf("  %-32s %9.2f %10s\n", what, bytes / P, gb(bytes).c_str()); };
+  const auto row = [&](const char* what, double bytes) {
+    std::printf("  %-32s %9.2f %10s\n", what, bytes / P, gb(bytes).c_str());
+  };
   row("state (master, m, v, counts)", r.host.state);
   row("accumulators", r.host.accumulators);
   row("pinned D2H ring", r.host.ring);
@@ -249,12 +258,13 @@ void print(const cli& c, const zenflow::plan_model& m, const zenflow::plan_hardw
   row("total", r.device.total());
   std::printf("\n%-34s %10s %10s\n", "per step", "GB", "ms");
   std::printf("  %-32s %10s %10.1f\n", "compute (C)", "", r.terms.compute * 1e3);
-  std::printf("  %-32s %10s %10.1f\n", "down (one GPU)", gb(r.traffic.d2h_per_step).c_str(), r.terms.d2h * 1e3);
+  std::printf("  %-32s %10s %10.1f\n", "down (one GPU)", gb(r.traffic.d2h_per_step).c_str(),
+              r.terms.d2h * 1e3);
   std::printf("  %-32s %10s %10.1f\n", "up (one GPU)", gb(r.traffic.h2d_per_step).c_str(), r.terms.h2d * 1e3);
-  std::printf("  %-32s %10s %10.1f\n", "host window / S (host memory)", gb(r.traffic.host_window_per_step).c_str(),
-              r.terms.host_window * 1e3);
-  std::printf("  %-32s %10s %10.1f\n", "accumulation (host memory)", gb(r.traffic.accumulate_per_step).c_str(),
-              r.terms.accumulate * 1e3);
+  std::printf("  %-32s %10s %10.1f\n", "host window / S (host memory)",
+              gb(r.traffic.host_window_per_step).c_str(), r.terms.host_window * 1e3);
+  std::printf("  %-32s %10s %10.1f\n", "accumulation (host memory)",
+              gb(r.traffic.accumulate_per_step).c_str(), r.terms.accumulate * 1e3);
   std::printf("\nbound %.1f ms (%s); predicted step %.1f ms; stall-free: %s; fits host: %s; fits GPU: %s\n",
               r.bound.value * 1e3, std::string(r.bound.term).c_str(), r.predicted_step_s * 1e3,
               r.stall_free ? "yes" : "no", r.fits_host ? "yes" : "no", r.fits_device ? "yes" : "no");
@@ -267,8 +277,9 @@ void print(const cli& c, const zenflow::plan_model& m, const zenflow::plan_hardw
                 s.change.c_str(), static_cast<long long>(s.result.config.update_interval),
                 std::string(zenflow::to_string(s.result.config.moments)).c_str(),
                 std::string(zenflow::to_string(s.result.config.upload)).c_str(),
-                std::string(zenflow::to_string(s.result.config.accumulate)).c_str(), s.result.host_bytes_per_param(),
-                s.result.device_bytes_per_param(), s.result.bound.value * 1e3);
+                std::string(zenflow::to_string(s.result.config.accumulate)).c_str(),
+                s.result.host_bytes_per_param(), s.result.device_bytes_per_param(),
+                s.result.bound.value * 1e3);
     for (const auto& n : s.result.not_implemented) {
       std::printf("  the suggestion needs what the engine does not implement yet: %s\n", n.c_str());
     }
@@ -302,16 +313,17 @@ std::string json_plan(const zenflow::plan_result& r) {
     << ", \"scratch\": " << r.device.scratch << ", \"accumulators\": " << r.device.accumulators
     << ", \"total\": " << r.device.total() << "}, \"device_bytes_per_param\": " << r.device_bytes_per_param()
     << ", \"ring_slots\": " << r.ring_slots << ", \"staging_slots\": " << r.staging_slots
-    << ", \"d2h_bytes_per_step\": " << r.traffic.d2h_per_step << ", \"h2d_bytes_per_step\": " << r.traffic.h2d_per_step
+    << ", \"d2h_bytes_per_step\": " << r.traffic.d2h_per_step
+    << ", \"h2d_bytes_per_step\": " << r.traffic.h2d_per_step
     << ", \"host_window_bytes_per_step\": " << r.traffic.host_window_per_step
     << ", \"accumulate_bytes_per_step\": " << r.traffic.accumulate_per_step
     << ", \"terms_ms\": {\"compute\": " << r.terms.compute * 1e3 << ", \"d2h\": " << r.terms.d2h * 1e3
     << ", \"h2d\": " << r.terms.h2d * 1e3 << ", \"host_window\": " << r.terms.host_window * 1e3
     << ", \"accumulate\": " << r.terms.accumulate * 1e3 << "}, \"bound_ms\": " << r.bound.value * 1e3
     << ", \"bound_term\": \"" << r.bound.term << "\", \"predicted_step_ms\": " << r.predicted_step_s * 1e3
-    << ", \"stall_free\": " << (r.stall_free ? "true" : "false") << ", \"fits_host\": "
-    << (r.fits_host ? "true" : "false") << ", \"fits_device\": " << (r.fits_device ? "true" : "false")
-    << ", \"not_implemented\": [";
+    << ", \"stall_free\": " << (r.stall_free ? "true" : "false")
+    << ", \"fits_host\": " << (r.fits_host ? "true" : "false")
+    << ", \"fits_device\": " << (r.fits_device ? "true" : "false") << ", \"not_implemented\": [";
   for (std::size_t i = 0; i < r.not_implemented.size(); ++i) {
     o << (i ? ", " : "") << json_string(r.not_implemented[i]);
   }
@@ -347,11 +359,15 @@ int main(int argc, char** argv) {
     return refuse(argv[0], "--pcie-gbps: needed (or --machine)");
   }
   try {
-    const zenflow::plan_model m = c.preset.empty()
-                                      ? zenflow::plan_model::uniform(c.params, c.layers,
-                                                                     c.hidden > 0 ? c.hidden
-                                                                                  : std::max<std::int64_t>(64, static_cast<std::int64_t>(std::sqrt(c.params / static_cast<double>(c.layers))) / 64 * 64))
-                                      : zenflow::plan_model::preset(c.preset);
+    const zenflow::plan_model m =
+        c.preset.empty()
+            ? zenflow::plan_model::uniform(
+                  c.params, c.layers,
+                  c.hidden > 0 ? c.hidden
+                               : std::max<std::int64_t>(64, static_cast<std::int64_t>(std::sqrt(
+                                                                c.params / static_cast<double>(c.layers))) /
+                                                                64 * 64))
+            : zenflow::plan_model::preset(c.preset);
     hw.step_s = c.step_ms ? *c.step_ms * 1e-3 : 6.0 * m.params() * *c.tokens / (tflops * 1e12);
     const zenflow::plan_result r = zenflow::plan(m, hw, c.cfg);
     const zenflow::plan_suggestion s = zenflow::suggest(m, hw, c.cfg, c.max_interval);
@@ -359,11 +375,13 @@ int main(int argc, char** argv) {
       std::ostringstream o;
       o.precision(10);
       o << "{\"model\": " << json_string(m.name) << ", \"params\": " << m.params()
-        << ", \"machine\": " << json_string(c.machine) << ", \"hardware\": {\"host_bytes_per_s\": "
-        << hw.host_bytes_per_s << ", \"pcie_bytes_per_s\": " << hw.pcie_bytes_per_s << ", \"step_ms\": "
-        << hw.step_s * 1e3 << ", \"host_memory_bytes\": " << hw.host_memory_bytes
+        << ", \"machine\": " << json_string(c.machine)
+        << ", \"hardware\": {\"host_bytes_per_s\": " << hw.host_bytes_per_s
+        << ", \"pcie_bytes_per_s\": " << hw.pcie_bytes_per_s << ", \"step_ms\": " << hw.step_s * 1e3
+        << ", \"host_memory_bytes\": " << hw.host_memory_bytes
         << ", \"device_memory_bytes\": " << hw.device_memory_bytes << ", \"gpus\": " << hw.gpus
-        << "},\n \"plan\": " << json_plan(r) << ",\n \"suggestion\": {\"found\": " << (s.found ? "true" : "false")
+        << "},\n \"plan\": " << json_plan(r)
+        << ",\n \"suggestion\": {\"found\": " << (s.found ? "true" : "false")
         << ", \"change\": " << json_string(s.change) << ", \"plan\": " << json_plan(s.result) << "}}\n";
       std::fputs(o.str().c_str(), stdout);
     } else {

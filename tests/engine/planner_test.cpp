@@ -77,7 +77,8 @@ TEST(planner, zenflow_numbers_match_the_hand_computation) {
   EXPECT_TRUE(r.not_implemented.empty());
   // Device: the user's bf16 weights and gradients, the selected rows' fp32 state + counts, indices.
   expect_rel(r.device.weights_and_grads, 4 * P, "weights + grads");
-  expect_rel(r.device.selected_state, 2 * (12.0 * 100 * 512 + 8 * 100) + 12.0 * 25 * 1024 + 8 * 25, "selected");
+  expect_rel(r.device.selected_state, 2 * (12.0 * 100 * 512 + 8 * 100) + 12.0 * 25 * 1024 + 8 * 25,
+             "selected");
   expect_rel(r.device.vector_state, 3 * (12.0 * 512 + 8) + 3 * 4.0, "vectors + their counts");
   expect_rel(r.device.staging, 8 * slot, "staging");
   expect_rel(r.device.upload, n * 2, "whole-window upload");
@@ -124,7 +125,8 @@ TEST(planner, baselines) {
   expect_rel(s.traffic.d2h_per_step, 2 * P, "offload_sync: everything down");
   expect_rel(s.traffic.h2d_per_step, 2 * P, "and up, every step");
   expect_rel(s.host.accumulators, 4 * P, "one accumulator");
-  expect_rel(s.predicted_step_s, 5e-3 + 2 * P / 1e9 * 2 + P * 34 / 10e9 + P * 10 / 10e9, "the sum: no overlap");
+  expect_rel(s.predicted_step_s, 5e-3 + 2 * P / 1e9 * 2 + P * 34 / 10e9 + P * 10 / 10e9,
+             "the sum: no overlap");
   EXPECT_FALSE(s.stall_free);
   cfg.mode = zenflow::optimizer_mode::gpu_adamw;
   const auto g = zenflow::plan(m, hw, cfg);
@@ -188,7 +190,8 @@ TEST(planner, byte_counts_are_the_engines) {
         // 128 KiB in the baselines (a fixed size there: top-k temporaries over every channel).
         const auto scratch = static_cast<double>(mem.device_scratch);
         EXPECT_LE(r.device.scratch, scratch) << what;
-        EXPECT_GE(r.device.scratch, mode == zenflow::optimizer_mode::zenflow ? 0.9 * scratch : scratch - 131072)
+        EXPECT_GE(r.device.scratch,
+                  mode == zenflow::optimizer_mode::zenflow ? 0.9 * scratch : scratch - 131072)
             << what;
       }
     }
@@ -210,7 +213,13 @@ TEST(planner, suggestions_at_their_boundaries) {
   ASSERT_TRUE(s.found);
   EXPECT_EQ(s.result.config.update_interval, 3);
   EXPECT_EQ(s.change, "S = 3");
-  EXPECT_FALSE(zenflow::plan(m, hw, [&] { auto c = cfg; c.update_interval = 2; return c; }()).stall_free);
+  EXPECT_FALSE(zenflow::plan(m, hw,
+                             [&] {
+                               auto c = cfg;
+                               c.update_interval = 2;
+                               return c;
+                             }())
+                   .stall_free);
   hw.step_s = window / 3 * (1 - 1e-9); // a hair less: S = 4, the given one
   s = zenflow::suggest(m, hw, cfg);
   ASSERT_TRUE(s.found);
@@ -276,7 +285,9 @@ TEST(planner, presets_have_llamas_parameter_counts) {
   EXPECT_THROW((void)zenflow::plan_model::preset("8b"), zenflow::invalid_argument);
 }
 
-void expect_refused(const std::string& field, const zenflow::plan_model& m, const zenflow::plan_hardware& hw,
+void expect_refused(const std::string& field,
+                    const zenflow::plan_model& m,
+                    const zenflow::plan_hardware& hw,
                     const zenflow::plan_config& c) {
   try {
     (void)zenflow::plan(m, hw, c);

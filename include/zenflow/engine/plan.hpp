@@ -76,12 +76,12 @@ struct plan_model {
 
 /// What the run has. Bandwidths in bytes per second, memories in bytes (0: not checked).
 struct plan_hardware {
-  double host_bytes_per_s = 0;   ///< host memory bandwidth the host optimizer gets (the whole node)
-  double pcie_bytes_per_s = 0;   ///< per direction, per GPU
-  double step_s = 0;             ///< the device's forward + backward of one step (C)
-  double host_memory_bytes = 0;  ///< the node's host memory
+  double host_bytes_per_s = 0;    ///< host memory bandwidth the host optimizer gets (the whole node)
+  double pcie_bytes_per_s = 0;    ///< per direction, per GPU
+  double step_s = 0;              ///< the device's forward + backward of one step (C)
+  double host_memory_bytes = 0;   ///< the node's host memory
   double device_memory_bytes = 0; ///< one GPU's memory
-  std::int64_t gpus = 1;         ///< data-parallel ranks sharing the host (docs/data-parallel.md)
+  std::int64_t gpus = 1;          ///< data-parallel ranks sharing the host (docs/data-parallel.md)
 };
 
 /// How the host keeps the Adam moments. int8: modelled, not implemented by the engine.
@@ -92,14 +92,14 @@ enum class plan_accumulation : std::uint8_t { host, device };
 /// The settings the planner reads.
 struct plan_config {
   optimizer_mode mode = optimizer_mode::zenflow;
-  double topk_ratio = 0.1;            ///< r, in [0, 1]; k = config::topk(channels)
-  std::int64_t update_interval = 4;   ///< S >= 1 (Zen-auto's windows: plan at its shortest)
+  double topk_ratio = 0.1;          ///< r, in [0, 1]; k = config::topk(channels)
+  std::int64_t update_interval = 4; ///< S >= 1 (Zen-auto's windows: plan at its shortest)
   plan_moments moments = plan_moments::fp32;
   plan_accumulation accumulate = plan_accumulation::host;
   upload_policy upload = upload_policy::whole_window;
   std::int64_t ring_slot_bytes = 4 << 20;
-  std::int32_t ring_slots = 0; ///< 0: the engine's automatic sizing
-  bool overlap_step = true;    ///< two host accumulators (the window job runs beside the next window)
+  std::int32_t ring_slots = 0;  ///< 0: the engine's automatic sizing
+  bool overlap_step = true;     ///< two host accumulators (the window job runs beside the next window)
   std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (modelled)
 
   /// The settings of an engine config (`update_interval` 0, Zen-auto, becomes min_update_interval).
@@ -193,11 +193,13 @@ struct plan_result {
 /// when it is feasible.
 struct plan_suggestion {
   bool found = false;
-  plan_result result;  ///< the suggested configuration's plan (found), else the given one's
+  plan_result result; ///< the suggested configuration's plan (found), else the given one's
   std::string change; ///< what changed, in words ("none", "S = 2", "S = 3, moments bf16", ...)
 };
-[[nodiscard]] plan_suggestion
-suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg, std::int64_t max_interval = 64);
+[[nodiscard]] plan_suggestion suggest(const plan_model& model,
+                                      const plan_hardware& hw,
+                                      const plan_config& cfg,
+                                      std::int64_t max_interval = 64);
 
 /// Spellings: "fp32" | "bf16" | "int8", "host" | "device".
 [[nodiscard]] std::string_view to_string(plan_moments v) noexcept;

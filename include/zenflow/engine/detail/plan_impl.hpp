@@ -57,7 +57,9 @@ inline plan_model plan_model::transformer(std::string name,
   return m;
 }
 
-inline std::vector<std::string_view> plan_model::preset_names() { return {"1b", "7b", "13b", "70b"}; }
+inline std::vector<std::string_view> plan_model::preset_names() {
+  return {"1b", "7b", "13b", "70b"};
+}
 
 inline plan_model plan_model::preset(std::string_view name) {
   if (name == "1b") { // LLaMA-3.2-1B: grouped-query attention, tied embeddings
@@ -73,11 +75,12 @@ inline plan_model plan_model::preset(std::string_view name) {
     return transformer("70b", 80, 8192, 28672, 32000, 1024, false);
   }
   detail::fail_argument("zenflow::plan_model::preset", "name",
-                "must be one of 1b, 7b, 13b, 70b, got '" + std::string(name) + "'");
+                        "must be one of 1b, 7b, 13b, 70b, got '" + std::string(name) + "'");
 }
 
 inline plan_model plan_model::uniform(double params, std::int64_t layers, std::int64_t hidden) {
-  detail::require(std::isfinite(params) && params >= 1, "zenflow::plan_model::uniform", "params", "must be >= 1");
+  detail::require(std::isfinite(params) && params >= 1, "zenflow::plan_model::uniform", "params",
+                  "must be >= 1");
   detail::require(layers >= 1, "zenflow::plan_model::uniform", "layers", "must be >= 1");
   detail::require(hidden >= 1, "zenflow::plan_model::uniform", "hidden", "must be >= 1");
   const double len = std::ceil(params / (static_cast<double>(layers) * static_cast<double>(hidden)));
@@ -155,7 +158,9 @@ inline double plan_window_bytes(const plan_config& c, double elem_bytes) noexcep
 
 /// Host memory bytes one step's accumulation reads and writes per element: the landed gradient
 /// (working precision) read, the fp32 accumulator read and written.
-inline double plan_accumulate_bytes(double elem_bytes) noexcept { return elem_bytes + 8.0; }
+inline double plan_accumulate_bytes(double elem_bytes) noexcept {
+  return elem_bytes + 8.0;
+}
 
 inline void plan_validate(const plan_model& model, const plan_hardware& hw, const plan_config& cfg) {
   constexpr std::string_view fn = "zenflow::plan";
@@ -167,7 +172,8 @@ inline void plan_validate(const plan_model& model, const plan_hardware& hw, cons
             "has a matrix with a non-positive channels, channel_len or count");
   }
   for (const auto& v : model.vectors) {
-    require(v.elements >= 1 && v.count >= 1, fn, "model", "has a vector with a non-positive elements or count");
+    require(v.elements >= 1 && v.count >= 1, fn, "model",
+            "has a vector with a non-positive elements or count");
   }
   const auto positive = [](double x) { return std::isfinite(x) && x > 0; };
   require(positive(hw.host_bytes_per_s), fn, "hardware", "host_bytes_per_s must be positive");
@@ -242,7 +248,8 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   const bool device_acc = zen && cfg.accumulate == plan_accumulation::device;
   const auto params = detail::plan_params(model, e);
   const auto slot = static_cast<double>(cfg.ring_slot_bytes);
-  const detail::d2h_slots slots = detail::resolve_d2h_slots(e, params, static_cast<std::size_t>(cfg.ring_slot_bytes));
+  const detail::d2h_slots slots =
+      detail::resolve_d2h_slots(e, params, static_cast<std::size_t>(cfg.ring_slot_bytes));
   const double eb = static_cast<double>(model.elem_bytes);
   const double mb = detail::plan_moment_bytes(cfg);
   const auto N = static_cast<double>(hw.gpus);
