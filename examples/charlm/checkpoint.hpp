@@ -299,9 +299,15 @@ public:
     const std::string name = ckpt_detail::set_name(st.step);
     const std::string partial = dir_ + "/.partial-" + name;
     const std::string final_path = dir_ + "/" + name;
-    const std::string previous = latest_name();
-    if (previous == name) {
+    if (latest_name() == name) {
       return; // this very set is in place already
+    }
+    std::string previous; // the set --resume would take if this save fails
+    for (const std::string& c : candidates()) {
+      if (c != name) {
+        previous = c;
+        break;
+      }
     }
     const bool announce = !o.quiet || o.progress_every > 0; // as the progress lines
     if (announce) {
