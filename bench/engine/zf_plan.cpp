@@ -245,6 +245,11 @@ void print(const cli& c,
   row("pinned D2H ring", r.host.ring);
   row("upload buffer", r.host.upload);
   row("total", r.host.total());
+  // DeepSpeed's host state for the same model, from its source (docs/planning.md): ZeRO-Offload's
+  // CPU Adam 16 B (fp32 master, fp32 gradient partition, m, v); its ZenFlow with overlap_step 32 B
+  // (master, stale copy, two fp32 gradient buffers, two sets of m and v).
+  row("DeepSpeed ZeRO-Offload (source)", 16.0 * P);
+  row("DeepSpeed ZenFlow (source)", 32.0 * P);
   std::printf("%-34s %9s %10s\n", "device (one GPU; no activations)", "B/param", "GB");
   row("weights + gradients", r.device.weights_and_grads);
   row("selected state", r.device.selected_state);
@@ -312,6 +317,7 @@ std::string json_plan(const zenflow::plan_result& r) {
     << ", \"staging\": " << r.device.staging << ", \"upload\": " << r.device.upload
     << ", \"scratch\": " << r.device.scratch << ", \"accumulators\": " << r.device.accumulators
     << ", \"total\": " << r.device.total() << "}, \"device_bytes_per_param\": " << r.device_bytes_per_param()
+    << ", \"deepspeed_host_bytes_per_param\": {\"zero_offload\": 16, \"zenflow_overlap\": 32}"
     << ", \"ring_slots\": " << r.ring_slots << ", \"staging_slots\": " << r.staging_slots
     << ", \"d2h_bytes_per_step\": " << r.traffic.d2h_per_step
     << ", \"h2d_bytes_per_step\": " << r.traffic.h2d_per_step
