@@ -183,6 +183,8 @@ def test_bad_arguments_name_the_argument_and_register_nothing():
         e.add_matrix(w, g, lr_scale=-1.0)
     with pytest.raises(ValueError, match="'weights' has 24 elements"):
         e.add_matrix(w, g, channels=10, channel_len=4)
+    with pytest.raises(ValueError, match="'grads' is not an array"):
+        e.add_matrix(w, [[0.0] * 4] * 6)
     with pytest.raises(ValueError, match="'backend' must be"):
         zenflow.Engine(backend="tpu")
     assert e.param_count == 0

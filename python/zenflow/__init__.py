@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import sys
 from typing import Any, Mapping, Optional, Union
 
 from . import _zenflow as _C
@@ -110,6 +111,23 @@ def _stream_int(stream: Any) -> int:
     raise ValueError(f"zenflow: 'stream' must be an integer (a cudaStream_t) or a stream object, not {stream!r}")
 
 
+def _array(x: Any, name: str, fn: str) -> Any:
+    """What DLPack can take: a torch tensor that requires grad is detached; an object with only
+    ``__cuda_array_interface__`` (Numba) goes through torch.as_tensor when torch is loaded."""
+    if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
+        return x.detach()
+    if hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__") or hasattr(x, "__array__"):
+        return x
+    if hasattr(x, "__cuda_array_interface__"):
+        if "torch" in sys.modules:
+            return sys.modules["torch"].as_tensor(x, device="cuda")
+        raise ValueError(
+            f"{fn}: '{name}' has only __cuda_array_interface__; pass a DLPack array "
+            "(cupy.asarray(x), torch.as_tensor(x, device='cuda'))"
+        )
+    raise ValueError(f"{fn}: '{name}' is not an array (DLPack or the buffer protocol), it is {type(x).__name__}")
+
+
 class Engine(_C._Engine):
     """``zenflow::engine`` over a backend: "host" (arrays in host memory, every operation on the
     calling thread), "emulated" (host memory, streams as threads: the engine's real concurrency
@@ -124,6 +142,19 @@ class Engine(_C._Engine):
         cfg = Config() if config is None else config.copy()
         cfg.update(**options)
         super().__init__(cfg, backend, device)
+
+    def add_matrix(self, weights: Any, grads: Any, *args: Any, **kwargs: Any) -> int:
+        """Registers a matrix (docs/python.md): ``layout="contiguous"`` takes ``[channels,
+        channel_len]``, ``"strided"`` ``[channel_len, channels]``; or explicit ``channels``,
+        ``channel_len``, ``ld``; ``lr_scale``, ``weight_decay``, ``name``. Returns its id."""
+        fn = "zenflow.Engine.add_matrix"
+        return super().add_matrix(_array(weights, "weights", fn), _array(grads, "grads", fn), *args, **kwargs)
+
+    def add_vector(self, weights: Any, grads: Any, *args: Any, **kwargs: Any) -> int:
+        """Registers a vector (every element; updated on the device); ``lr_scale``,
+        ``weight_decay``, ``name``. Returns its id."""
+        fn = "zenflow.Engine.add_vector"
+        return super().add_vector(_array(weights, "weights", fn), _array(grads, "grads", fn), *args, **kwargs)
 
     def initialize(self, stream: Any = 0) -> None:
         super().initialize(_stream_int(stream))
