@@ -142,6 +142,22 @@ def test_save_load_round_trip(tmp_path):
 
     assert run(split=-1) == run(split=4)
 
+    e, w, g = _engine()
+    e.add_matrix(w, g)
+    e.initialize()
+    e.step(1e-2)
+    e.save(tmp_path / "ok.zf")
+    data = bytearray((tmp_path / "ok.zf").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "bad.zf").write_bytes(bytes(data))
+    before = e.state(0)
+    with pytest.raises(RuntimeError):
+        e.load(tmp_path / "bad.zf")
+    after = e.state(0)
+    assert all((before[k] == after[k]).all() for k in before)  # unchanged
+    with pytest.raises(ValueError, match="'path'"):
+        e.save("")
+
 
 def test_config_keys_and_deepspeed():
     c = zenflow.Config(topk_ratio=0.2, mode="offload_sync", betas=(0.8, 0.99))
