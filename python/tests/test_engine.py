@@ -99,6 +99,20 @@ def test_step_report_and_stats():
     assert not np.array_equal(w, np.ones_like(w))
 
 
+def test_trace(tmp_path):
+    e, w, g = _engine(topk_ratio=0.5, update_interval=2)
+    e.add_matrix(w, g)
+    e.initialize()
+    e.start_trace()
+    for _ in range(3):
+        e.step(1e-2)
+    e.flush()
+    e.write_trace(tmp_path / "trace.json")
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert len(events) > 0
+
+
 def test_emulated_backend_matches_host():
     outs = []
     for backend in ("host", "emulated"):

@@ -179,5 +179,9 @@ class Engine(_C._Engine):
     def load(self, path: Union[str, os.PathLike], stream: Any = 0) -> None:
         super().load(os.fspath(path), _stream_int(stream))
 
+    def write_trace(self, path: Union[str, os.PathLike]) -> None:
+        """Writes the pipeline trace recorded since start_trace() (Chrome trace-event JSON)."""
+        super().write_trace(os.fspath(path))
+
     def state(self, param: int, stream: Any = 0) -> dict:
         return super().state(param, _stream_int(stream))
