@@ -236,6 +236,9 @@ TEST(engine_data_parallel, the_reduction_is_two_launches_per_step_whatever_the_m
 // one batched launch each (they were one launch per matrix and owner): the same at 3x as at 1x.
 struct per_step {
   std::vector<std::uint64_t> waits, entering_launches;
+  zenflow::emulated_device_stats steady{}; // the device's counts over steps 4 to 17 (issue 31)
+  zenflow::emulated_device_stats total{};  // and over the whole run
+  std::vector<std::string> reports;        // the device's reports of broken rules
 };
 template <class Comm>
 per_step waits_per_step(int copies, const std::function<Comm(zenflow::emulated_device&)>& make) {
@@ -254,8 +257,12 @@ per_step waits_per_step(int copies, const std::function<Comm(zenflow::emulated_d
   register_all(e, w, g, shapes);
   e.initialize(stream);
   per_step out;
+  zenflow::emulated_device_stats warm{};
   for (std::int64_t t = 0; t < 18; ++t) { // selections at 0, 8 and 16 (rows enter at 8 and 16)
     device.synchronize_stream(stream);    // the step before has read the gradients
+    if (t == 4) {
+      warm = device.stats();
+    }
     for (std::size_t p = 0; p < shapes.size(); ++p) {
       const auto mine = grad_of<float>(rank, t, p, shapes[p]);
       std::copy(mine.begin(), mine.end(), g[p].begin());
@@ -268,8 +275,14 @@ per_step waits_per_step(int copies, const std::function<Comm(zenflow::emulated_d
                                     runs_before);
     EXPECT_EQ(report.selection, t % 8 == 0) << "step " << t;
   }
+  const zenflow::emulated_device_stats end = device.stats();
+  out.steady.allocations = end.allocations - warm.allocations;
+  out.steady.frees = end.frees - warm.frees;
+  out.steady.pageable_copies = end.pageable_copies - warm.pageable_copies;
   e.flush(stream);
   device.synchronize();
+  out.total = device.stats();
+  out.reports = device.reports();
   return out;
 }
 
@@ -299,6 +312,33 @@ TEST(engine_data_parallel, a_selection_waits_and_launches_the_same_whatever_the_
     SCOPED_TRACE("host communicator");
     EXPECT_EQ(waits_per_step<zenflow::mpi_communicator>(3, on_host).waits,
               waits_per_step<zenflow::mpi_communicator>(1, on_host).waits);
+  }
+}
+
+// Issue 31: data parallel, a steady step (two selections with entering rows among them) breaks none
+// of the rules a GPU punishes: no allocation, no free (each synchronises the whole device), no copy
+// from or to pageable host memory (it runs synchronously); over the run no device call from a host
+// task, no use after free, no busy destroy. Over a device communicator (the NCCL path) and a host one.
+TEST(engine_data_parallel, a_steady_step_allocates_nothing_and_copies_no_pageable_memory) {
+  using device_comm = zenflow::emulated_device_communicator<zenflow::mpi_communicator>;
+  const std::function<device_comm(zenflow::emulated_device&)> on_device = [](zenflow::emulated_device& d) {
+    return device_comm(d, make_comm());
+  };
+  const std::function<zenflow::mpi_communicator(zenflow::emulated_device&)> on_host =
+      [](zenflow::emulated_device&) { return make_comm(); };
+  const per_step runs[] = {waits_per_step<device_comm>(1, on_device),
+                           waits_per_step<zenflow::mpi_communicator>(1, on_host)};
+  for (const per_step& r : runs) {
+    SCOPED_TRACE(&r == &runs[0] ? "device communicator" : "host communicator");
+    EXPECT_EQ(r.steady.allocations, 0u);
+    EXPECT_EQ(r.steady.frees, 0u);
+    EXPECT_EQ(r.steady.pageable_copies, 0u);
+    EXPECT_EQ(r.total.host_task_calls, 0u);
+    EXPECT_EQ(r.total.use_after_free, 0u);
+    EXPECT_EQ(r.total.busy_destroys, 0u);
+    for (const std::string& line : r.reports) {
+      ADD_FAILURE() << line;
+    }
   }
 }
 

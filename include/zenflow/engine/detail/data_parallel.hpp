@@ -361,11 +361,17 @@ public:
     // A selection's entering state (migrate_partitioned's gathers, one matrix at a time) at its
     // largest, so that no selection step allocates: the widest device set, fp32 moments.
     std::size_t entering = 0;
+    std::size_t staging = 0; // and the host sources of its copies up, pinned, every matrix's
     for (const auto& pi : params) {
       entering = split && pi.matrix && pi.host_side
                      ? std::max(entering, static_cast<std::size_t>(pi.device_capacity) *
                                               (12u * static_cast<std::size_t>(pi.channel_len) + 4u))
                      : entering;
+      staging +=
+          split && pi.matrix && pi.host_side ? selection_staging<Backend>::bound(pi, !Comm::is_device) : 0;
+    }
+    if (staging > 0) {
+      pending_ = selection_staging<Backend>(staging);
     }
     if (entering > 0) {
       stage_ = dbuf<std::byte>(entering);
@@ -538,8 +544,8 @@ private:
   row_copy_table<Backend> widen_, narrow_; // every parameter's rows to and from wide_
   dbuf<double> sums_;                      // summed()'s, in device memory for a device communicator
   dbuf<std::byte> stage_; // a selection's entering rows, one matrix at a time (migrate_partitioned)
-  std::deque<std::vector<std::byte>> pending_;          // host sources of a selection's copies up (see there)
-  owner_reduction<Backend, Comm> owners_;               // a split step's reduction (host communicators)
+  selection_staging<Backend> pending_;    // host sources of a selection's copies up (partitioned_migration)
+  owner_reduction<Backend, Comm> owners_; // a split step's reduction (host communicators)
   device_owner_reduction<Backend, Comm> device_owners_; // ... and over a device communicator
   std::vector<typename device_owner_reduction<Backend, Comm>::grads> grads_; // the latter's view of slots_
   bool split_ = false; // this step's reduction is split by owner

@@ -9,7 +9,9 @@
 /// communicator each rank copies only its own rows up (its share of the entering state crosses
 /// PCIe once) and the gathers run on the device; over a host communicator the gathered rows go up
 /// in one copy. Nothing waits: the host sources of the copies up stay in `pending` until the
-/// next selection, whose top-k waits for the stream anyway.
+/// next selection, whose top-k waits for the stream anyway. They are pinned (a selection_staging
+/// sized at setup): a copy from pageable memory would run synchronously, and an allocation in a
+/// step would synchronise the device.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +34,42 @@
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
+
+/// The host sources of a selection's copies up (pinned, `Backend::host_buffer`), handed out in
+/// pieces until clear() (the next selection, once its top-k has waited for the stream). Sized at
+/// setup for the largest selection; a piece that does not fit comes from pageable memory instead
+/// (correct, but its copy runs synchronously: the emulated device counts it).
+template <class Backend>
+class selection_staging {
+public:
+  selection_staging() = default;
+  explicit selection_staging(std::size_t bytes) : pinned_(std::max<std::size_t>(bytes, 1)) {}
+  /// `bytes` of host memory, 16-byte aligned, valid until clear().
+  std::byte* take(std::size_t bytes) {
+    const std::size_t at = (used_ + 15) / 16 * 16;
+    if (at + bytes <= pinned_.size()) {
+      used_ = at + bytes;
+      return pinned_.data() + at;
+    }
+    return overflow_.emplace_back(bytes).data();
+  }
+  void clear() {
+    used_ = 0;
+    overflow_.clear();
+  }
+  /// What one matrix's migration may take: its own rows and (host communicator) all entering rows,
+  /// at most its device capacity, with fp32 moments, and the alignment.
+  [[nodiscard]] static std::size_t bound(const param_info& pi, bool all_rows_too) {
+    const auto rows = static_cast<std::size_t>(std::max<std::int64_t>(pi.device_capacity, 0));
+    const std::size_t one = rows * (12u * static_cast<std::size_t>(pi.channel_len) + 4u) + 16u;
+    return all_rows_too ? 2 * one : one;
+  }
+
+private:
+  typename Backend::template host_buffer<std::byte> pinned_;
+  std::size_t used_ = 0;
+  std::deque<std::vector<std::byte>> overflow_;
+};
 
 /// What migrate_partitioned() moved: device->host and host->device bytes, and the bytes this
 /// rank sent to the gathers.
@@ -57,7 +95,7 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
                                                 const std::vector<std::int32_t>& new_sel,
                                                 BlockOf&& block_of,
                                                 Stage& stage,
-                                                std::deque<std::vector<std::byte>>& pending,
+                                                selection_staging<Backend>& pending,
                                                 cudaStream_t stream) {
   const basic_channel_state<M> rows_here{h.master.data(), hm, hv, h.counts.data(), h.own_channels,
                                          pi.channel_len};
@@ -91,18 +129,18 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   const auto all_at = layout(enter.size());
   const auto own_at = layout(mine);
   // This rank's rows, as they are stored on the host.
-  std::vector<std::byte>& own = pending.emplace_back(own_at[4]);
+  std::byte* const own = pending.take(own_at[4]);
   for (std::size_t e = 0; e < mine; ++e) {
     const auto c = static_cast<std::size_t>(enter[before + e] - h.own_first);
-    std::memcpy(own.data() + own_at[0] + e * width[0], h.master.data() + c * L, width[0]);
-    std::memcpy(own.data() + own_at[1] + e * width[1], hm + c * L, width[1]);
-    std::memcpy(own.data() + own_at[2] + e * width[2], hv + c * L, width[2]);
-    std::memcpy(own.data() + own_at[3] + e * width[3], &h.counts[c], width[3]);
+    std::memcpy(own + own_at[0] + e * width[0], h.master.data() + c * L, width[0]);
+    std::memcpy(own + own_at[1] + e * width[1], hm + c * L, width[1]);
+    std::memcpy(own + own_at[2] + e * width[2], hv + c * L, width[2]);
+    std::memcpy(own + own_at[3] + e * width[3], &h.counts[c], width[3]);
   }
   std::byte* const staged = stage.data();
-  std::vector<std::byte>* gathered_host = nullptr;
+  std::byte* gathered_host = nullptr;
   if constexpr (!Comm::is_device) {
-    gathered_host = &pending.emplace_back(all_at[4]);
+    gathered_host = pending.take(all_at[4]);
   }
   for (std::size_t a = 0; a < 4; ++a) {
     std::vector<std::size_t> sizes(R);
@@ -111,14 +149,14 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
     }
     if constexpr (Comm::is_device) { // this rank's block up, then the gather in place
       std::byte* const block_in_stage = staged + all_at[a] + before * width[a];
-      plan.backend().copy_h2d(block_in_stage, own.data() + own_at[a], mine * width[a], stream);
+      plan.backend().copy_h2d(block_in_stage, own + own_at[a], mine * width[a], stream);
       comm.all_gather_bytes(block_in_stage, staged + all_at[a], sizes, stream);
     } else { // gathered on the host (blocking), up below
-      comm.all_gather_bytes(own.data() + own_at[a], gathered_host->data() + all_at[a], sizes, stream);
+      comm.all_gather_bytes(own + own_at[a], gathered_host + all_at[a], sizes, stream);
     }
   }
   if constexpr (!Comm::is_device) {
-    plan.backend().copy_h2d(staged, gathered_host->data(), all_at[4], stream);
+    plan.backend().copy_h2d(staged, gathered_host, all_at[4], stream);
   }
   const entering_rows<M> entering{reinterpret_cast<const float*>(staged + all_at[0]),
                                   reinterpret_cast<const M*>(staged + all_at[1]),
