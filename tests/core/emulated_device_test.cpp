@@ -555,6 +555,7 @@ TEST(emulated_device_rules, memory_freed_while_a_queued_copy_still_uses_it_is_de
   EXPECT_EQ(h[0], 0.0f); // the copy did not run
   EXPECT_EQ(dev.stats().use_after_free, 1u);
   ASSERT_EQ(dev.reports().size(), 1u);
+  dev.free(h);
 }
 
 TEST(emulated_device_rules, a_copy_enqueued_after_a_free_is_detected) {

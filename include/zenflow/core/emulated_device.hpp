@@ -166,8 +166,8 @@ public:
   }
   emulated_device(const emulated_device&) = delete;
   emulated_device& operator=(const emulated_device&) = delete;
-  /// Drains every stream (all enqueued work completes) and joins the threads. Memory still
-  /// allocated is not freed (its owner must be gone before the device).
+  /// Drains every stream (all enqueued work completes) and joins the threads, then releases the
+  /// device's memory, as a CUDA context's end does (a buffer must not outlive its device).
   ~emulated_device() {
     {
       const std::lock_guard lock(live().mutex);
@@ -180,6 +180,12 @@ public:
     }
     all.clear(); // each stream drains and joins in its destructor
     for (auto& [p, a] : freed_) {
+      std::free(p);
+    }
+    for (auto& [p, a] : allocated_) {
+      if (a.kind == emulated_memory::pinned) {
+        detail::emulated_pinned_ranges::instance().remove(p);
+      }
       std::free(p);
     }
   }
