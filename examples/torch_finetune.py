@@ -14,6 +14,7 @@ from one generated Markov chain, then fine-tuned from those weights on a shifted
   zenflow        ZenFlowAdamW() with zenflow's defaults: the top 10% channels on the device,
                  the rest on the host, asynchronously
   torchao        torchao's CPUOffloadOptimizer(AdamW), where torchao is installed (CUDA only)
+  gpu-adamw      (with --modes) ZenFlowAdamW(mode="gpu_adamw"): the engine's own dense AdamW
 
 Columns: ms/step (forward, backward and optimizer; on the CPU the "device" is the CPU too, so it
 says little about ZenFlow), stall (the fraction of the time step() waited for the host),
