@@ -6,16 +6,15 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <optional>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <zenflow/core/emulated_device.hpp>
 #include <zenflow/engine/emulated_backend.hpp>
@@ -39,7 +38,9 @@ using array = nb::ndarray<>;
   throw nb::value_error((fn + ": '" + arg + "' " + what).c_str());
 }
 
-cudaStream_t to_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); } // NOLINT
+cudaStream_t to_stream(std::uintptr_t s) {
+  return reinterpret_cast<cudaStream_t>(s);
+} // NOLINT
 
 std::string dtype_name(nb::dlpack::dtype t) {
   const char* kind = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)    ? "float"
@@ -47,7 +48,7 @@ std::string dtype_name(nb::dlpack::dtype t) {
                      : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int)    ? "int"
                      : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)   ? "uint"
                      : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool)   ? "bool"
-                                                                                            : "complex";
+                                                                                           : "complex";
   return std::string(kind) + std::to_string(t.bits);
 }
 
@@ -98,9 +99,9 @@ void check_place(const std::string& fn, const char* name, const array& a, where 
       !(a.device_type() == nb::device::cuda::value || a.device_type() == nb::device::cuda_managed::value)) {
     bad(fn, name, "is on " + device_name(a) + ", but this engine's backend (cuda) takes CUDA device memory");
   }
-  if (w == where::cuda && a.device_type() == nb::device::cuda::value && device >= 0 && a.device_id() != device) {
-    bad(fn, name,
-        "is on " + device_name(a) + ", but this engine runs on cuda:" + std::to_string(device));
+  if (w == where::cuda && a.device_type() == nb::device::cuda::value && device >= 0 &&
+      a.device_id() != device) {
+    bad(fn, name, "is on " + device_name(a) + ", but this engine runs on cuda:" + std::to_string(device));
   }
 }
 
@@ -162,7 +163,8 @@ elem check_pair(const std::string& fn, const array& w, const array& g, where wh,
   }
   const auto t = elem_of(w.dtype());
   if (!t) {
-    bad(fn, "weights", "has dtype " + dtype_name(w.dtype()) + "; the engine takes float32, float16 or bfloat16");
+    bad(fn, "weights",
+        "has dtype " + dtype_name(w.dtype()) + "; the engine takes float32, float16 or bfloat16");
   }
   if (!(g.dtype() == w.dtype())) {
     bad(fn, "grads", "has dtype " + dtype_name(g.dtype()) + ", not the weights' " + dtype_name(w.dtype()));
@@ -170,12 +172,14 @@ elem check_pair(const std::string& fn, const array& w, const array& g, where wh,
   check_place(fn, "weights", w, wh, device);
   check_place(fn, "grads", g, wh, device);
   if (g.ndim() != w.ndim()) {
-    bad(fn, "grads", "has " + std::to_string(g.ndim()) + " dimensions, the weights " + std::to_string(w.ndim()));
+    bad(fn, "grads",
+        "has " + std::to_string(g.ndim()) + " dimensions, the weights " + std::to_string(w.ndim()));
   }
   for (std::size_t d = 0; d < w.ndim(); ++d) {
     if (g.shape(d) != w.shape(d)) {
-      bad(fn, "grads", "has another shape than 'weights' (dimension " + std::to_string(d) + ": " +
-                           std::to_string(g.shape(d)) + " vs " + std::to_string(w.shape(d)) + ")");
+      bad(fn, "grads",
+          "has another shape than 'weights' (dimension " + std::to_string(d) + ": " +
+              std::to_string(g.shape(d)) + " vs " + std::to_string(w.shape(d)) + ")");
     }
     if (g.shape(d) != 1 && g.stride(d) != w.stride(d)) {
       bad(fn, "grads", "has other strides than 'weights' (dimension " + std::to_string(d) + ")");
@@ -236,7 +240,8 @@ public:
 #else
       (void)device;
       bad(fn, "backend",
-          "is \"cuda\", but this zenflow module was built without CUDA (ZENFLOW_ENABLE_CUDA=OFF; see docs/python.md)");
+          "is \"cuda\", but this zenflow module was built without CUDA (ZENFLOW_ENABLE_CUDA=OFF; see "
+          "docs/python.md)");
 #endif
     } else {
       bad(fn, "backend", "must be \"host\", \"emulated\" or \"cuda\", not \"" + backend + "\"");
@@ -259,13 +264,15 @@ public:
     const auto layout = parse_layout(fn, layout_s);
     const elem t = check_pair(fn, w, g, where_, device_);
     std::int64_t ch = 0, len = 0, lead = 0;
-    if (!channels && !channel_len) { // from the shape: contiguous [channels, channel_len], strided [channel_len, channels]
+    if (!channels &&
+        !channel_len) { // from the shape: contiguous [channels, channel_len], strided [channel_len, channels]
       const shape2 s = matrix_shape(fn, "weights", w);
       ch = layout == zenflow::channel_layout::contiguous ? s.rows : s.cols;
       len = layout == zenflow::channel_layout::contiguous ? s.cols : s.rows;
       lead = s.ld;
       if (ld && *ld != 0 && *ld != lead) {
-        bad(fn, "ld", "is " + std::to_string(*ld) + ", but the array's row stride is " + std::to_string(lead));
+        bad(fn, "ld",
+            "is " + std::to_string(*ld) + ", but the array's row stride is " + std::to_string(lead));
       }
     } else {
       if (!channels || !channel_len) {
@@ -278,8 +285,7 @@ public:
       len = *channel_len;
       lead = ld.value_or(0);
       if (ch >= 1 && len >= 1) {
-        const std::int64_t l =
-            lead != 0 ? lead : (layout == zenflow::channel_layout::contiguous ? len : ch);
+        const std::int64_t l = lead != 0 ? lead : (layout == zenflow::channel_layout::contiguous ? len : ch);
         const std::int64_t extent =
             layout == zenflow::channel_layout::contiguous ? (ch - 1) * l + len : (len - 1) * l + ch;
         if (l > 0 && extent > static_cast<std::int64_t>(w.size())) {
@@ -364,8 +370,12 @@ public:
     }
   }
 
-  engine_iface& e() { return *e_; }
-  [[nodiscard]] const std::string& backend() const { return backend_; }
+  engine_iface& e() {
+    return *e_;
+  }
+  [[nodiscard]] const std::string& backend() const {
+    return backend_;
+  }
 
 private:
   std::string backend_;
@@ -387,16 +397,18 @@ E parse_enum(const char* key, const std::string& s, std::initializer_list<E> all
     }
     names += (names.empty() ? "\"" : ", \"") + std::string(zenflow::to_string(e)) + "\"";
   }
-  throw nb::value_error(("zenflow.Config: '" + std::string(key) + "' must be one of " + names + ", not \"" + s + "\"")
-                            .c_str());
+  throw nb::value_error(
+      ("zenflow.Config: '" + std::string(key) + "' must be one of " + names + ", not \"" + s + "\"").c_str());
 }
 
-#define ZF_PY_ENUM(cls, field, key, ...)                                                                   \
-  cls.def_prop_rw(                                                                                         \
-      key, [](const zenflow::config& c) { return std::string(zenflow::to_string(c.field)); },             \
+#define ZF_PY_ENUM(cls, field, key, ...)                                                                     \
+  cls.def_prop_rw(                                                                                           \
+      key, [](const zenflow::config& c) { return std::string(zenflow::to_string(c.field)); },                \
       [](zenflow::config& c, const std::string& s) { c.field = parse_enum(key, s, {__VA_ARGS__}); })
 
-std::string norm_name(zenflow::channel_norm n) { return n == zenflow::channel_norm::sq_l2 ? "sq_l2" : "l1"; }
+std::string norm_name(zenflow::channel_norm n) {
+  return n == zenflow::channel_norm::sq_l2 ? "sq_l2" : "l1";
+}
 
 const char* cause_name(zenflow::selection_cause c) {
   switch (c) {
@@ -437,17 +449,18 @@ void check_cuda(cudaError_t e, const char* fn) {
 }
 
 template <class T>
-std::vector<float> norms_of(const T* g, const shape2& s, zenflow::channel_layout layout, zenflow::channel_norm norm) {
+std::vector<float>
+norms_of(const T* g, const shape2& s, zenflow::channel_layout layout, zenflow::channel_norm norm) {
   const std::int64_t ch = layout == zenflow::channel_layout::contiguous ? s.rows : s.cols;
   const std::int64_t len = layout == zenflow::channel_layout::contiguous ? s.cols : s.rows;
   std::vector<float> out(static_cast<std::size_t>(ch));
   std::size_t bytes = 0;
   auto run = [&](void* tmp) {
     return norm == zenflow::channel_norm::sq_l2
-               ? zenflow::host::channel_norms<zenflow::channel_norm::sq_l2>(tmp, bytes, g, ch, len, s.ld, layout,
-                                                                             out.data())
+               ? zenflow::host::channel_norms<zenflow::channel_norm::sq_l2>(tmp, bytes, g, ch, len, s.ld,
+                                                                            layout, out.data())
                : zenflow::host::channel_norms<zenflow::channel_norm::l1>(tmp, bytes, g, ch, len, s.ld, layout,
-                                                                          out.data());
+                                                                         out.data());
   };
   check_cuda(run(nullptr), "zenflow.channel_norms");
   std::vector<std::byte> tmp(std::max<std::size_t>(bytes, 1));
@@ -455,7 +468,8 @@ std::vector<float> norms_of(const T* g, const shape2& s, zenflow::channel_layout
   return out;
 }
 
-nb::ndarray<nb::numpy, float> channel_norms(const array& g, const std::string& layout_s, const std::string& norm_s) {
+nb::ndarray<nb::numpy, float>
+channel_norms(const array& g, const std::string& layout_s, const std::string& norm_s) {
   const std::string fn = "zenflow.channel_norms";
   const auto layout = parse_layout(fn, layout_s);
   if (norm_s != "sq_l2" && norm_s != "l1") {
@@ -548,9 +562,9 @@ void adamw(const array& master,
   const zenflow::adamw_hparams hp{lr, beta1, beta2, eps, weight_decay, decoupled};
   nb::gil_scoped_release nogil;
   check_cuda(zenflow::host::adamw_span<float, float, float>(
-                 static_cast<float*>(master.data()), static_cast<float*>(m.data()), static_cast<float*>(v.data()),
-                 static_cast<const float*>(grad.data()), out ? static_cast<float*>(out->data()) : nullptr, n,
-                 count, hp, grad_scale, nullptr),
+                 static_cast<float*>(master.data()), static_cast<float*>(m.data()),
+                 static_cast<float*>(v.data()), static_cast<const float*>(grad.data()),
+                 out ? static_cast<float*>(out->data()) : nullptr, n, count, hp, grad_scale, nullptr),
              "zenflow.adamw");
 }
 
@@ -624,7 +638,8 @@ NB_MODULE(_zenflow, mod) {
           "importance", [](const config& c) { return norm_name(c.importance); },
           [](config& c, const std::string& s) {
             if (s != "sq_l2" && s != "l1") {
-              throw nb::value_error(("zenflow.Config: 'importance' must be \"sq_l2\" or \"l1\", not \"" + s + "\"").c_str());
+              throw nb::value_error(
+                  ("zenflow.Config: 'importance' must be \"sq_l2\" or \"l1\", not \"" + s + "\"").c_str());
             }
             c.importance = s == "sq_l2" ? zenflow::channel_norm::sq_l2 : zenflow::channel_norm::l1;
           })
@@ -665,9 +680,11 @@ NB_MODULE(_zenflow, mod) {
              zenflow::optimizer_mode::gpu_adamw);
   ZF_PY_ENUM(cfg, select, "select_strategy", zenflow::select_strategy::step, zenflow::select_strategy::epoch,
              zenflow::select_strategy::automatic);
-  ZF_PY_ENUM(cfg, host_lr_scale, "host_lr_scale", zenflow::host_lr_scaling::linear, zenflow::host_lr_scaling::sqrt,
-             zenflow::host_lr_scaling::none, zenflow::host_lr_scaling::capped, zenflow::host_lr_scaling::snr);
-  ZF_PY_ENUM(cfg, host_moments, "host_moments", zenflow::moment_precision::fp32, zenflow::moment_precision::bf16);
+  ZF_PY_ENUM(cfg, host_lr_scale, "host_lr_scale", zenflow::host_lr_scaling::linear,
+             zenflow::host_lr_scaling::sqrt, zenflow::host_lr_scaling::none, zenflow::host_lr_scaling::capped,
+             zenflow::host_lr_scaling::snr);
+  ZF_PY_ENUM(cfg, host_moments, "host_moments", zenflow::moment_precision::fp32,
+             zenflow::moment_precision::bf16);
   ZF_PY_ENUM(cfg, upload, "upload", zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring);
 #if ZENFLOW_WITH_JSON
   cfg.def_static(
@@ -699,13 +716,15 @@ NB_MODULE(_zenflow, mod) {
       .def_ro("comm_bytes", &zenflow::step_report::comm_bytes)
       .def_ro("window_length", &zenflow::step_report::window_length)
       .def_ro("selection_age", &zenflow::step_report::selection_age)
-      .def_prop_ro("selection_reason", [](const zenflow::step_report& r) { return cause_name(r.selection_reason); })
+      .def_prop_ro("selection_reason",
+                   [](const zenflow::step_report& r) { return cause_name(r.selection_reason); })
       .def("__repr__", [](const zenflow::step_report& r) {
         return "StepReport(step=" + std::to_string(r.step) + ", warm_up=" + (r.warm_up ? "True" : "False") +
-               ", selection=" + (r.selection ? "True" : "False") + ", window_closed=" +
-               (r.window_closed ? "True" : "False") + ", skipped=" + (r.skipped ? "True" : "False") +
-               ", d2h_bytes=" + std::to_string(r.d2h_bytes) + ", h2d_bytes=" + std::to_string(r.h2d_bytes) +
-               ", stall_s=" + std::to_string(r.stall_s) + ", window_length=" + std::to_string(r.window_length) + ")";
+               ", selection=" + (r.selection ? "True" : "False") +
+               ", window_closed=" + (r.window_closed ? "True" : "False") +
+               ", skipped=" + (r.skipped ? "True" : "False") + ", d2h_bytes=" + std::to_string(r.d2h_bytes) +
+               ", h2d_bytes=" + std::to_string(r.h2d_bytes) + ", stall_s=" + std::to_string(r.stall_s) +
+               ", window_length=" + std::to_string(r.window_length) + ")";
       });
 
   nb::class_<zenflow::stats>(mod, "Stats")
@@ -730,16 +749,19 @@ NB_MODULE(_zenflow, mod) {
 
   // ---- Engine ----
   nb::class_<py_engine>(mod, "_Engine")
-      .def(nb::init<const config&, const std::string&, int>(), "config"_a, "backend"_a = "host", "device"_a = -1)
+      .def(nb::init<const config&, const std::string&, int>(), "config"_a, "backend"_a = "host",
+           "device"_a = -1)
       .def(
           "add_matrix",
           [](py_engine& e, const array& w, const array& g, std::optional<std::int64_t> channels,
-             std::optional<std::int64_t> channel_len, std::optional<std::int64_t> ld, const std::string& layout,
-             std::optional<float> lr_scale, std::optional<float> weight_decay, const std::string& name) {
+             std::optional<std::int64_t> channel_len, std::optional<std::int64_t> ld,
+             const std::string& layout, std::optional<float> lr_scale, std::optional<float> weight_decay,
+             const std::string& name) {
             return e.add_matrix(w, g, channels, channel_len, ld, layout, {lr_scale, weight_decay, name});
           },
-          "weights"_a, "grads"_a, "channels"_a = nb::none(), "channel_len"_a = nb::none(), "ld"_a = nb::none(),
-          "layout"_a = "contiguous", "lr_scale"_a = nb::none(), "weight_decay"_a = nb::none(), "name"_a = "")
+          "weights"_a, "grads"_a, "channels"_a = nb::none(), "channel_len"_a = nb::none(),
+          "ld"_a = nb::none(), "layout"_a = "contiguous", "lr_scale"_a = nb::none(),
+          "weight_decay"_a = nb::none(), "name"_a = "")
       .def(
           "add_vector",
           [](py_engine& e, const array& w, const array& g, std::optional<float> lr_scale,
@@ -787,6 +809,6 @@ NB_MODULE(_zenflow, mod) {
   mod.def("channel_norms", &channel_norms, "grad"_a, "layout"_a = "contiguous", "norm"_a = "sq_l2");
   mod.def("topk", &topk, "scores"_a, "k"_a);
   mod.def("adamw", &adamw, "master"_a, "m"_a, "v"_a, "grad"_a, "count"_a, "lr"_a, "beta1"_a = 0.9f,
-          "beta2"_a = 0.999f, "eps"_a = 1e-8f, "weight_decay"_a = 0.0f, "decoupled"_a = true, "grad_scale"_a = 1.0f,
-          "out"_a = nb::none());
+          "beta2"_a = 0.999f, "eps"_a = 1e-8f, "weight_decay"_a = 0.0f, "decoupled"_a = true,
+          "grad_scale"_a = 1.0f, "out"_a = nb::none());
 }

@@ -32,8 +32,8 @@ public:
                                        std::int64_t ld,
                                        zenflow::channel_layout layout,
                                        const zenflow::param_options& opt) = 0;
-  virtual zenflow::param_id add_vector(elem t, void* w, const void* g, std::int64_t n,
-                                       const zenflow::param_options& opt) = 0;
+  virtual zenflow::param_id
+  add_vector(elem t, void* w, const void* g, std::int64_t n, const zenflow::param_options& opt) = 0;
   virtual void initialize(cudaStream_t s) = 0;
   virtual void grad_ready(zenflow::param_id p, cudaStream_t s) = 0;
   virtual zenflow::step_report step(float lr, cudaStream_t s) = 0;
@@ -71,19 +71,19 @@ public:
                                const zenflow::param_options& opt) override {
     switch (t) {
     case elem::f32:
-      return e_.add_matrix(static_cast<float*>(w), static_cast<const float*>(g), channels, channel_len, ld, layout,
-                           opt);
+      return e_.add_matrix(static_cast<float*>(w), static_cast<const float*>(g), channels, channel_len, ld,
+                           layout, opt);
     case elem::f16:
       return e_.add_matrix(static_cast<zenflow::half*>(w), static_cast<const zenflow::half*>(g), channels,
                            channel_len, ld, layout, opt);
     case elem::bf16:
       break;
     }
-    return e_.add_matrix(static_cast<zenflow::bfloat16*>(w), static_cast<const zenflow::bfloat16*>(g), channels,
-                         channel_len, ld, layout, opt);
+    return e_.add_matrix(static_cast<zenflow::bfloat16*>(w), static_cast<const zenflow::bfloat16*>(g),
+                         channels, channel_len, ld, layout, opt);
   }
-  zenflow::param_id add_vector(elem t, void* w, const void* g, std::int64_t n,
-                               const zenflow::param_options& opt) override {
+  zenflow::param_id
+  add_vector(elem t, void* w, const void* g, std::int64_t n, const zenflow::param_options& opt) override {
     switch (t) {
     case elem::f32:
       return e_.add_vector(static_cast<float*>(w), static_cast<const float*>(g), n, opt);
@@ -92,7 +92,8 @@ public:
     case elem::bf16:
       break;
     }
-    return e_.add_vector(static_cast<zenflow::bfloat16*>(w), static_cast<const zenflow::bfloat16*>(g), n, opt);
+    return e_.add_vector(static_cast<zenflow::bfloat16*>(w), static_cast<const zenflow::bfloat16*>(g), n,
+                         opt);
   }
   void initialize(cudaStream_t s) override { e_.initialize(s); }
   void grad_ready(zenflow::param_id p, cudaStream_t s) override { e_.grad_ready(p, s); }
@@ -102,8 +103,12 @@ public:
   void load(const std::string& path, cudaStream_t s) override { e_.load(path, s); }
   [[nodiscard]] zenflow::stats stats() const override { return e_.stats(); }
   zenflow::param_state state(zenflow::param_id p, cudaStream_t s) override { return e_.state(p, s); }
-  [[nodiscard]] std::vector<std::int32_t> selected(zenflow::param_id p) const override { return e_.selected(p); }
-  [[nodiscard]] zenflow::param_settings settings(zenflow::param_id p) const override { return e_.settings(p); }
+  [[nodiscard]] std::vector<std::int32_t> selected(zenflow::param_id p) const override {
+    return e_.selected(p);
+  }
+  [[nodiscard]] zenflow::param_settings settings(zenflow::param_id p) const override {
+    return e_.settings(p);
+  }
   void start_trace() override { e_.start_trace(); }
   void write_trace(const std::string& path) const override { e_.write_trace(path); }
   [[nodiscard]] std::int64_t steps() const override { return e_.steps(); }
