@@ -273,6 +273,7 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     const double n = channels * len;
     (pi.matrix ? dev.selected_state : dev.vector_state) += cap * len * 12.0 + cap * 8.0;
     dev.scratch += (pi.matrix ? channels : 1.0) * 4.0; // scores
+    dev.scratch += pi.matrix ? channels * 8.0 : 0.0;   // a selection's fp64 rescans (topk_item::wide)
     if (pi.matrix) {
       sets += cap;
     }
