@@ -177,6 +177,24 @@ TEST(topk_cpu, nan_ranks_last) {
   EXPECT_TRUE(std::isnan(val[0]));
 }
 
+/// The host topk_segmented over `items` (ascending indices), its scratch sized by the size query,
+/// on a pool of `threads` workers (0: the calling thread).
+void run_host_topk_segmented(std::vector<zenflow::topk_item>& items, unsigned threads) {
+  std::unique_ptr<zenflow::worker_pool> pool;
+  if (threads != 0) {
+    pool = std::make_unique<zenflow::worker_pool>(threads);
+  }
+  std::size_t bytes = 0;
+  ASSERT_EQ(
+      zenflow::host::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())),
+      cudaSuccess);
+  std::vector<std::byte> temp(bytes);
+  ASSERT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(),
+                                          static_cast<std::int64_t>(items.size()),
+                                          topk_order::ascending_index, pool.get()),
+            cudaSuccess);
+}
+
 TEST(topk_cpu, segmented_matches_brute_force_per_segment) {
   std::vector<std::vector<float>> data;
   std::vector<std::vector<std::int32_t>> out;
@@ -194,19 +212,7 @@ TEST(topk_cpu, segmented_matches_brute_force_per_segment) {
   }
   for (unsigned threads : {0u, 2u, 8u}) {
     SCOPED_TRACE("threads " + std::to_string(threads));
-    std::unique_ptr<zenflow::worker_pool> pool;
-    if (threads != 0) {
-      pool = std::make_unique<zenflow::worker_pool>(threads);
-    }
-    std::size_t bytes = 0;
-    ASSERT_EQ(
-        zenflow::host::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())),
-        cudaSuccess);
-    std::vector<std::byte> temp(bytes);
-    ASSERT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(),
-                                            static_cast<std::int64_t>(items.size()),
-                                            topk_order::ascending_index, pool.get()),
-              cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(run_host_topk_segmented(items, threads));
     for (std::size_t i = 0; i < nk.size(); ++i) {
       const auto ref = zf_test::reference_topk(data[i].data(), nk[i].first, nk[i].second);
       ASSERT_EQ(out[i], ref) << "segment " << i;
@@ -263,19 +269,7 @@ TEST(topk_cpu, overflowed_scores_rank_by_their_fp64_values) {
   }
   for (unsigned threads : {0u, 2u, 8u, 32u}) { // 32: one segment per task
     SCOPED_TRACE("threads " + std::to_string(threads));
-    std::unique_ptr<zenflow::worker_pool> pool;
-    if (threads != 0) {
-      pool = std::make_unique<zenflow::worker_pool>(threads);
-    }
-    std::size_t bytes = 0;
-    ASSERT_EQ(
-        zenflow::host::topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size())),
-        cudaSuccess);
-    std::vector<std::byte> temp(bytes);
-    ASSERT_EQ(zenflow::host::topk_segmented(temp.data(), bytes, items.data(),
-                                            static_cast<std::int64_t>(items.size()),
-                                            topk_order::ascending_index, pool.get()),
-              cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(run_host_topk_segmented(items, threads));
     for (std::size_t i = 0; i < kWideCases.size(); ++i) {
       const auto& d = data[i];
       const auto ref =
