@@ -20,6 +20,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/plan.hpp> // the declarations; plan.hpp includes this file at its end
 
 ZF_NAMESPACE_BEGIN
 
