@@ -75,6 +75,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/copy_direction.hpp>
 #include <zenflow/core/detail/emulated_pinned.hpp>
+#include <zenflow/core/device_op.hpp>
 #include <zenflow/core/error.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -127,16 +128,8 @@ struct emulated_device_stats {
 /// from or to it runs asynchronously). Both are host memory here.
 enum class emulated_memory : std::uint8_t { device, pinned };
 
-/// One operation of the device's timeline (recorded when tracing is on).
-struct emulated_op {
-  enum class kind : std::uint8_t { kernel, copy_d2h, copy_h2d, copy_d2d, compute };
-  kind what = kind::kernel;
-  int stream = 0;            ///< index of the stream in creation order (0 = the null stream)
-  std::size_t bytes = 0;     ///< bytes copied, or bytes charged to a kernel
-  std::int64_t start_ns = 0; ///< since the device was created
-  std::int64_t end_ns = 0;
-  std::string name; ///< the label given at enqueue, if any
-};
+/// One operation of the device's timeline (recorded when tracing is on): core/device_op.hpp.
+using emulated_op = device_op;
 
 /// An event's records (shared by copies of an `emulated_device::event`). Each record is a point
 /// of its own stream: a wait is for the record it saw, and a later record that completes first

@@ -4,7 +4,7 @@
 /// enqueues through the backend (a launch of the plan, a copy, a memset, a copy of the D2H ring)
 /// is bracketed by two timing events on its stream, and trace() turns each pair into a span on the
 /// host's steady clock, against a reference event whose host time was read when tracing began.
-/// The records have the emulated device's fields (emulated_op), so the trace writes both alike.
+/// The records are the emulated device's type (device_op), so the trace writes both alike.
 ///
 /// Off (the default) an operation costs one relaxed atomic load. On, two cudaEventRecord per
 /// operation and events made as needed (reused once trace() has read them): leave it off in
@@ -25,21 +25,14 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/device_op.hpp>
 #include <zenflow/core/error.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// One stream operation of the timeline (the fields of emulated_op, in the same order of kinds).
-struct timeline_op {
-  enum class kind : std::uint8_t { kernel, copy_d2h, copy_h2d, copy_d2d, compute };
-  kind what = kind::kernel;
-  int stream = 0;            ///< the stream's index in order of first use while tracing
-  std::size_t bytes = 0;     ///< bytes copied, or the bytes the plan charged to a kernel
-  std::int64_t start_ns = 0; ///< on std::chrono::steady_clock, as now_ns()
-  std::int64_t end_ns = 0;
-  std::string name;
-};
+/// One stream operation of the timeline: the emulated device's type (core/device_op.hpp).
+using timeline_op = device_op;
 
 class cuda_timeline {
 public:

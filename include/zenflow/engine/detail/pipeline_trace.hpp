@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/device_op.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/stats.hpp>
 
@@ -170,9 +171,8 @@ std::vector<trace_span> device_timeline(const Backend& b) {
     // The timeline's clock is steady_clock (from the emulated device's creation): one offset maps it
     // onto ours.
     const std::int64_t offset = pipeline_trace::now() - dev.now_ns();
-    static const char* const kinds[] = {"kernel", "copy D2H", "copy H2D", "copy D2D", "compute"};
-    for (const auto& op : dev.trace()) {
-      const char* kind = kinds[static_cast<int>(op.what)];
+    for (const device_op& op : dev.trace()) {
+      const std::string kind(to_string(op.what));
       out.push_back({2, op.stream, op.start_ns + offset, op.end_ns + offset, op.name.empty() ? kind : op.name,
                      kind, "\"bytes\": " + std::to_string(op.bytes)});
     }
