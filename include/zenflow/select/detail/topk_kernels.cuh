@@ -94,10 +94,10 @@ ZF_DEVICE void block_choose(const std::uint32_t* hist, topk_radix_state* s, int 
 /// choose the bucket, update the state, and clear the global histogram for the next pass.
 /// `seed_k != 0` (pass 0 only) sets k_remaining first: the state starts zeroed by a memset.
 ZF_DEVICE inline void finish_histogram_pass(const std::uint32_t* sh_hist,
-                                     std::uint32_t* g_hist,
-                                     topk_device_state* st,
-                                     int p,
-                                     std::uint64_t seed_k = 0) {
+                                            std::uint32_t* g_hist,
+                                            topk_device_state* st,
+                                            int p,
+                                            std::uint64_t seed_k = 0) {
   __shared__ bool is_last;
   __shared__ topk_radix_state s;
   for (int d = static_cast<int>(threadIdx.x); d < topk_bins; d += topk_block) {
