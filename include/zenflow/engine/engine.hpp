@@ -208,7 +208,7 @@ public:
         (void)dp_.init_host_rows(plan_, p, pi, h, stream); // data parallel: this rank's block
         const std::size_t n = h.master.size();
         h.moments.assign(n, cfg_.host_moments);
-        h.counts.assign(static_cast<std::size_t>(h.own_channels), 0);
+        h.counts.assign(static_cast<std::size_t>(h.shard.channels), 0);
         h.acc[0].assign(n, 0.0f);
         if (overlap) {
           h.acc[1].assign(n, 0.0f);

@@ -211,10 +211,10 @@ public:
       std::byte* staging = plan_.staging(slot, on);
       // Every slot is packed, with one rank's slot boundaries, so that the rest mass (summed per
       // pack call) has a one-rank run's bits on every rank; only this rank's positions
-      // [own_pos, own_end) go down (data parallel: its block; all of them with one rank).
+      // [shard.pos, shard.end()) go down (data parallel: its block; all of them with one rank).
       plan_.pack(p, b, e, staging, tag == grad_early_slot, on);
-      const std::int64_t ob = std::max(b, h.own_pos);
-      const std::int64_t oe = std::min(e, h.own_end());
+      const std::int64_t ob = std::max(b, h.shard.pos);
+      const std::int64_t oe = std::min(e, h.shard.end());
       if (ob >= oe) {
         continue;
       }

@@ -168,16 +168,16 @@ public:
   template <class HostParam>
   std::size_t init_host_rows(
       device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
-    std::tie(h.own_first, h.own_channels) = block(p, pi, comm_.rank());
+    std::tie(h.shard.first, h.shard.channels) = block(p, pi, comm_.rank());
     h.set_host_set(complement({}, pi.channels));
-    const auto n = static_cast<std::size_t>(h.own_channels * pi.channel_len);
+    const auto n = static_cast<std::size_t>(h.shard.channels * pi.channel_len);
     h.master.resize(n);
-    if (h.own_channels == pi.channels) {
+    if (h.shard.channels == pi.channels) {
       return plan.download_weights(p, h.master.data(), stream);
     }
     std::vector<float> full(static_cast<std::size_t>(pi.elements()));
     const std::size_t bytes = plan.download_weights(p, full.data(), stream);
-    std::copy_n(full.begin() + h.own_first * pi.channel_len, n, h.master.begin());
+    std::copy_n(full.begin() + h.shard.first * pi.channel_len, n, h.master.begin());
     return bytes;
   }
 
@@ -195,7 +195,7 @@ public:
                                               std::uint64_t& comm_bytes) {
     return h.moments.visit([&](auto* hm, auto* hv) {
       using M = std::remove_pointer_t<decltype(hm)>;
-      if (h.own_channels == pi.channels) {
+      if (h.shard.channels == pi.channels) {
         const basic_channel_state<M> rows{h.master.data(), hm,          hv,
                                           h.counts.data(), pi.channels, pi.channel_len};
         return plan.migrate(p, h.sel, new_sel, rows, 0, static_cast<const entering_rows<M>*>(nullptr),
@@ -225,7 +225,7 @@ public:
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
       auto& h = host[p];
-      if (!pi.host_side || h.own_channels == pi.channels || h.host_set.empty()) {
+      if (!pi.host_side || h.shard.channels == pi.channels || h.host_set.empty()) {
         continue;
       }
       for (int r = 0; r < comm_.size(); ++r) {
@@ -235,7 +235,7 @@ public:
         sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(hi - lo) * pi.channel_bytes();
       }
       std::byte* buf = Comm::is_device ? plan.upload_buffer(p) : h.upload.data();
-      comm_.all_gather_bytes(buf + static_cast<std::size_t>(h.own_pos) * pi.channel_bytes(), buf, sizes,
+      comm_.all_gather_bytes(buf + static_cast<std::size_t>(h.shard.pos) * pi.channel_bytes(), buf, sizes,
                              stream);
       sent += sizes[static_cast<std::size_t>(comm_.rank())];
     }
@@ -249,7 +249,7 @@ public:
       device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
     return h.moments.visit([&](auto* hm, auto* hv) {
       using M = std::remove_pointer_t<decltype(hm)>;
-      if (!pi.host_side || h.own_channels == pi.channels) {
+      if (!pi.host_side || h.shard.channels == pi.channels) {
         const basic_channel_state<M> rows{h.master.data(), hm,          hv,
                                           h.counts.data(), pi.channels, pi.channel_len};
         return plan.read_full_state(p, pi.host_side ? &rows : nullptr, stream);

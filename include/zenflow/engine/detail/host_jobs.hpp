@@ -205,8 +205,8 @@ private:
       const auto& h = host_[p];
       if (params_[p].host_side && !h.host_set.empty()) {
         const bool share = gather_ && gather_on_device_;
-        (void)plan_.upload(p, h.upload.data(), share ? h.own_pos : 0,
-                           share ? h.own_end() : static_cast<std::int64_t>(h.host_set.size()));
+        (void)plan_.upload(p, h.upload.data(), share ? h.shard.pos : 0,
+                           share ? h.shard.end() : static_cast<std::int64_t>(h.host_set.size()));
       }
     }
     plan_.end_uploads();
@@ -231,7 +231,7 @@ private:
         const std::size_t bytes =
             plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
         cost.h2d += gather_ && gather_on_device_
-                        ? static_cast<std::size_t>(h.own_end() - h.own_pos) * params_[p].channel_bytes()
+                        ? static_cast<std::size_t>(h.shard.end() - h.shard.pos) * params_[p].channel_bytes()
                         : bytes;
       }
     }

@@ -37,6 +37,7 @@
 #include <zenflow/engine/detail/host_moments.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>
+#include <zenflow/engine/detail/row_shard.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
@@ -81,29 +82,16 @@ public:
     // Gradients announced early, packed (host-set order, working type), until the step's coef
     // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
     std::vector<std::byte> land;
-    // Data parallel, the owner partition: the host state above (master, m, v, counts, acc) holds
-    // channels [own_first, own_first + own_channels) only, this rank's block (all of them with
-    // one rank). The device's host set stays every unselected channel (the all-gathered weights
-    // are applied to all of them); this rank's are positions [own_pos, own_pos + own_rows.size())
-    // of it (blocks are contiguous and in rank order), own_rows their channels minus own_first.
-    std::int64_t own_first = 0;
-    std::int64_t own_channels = 0;
-    std::int64_t own_pos = 0;
-    std::vector<std::int32_t> own_rows;
+    // The rows of the host state above (master, m, v, counts, acc): this rank's block of the
+    // matrix (data parallel: the owner partition), every channel with one rank. The device's host
+    // set stays every unselected channel (the all-gathered weights are applied to all of them).
+    row_shard shard;
 
     /// The host set becomes `hs` (ascending); this rank's share of it follows.
     void set_host_set(std::vector<std::int32_t> hs) {
       host_set = std::move(hs);
       ++host_set_version;
-      const auto first = std::lower_bound(host_set.begin(), host_set.end(), own_first);
-      const auto last = std::lower_bound(first, host_set.end(), own_first + own_channels);
-      own_pos = first - host_set.begin();
-      own_rows.resize(static_cast<std::size_t>(last - first));
-      std::transform(first, last, own_rows.begin(),
-                     [&](std::int32_t c) { return static_cast<std::int32_t>(c - own_first); });
-    }
-    [[nodiscard]] std::int64_t own_end() const noexcept {
-      return own_pos + static_cast<std::int64_t>(own_rows.size());
+      shard.follow(host_set);
     }
   };
 
@@ -184,8 +172,8 @@ private:
         if (!skip_) {
           const auto& h = host_[p];
           accumulate(a, p,
-                     h.land.data() + static_cast<std::size_t>(h.own_pos) * (*params_)[p].channel_bytes(),
-                     h.own_pos, h.own_end());
+                     h.land.data() + static_cast<std::size_t>(h.shard.pos) * (*params_)[p].channel_bytes(),
+                     h.shard.pos, h.shard.end());
         }
       }
       landed_.clear();
@@ -357,22 +345,22 @@ public:
       // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
       adamw_hparams hp = pi.hparams(cfg_->adam, lr);
       const double coherence = cfg_->host_lr_scale == host_lr_scaling::snr
-                                   ? l1_norm(h.acc[a], h.own_rows, pi.channel_len, pool) / rest_l1
+                                   ? l1_norm(h.acc[a], h.shard.rows, pi.channel_len, pool) / rest_l1
                                    : 1.0;
       hp.lr = static_cast<float>(static_cast<double>(hp.lr) *
                                  host_lr_factor(cfg_->host_lr_scale, n_w, coherence));
       // This rank's share only (data parallel: its block; the others' weights come by all-gather).
       h.moments.visit([&](auto* m, auto* v) {
         using M = std::remove_pointer_t<decltype(m)>;
-        const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.own_channels,
+        const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.shard.channels,
                                         pi.channel_len};
         dispatch_dtype(pi.type, [&](auto tag) {
           using T = decltype(tag);
           check(host::adamw_window<T, T, M>(
-                    st, h.acc[a].data(), h.own_rows.data(), static_cast<std::int64_t>(h.own_rows.size()),
+                    st, h.acc[a].data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
                     nullptr, 1.0f, n_w, hp,
-                    reinterpret_cast<T*>(h.upload.data()) + h.own_pos * pi.channel_len, pool,
-                    host::window_acc::keep, cfg_->host_moments_per_step && n_w > 0 ? n_w : 1, h.own_first),
+                    reinterpret_cast<T*>(h.upload.data()) + h.shard.pos * pi.channel_len, pool,
+                    host::window_acc::keep, cfg_->host_moments_per_step && n_w > 0 ? n_w : 1, h.shard.first),
                 "zenflow::engine: adamw_window");
         });
       });
@@ -390,8 +378,8 @@ private:
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
       check(host::accumulate_channels<T>(
-                h.acc[a].data(), h.own_channels, pi.channel_len, reinterpret_cast<const T*>(rows),
-                h.own_rows.data() + (begin - h.own_pos), end - begin, coef_, consume_pool_.get(), mode),
+                h.acc[a].data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
+                h.shard.rows.data() + (begin - h.shard.pos), end - begin, coef_, consume_pool_.get(), mode),
             "zenflow::engine: accumulate_channels");
     });
   }

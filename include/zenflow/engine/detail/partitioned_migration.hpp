@@ -80,7 +80,7 @@ struct partitioned_migration_bytes {
 };
 
 /// device_plan::migrate() of matrix `p` (device set h.sel -> new_sel) with its host state split
-/// by owner: `h` holds this rank's block (h.own_first, h.own_channels; moments hm, hv of type M),
+/// by owner: `h` holds this rank's block (h.shard.first, h.shard.channels; moments hm, hv of type M),
 /// `block_of(r)` is rank r's {first channel, channels}. `stage` (device memory) holds the
 /// matrix's entering rows, at most its device capacity x (12 x channel_len + 4) bytes. A
 /// collective: every rank calls it with the same sets.
@@ -97,12 +97,12 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
                                                 Stage& stage,
                                                 selection_staging<Backend>& pending,
                                                 cudaStream_t stream) {
-  const basic_channel_state<M> rows_here{h.master.data(), hm, hv, h.counts.data(), h.own_channels,
+  const basic_channel_state<M> rows_here{h.master.data(), hm, hv, h.counts.data(), h.shard.channels,
                                          pi.channel_len};
   std::vector<std::int32_t> enter;
   std::set_difference(new_sel.begin(), new_sel.end(), h.sel.begin(), h.sel.end(), std::back_inserter(enter));
   if (enter.empty()) { // the same on every rank (the same sets): no rank gathers
-    const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows_here, h.own_first,
+    const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows_here, h.shard.first,
                                          static_cast<const entering_rows<M>*>(nullptr), stream);
     return {down, up, 0};
   }
@@ -131,7 +131,7 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   // This rank's rows, as they are stored on the host.
   std::byte* const own = pending.take(own_at[4]);
   for (std::size_t e = 0; e < mine; ++e) {
-    const auto c = static_cast<std::size_t>(enter[before + e] - h.own_first);
+    const auto c = static_cast<std::size_t>(enter[before + e] - h.shard.first);
     std::memcpy(own + own_at[0] + e * width[0], h.master.data() + c * L, width[0]);
     std::memcpy(own + own_at[1] + e * width[1], hm + c * L, width[1]);
     std::memcpy(own + own_at[2] + e * width[2], hv + c * L, width[2]);
@@ -162,7 +162,7 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
                                   reinterpret_cast<const M*>(staged + all_at[1]),
                                   reinterpret_cast<const M*>(staged + all_at[2]),
                                   reinterpret_cast<const std::int32_t*>(staged + all_at[3])};
-  const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows_here, h.own_first, &entering, stream);
+  const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows_here, h.shard.first, &entering, stream);
   // Up: the lists, and the rows: this rank's own (device communicator) or all of them.
   return {down, up + (Comm::is_device ? own_at[4] : all_at[4]), own_at[4]};
 }
