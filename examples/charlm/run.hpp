@@ -17,6 +17,7 @@
 
 #  include <zenflow/comm/mpi_communicator.hpp>
 #endif
+#include <zenflow/engine/data_parallel.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/comm/mpi_communicator.hpp>
+#include <zenflow/engine/data_parallel.hpp>
 #include <zenflow/engine/engine.hpp>
 
 #include "engine_harness.hpp"

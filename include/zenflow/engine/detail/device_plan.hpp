@@ -54,6 +54,25 @@ struct entering_rows {
   const std::int32_t* counts;
 };
 
+/// What the plan takes from outside at setup: a step that completes some per-channel numbers
+/// from rows this rank does not hold (the engine's data-parallel policy, detail/dp/) supplies
+/// them; a single-rank step leaves it empty.
+struct plan_inputs {
+  /// Per parameter, nullable: the fp64 rescans of its non-finite scores (device memory, a double
+  /// per channel, final when the step's after_norms() hook returns), which its squared norm and
+  /// an sq_l2 selection then read instead of rescanning its gradient.
+  std::vector<const double*> score_rescans;
+};
+
+/// The step's hooks: a no-op at each point where a step completes the plan's numbers between two
+/// of its phases (prologue(), select_all()). A hook type has these two members.
+struct no_step_hooks {
+  /// After the scores and NaN/Inf flags of every gradient, before the totals and the record read them.
+  void after_norms(cudaStream_t) {}
+  /// After a selection's importance, before its top-k reads it.
+  void after_importance(channel_norm, cudaStream_t) {}
+};
+
 template <class Backend>
 class device_plan {
   template <class T>
@@ -88,7 +107,10 @@ public:
 
   /// Allocates the per-parameter device state (compact rows for `device_capacity` channels),
   /// scores, index lists, upload buffers, records, staging and scratch. Blocking.
-  void setup(const std::vector<param_info>& params, std::size_t staging_bytes, memory_usage& mem);
+  void setup(const std::vector<param_info>& params,
+             std::size_t staging_bytes,
+             memory_usage& mem,
+             const plan_inputs& inputs = {});
 
   [[nodiscard]] const step_record_layout& record_layout() const noexcept { return layout_; }
   [[nodiscard]] const void* record() const noexcept { return record_[cur_record_].data(); }
@@ -99,15 +121,6 @@ public:
   /// chunk of `chunk_bytes` instead of a device upload buffer per parameter (0: whole_window).
   /// Before setup().
   void set_upload_chunk(std::size_t chunk_bytes) noexcept { upload_chunk_bytes_ = chunk_bytes; }
-
-  /// Data parallel over a device communicator with the owner partition: the squared norm of `p`
-  /// takes the rescans of its non-finite scores from `rescan` (device memory, a double per
-  /// channel) instead of its gradient, whose other blocks' host-set rows this rank does not hold
-  /// (device_owner_reduction.hpp). Before setup().
-  void set_norm_rescan(std::size_t p, const double* rescan) {
-    rescan_.resize(std::max(rescan_.size(), p + 1), nullptr);
-    rescan_[p] = rescan;
-  }
 
   /// Staging slot `i`, after the copy that last read it (the pack on `stream` waits for it).
   [[nodiscard]] std::byte* staging(std::size_t i, cudaStream_t stream) {
@@ -130,42 +143,50 @@ public:
   /// the bytes copied down.
   std::size_t download_weights(std::size_t p, float* dst, cudaStream_t stream);
 
-  /// The scores and NaN/Inf flags of every gradient (one batched call per dtype), the fp64
-  /// per-tensor squared totals (overflow-safe for finite gradients), then coef_t and bad_t into
-  /// the record, its crit masses zeroed (the rest masses: begin_rest_masses).
-  void prologue(float loss_scale, float max_norm, cudaStream_t stream) {
-    prologue_norms(stream);
-    prologue_scalars(loss_scale, max_norm, stream);
+  /// The scores and NaN/Inf flags of every gradient (one batched call per dtype), `hooks`'
+  /// after_norms(), the fp64 per-tensor squared totals (overflow-safe for finite gradients), then
+  /// coef_t and bad_t into the record, its crit masses zeroed (the rest masses: begin_rest_masses).
+  template <class Hooks = no_step_hooks>
+  void prologue(float loss_scale, float max_norm, cudaStream_t stream, Hooks&& hooks = {}) {
+    norms(stream);
+    hooks.after_norms(stream);
+    scalars(loss_scale, max_norm, stream);
   }
-  /// prologue() in two halves, for a data-parallel step that completes the scores and flags of
-  /// rows it does not hold in between (owner_reduction.hpp): the scores and flags, then the
-  /// totals and the record's header.
-  void prologue_norms(cudaStream_t stream);
-  void prologue_scalars(float loss_scale, float max_norm, cudaStream_t stream);
-  /// `p`'s per-channel scores, the NaN/Inf flags (one word per parameter) and the current
-  /// record's rest masses (one float per matrix): device memory, for the data-parallel step.
-  [[nodiscard]] float* scores(std::size_t p) noexcept { return dev_[p].scores.data(); }
-  [[nodiscard]] std::uint32_t* flags() noexcept { return flags_.data(); }
-  [[nodiscard]] float* record_rest() noexcept { return layout_.rest(record_words(), 0); }
   /// A selection step's device work up to its one wait (P5): every matrix's importance (the
-  /// prologue's squared L2, or the L1 norms here: one batched call per dtype), one segmented top-k
-  /// of every matrix, then the new sets and this step's skip flag read back together (blocking).
-  /// Returns the skip flag (the sets are not to be used then); `sets[p]`: matrix p's ascending
-  /// new set. Bytes copied down into `d2h`.
+  /// prologue's squared L2, or the L1 norms here: one batched call per dtype), `hooks`'
+  /// after_importance(), one segmented top-k of every matrix, then the new sets and this step's
+  /// skip flag read back together (blocking). With sq_l2, channels whose fp32 score overflowed
+  /// rank by their fp64 rescans (the squared totals'): above every finite score, the larger first,
+  /// ties to the lower index. Returns the skip flag (the sets are not to be used then);
+  /// `sets[p]`: matrix p's ascending new set. Bytes copied down into `d2h`.
+  template <class Hooks = no_step_hooks>
   bool select_all(channel_norm kind,
                   std::vector<std::vector<std::int32_t>>& sets,
                   std::size_t& d2h,
-                  cudaStream_t stream) {
+                  cudaStream_t stream,
+                  Hooks&& hooks = {}) {
     importance(kind, stream);
+    hooks.after_importance(kind, stream);
     return select_top(sets, d2h, stream);
   }
-  /// select_all() in two halves, for data parallel's owners to complete the scores between them:
-  /// the importance into scores(p) (with sq_l2, the prologue's: nothing to do) ...
-  void importance(channel_norm kind, cudaStream_t stream);
-  /// ... and the top-k of every matrix over scores(p), read back with the skip flag (blocking).
-  /// With sq_l2, channels whose fp32 score overflowed rank by their fp64 rescans (the squared
-  /// totals'): above every finite score, the larger first, ties to the lower index.
-  bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
+
+  /// The plan's device buffers that a step's hooks read and write between its phases.
+  struct exposed_buffers {
+    device_plan* plan;
+    /// `p`'s per-channel scores (after_norms, after_importance).
+    [[nodiscard]] float* scores(std::size_t p) const noexcept { return plan->dev_[p].scores.data(); }
+    /// The NaN/Inf flags, one word per parameter (after_norms).
+    [[nodiscard]] std::uint32_t* flags() const noexcept { return plan->flags_.data(); }
+    /// The current record's rest masses, one float per matrix (after the step's packs).
+    [[nodiscard]] float* record_rest() const noexcept { return plan->layout_.rest(plan->record_words(), 0); }
+    /// `p`'s device upload buffer (whole_window; null with chunk_ring): its host-set positions in
+    /// order, after a window's copies up and before its apply.
+    [[nodiscard]] std::byte* upload_buffer(std::size_t p) const noexcept {
+      return plan->dev_[p].upload.data();
+    }
+  };
+  [[nodiscard]] exposed_buffers exposed() noexcept { return {this}; }
+
   /// Moves optimizer state between the host's rows `host_rows` (channels `host_first` to
   /// `host_first + host_rows.channels`: the whole matrix, or this rank's block of it) and the
   /// device's compact rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending;
@@ -255,9 +276,6 @@ public:
   void begin_uploads();
   /// First thing on a thread the engine owns: the plan's device current (backend.hpp).
   void enter_engine_thread() const { b_.enter_engine_thread(device_); }
-  /// `p`'s device upload buffer (whole_window; null with chunk_ring): its host-set positions in
-  /// order, for data parallel's gather of every rank's share there.
-  [[nodiscard]] std::byte* upload_buffer(std::size_t p) noexcept { return dev_[p].upload.data(); }
   /// Copies host-set positions [begin, end) of `p`'s new weights from its host upload buffer
   /// `src` (position 0 at `src`) into the device upload buffer. Returns the bytes.
   std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end);
@@ -297,6 +315,11 @@ public:
                           cudaStream_t stream);
 
 private:
+  void norms(cudaStream_t stream);
+  void scalars(float loss_scale, float max_norm, cudaStream_t stream);
+  void importance(channel_norm kind, cudaStream_t stream);
+  bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
+
   struct dev_param {
     std::int64_t matrix_index = -1;
     std::int64_t k = 0;       // rows in use
@@ -394,8 +417,8 @@ private:
                          float* l1) const {
     const param_info& pi = info(p);
     const bool lanes = pi.layout == channel_layout::contiguous;
-    return {pi.grads, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
-            lanes,    idx,     count,       row_l1,         skip,  l1};
+    return {pi.step_grads, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
+            lanes,         idx,     count,       row_l1,         skip,  l1};
   }
   template <class Tin, class Tout>
   void scatter(
@@ -446,15 +469,14 @@ private:
   step_record_layout layout_{};
   dbuf<float> record_[2];
   std::size_t cur_record_ = 0;
-  std::vector<const double*> rescan_; // per parameter, nullable: set_norm_rescan()
-  dbuf<float> early_rest_;            // per matrix: rest mass of the packs done by grad_ready
-  dbuf<float> mass_rows_[2];          // per-row masses: step()'s packs', grad_ready()'s packs'
-  dbuf<std::uint32_t> pack_tickets_;  // their packs' tickets (l1_mass_args::ticket), zero between packs
-  dbuf<double> totals_;               // per parameter (registration order): fp64 squared norm
+  dbuf<float> early_rest_;           // per matrix: rest mass of the packs done by grad_ready
+  dbuf<float> mass_rows_[2];         // per-row masses: step()'s packs', grad_ready()'s packs'
+  dbuf<std::uint32_t> pack_tickets_; // their packs' tickets (l1_mass_args::ticket), zero between packs
+  dbuf<double> totals_;              // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
   // A selection by sq_l2: the fp64 rescans of the +Inf scores, which the top-k ranks them by
-  // (topk_item::wide; the same rescans the squared totals add). Per parameter: rescan_[p] where
-  // set, else its place in wide_, written at the selection by the wide_items_ (nullptr: a vector).
+  // (topk_item::wide; the same rescans the squared totals add). Per parameter: plan_inputs::score_rescans[p]
+  // where set, else its place in wide_, written at the selection by the wide_items_ (nullptr: a vector).
   std::vector<const double*> wide_of_;
   dbuf<double> wide_;
   dbuf<sq_rescan_item> wide_items_;

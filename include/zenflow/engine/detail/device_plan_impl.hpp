@@ -12,7 +12,8 @@ namespace detail {
 template <class Backend>
 void device_plan<Backend>::setup(const std::vector<param_info>& params,
                                  std::size_t staging_bytes,
-                                 memory_usage& mem) {
+                                 memory_usage& mem,
+                                 const plan_inputs& inputs) {
   params_ = &params;
   dev_.resize(params.size());
   std::int64_t matrices = 0;
@@ -88,10 +89,10 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
     std::vector<sq_total_item> items(params.size());
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
-      items[p] = {pi.grads,    dev_[p].scores.data(),
-                  pi.channels, pi.channel_len,
-                  pi.ld,       pi.layout,
-                  pi.type,     p < rescan_.size() ? rescan_[p] : nullptr};
+      items[p] = {pi.step_grads, dev_[p].scores.data(),
+                  pi.channels,   pi.channel_len,
+                  pi.ld,         pi.layout,
+                  pi.type,       p < inputs.score_rescans.size() ? inputs.score_rescans[p] : nullptr};
     }
     sq_items_ = dbuf<sq_total_item>(items.size());
     b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
@@ -292,7 +293,7 @@ std::size_t device_plan<Backend>::download_weights(std::size_t p, float* dst, cu
 }
 
 template <class Backend>
-void device_plan<Backend>::prologue_norms(cudaStream_t stream) {
+void device_plan<Backend>::norms(cudaStream_t stream) {
   std::size_t offset = 0;
   for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
     using T = decltype(tag);
@@ -313,7 +314,7 @@ void device_plan<Backend>::prologue_norms(cudaStream_t stream) {
 }
 
 template <class Backend>
-void device_plan<Backend>::prologue_scalars(float loss_scale, float max_norm, cudaStream_t stream) {
+void device_plan<Backend>::scalars(float loss_scale, float max_norm, cudaStream_t stream) {
   const auto offset = params_->size(); // every parameter has its flag
   const auto n = static_cast<int>(params_->size());
   b_.run(stream, 0, "zenflow::engine: sq_totals",
@@ -354,7 +355,7 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
       for (std::size_t j = first; j < i; ++j) {
         const param_info& pi = info(dense_order_[j]);
         auto& d = dev_[dense_order_[j]];
-        tensors.push_back({static_cast<T*>(pi.weights), static_cast<const T*>(pi.grads), d.master.data(),
+        tensors.push_back({static_cast<T*>(pi.weights), static_cast<const T*>(pi.step_grads), d.master.data(),
                            d.m.data(), d.v.data(), pi.channel_len});
       }
       std::size_t moved = 0;
@@ -572,7 +573,7 @@ std::vector<channel_norm_item<T>> device_plan<Backend>::norm_items(const std::ve
   std::vector<channel_norm_item<T>> items;
   for (const std::size_t p : members) {
     const param_info& pi = info(p);
-    items.push_back({static_cast<const T*>(pi.grads), pi.channels, pi.channel_len, pi.ld, pi.layout,
+    items.push_back({static_cast<const T*>(pi.step_grads), pi.channels, pi.channel_len, pi.ld, pi.layout,
                      dev_[p].scores.data()});
   }
   return items;

@@ -37,7 +37,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/detail/step/engine_core.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -341,13 +341,13 @@ struct engine_checkpoint {
       put(&pi.weight_decay, 4);
     }
     return {checkpoint_hash(std::as_bytes(std::span(cfg.data(), cfg.size()))), checkpoint_hash(list),
-            static_cast<std::uint32_t>(eng.dp_.comm().rank()),
-            static_cast<std::uint32_t>(eng.dp_.comm().size())};
+            static_cast<std::uint32_t>(eng.par_.rank()),
+            static_cast<std::uint32_t>(eng.par_.ranks())};
   }
 
   /// Data parallel: every rank its own file (`path` itself for one rank).
   static std::string rank_path(const Engine& eng, const std::string& path) {
-    return checkpoint_rank_path(path, eng.dp_.comm().rank(), eng.dp_.comm().size());
+    return checkpoint_rank_path(path, eng.par_.rank(), eng.par_.ranks());
   }
 
 private:

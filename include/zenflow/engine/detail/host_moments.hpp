@@ -47,6 +47,16 @@ void load_moment_row(float* dst, const M* src, std::size_t n) {
   }
 }
 
+/// Bytes of one element of one moment stored at precision `p` (the one place that says so).
+[[nodiscard]] constexpr std::size_t moment_bytes(moment_precision p) noexcept {
+  return p == moment_precision::bf16 ? 2 : 4;
+}
+/// Bytes of one element of a channel's host state: its fp32 master and two moments at `p` (12
+/// with fp32 moments, 8 with bf16).
+[[nodiscard]] constexpr std::size_t host_state_bytes(moment_precision p) noexcept {
+  return 4 + 2 * moment_bytes(p);
+}
+
 /// m and v of one parameter, fp32 or bf16.
 class host_moments {
 public:
@@ -69,7 +79,7 @@ public:
   [[nodiscard]] moment_precision precision() const noexcept { return precision_; }
   [[nodiscard]] std::size_t size() const noexcept { return bf16() ? m16_.size() : m32_.size(); }
   /// Bytes of one element of one moment (4 or 2).
-  [[nodiscard]] std::size_t element_bytes() const noexcept { return bf16() ? 2 : 4; }
+  [[nodiscard]] std::size_t element_bytes() const noexcept { return moment_bytes(precision_); }
 
   /// f(m, v) with the typed arrays (float* or bfloat16*).
   template <class F>

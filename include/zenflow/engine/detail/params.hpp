@@ -68,7 +68,10 @@ struct param_info {
   bool matrix = false;
   dtype type = dtype::f32;
   void* weights = nullptr;
-  const void* grads = nullptr;
+  const void* grads = nullptr; ///< the user's, as registered
+  /// The gradient the step reads: `grads`, or with data parallel the engine's mean of every rank's
+  /// (detail/dp/mean_gradients.hpp, set at initialize()).
+  const void* step_grads = nullptr;
   std::int64_t channels = 0;
   std::int64_t channel_len = 0;
   std::int64_t ld = 0;
@@ -119,7 +122,7 @@ struct param_info {
   }
   template <class T>
   [[nodiscard]] channel_matrix<const T> grad_matrix() const {
-    return {static_cast<const T*>(grads), channels, channel_len, ld, layout};
+    return {static_cast<const T*>(step_grads), channels, channel_len, ld, layout};
   }
 };
 

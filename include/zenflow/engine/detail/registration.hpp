@@ -125,6 +125,7 @@ inline param_info checked_param(const config& cfg,
   pi.type = type;
   pi.weights = w;
   pi.grads = g;
+  pi.step_grads = g;
   pi.channels = channels;
   pi.channel_len = len;
   pi.ld = ld;

@@ -24,14 +24,14 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 /// Installs every matrix's new device set `sets[p]` (from device_plan::select_all) and migrates
-/// the rows that leave or enter it between `host` and the device (through `dp`, which knows which
-/// rank keeps which rows), stream-ordered (no wait); vectors on the device keep {0}. Bytes copied
-/// go to `cost`.
-template <engine_backend Backend, class HostSide, class DataParallel>
+/// the rows that leave or enter it between `host` and the device (through the parallel side
+/// `par`, which knows which rank keeps which rows: policy/parallel_side.hpp), stream-ordered (no
+/// wait); vectors on the device keep {0}. Bytes copied go to `cost`.
+template <engine_backend Backend, class HostSide, class ParallelSide>
 void migrate_selection(device_plan<Backend>& plan,
                        const std::vector<param_info>& params,
                        HostSide& host,
-                       DataParallel& dp,
+                       ParallelSide& par,
                        std::vector<std::vector<std::int32_t>>& sets,
                        cudaStream_t stream,
                        call_cost& cost) {
@@ -50,7 +50,7 @@ void migrate_selection(device_plan<Backend>& plan,
       continue;
     }
     if (pi.host_side) {
-      const auto [down, up] = dp.migrate(plan, p, pi, h, new_sel, stream, cost.comm);
+      const auto [down, up] = par.migrate(p, new_sel, stream);
       cost.d2h += down;
       cost.h2d += up;
       h.set_host_set(complement(new_sel, pi.channels));

@@ -16,14 +16,13 @@
 ///   rows all-gathered, then every rank adds them in the one-rank order (per D2H slot in row
 ///   order, the slots in order) and writes them over the record's rest words after the packs.
 /// Host communicators only (host and emulated backends: the buffers are host memory, read after
-/// the stream is synchronized).
+/// the stream is synchronized). The owner_reduction concept's host model (owner_reduction.hpp).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <utility>
 #include <vector>
 
@@ -33,6 +32,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/math/norms.hpp>
@@ -40,37 +40,112 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-template <class Backend, class Comm>
-class owner_reduction {
+template <class Backend, class Comm, class Host>
+class host_owner_reduction {
+  using context = owner_context<Backend, Comm, Host>;
+  using block_fn = owner_block_fn;
+
 public:
-  /// Channels [first, first + count) of parameter p owned by rank r.
-  using block_fn = std::function<std::pair<std::int64_t, std::int64_t>(std::size_t, int)>;
-
-  /// Split by owner: the host-side matrices (their host set by owner, the rest all-reduced).
-  [[nodiscard]] static bool split(const param_info& pi) noexcept { return pi.matrix && pi.host_side; }
-
   /// At setup: the pinned staging of write_rest() (one float per matrix), so that no step
   /// allocates (a pinned allocation synchronises the whole device, as cudaHostAlloc does).
-  /// Returns the host bytes allocated.
-  std::size_t setup(const std::vector<param_info>& params) {
+  /// Returns the device bytes allocated: none.
+  std::size_t setup(const context& ctx) {
+    ctx_ = ctx;
+    const auto& params = *ctx.params;
     const auto matrices = static_cast<std::size_t>(
         std::count_if(params.begin(), params.end(), [](const param_info& pi) { return pi.matrix; }));
     h_rest_ = typename Backend::template host_buffer<float>(std::max<std::size_t>(matrices, 1));
-    return h_rest_.size() * 4;
+    return 0;
   }
 
-  /// `wide`: every parameter's fp32 gradient, channel-major (row c of p at offsets[p] + c x len),
-  /// final (the stream synchronized). On return it holds the mean of every row this rank needs,
-  /// and zeros on the other blocks' host-set rows. Returns the bytes this rank sent: the
-  /// all-reduced rows in full (as every all-reduce is counted), of the reduce-scatter what
-  /// leaves the rank (the other blocks).
-  template <class HostSide>
-  std::uint64_t reduce(Comm& comm,
-                       const std::vector<param_info>& params,
-                       const HostSide& host,
-                       const block_fn& block,
-                       float* wide,
-                       const std::vector<std::int64_t>& offsets) {
+  /// Nothing for the plan's setup (the rescans of non-finite scores stay the plan's own).
+  [[nodiscard]] plan_inputs inputs() const { return {}; }
+
+  /// Every parameter's gradient widened into the fp32 reduction buffer (channel-major: row c of p
+  /// at offsets[p] + c x len), reduced there (waiting for `stream` first), and narrowed into the
+  /// mean buffers: the mean of every row this rank needs, and zeros on the other blocks'
+  /// host-set rows. Returns the bytes this rank sent: the all-reduced rows in full (as every
+  /// all-reduce is counted), of the reduce-scatter what leaves the rank (the other blocks).
+  std::uint64_t reduce(cudaStream_t stream) {
+    ctx_.mean->widen(ctx_.backend(), stream);
+    ctx_.backend().synchronize(stream); // a host communicator reads the buffer when called
+    const std::uint64_t sent = reduce_wide();
+    ctx_.mean->narrow(ctx_.backend(), stream);
+    return sent;
+  }
+
+  /// After the prologue's norms (scores and flags) on the rows of reduce(): the scores by owner,
+  /// the flags or-reduced, the rows of non-finite scores from their owners; with `rest` (Zen-auto
+  /// or select_on_mass_drop after the warm-up) write_rest() adds the rest masses. Synchronizes
+  /// `stream`. Returns the bytes this rank sent.
+  std::uint64_t finish_norms(bool rest, cudaStream_t stream) {
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    const auto plan = ctx_.plan->exposed();
+    ctx_.backend().synchronize(stream);
+    std::uint64_t sent = gather_scores();
+    comm.all_reduce_max(plan.flags(), params.size(), nullptr); // 0/1 flags: the max is the or
+    sent += 4u * params.size();
+    sent += fetch_rows(unselected_rows_by_owner(
+        [&](std::size_t p, std::int64_t c) { return !is_finite(plan.scores(p)[c]); }));
+    rest_ready_ = rest;
+    return sent;
+  }
+
+  /// A selection step, between the plan's importance and its top-k: with the L1 importance
+  /// (computed after the prologue, from zeros on the other blocks' host-set rows) the scores by
+  /// owner again; with sq_l2 finish_norms() did. Synchronizes `stream`. Returns the bytes sent.
+  std::uint64_t complete_importance(channel_norm kind, cudaStream_t stream) {
+    if (kind == channel_norm::sq_l2) {
+      return 0;
+    }
+    ctx_.backend().synchronize(stream);
+    return gather_scores();
+  }
+
+  /// A selection step, its new device sets `sets` chosen (before the migration): the rows that
+  /// enter a device set were host-set rows, so only their owners hold their mean; every rank
+  /// fetches them into its mean gradient (the device update reads them). Returns the bytes sent.
+  std::uint64_t fetch_entering(const std::vector<std::vector<std::int32_t>>& sets, cudaStream_t) {
+    return fetch_rows(unselected_rows_by_owner([&](std::size_t p, std::int64_t c) {
+      return p < sets.size() &&
+             std::binary_search(sets[p].begin(), sets[p].end(), static_cast<std::int32_t>(c));
+    }));
+  }
+
+  /// After the step's packs (which added masses of zeros on the other blocks' rows), with the
+  /// `rest` of finish_norms(): the one-rank rest masses over the host sets as they are now (a
+  /// selection step's new ones), written over the record's rest words on `pack_stream` (computed
+  /// on the host: nothing for `stream` to order). Returns the bytes sent.
+  template <class Order>
+  std::uint64_t write_rest(cudaStream_t /*stream*/, cudaStream_t pack_stream, Order&& /*order*/) {
+    if (!rest_ready_) {
+      return 0;
+    }
+    rest_ready_ = false;
+    const std::uint64_t sent = rest_masses();
+    if (rest_.empty()) {
+      return sent;
+    }
+    // Pinned at setup (one float per matrix). The copy reads h_rest_ when the stream runs it;
+    // the next write is after a synchronize.
+    std::copy(rest_.begin(), rest_.end(), h_rest_.data());
+    ctx_.backend().copy_h2d(ctx_.plan->exposed().record_rest(), h_rest_.data(), rest_.size() * 4,
+                            pack_stream);
+    return sent;
+  }
+
+private:
+  [[nodiscard]] static bool split(const param_info& pi) noexcept { return context::split(pi); }
+
+  /// reduce() on the widened gradients (final: the stream synchronized).
+  std::uint64_t reduce_wide() {
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    const Host& host = *ctx_.host;
+    const block_fn& block = ctx_.block;
+    float* const wide = ctx_.mean->wide();
+    const auto& offsets = ctx_.mean->offsets();
     const auto ranks = static_cast<std::size_t>(comm.size());
     const auto me = static_cast<std::size_t>(comm.rank());
     dense_.clear();
@@ -118,96 +193,6 @@ public:
     return 4u * (dense_.size() + send_.size() - mine_.size());
   }
 
-  /// After the prologue's norms (scores and flags) on the rows of reduce(): the scores by owner,
-  /// the flags or-reduced, the rows of non-finite scores from their owners; with `rest` (Zen-auto
-  /// or select_on_mass_drop after the warm-up) write_rest() adds the rest masses, with the D2H
-  /// stream's `slot_bytes`. Synchronizes `stream`. Returns the bytes this rank sent.
-  template <class HostSide>
-  std::uint64_t finish_norms(Comm& comm,
-                             const Backend& b,
-                             device_plan<Backend>& plan,
-                             const std::vector<param_info>& params,
-                             const HostSide& host,
-                             const block_fn& block,
-                             bool rest,
-                             std::size_t slot_bytes,
-                             cudaStream_t stream) {
-    b.synchronize(stream);
-    std::uint64_t sent = gather_scores(comm, plan, params, block);
-    comm.all_reduce_max(plan.flags(), params.size(), nullptr); // 0/1 flags: the max is the or
-    sent += 4u * params.size();
-    sent += fetch_rows(
-        comm, params,
-        unselected_rows_by_owner(comm.size(), params, host, block, [&](std::size_t p, std::int64_t c) {
-          return !is_finite(plan.scores(p)[c]);
-        }));
-    rest_ready_ = rest;
-    slot_bytes_ = slot_bytes;
-    return sent;
-  }
-
-  /// A selection step, between plan.importance() and plan.select_top(): with the L1 importance
-  /// (computed after the prologue, from zeros on the other blocks' host-set rows) the scores by
-  /// owner again; with sq_l2 finish_norms() did. Synchronizes `stream`. Returns the bytes sent.
-  std::uint64_t complete_importance(Comm& comm,
-                                    const Backend& b,
-                                    device_plan<Backend>& plan,
-                                    const std::vector<param_info>& params,
-                                    const block_fn& block,
-                                    channel_norm kind,
-                                    cudaStream_t stream) {
-    if (kind == channel_norm::sq_l2) {
-      return 0;
-    }
-    b.synchronize(stream);
-    return gather_scores(comm, plan, params, block);
-  }
-
-  /// A selection step, its new device sets `sets` chosen (before the migration): the rows that
-  /// enter a device set were host-set rows, so only their owners hold their mean; every rank
-  /// fetches them into its gradient (the device update reads them). Returns the bytes sent.
-  template <class HostSide>
-  std::uint64_t fetch_entering(Comm& comm,
-                               const std::vector<param_info>& params,
-                               const HostSide& host,
-                               const block_fn& block,
-                               const std::vector<std::vector<std::int32_t>>& sets) {
-    return fetch_rows(
-        comm, params,
-        unselected_rows_by_owner(comm.size(), params, host, block, [&](std::size_t p, std::int64_t c) {
-          return p < sets.size() &&
-                 std::binary_search(sets[p].begin(), sets[p].end(), static_cast<std::int32_t>(c));
-        }));
-  }
-
-  /// After the step's packs (which added masses of zeros on the other blocks' rows), with the
-  /// `rest` of finish_norms(): the one-rank rest masses over the host sets as they are now (a
-  /// selection step's new ones), written over the record's rest words on `stream`. Returns the
-  /// bytes sent.
-  template <class HostSide>
-  std::uint64_t write_rest(Comm& comm,
-                           const Backend& b,
-                           device_plan<Backend>& plan,
-                           const std::vector<param_info>& params,
-                           const HostSide& host,
-                           const block_fn& block,
-                           cudaStream_t stream) {
-    if (!rest_ready_) {
-      return 0;
-    }
-    rest_ready_ = false;
-    const std::uint64_t sent = rest_masses(comm, params, host, block, slot_bytes_);
-    if (rest_.empty()) {
-      return sent;
-    }
-    // Pinned at setup (one float per matrix). The copy reads h_rest_ when the stream runs it;
-    // the next write is after a synchronize.
-    std::copy(rest_.begin(), rest_.end(), h_rest_.data());
-    b.copy_h2d(plan.record_rest(), h_rest_.data(), rest_.size() * 4, stream);
-    return sent;
-  }
-
-private:
   /// f(c, unselected) for every channel of a split matrix, or f(c, false) for every channel of
   /// any other parameter (all-reduced whole).
   template <class HostParam, class F>
@@ -236,13 +221,12 @@ private:
   }
 
   /// Per owner, the {parameter, channel} of its host-set rows of split matrices with keep(p, c).
-  template <class HostSide, class Keep>
-  static std::vector<std::vector<std::pair<std::size_t, std::int64_t>>>
-  unselected_rows_by_owner(int ranks,
-                           const std::vector<param_info>& params,
-                           const HostSide& host,
-                           const block_fn& block,
-                           Keep&& keep) {
+  template <class Keep>
+  std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> unselected_rows_by_owner(Keep&& keep) const {
+    const int ranks = ctx_.comm->size();
+    const auto& params = *ctx_.params;
+    const Host& host = *ctx_.host;
+    const block_fn& block = ctx_.block;
     std::vector<std::vector<std::pair<std::size_t, std::int64_t>>> rows(static_cast<std::size_t>(ranks));
     for (std::size_t r = 0; r < rows.size(); ++r) {
       for (std::size_t p = 0; p < params.size(); ++p) {
@@ -264,10 +248,11 @@ private:
 
   /// Each score of a split matrix from its owner's block (one float per channel, in rank order),
   /// into every rank's scores(p). Returns the bytes sent.
-  static std::uint64_t gather_scores(Comm& comm,
-                                     device_plan<Backend>& plan,
-                                     const std::vector<param_info>& params,
-                                     const block_fn& block) {
+  std::uint64_t gather_scores() {
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    const block_fn& block = ctx_.block;
+    const auto plan = ctx_.plan->exposed();
     const auto ranks = static_cast<std::size_t>(comm.size());
     const auto me = comm.rank();
     std::vector<std::size_t> sizes(ranks, 0);
@@ -301,10 +286,9 @@ private:
   /// The gradient rows `rows[r]` ({parameter, channel}, owned by rank r) copied from their owners
   /// into every rank's gradient (working type: the owner's bits). Nothing crosses when there is
   /// none (every rank computes the same lists, so every rank skips the collective).
-  static std::uint64_t
-  fetch_rows(Comm& comm,
-             const std::vector<param_info>& params,
-             const std::vector<std::vector<std::pair<std::size_t, std::int64_t>>>& rows) {
+  std::uint64_t fetch_rows(const std::vector<std::vector<std::pair<std::size_t, std::int64_t>>>& rows) {
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
     const auto ranks = static_cast<std::size_t>(comm.size());
     if (std::all_of(rows.begin(), rows.end(), [](const auto& v) { return v.empty(); })) {
       return 0;
@@ -323,7 +307,7 @@ private:
     auto walk = [&](std::size_t r, std::size_t o, bool out) {
       for (const auto& [p, c] : rows[r]) {
         const param_info& pi = params[p];
-        auto* g = static_cast<std::byte*>(const_cast<void*>(pi.grads));
+        auto* g = static_cast<std::byte*>(const_cast<void*>(pi.step_grads)); // the mean buffer
         for (std::int64_t i = 0; i < pi.channel_len; ++i, o += pi.elem_bytes()) {
           std::byte* e = g + element_at(pi, c, i);
           if (out) {
@@ -348,12 +332,12 @@ private:
   /// Zen-auto's rest mass of every matrix with the one-rank bits: the owners' per-row L1 of their
   /// host-set rows (l1_row: the packs' order) all-gathered, then per D2H slot the rows in order
   /// from 0, the slots added in order into the mass from 0 (d2h_stream's push_gradients).
-  template <class HostSide>
-  std::uint64_t rest_masses(Comm& comm,
-                            const std::vector<param_info>& params,
-                            const HostSide& host,
-                            const block_fn& block,
-                            std::size_t slot_bytes) {
+  std::uint64_t rest_masses() {
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    const Host& host = *ctx_.host;
+    const block_fn& block = ctx_.block;
+    const std::size_t slot_bytes = ctx_.slot_bytes;
     const auto ranks = static_cast<std::size_t>(comm.size());
     const auto me = comm.rank();
     std::vector<std::size_t> sizes(ranks, 0);
@@ -366,7 +350,7 @@ private:
         const param_info& pi = params[p];
         const auto& h = host[p];
         // Row `pos` of the host set, in the packs' order (lanes for contiguous channels).
-        const l1_mass_args a{pi.grads,
+        const l1_mass_args a{pi.step_grads,
                              pi.type,
                              pi.channels,
                              pi.channel_len,
@@ -421,7 +405,7 @@ private:
   std::vector<std::size_t> counts_;
   std::vector<float> rest_; // per matrix, for write_rest()
   bool rest_ready_ = false;
-  std::size_t slot_bytes_ = 0; // the D2H stream's, for rest_masses()
+  context ctx_;
   typename Backend::template host_buffer<float> h_rest_;
 };
 

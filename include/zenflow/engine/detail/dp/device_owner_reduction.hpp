@@ -26,13 +26,13 @@
 /// from one of two host mirrors in turn: a host set changes only at a selection or a restore, both
 /// of which wait for the stream, so the copy from the other mirror is done before it is rewritten.
 /// The copies read pinned staging allocated at setup (a copy from pageable memory would run
-/// synchronously, and an allocation in a step would synchronise the device).
+/// synchronously, and an allocation in a step would synchronise the device). The owner_reduction
+/// concept's device model (owner_reduction.hpp).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <numeric>
 #include <span>
 #include <type_traits>
@@ -45,6 +45,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/row_copies.hpp>
@@ -53,43 +54,28 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-template <class Backend, class Comm>
+template <class Backend, class Comm, class Host>
 class device_owner_reduction {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
   template <class T>
   using hbuf = typename Backend::template host_buffer<T>;
+  using context = owner_context<Backend, Comm, Host>;
 
 public:
-  /// Channels [first, first + count) of parameter p owned by rank r.
-  using block_fn = std::function<std::pair<std::int64_t, std::int64_t>(std::size_t, int)>;
-  /// A parameter's gradients: the user's (read) and the engine's mean buffer.
-  struct grads {
-    const void* user = nullptr;
-    void* mean = nullptr;
-  };
-
-  /// Split by owner: the host-side matrices (owner_reduction::split).
-  [[nodiscard]] static bool split(const param_info& pi) noexcept { return pi.matrix && pi.host_side; }
-
-  /// initialize(), before the plan's setup: the per-channel buffers of the split matrices, the
-  /// plan's squared totals pointed at the rescans. `g`: every parameter's gradients; `wide`: the
-  /// fp32 reduction buffer (every parameter's elements); both outlive this object. `slot_bytes`:
-  /// the D2H ring's. Returns the device bytes allocated.
-  std::size_t setup(const std::vector<param_info>& params,
-                    const std::vector<grads>& g,
-                    float* wide,
-                    const block_fn& block,
-                    int rank,
-                    int ranks,
-                    std::size_t slot_bytes,
-                    device_plan<Backend>& plan) {
-    block_ = block;
-    g_ = g;
-    wide_ = wide;
-    me_ = rank;
-    ranks_ = ranks;
-    slot_bytes_ = slot_bytes;
+  /// initialize(), before the plan's setup: the per-channel buffers of the split matrices, and
+  /// the rescans that the plan's squared totals read (inputs()). Returns the device bytes
+  /// allocated.
+  std::size_t setup(const context& ctx) {
+    ctx_ = ctx;
+    const auto& params = *ctx.params;
+    block_ = ctx.block;
+    wide_ = ctx.mean->wide();
+    me_ = ctx.comm->rank();
+    ranks_ = ctx.comm->size();
+    slot_bytes_ = ctx.slot_bytes;
+    const int ranks = ranks_;
+    const std::size_t slot_bytes = slot_bytes_;
     chan_off_.assign(params.size(), -1);
     // Everything at its largest (a host set of every channel: the warm-up's, offload_sync's), so
     // that nothing is allocated after initialize().
@@ -100,7 +86,7 @@ public:
       if (split(pi)) {
         chan_off_[p] = channels;
         channels += pi.channels;
-        mine += block(p, rank).second * pi.channel_len;
+        mine += block_(p, me_).second * pi.channel_len;
         entering += pi.device_capacity;
         ++split_params;
         slots += (pi.channels + pi.rows_per_slot(slot_bytes) - 1) / pi.rows_per_slot(slot_bytes);
@@ -136,9 +122,10 @@ public:
       m.matrices_up = hbuf<l1_mass_args>(matrix_calls_.size());
     }
     enter_idx_up_ = hbuf<std::int32_t>(enter_idx_.size());
+    inputs_.score_rescans.assign(params.size(), nullptr);
     for (std::size_t p = 0; p < params.size(); ++p) {
       if (chan_off_[p] >= 0) {
-        plan.set_norm_rescan(p, rescan_.data() + chan_off_[p]);
+        inputs_.score_rescans[p] = rescan_.data() + chan_off_[p];
       }
     }
     versions_.assign(params.size(), ~std::uint64_t{0});
@@ -150,18 +137,17 @@ public:
                sizeof(row_copy_item);
   }
 
+  /// The squared totals' rescans of the split matrices: the plan's setup takes them.
+  [[nodiscard]] const plan_inputs& inputs() const noexcept { return inputs_; }
+
   /// The mean of every row this rank needs, into each parameter's mean buffer; zeros on the
   /// other blocks' host-set rows. One batched gather into the reduction buffer, the collectives,
   /// one batched scatter back. Returns the bytes this rank sent: the all-reduced rows in full, of
   /// the reduce-scatter the other blocks' rows.
-  template <class HostSide>
-  std::uint64_t reduce(const Backend& b,
-                       Comm& comm,
-                       device_plan<Backend>& plan,
-                       const std::vector<param_info>& params,
-                       const HostSide& host,
-                       cudaStream_t stream) {
-    rebuild(b, plan, params, host, stream);
+  std::uint64_t reduce(cudaStream_t stream) {
+    const Backend& b = ctx_.backend();
+    auto& comm = *ctx_.comm;
+    rebuild(stream);
     gathers_.run(b, row_copy_direction::gather, stream);
     comm.all_reduce_mean(wide_, static_cast<std::size_t>(dense_total_), stream);
     comm.reduce_scatter_mean(wide_ + dense_total_, mine_.data(), counts_, stream);
@@ -175,47 +161,39 @@ public:
   /// After the prologue's norms on the rows of reduce(): the scores and the rescans of the
   /// split matrices summed over the ranks (each its block's), the flags or-reduced. `rest`: the
   /// step reads the rest masses (write_rest()). Returns the bytes this rank sent.
-  std::uint64_t finish_norms(const Backend& b,
-                             Comm& comm,
-                             device_plan<Backend>& plan,
-                             const std::vector<param_info>& params,
-                             bool rest,
-                             cudaStream_t stream) {
-    std::uint64_t sent = sum_scores(b, comm, plan, params, stream);
+  std::uint64_t finish_norms(bool rest, cudaStream_t stream) {
+    const Backend& b = ctx_.backend();
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    std::uint64_t sent = sum_scores(stream);
     b.zero(rescan_.data(), rescan_.size() * 8, stream);
     b.run(stream, 0, "zenflow::engine: sq_rescan",
           [items = rescan_items_.data(), n = static_cast<int>(rescan_count_),
            max = rescan_max_](auto prim, auto on) { return prim.sq_rescan(items, n, max, on); });
     comm.all_reduce_sum(rescan_.data(), rescan_.size(), stream);
-    comm.all_reduce_max(plan.flags(), params.size(), stream); // 0/1 flags: the max is the or (ncclMax)
+    comm.all_reduce_max(ctx_.plan->exposed().flags(), params.size(),
+                        stream); // 0/1 flags: the max is the or (ncclMax)
     rest_ready_ = rest;
     return sent + 8u * rescan_.size() + 4u * params.size();
   }
 
-  /// A selection step, between plan.importance() and plan.select_top(): the L1 importance (from
+  /// A selection step, between the plan's importance and its top-k: the L1 importance (from
   /// zeros on the other blocks' host-set rows) summed as the scores; with sq_l2 finish_norms()
   /// did. Returns the bytes sent.
-  std::uint64_t complete_importance(const Backend& b,
-                                    Comm& comm,
-                                    device_plan<Backend>& plan,
-                                    const std::vector<param_info>& params,
-                                    channel_norm kind,
-                                    cudaStream_t stream) {
-    return kind == channel_norm::sq_l2 ? 0 : sum_scores(b, comm, plan, params, stream);
+  std::uint64_t complete_importance(channel_norm kind, cudaStream_t stream) {
+    return kind == channel_norm::sq_l2 ? 0 : sum_scores(stream);
   }
 
   /// A selection step, its new device sets `sets` chosen (before the migration): the rows that
   /// enter a device set from their owners into every rank's mean gradient (`wide` as the
   /// staging: the step's reduction is done with it). Blocking. Returns the bytes sent.
-  template <class HostSide>
-  std::uint64_t fetch_entering(const Backend& b,
-                               Comm& comm,
-                               const std::vector<param_info>& params,
-                               const HostSide& host,
-                               const std::vector<std::vector<std::int32_t>>& sets,
-                               const std::vector<grads>& g,
-                               float* wide,
-                               cudaStream_t stream) {
+  std::uint64_t fetch_entering(const std::vector<std::vector<std::int32_t>>& sets, cudaStream_t stream) {
+    const Backend& b = ctx_.backend();
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    const Host& host = *ctx_.host;
+    const auto& g = ctx_.mean->pairs();
+    float* const wide = wide_;
     // Per owner r, per matrix p: the entering rows (ascending), their place in the staging bytes.
     // Rows of a 4-byte type must start 4-byte aligned there (a GPU's float access): with such a
     // matrix among the split ones, each matrix's rows take a multiple of 4 bytes (2 bytes of
@@ -286,20 +264,15 @@ public:
   /// are now (a selection step's new ones), computed on `stream`; then `order()` makes the packs'
   /// stream wait for them, and they are copied over the record's rest words on `pack_stream`.
   /// Returns the bytes sent.
-  template <class HostSide, class Order>
-  std::uint64_t write_rest(const Backend& b,
-                           Comm& comm,
-                           device_plan<Backend>& plan,
-                           const std::vector<param_info>& params,
-                           const HostSide& host,
-                           cudaStream_t stream,
-                           cudaStream_t pack_stream,
-                           Order&& order) {
+  template <class Order>
+  std::uint64_t write_rest(cudaStream_t stream, cudaStream_t pack_stream, Order&& order) {
     if (!rest_ready_) {
       return 0;
     }
+    const Backend& b = ctx_.backend();
+    auto& comm = *ctx_.comm;
     rest_ready_ = false;
-    rebuild(b, plan, params, host, stream); // a selection step's new host sets
+    rebuild(stream); // a selection step's new host sets
     if (rows_total_ > 0) {
       b.zero(row_l1_.data(), static_cast<std::size_t>(rows_total_) * 4, stream);
       b.run(stream, 0, "zenflow::engine: l1_mass_batched",
@@ -318,7 +291,8 @@ public:
             return prim.l1_add_rows_batched(calls, n, on);
           });
     order();
-    b.copy_d2d(plan.record_rest(), rest_.data(), static_cast<std::size_t>(matrices_) * 4, pack_stream);
+    b.copy_d2d(ctx_.plan->exposed().record_rest(), rest_.data(), static_cast<std::size_t>(matrices_) * 4,
+               pack_stream);
     return 4u * static_cast<std::uint64_t>(rows_total_);
   }
 
@@ -331,11 +305,11 @@ private:
   };
 
   /// Every split matrix's scores: this rank's block kept, zeros elsewhere, summed over the ranks.
-  std::uint64_t sum_scores(const Backend& b,
-                           Comm& comm,
-                           device_plan<Backend>& plan,
-                           const std::vector<param_info>& params,
-                           cudaStream_t stream) {
+  std::uint64_t sum_scores(cudaStream_t stream) {
+    const Backend& b = ctx_.backend();
+    auto& comm = *ctx_.comm;
+    const auto& params = *ctx_.params;
+    const auto plan = ctx_.plan->exposed();
     b.zero(scores_.data(), scores_.size() * 4, stream);
     for (std::size_t p = 0; p < params.size(); ++p) {
       if (chan_off_[p] >= 0) {
@@ -356,12 +330,11 @@ private:
 
   /// The index lists, the reduction's layout and the masses' descriptors for the host sets as they
   /// are, when one changed since the last call (see the file's comment for the mirrors).
-  template <class HostSide>
-  void rebuild(const Backend& b,
-               device_plan<Backend>& plan,
-               const std::vector<param_info>& params,
-               const HostSide& host,
-               cudaStream_t stream) {
+  void rebuild(cudaStream_t stream) {
+    const Backend& b = ctx_.backend();
+    const auto& params = *ctx_.params;
+    const Host& host = *ctx_.host;
+    const auto plan = ctx_.plan->exposed();
     bool same = true;
     for (std::size_t p = 0; p < params.size(); ++p) {
       same = same && versions_[p] == host[p].host_set_version;
@@ -425,13 +398,13 @@ private:
       const auto n = static_cast<std::int64_t>(hs.size());
       row_at[p] = rows_total_;
       rows_total_ += n;
-      const sq_total_item src{pi.grads, plan.scores(p), pi.channels, pi.channel_len,
-                              pi.ld,    pi.layout,      pi.type,     nullptr};
+      const sq_total_item src{pi.step_grads, plan.scores(p), pi.channels, pi.channel_len,
+                              pi.ld,         pi.layout,      pi.type,     nullptr};
       const auto [first, count] = block_(p, me_);
       h.rescans.push_back({src, first, count, rescan_.data() + chan_off_[p]});
       rescan_max_ = std::max(rescan_max_, count);
       const auto me = static_cast<std::size_t>(me_);
-      l1_mass_args own{pi.grads,
+      l1_mass_args own{pi.step_grads,
                        pi.type,
                        pi.channels,
                        pi.channel_len,
@@ -461,9 +434,14 @@ private:
     for (std::size_t p = 0; p < params.size(); ++p) {
       const auto& pi = params[p];
       const auto& l = lists_[p];
-      row_copy_item it{const_cast<void*>(g_[p].user), pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout};
+      row_copy_item it{const_cast<void*>(ctx_.mean->pairs()[p].user),
+                       pi.type,
+                       pi.channels,
+                       pi.channel_len,
+                       pi.ld,
+                       pi.layout};
       row_copy_item back = it;
-      back.matrix = g_[p].mean;
+      back.matrix = ctx_.mean->pairs()[p].mean;
       it.idx = back.idx = l.idx;
       it.count = back.count = l.dense;
       it.packed = back.packed = wide_ + l.dense_at;
@@ -535,8 +513,11 @@ private:
     hbuf<l1_mass_args> own_l1_up, slots_up, matrices_up;
   };
 
-  block_fn block_;
-  std::vector<grads> g_;
+  [[nodiscard]] static bool split(const param_info& pi) noexcept { return context::split(pi); }
+
+  context ctx_;
+  plan_inputs inputs_;
+  owner_block_fn block_;
   float* wide_ = nullptr;
   int me_ = 0;
   int ranks_ = 1;

@@ -1,0 +1,98 @@
+/// @file
+/// The engine's parallel side: what its data-parallel policy (engine/parallel.hpp) does at each
+/// point of initialize() and of a step, one class per policy over the same members:
+/// `parallel_side<Backend, single_rank, Host>` (single_rank.hpp: nothing to reduce, every row
+/// here) and `parallel_side<Backend, owner_partition<Comm>, Host>` (dp/owner_partition.hpp). The
+/// engine calls these members and nothing else of data parallel. Training thread only, except
+/// gather_window() (the window job's thread, ordered by the window queue).
+///
+/// Also here: a host-side parameter's rows when this rank keeps all of them (one rank; a vector,
+/// replicated), which both policies use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/param_state.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// Members (`t`: the step; each returns what it sent to other ranks where it says bytes):
+/// - construction from `argument_type` (the engine constructor's third argument);
+/// - rank(), ranks();
+/// - verify(cfg, params, stream): initialize()'s first call, before anything changes (bytes);
+/// - setup(cfg, plan, params, host, slot_bytes, stream): before the plan's setup, binds the side
+///   to the engine's plan, parameters and host state (device bytes allocated); inputs(): what the
+///   plan's setup takes from it; init_host_rows(p, stream): a host-side parameter's rows, host
+///   set and masters (bytes copied down);
+/// - streams_early(): grad_ready() may stream a step's gradients before step();
+///   packs_before_norms(): a step's packs may start before its prologue;
+/// - reduce_gradients(t, stream) at the step's start; hooks(t): the plan's step hooks (prologue,
+///   select_all); select(kind, sets, d2h, stream): a selection's device sets (the skip flag);
+///   write_rest(stream, pack_stream, order) after the packs; take_sent(): the bytes the calls
+///   since the last take_sent() sent;
+/// - migrate(p, new_sel, stream, comm_bytes): a re-selection's rows ({down, up} bytes);
+/// - gathers_windows(), gather_window(stream): a window's weights from every rank (bytes);
+/// - read_state(p, stream), summed(stats, stream): collectives with more than one rank.
+template <class Backend, class Policy, class Host>
+class parallel_side;
+
+/// A host-side parameter whose rows this rank keeps all of: its shard is the whole matrix, its
+/// host set every channel, its fp32 masters its working weights (blocking). Returns the bytes
+/// copied down.
+template <class Backend, class HostParam>
+std::size_t init_whole_rows(
+    device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
+  h.shard.first = 0;
+  h.shard.channels = pi.channels;
+  h.set_host_set(complement({}, pi.channels));
+  h.master.resize(static_cast<std::size_t>(pi.elements()));
+  return plan.download_weights(p, h.master.data(), stream);
+}
+
+/// f(rows) with `h`'s host rows of every channel as a basic_channel_state of its moment type.
+template <class HostParam, class F>
+decltype(auto) with_whole_rows(const param_info& pi, HostParam& h, F&& f) {
+  return h.moments.visit([&](auto* hm, auto* hv) -> decltype(auto) {
+    using M = std::remove_pointer_t<decltype(hm)>;
+    const basic_channel_state<M> rows{h.master.data(), hm, hv, h.counts.data(), pi.channels, pi.channel_len};
+    return f(rows);
+  });
+}
+
+/// device_plan::migrate() of `p` (device set h.sel -> new_sel) between the device and host rows
+/// of every channel. Returns {device->host, host->device} bytes.
+template <class Backend, class HostParam>
+std::pair<std::size_t, std::size_t> migrate_whole(device_plan<Backend>& plan,
+                                                  std::size_t p,
+                                                  const param_info& pi,
+                                                  HostParam& h,
+                                                  const std::vector<std::int32_t>& new_sel,
+                                                  cudaStream_t stream) {
+  return with_whole_rows(pi, h, [&](const auto& rows) {
+    using M = std::remove_cv_t<std::remove_pointer_t<decltype(rows.m)>>;
+    return plan.migrate(p, h.sel, new_sel, rows, 0, static_cast<const entering_rows<M>*>(nullptr), stream);
+  });
+}
+
+/// The full state of `p` from host rows of every channel (none for a parameter without host
+/// state) and the device rows over them. Blocking.
+template <class Backend, class HostParam>
+param_state read_whole_state(
+    device_plan<Backend>& plan, std::size_t p, const param_info& pi, HostParam& h, cudaStream_t stream) {
+  return with_whole_rows(pi, h, [&](const auto& rows) {
+    return plan.read_full_state(p, pi.host_side ? &rows : nullptr, stream);
+  });
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
