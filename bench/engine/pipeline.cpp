@@ -128,7 +128,7 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
 #endif
   res.device_memory_in_rss = true;
   // The emulated device keeps up to 64 MiB of freed memory poisoned and resident (its use-after-free
-  // quarantine, core/emulated_device.hpp): not the engine's, allowed by the resident-memory check.
+  // quarantine, core/detail/emulated_quarantine.hpp): not the engine's, allowed by the resident-memory check.
   res.rss_allowance_bytes = 64.0 * 1024 * 1024;
   res.rss_before_bytes = rss_bytes();
   {

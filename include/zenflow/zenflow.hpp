@@ -26,6 +26,7 @@
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/params.hpp>
 #include <zenflow/engine/plan.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/math/adam.hpp>

@@ -12,8 +12,8 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/param_state.hpp>
+#include <zenflow/engine/params.hpp>
 #include <zenflow/engine/stats.hpp>
 
 namespace zenflow_py {

@@ -96,7 +96,7 @@ def function_body(code, signature_regex):
 def string_list(code, name):
     m = re.search(r"\b" + name + r"\[\]\s*=\s*\{([^}]*)\}", code)
     if not m:
-        fail(f"list {name} not found in engine/detail/config_impl.hpp: update tests/docs/check_docs.py")
+        fail(f"list {name} not found in engine/detail/config_keys.hpp: update tests/docs/check_docs.py")
         return []
     return re.findall(r'"([^"]*)"', m.group(1))
 
@@ -220,11 +220,11 @@ def check_enums():
 
 
 def check_config_keys():
-    impl = strip_comments(read("include/zenflow/engine/detail/config_impl.hpp"))
+    keys = strip_comments(read("include/zenflow/engine/detail/config_keys.hpp"))
     reader = strip_comments(read("include/zenflow/engine/detail/config_json.hpp"))
-    ds_keys = string_list(impl, "deepspeed_zenflow_keys")
-    ext_keys = string_list(impl, "extension_keys")
-    adam_keys = string_list(impl, "adam_param_keys")
+    ds_keys = string_list(keys, "deepspeed_zenflow_keys")
+    ext_keys = string_list(keys, "extension_keys")
+    adam_keys = string_list(keys, "adam_param_keys")
 
     # The lists against the reader's branches.
     ext_body = function_body(reader, r"\bread_extension_key\s*\(") or ""
@@ -237,7 +237,7 @@ def check_config_keys():
                                 ("deepspeed_zenflow_keys", set(ds_keys), read_ds),
                                 ("adam_param_keys", set(adam_keys), read_adam)):
         for k in sorted(listed - read_):
-            fail(f"config_impl.hpp: {what} lists {k!r}, which the JSON reader does not read")
+            fail(f"config_keys.hpp: {what} lists {k!r}, which the JSON reader does not read")
         for k in sorted(read_ - listed):
             fail(f"config_json.hpp: the reader reads {k!r}, which {what} does not list")
 

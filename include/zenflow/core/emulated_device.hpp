@@ -45,9 +45,13 @@
 ///   is reported (`busy_destroys`);
 /// - opt-in (`emulated_rules::legacy_null_stream`): the null stream synchronises with every other
 ///   stream, as CUDA's legacy default stream does (`legacy_syncs`).
+///
+/// This header is the interface; its parts are in core/detail/: emulated_streams.hpp (the
+/// streams' threads and their set), emulated_timeline.hpp (the timing model and the trace),
+/// emulated_quarantine.hpp (the allocations and the poisoned quarantine of freed memory),
+/// emulated_checks.hpp (the rules' counts and reports, the sticky error).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -55,18 +59,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
-#include <random>
 #include <set>
 #include <string>
-#include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -74,7 +73,11 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/copy_direction.hpp>
+#include <zenflow/core/detail/emulated_checks.hpp>
 #include <zenflow/core/detail/emulated_pinned.hpp>
+#include <zenflow/core/detail/emulated_quarantine.hpp>
+#include <zenflow/core/detail/emulated_streams.hpp>
+#include <zenflow/core/detail/emulated_timeline.hpp>
 #include <zenflow/core/device_op.hpp>
 #include <zenflow/core/error.hpp>
 
@@ -154,8 +157,8 @@ public:
   };
 
   explicit emulated_device(emulated_timing timing = {}, emulated_rules rules = {})
-      : timing_(timing), rules_(rules), epoch_(clock::now()) {
-    streams_.push_back(std::make_unique<stream_state>(*this, 0)); // the null stream
+      : timing_(timing), rules_(rules), timeline_(timing.jitter_seed, timing.max_host_jitter) {
+    streams_.add(timing_.jitter_seed, timing_.max_jitter); // the null stream
     const std::lock_guard lock(live().mutex);
     live().devices.insert(this);
   }
@@ -168,21 +171,8 @@ public:
       const std::lock_guard lock(live().mutex);
       live().devices.erase(this);
     }
-    std::vector<std::unique_ptr<stream_state>> all;
-    {
-      std::lock_guard lock(streams_mutex_);
-      all = std::move(streams_);
-    }
-    all.clear(); // each stream drains and joins in its destructor
-    for (auto& [p, a] : freed_) {
-      std::free(p);
-    }
-    for (auto& [p, a] : allocated_) {
-      if (a.kind == emulated_memory::pinned) {
-        detail::emulated_pinned_ranges::instance().remove(p);
-      }
-      std::free(p);
-    }
+    std::vector<std::unique_ptr<stream_state>> all = streams_.take_all();
+    all.clear(); // each stream drains and joins in its destructor; then memory_ releases the memory
   }
 
   [[nodiscard]] const emulated_timing& timing() const noexcept { return timing_; }
@@ -201,22 +191,19 @@ public:
   /// What the device counted of the rules (see the file comment and docs/emulated-device.md).
   [[nodiscard]] emulated_device_stats stats() const noexcept {
     emulated_device_stats out;
-    out.pageable_copies = pageable_copies_.load();
-    out.allocations = allocations_.load();
-    out.frees = frees_.load();
-    out.device_syncs = device_syncs_.load();
-    out.legacy_syncs = legacy_syncs_.load();
-    out.use_after_free = use_after_free_.load();
-    out.busy_destroys = busy_destroys_.load();
-    out.host_task_calls = host_task_calls_.load();
+    out.pageable_copies = checks_.pageable_copies.load();
+    out.allocations = checks_.allocations.load();
+    out.frees = checks_.frees.load();
+    out.device_syncs = checks_.device_syncs.load();
+    out.legacy_syncs = checks_.legacy_syncs.load();
+    out.use_after_free = checks_.use_after_free.load();
+    out.busy_destroys = checks_.busy_destroys.load();
+    out.host_task_calls = checks_.host_task_calls.load();
     return out;
   }
   /// One line per broken rule that was reported (a use after free, a busy destroy, a call from a
   /// host task), in the order they happened.
-  [[nodiscard]] std::vector<std::string> reports() const {
-    const std::lock_guard lock(reports_mutex_);
-    return reports_;
-  }
+  [[nodiscard]] std::vector<std::string> reports() const { return checks_.reports(); }
 
   /// `bytes` of device memory (`emulated_memory::device`) or of pinned host memory, 256-byte
   /// aligned, zero-filled; nullptr for 0 bytes. Synchronises the whole device first, as
@@ -224,7 +211,7 @@ public:
   [[nodiscard]] void* allocate(std::size_t bytes, emulated_memory kind = emulated_memory::device) {
     no_host_task("allocate");
     quiet_synchronize();
-    allocations_.fetch_add(1, std::memory_order_relaxed);
+    checks_.allocations.fetch_add(1, std::memory_order_relaxed);
     if (bytes == 0) {
       return nullptr;
     }
@@ -234,10 +221,7 @@ public:
       throw std::bad_alloc();
     }
     std::memset(p, 0, rounded);
-    {
-      const std::lock_guard lock(memory_mutex_);
-      allocated_[p] = allocation{bytes, kind};
-    }
+    memory_.add(p, bytes, kind == emulated_memory::pinned);
     if (kind == emulated_memory::pinned) {
       detail::emulated_pinned_ranges::instance().add(p, bytes);
     }
@@ -253,10 +237,10 @@ public:
     if (p == nullptr) {
       return;
     }
-    live_allocation(p, "free");
+    memory_.live_allocation(p, "free");
     quiet_synchronize();
-    frees_.fetch_add(1, std::memory_order_relaxed);
-    retire(p);
+    checks_.frees.fetch_add(1, std::memory_order_relaxed);
+    memory_.retire(p);
   }
   /// Frees an allocation when `s` reaches this point, without synchronising (`cudaFreeAsync`'s
   /// twin): work of other streams that still uses it must be ordered before, or it reads poison
@@ -266,9 +250,9 @@ public:
     if (p == nullptr) {
       return;
     }
-    live_allocation(p, "free_async");
-    frees_.fetch_add(1, std::memory_order_relaxed);
-    push_op(find(s), [this, p] { retire(p); });
+    memory_.live_allocation(p, "free_async");
+    checks_.frees.fetch_add(1, std::memory_order_relaxed);
+    push_op(find(s), [this, p] { memory_.retire(p); });
   }
   /// Host memory the device's copies treat as pinned from now on (`cudaHostRegister`'s twin).
   void register_host(void* p, std::size_t bytes) {
@@ -285,9 +269,7 @@ public:
   /// A new stream: an in-order executor thread of its own.
   [[nodiscard]] cudaStream_t create_stream() {
     no_host_task("create_stream");
-    std::lock_guard lock(streams_mutex_);
-    streams_.push_back(std::make_unique<stream_state>(*this, static_cast<int>(streams_.size())));
-    return handle(*streams_.back());
+    return streams_.add(timing_.jitter_seed, timing_.max_jitter);
   }
   /// Drains the stream's work, then ends its thread. The null stream cannot be destroyed. A
   /// stream destroyed with work still queued on it is reported (`busy_destroys`): the code that
@@ -297,27 +279,18 @@ public:
     if (s == nullptr) {
       return;
     }
-    if (on_stream_thread()) {
-      host_task_calls_.fetch_add(1, std::memory_order_relaxed);
-      report("zenflow::emulated_device::destroy_stream: called from a host task (a stream's thread), "
-             "where CUDA calls are not allowed; the stream was not destroyed");
+    if (detail::on_emulated_stream_thread()) {
+      checks_.host_task_calls.fetch_add(1, std::memory_order_relaxed);
+      checks_.report("zenflow::emulated_device::destroy_stream: called from a host task (a stream's thread), "
+                     "where CUDA calls are not allowed; the stream was not destroyed");
       return;
     }
-    std::unique_ptr<stream_state> gone;
-    {
-      std::lock_guard lock(streams_mutex_);
-      auto it = std::find_if(streams_.begin(), streams_.end(),
-                             [&](const std::unique_ptr<stream_state>& p) { return p && handle(*p) == s; });
-      if (it != streams_.end()) {
-        gone = std::move(*it);
-        it->reset();
-      }
-    }
+    const std::unique_ptr<stream_state> gone = streams_.take(s);
     if (gone) {
       if (const std::uint64_t queued = gone->pending(); queued > 0) {
-        busy_destroys_.fetch_add(1, std::memory_order_relaxed);
-        report("zenflow::emulated_device::destroy_stream: stream " + std::to_string(gone->index) +
-               " destroyed with " + std::to_string(queued) + " operation(s) still queued on it");
+        checks_.busy_destroys.fetch_add(1, std::memory_order_relaxed);
+        checks_.report("zenflow::emulated_device::destroy_stream: stream " + std::to_string(gone->index) +
+                       " destroyed with " + std::to_string(queued) + " operation(s) still queued on it");
       }
     }
   }
@@ -326,7 +299,7 @@ public:
   /// device bandwidth on the shared compute resource.
   void launch(cudaStream_t s, std::function<void()> body, std::size_t bytes = 0, std::string name = {}) {
     no_host_task("launch");
-    const auto cost = timing_.launch_latency + duration_of(bytes, timing_.device_bytes_per_second);
+    const auto cost = timing_.launch_latency + timeline::duration_of(bytes, timing_.device_bytes_per_second);
     enqueue(find(s), emulated_op::kind::kernel, bytes, cost, std::move(body), std::move(name));
   }
   /// Modelled compute (a forward/backward pass stand-in): occupies the compute resource for `t`.
@@ -354,7 +327,7 @@ public:
     const bool pageable = !detail::emulated_pinned_ranges::instance().contains(host, bytes);
     stream_state& st = find(s);
     enqueue(
-        st, what, bytes, duration_of(bytes, bw),
+        st, what, bytes, timeline::duration_of(bytes, bw),
         [this, dst, src, bytes] {
           if (bytes > 0) {
             check_live(dst, src, bytes, "copy");
@@ -363,7 +336,7 @@ public:
         },
         std::move(name));
     if (pageable) {
-      pageable_copies_.fetch_add(1, std::memory_order_relaxed);
+      checks_.pageable_copies.fetch_add(1, std::memory_order_relaxed);
       st.drain();
     }
   }
@@ -371,7 +344,8 @@ public:
   void copy_device(void* dst, const void* src, std::size_t bytes, cudaStream_t s, std::string name = {}) {
     no_host_task("copy_device");
     enqueue(
-        find(s), emulated_op::kind::copy_d2d, bytes, duration_of(2 * bytes, timing_.device_bytes_per_second),
+        find(s), emulated_op::kind::copy_d2d, bytes,
+        timeline::duration_of(2 * bytes, timing_.device_bytes_per_second),
         [this, dst, src, bytes] {
           if (bytes > 0) {
             check_live(dst, src, bytes, "copy_device");
@@ -399,9 +373,10 @@ public:
       waits = e.state->waiting;
     }
     if (records + waits > 0) {
-      busy_destroys_.fetch_add(1, std::memory_order_relaxed);
-      report("zenflow::emulated_device::destroy_event: event destroyed with " + std::to_string(records) +
-             " record(s) and " + std::to_string(waits) + " stream wait(s) on it still queued");
+      checks_.busy_destroys.fetch_add(1, std::memory_order_relaxed);
+      checks_.report("zenflow::emulated_device::destroy_event: event destroyed with " +
+                     std::to_string(records) + " record(s) and " + std::to_string(waits) +
+                     " stream wait(s) on it still queued");
     }
     e.state.reset();
   }
@@ -460,173 +435,40 @@ public:
       const std::uint64_t target = st->recorded;
       st->cv.wait(lock, [&] { return st->reached(target); });
     }
-    host_jitter();
-    rethrow_sticky();
+    timeline_.host_jitter();
+    sticky_.rethrow();
   }
   /// Blocks until everything enqueued on `s` so far has run; rethrows the sticky error.
   void synchronize_stream(cudaStream_t s) {
     no_host_task("synchronize_stream");
     find(s).drain();
-    host_jitter();
-    rethrow_sticky();
+    timeline_.host_jitter();
+    sticky_.rethrow();
   }
   /// Blocks until every stream is idle; rethrows the sticky error (counted: `device_syncs`).
   void synchronize() {
     no_host_task("synchronize");
     quiet_synchronize();
-    rethrow_sticky();
+    sticky_.rethrow();
   }
 
   /// Records every operation's start and end from now on (off by default).
-  void set_tracing(bool on) {
-    std::lock_guard lock(trace_mutex_);
-    tracing_ = on;
-  }
+  void set_tracing(bool on) { timeline_.set_tracing(on); }
   /// The operations recorded so far, in completion order.
-  [[nodiscard]] std::vector<emulated_op> trace() const {
-    std::lock_guard lock(trace_mutex_);
-    return trace_;
-  }
+  [[nodiscard]] std::vector<emulated_op> trace() const { return timeline_.trace(); }
   /// Time since the device was created, on the clock the trace uses.
-  [[nodiscard]] std::int64_t now_ns() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - epoch_).count();
-  }
+  [[nodiscard]] std::int64_t now_ns() const { return timeline_.now_ns(); }
 
 private:
-  struct stream_state {
-    stream_state(emulated_device& dev, int stream_index)
-        : device(dev), index(stream_index),
-          rng(dev.timing_.jitter_seed * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(stream_index)) {
-      thread = std::thread([this] { loop(); });
-    }
-    stream_state(const stream_state&) = delete;
-    stream_state& operator=(const stream_state&) = delete;
-    ~stream_state() {
-      {
-        std::lock_guard lock(mutex);
-        stop = true;
-      }
-      cv.notify_all();
-      thread.join();
-    }
-    void push(std::function<void()> task) {
-      {
-        std::lock_guard lock(mutex);
-        tasks.push_back(std::move(task));
-        ++enqueued;
-      }
-      cv.notify_all();
-    }
-    void drain() {
-      std::unique_lock lock(mutex);
-      const std::uint64_t target = enqueued;
-      cv.wait(lock, [&] { return done >= target; });
-    }
-    /// Operations enqueued and not run yet.
-    std::uint64_t pending() {
-      std::lock_guard lock(mutex);
-      return enqueued - done;
-    }
-    void loop() {
-      on_stream_thread() = true;
-      for (;;) {
-        std::function<void()> task;
-        {
-          std::unique_lock lock(mutex);
-          cv.wait(lock, [&] { return stop || !tasks.empty(); });
-          if (tasks.empty()) {
-            return; // stop requested and everything ran
-          }
-          task = std::move(tasks.front());
-          tasks.pop_front();
-        }
-        task();
-        {
-          std::lock_guard lock(mutex);
-          ++done;
-        }
-        cv.notify_all();
-      }
-    }
-    std::chrono::microseconds jitter() {
-      const auto max = device.timing_.max_jitter.count();
-      if (max <= 0 || rng() % 4 != 0) {
-        return std::chrono::microseconds{0};
-      }
-      return std::chrono::microseconds(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(max)));
-    }
+  using stream_state = detail::emulated_stream;
+  using timeline = detail::emulated_timeline;
 
-    emulated_device& device;
-    int index;
-    std::mt19937_64 rng; // used on the stream's own thread only
-    // The stream's modelled clock (its own thread only): an operation that follows the previous
-    // one directly (no wait, no idle time between) starts at that one's modelled end, as on a GPU,
-    // instead of when this thread woke up; and its body is started early by the time bodies of its
-    // kind took per byte on this stream, so that it ends at its modelled end (see enqueue()).
-    bool chained = false;
-    clock::time_point chain_end{};
-    double body_ns_per_byte[5] = {0, 0, 0, 0, 0}; // by emulated_op::kind
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::deque<std::function<void()>> tasks;
-    std::uint64_t enqueued = 0;
-    std::uint64_t done = 0;
-    bool stop = false;
-    std::thread thread; // last: starts after every other member is constructed
-  };
-
-  /// A resource that serves one operation at a time (a copy engine, the compute units).
-  struct resource {
-    std::mutex mutex;
-    clock::time_point free_at{};
-    /// Reserves `d` from max(`from`, free_at) on and returns the reservation's [start, end).
-    std::pair<clock::time_point, clock::time_point> reserve(std::chrono::nanoseconds d,
-                                                            clock::time_point from) {
-      std::lock_guard lock(mutex);
-      const auto start = std::max(from, free_at);
-      free_at = start + d;
-      return {start, free_at};
-    }
-  };
-
-  static cudaStream_t handle(stream_state& s) noexcept {
-    // The handle is the state's address, opaque to callers and mapped back by find() only.
-    return reinterpret_cast<cudaStream_t>(&s);
-  }
-  stream_state& find(cudaStream_t s) {
-    std::lock_guard lock(streams_mutex_);
-    if (s == nullptr) {
-      return *streams_.front();
-    }
-    for (auto& p : streams_) {
-      if (p && handle(*p) == s) {
-        return *p;
-      }
-    }
-    detail::fail_argument("zenflow::emulated_device", "stream", "is not a live stream of this device");
-  }
+  stream_state& find(cudaStream_t s) { return streams_.find(s); }
   static std::shared_ptr<emulated_event_state> checked(const event& e) {
     if (!e.state) {
       detail::fail_argument("zenflow::emulated_device", "event", "was not created by create_event()");
     }
     return e.state;
-  }
-  static std::chrono::nanoseconds duration_of(std::size_t bytes, double bytes_per_second) {
-    if (bytes_per_second <= 0.0 || bytes == 0) {
-      return std::chrono::nanoseconds{0};
-    }
-    return std::chrono::nanoseconds(
-        static_cast<std::int64_t>(static_cast<double>(bytes) / bytes_per_second * 1e9));
-  }
-  resource& resource_for(emulated_op::kind what) {
-    switch (what) {
-    case emulated_op::kind::copy_d2h:
-      return d2h_engine_;
-    case emulated_op::kind::copy_h2d:
-      return h2d_engine_;
-    default:
-      return compute_units_;
-    }
   }
 
   void enqueue(stream_state& st,
@@ -638,58 +480,27 @@ private:
     const auto enqueued = clock::now();
     push_op(st, [this, &st, what, bytes, cost, enqueued, body = std::move(body),
                  name = std::move(name)]() mutable {
-      if (const auto j = st.jitter(); j.count() > 0) {
-        std::this_thread::sleep_for(j);
-        st.chained = false;
-      }
-      // Back to back on this stream, the operation starts at the previous one's modelled end (or
-      // when it was enqueued, if later: the stream was idle), not when this thread got to it: the
-      // thread's wake-up after a sleep (~0.1 ms) and a body that ran past its modelled end are the
-      // emulation's costs, which a GPU does not pay between two operations of one stream.
-      clock::time_point start{}, end{};
-      auto& per_byte = st.body_ns_per_byte[static_cast<int>(what)];
-      if (cost.count() > 0) {
-        std::tie(start, end) =
-            resource_for(what).reserve(cost, st.chained ? std::max(st.chain_end, enqueued) : clock::now());
-        // The body (a copy's memcpy) runs in the last part of the modelled time, not after it: the
-        // data still lands near the end, and the operation does not take its time plus the memcpy.
-        // Twice the expected time: a memcpy slower than the running mean must not overrun.
-        const auto early =
-            std::chrono::nanoseconds(static_cast<std::int64_t>(2.0 * per_byte * static_cast<double>(bytes)));
-        std::this_thread::sleep_until(end - std::min(early, cost));
-      } else {
-        start = end = clock::now();
-      }
-      const auto body_start = clock::now();
-      if (body && !sticky_set()) {
-        try {
-          if (timing_.fail_at_op != 0 &&
-              ops_started_.fetch_add(1, std::memory_order_relaxed) + 1 == timing_.fail_at_op) {
-            throw cuda_error(cudaErrorLaunchFailure,
-                             "zenflow::emulated_device: injected fault (emulated_timing::fail_at_op = " +
-                                 std::to_string(timing_.fail_at_op) + ", '" + name + "')");
-          }
-          body();
-        } catch (...) {
-          set_sticky(std::current_exception());
-        }
-      }
-      const auto body_end = clock::now();
-      // Per byte from large bodies only: a small copy's time is its call overhead, which would
-      // start a large copy's memcpy far too early.
-      if (body && bytes >= (std::size_t{1} << 16)) {
-        const double took = static_cast<double>((body_end - body_start).count()) / static_cast<double>(bytes);
-        per_byte = per_byte == 0.0 ? took : 0.5 * (per_byte + took);
-      }
-      if (cost.count() > 0) {
-        std::this_thread::sleep_until(end); // never complete before the modelled end
-      }
-      // Ends at its modelled end, or later where the body ran past it (real time on this machine).
-      const auto done = body ? std::max(end, body_end) : end;
-      st.chained = true;
-      st.chain_end = done;
-      note(emulated_op{what, st.index, bytes, since_epoch(start), since_epoch(done), std::move(name)});
+      timeline_.run(
+          st, what, bytes, cost, enqueued, static_cast<bool>(body), [&] { run_body(body, name); }, name);
     });
+  }
+  /// An operation's body, unless the device's error is sticky; one that throws makes it sticky
+  /// (or the injected fault of `emulated_timing::fail_at_op`, in its place).
+  void run_body(const std::function<void()>& body, const std::string& name) {
+    if (sticky_.is_set()) {
+      return;
+    }
+    try {
+      if (timing_.fail_at_op != 0 &&
+          ops_started_.fetch_add(1, std::memory_order_relaxed) + 1 == timing_.fail_at_op) {
+        throw cuda_error(cudaErrorLaunchFailure,
+                         "zenflow::emulated_device: injected fault (emulated_timing::fail_at_op = " +
+                             std::to_string(timing_.fail_at_op) + ", '" + name + "')");
+      }
+      body();
+    } catch (...) {
+      sticky_.set(std::current_exception());
+    }
   }
 
   /// `st.push(task)`, after the legacy null stream's implicit waits where they are on.
@@ -703,9 +514,8 @@ private:
   /// an operation on another stream waits for the null stream's work so far.
   void legacy_order(stream_state& st) {
     std::vector<stream_state*> before;
-    {
-      std::lock_guard lock(streams_mutex_);
-      for (auto& p : streams_) {
+    streams_.with_streams([&](std::vector<std::unique_ptr<stream_state>>& streams) {
+      for (auto& p : streams) {
         const bool other = st.index == 0 ? p && p.get() != &st : p && p->index == 0;
         if (other && p->pending() > 0) {
           before.push_back(p.get());
@@ -727,16 +537,11 @@ private:
           std::unique_lock l(mark->mutex);
           mark->cv.wait(l, [&] { return mark->unreached.empty(); });
         });
-        legacy_syncs_.fetch_add(1, std::memory_order_relaxed);
+        checks_.legacy_syncs.fetch_add(1, std::memory_order_relaxed);
       }
-    }
+    });
   }
 
-  /// True on a stream's thread (inside a host task, a kernel's body, a copy).
-  static bool& on_stream_thread() noexcept {
-    static thread_local bool on = false;
-    return on;
-  }
   static emulated_device*& current_slot() noexcept {
     static thread_local emulated_device* d = nullptr;
     return d;
@@ -750,175 +555,38 @@ private:
     return *all;
   }
   /// Throws (and reports) when called from a stream's thread: CUDA calls are illegal there.
-  void no_host_task(const char* call) const {
-    if (!on_stream_thread()) {
-      return;
-    }
-    host_task_calls_.fetch_add(1, std::memory_order_relaxed);
-    const std::string what = std::string("zenflow::emulated_device::") + call +
-                             ": called from a host task (a stream's thread); a CUDA call inside a host "
-                             "callback (cudaLaunchHostFunc) is not allowed";
-    report(what);
-    throw cuda_error(cudaErrorNotPermitted, what);
-  }
-  void report(std::string line) const noexcept {
-    try {
-      const std::lock_guard lock(reports_mutex_);
-      reports_.push_back(std::move(line));
-    } catch (...) { // NOLINT(bugprone-empty-catch): a report lost to bad_alloc is still counted
-    }
-  }
+  void no_host_task(const char* call) const { checks_.no_host_task(call); }
   /// Every stream drained, no rethrow (allocate, free, synchronize), counted.
   void quiet_synchronize() {
-    device_syncs_.fetch_add(1, std::memory_order_relaxed);
-    std::vector<stream_state*> all;
-    {
-      std::lock_guard lock(streams_mutex_);
-      for (auto& p : streams_) {
-        if (p) {
-          all.push_back(p.get());
-        }
-      }
-    }
-    for (stream_state* p : all) {
+    checks_.device_syncs.fetch_add(1, std::memory_order_relaxed);
+    for (stream_state* p : streams_.live()) {
       p->drain();
     }
   }
 
-  struct allocation {
-    std::size_t bytes = 0;
-    emulated_memory kind = emulated_memory::device;
-  };
-  /// Throws naming `p` unless it is a live allocation of this device.
-  void live_allocation(void* p, const char* call) {
-    const std::lock_guard lock(memory_mutex_);
-    if (allocated_.count(p) == 0) {
-      detail::fail_argument(std::string("zenflow::emulated_device::") + call, "p",
-                            freed_.count(p) != 0 ? "was already freed" : "was not allocated by this device");
-    }
-  }
-  /// Poisons `p` and keeps it aside (the oldest beyond `quarantine_bytes` really freed).
-  void retire(void* p) {
-    const std::lock_guard lock(memory_mutex_);
-    auto it = allocated_.find(p);
-    if (it == allocated_.end()) {
-      return;
-    }
-    const allocation a = it->second;
-    allocated_.erase(it);
-    if (a.kind == emulated_memory::pinned) {
-      detail::emulated_pinned_ranges::instance().remove(p);
-    }
-    std::memset(p, 0xFF, a.bytes);
-    freed_[p] = a;
-    freed_order_.push_back(p);
-    freed_bytes_ += a.bytes;
-    while (freed_bytes_ > quarantine_bytes && !freed_order_.empty()) {
-      void* oldest = freed_order_.front();
-      freed_order_.pop_front();
-      freed_bytes_ -= freed_[oldest].bytes;
-      freed_.erase(oldest);
-      std::free(oldest);
-    }
-  }
   /// On a stream's thread, before a copy's memcpy: fails when either side touches freed memory.
   void check_live(const void* dst, const void* src, std::size_t bytes, const char* call) {
-    const char* side = nullptr;
-    {
-      const std::lock_guard lock(memory_mutex_);
-      side = touches_freed(dst, bytes) ? "destination" : touches_freed(src, bytes) ? "source" : nullptr;
-    }
+    const char* side = memory_.freed_side(dst, src, bytes);
     if (side == nullptr) {
       return;
     }
-    use_after_free_.fetch_add(1, std::memory_order_relaxed);
+    checks_.use_after_free.fetch_add(1, std::memory_order_relaxed);
     const std::string what = std::string("zenflow::emulated_device::") + call + ": use after free: the " +
                              side + " of a " + std::to_string(bytes) +
                              "-byte copy was freed before the copy ran (freed while work that uses it "
                              "was still queued, or used after its free)";
-    report(what);
+    checks_.report(what);
     throw cuda_error(cudaErrorIllegalAddress, what);
-  }
-  /// True when [p, p + bytes) overlaps freed memory kept aside (under memory_mutex_).
-  bool touches_freed(const void* p, std::size_t bytes) const {
-    const auto at = reinterpret_cast<std::uintptr_t>(p);
-    auto it = freed_.lower_bound(reinterpret_cast<void*>(at + bytes));
-    if (it == freed_.begin()) {
-      return false;
-    }
-    it = std::prev(it);
-    return reinterpret_cast<std::uintptr_t>(it->first) + it->second.bytes > at;
-  }
-
-  std::int64_t since_epoch(clock::time_point t) const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t - epoch_).count();
-  }
-  void note(emulated_op op) {
-    std::lock_guard lock(trace_mutex_);
-    if (tracing_) {
-      trace_.push_back(std::move(op));
-    }
-  }
-  /// The host-side delay of `max_host_jitter` (see emulated_timing), on the calling thread.
-  void host_jitter() {
-    if (timing_.max_host_jitter.count() <= 0) {
-      return;
-    }
-    std::uint64_t draw = 0;
-    {
-      std::lock_guard lock(host_rng_mutex_);
-      draw = host_rng_();
-    }
-    if ((draw & 1u) != 0) {
-      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(
-          (draw >> 1) % static_cast<std::uint64_t>(timing_.max_host_jitter.count()))));
-    }
-  }
-
-  bool sticky_set() {
-    std::lock_guard lock(error_mutex_);
-    return sticky_ != nullptr;
-  }
-  void set_sticky(std::exception_ptr e) {
-    std::lock_guard lock(error_mutex_);
-    if (!sticky_) {
-      sticky_ = std::move(e);
-    }
-  }
-  void rethrow_sticky() {
-    std::exception_ptr e;
-    {
-      std::lock_guard lock(error_mutex_);
-      e = sticky_;
-    }
-    if (e) {
-      std::rethrow_exception(e);
-    }
   }
 
   emulated_timing timing_;
   emulated_rules rules_;
-  clock::time_point epoch_;
-  mutable std::atomic<std::uint64_t> pageable_copies_{0}, allocations_{0}, frees_{0}, device_syncs_{0},
-      legacy_syncs_{0}, use_after_free_{0}, busy_destroys_{0}, host_task_calls_{0};
-  mutable std::mutex reports_mutex_;
-  mutable std::vector<std::string> reports_;
-  static constexpr std::size_t quarantine_bytes = std::size_t{64} << 20; // freed memory kept aside
-  std::mutex memory_mutex_;
-  std::map<void*, allocation> allocated_, freed_; // freed_: poisoned, kept aside
-  std::deque<void*> freed_order_;
-  std::size_t freed_bytes_ = 0;
+  mutable detail::emulated_rule_log checks_;  // stats() and reports()
+  detail::emulated_allocations memory_;       // released after the streams have stopped (~emulated_device)
   std::atomic<std::uint64_t> ops_started_{0}; // fault injection's count
-  std::mutex host_rng_mutex_;
-  std::mt19937_64 host_rng_{timing_.jitter_seed ^ 0xC2B2AE3D27D4EB4Full}; // host_jitter(), under its mutex
-  resource d2h_engine_, h2d_engine_, compute_units_;
-  std::mutex error_mutex_;
-  std::exception_ptr sticky_;
-  mutable std::mutex trace_mutex_;
-  bool tracing_ = false;
-  std::vector<emulated_op> trace_;
-  std::mutex streams_mutex_;
-  std::vector<std::unique_ptr<stream_state>> streams_; // [0] = the null stream; destroyed slots are null
+  detail::emulated_sticky_error sticky_;
+  timeline timeline_;
+  detail::emulated_stream_set streams_; // [0] = the null stream; destroyed slots are null
 };
 
 ZF_NAMESPACE_END

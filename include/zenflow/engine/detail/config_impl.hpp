@@ -1,9 +1,10 @@
 /// @file
 /// Definitions of zenflow::config's members that need no JSON: defaults, validation, the derived
-/// quantities and the enums' spellings. Included at the end of <zenflow/engine/config.hpp>; then
+/// quantities and the enums' spellings (the JSON keys' names and the "did you mean" of an
+/// error: detail/config_keys.hpp). Included at the end of <zenflow/engine/config.hpp>; then
 /// includes describe() (detail/config_describe.hpp) and, when ZENFLOW_WITH_JSON is 1, the JSON
-/// reader's definitions (detail/config_json.hpp): a chain rather than several includes in
-/// config.hpp, so that each header also compiles on its own.
+/// reader's definitions (detail/config_json.hpp, then detail/config_json_members.hpp): a chain
+/// rather than several includes in config.hpp, so that each header also compiles on its own.
 #pragma once
 
 #include <algorithm>
@@ -12,10 +13,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
-#include <limits>
 #include <set>
-#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -26,228 +24,11 @@
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/config_fail.hpp>
+#include <zenflow/engine/detail/config_keys.hpp>
 
 ZF_NAMESPACE_BEGIN
 
 namespace detail {
-
-inline constexpr std::string_view zenflow_block_path = "zero_optimization.zenflow";
-/// zenflow's own keys live in this top-level block: DeepSpeed's pydantic models forbid unknown
-/// keys inside zero_optimization (and its zenflow block), but its top-level config is a plain
-/// dict read key by key, so an unknown top-level block is ignored there.
-inline constexpr std::string_view extension_block = "zenflow_ext";
-
-/// The keys of DeepSpeed's ZenFlowConfig (deepspeed/runtime/zenflow/zenflow_config.py).
-inline constexpr std::string_view deepspeed_zenflow_keys[] = {
-    "topk_ratio",   "select_strategy", "select_interval",        "update_interval", "full_warm_up_rounds",
-    "overlap_step", "offload",         "pt_reserved_cores_perc", "auto_ratio",      "steps_per_epoch"};
-
-/// zenflow's own keys (zenflow_ext; formerly inside the zenflow block, still read there).
-inline constexpr std::string_view extension_keys[] = {"host_lr_scale",
-                                                      "max_update_interval",
-                                                      "min_update_interval",
-                                                      "importance",
-                                                      "mode",
-                                                      "upload",
-                                                      "ring_slot_bytes",
-                                                      "ring_slots",
-                                                      "host_threads",
-                                                      "param_groups",
-                                                      "host_moments_per_step",
-                                                      "host_moments",
-                                                      "select_on_mass_drop",
-                                                      "min_select_interval"};
-
-/// DeepSpeed's top-level keys (deepspeed/runtime/config.py and the configs it reads), for the
-/// warning on an unknown one. Names only; a key missing here costs a warning, not an error.
-inline constexpr std::string_view deepspeed_top_level_keys[] = {"train_batch_size",
-                                                                "train_micro_batch_size_per_gpu",
-                                                                "gradient_accumulation_steps",
-                                                                "managed_gradient_accumulation",
-                                                                "steps_per_print",
-                                                                "dump_state",
-                                                                "disable_allgather",
-                                                                "communication_data_type",
-                                                                "seq_parallel_communication_data_type",
-                                                                "prescale_gradients",
-                                                                "gradient_predivide_factor",
-                                                                "gradient_allreduce_op",
-                                                                "sparse_gradients",
-                                                                "zero_optimization",
-                                                                "activation_checkpointing",
-                                                                "comms_logger",
-                                                                "tensorboard",
-                                                                "wandb",
-                                                                "csv_monitor",
-                                                                "comet",
-                                                                "gradient_clipping",
-                                                                "fp16",
-                                                                "bf16",
-                                                                "bfloat16",
-                                                                "amp",
-                                                                "torch_autocast",
-                                                                "compression_training",
-                                                                "graph_harvesting",
-                                                                "optimizer",
-                                                                "zero_allow_untested_optimizer",
-                                                                "zero_force_ds_cpu_optimizer",
-                                                                "scheduler",
-                                                                "flops_profiler",
-                                                                "wall_clock_breakdown",
-                                                                "memory_breakdown",
-                                                                "autotuning",
-                                                                "eigenvalue",
-                                                                "quantize_training",
-                                                                "use_data_before_expert_parallelism",
-                                                                "hybrid_engine",
-                                                                "sparse_attention",
-                                                                "pipeline",
-                                                                "progressive_layer_drop",
-                                                                "curriculum_learning",
-                                                                "data_efficiency",
-                                                                "checkpoint",
-                                                                "data_types",
-                                                                "aio",
-                                                                "dataloader_drop_last",
-                                                                "log_level",
-                                                                "nebula",
-                                                                "datastates_ckpt",
-                                                                "weight_quantization",
-                                                                "compile",
-                                                                "timers",
-                                                                "tensor_parallel",
-                                                                "expert_parallel",
-                                                                "elasticity",
-                                                                "vocabulary_size",
-                                                                "sequence_parallel_size"};
-
-/// DeepSpeed's DeepSpeedZeroConfig fields and their aliases (deepspeed/runtime/zero/config.py).
-inline constexpr std::string_view deepspeed_zero_keys[] = {"stage",
-                                                           "contiguous_gradients",
-                                                           "reduce_scatter",
-                                                           "reduce_bucket_size",
-                                                           "use_multi_rank_bucket_allreduce",
-                                                           "allgather_partitions",
-                                                           "allgather_bucket_size",
-                                                           "overlap_comm",
-                                                           "load_from_fp32_weights",
-                                                           "elastic_checkpoint",
-                                                           "offload_param",
-                                                           "offload_optimizer",
-                                                           "zenflow",
-                                                           "sub_group_size",
-                                                           "cpu_offload_param",
-                                                           "cpu_offload_use_pin_memory",
-                                                           "cpu_offload",
-                                                           "prefetch_bucket_size",
-                                                           "stage3_prefetch_bucket_size",
-                                                           "param_persistence_threshold",
-                                                           "stage3_param_persistence_threshold",
-                                                           "model_persistence_threshold",
-                                                           "stage3_model_persistence_threshold",
-                                                           "max_live_parameters",
-                                                           "stage3_max_live_parameters",
-                                                           "max_reuse_distance",
-                                                           "stage3_max_reuse_distance",
-                                                           "gather_16bit_weights_on_model_save",
-                                                           "stage3_gather_16bit_weights_on_model_save",
-                                                           "module_granularity_threshold",
-                                                           "stage3_module_granularity_threshold",
-                                                           "use_all_reduce_for_fetch_params",
-                                                           "stage3_use_all_reduce_for_fetch_params",
-                                                           "allgather_sequential",
-                                                           "stage3_allgather_sequential",
-                                                           "stage3_gather_fp16_weights_on_model_save",
-                                                           "ignore_unused_parameters",
-                                                           "legacy_stage1",
-                                                           "round_robin_gradients",
-                                                           "zero_hpz_partition_size",
-                                                           "zero_quantized_weights",
-                                                           "zero_quantized_nontrainable_weights",
-                                                           "zero_quantized_gradients",
-                                                           "zeropp_loco_param",
-                                                           "mics_shard_size",
-                                                           "mics_hierarchical_params_gather",
-                                                           "memory_efficient_linear",
-                                                           "pipeline_loading_checkpoint",
-                                                           "override_module_apply",
-                                                           "log_trace_cache_warnings",
-                                                           "enable_sanity_checks",
-                                                           "save_muon_momentum_buffer_in_memory",
-                                                           "leaf_module"};
-
-inline constexpr std::string_view adam_param_keys[] = {
-    "lr",      "betas",    "eps",   "weight_decay", "adam_w_mode", "torch_adam", "bias_correction",
-    "amsgrad", "maximize", "fused", "foreach",      "capturable"};
-
-/// Edit distance with adjacent transpositions (optimal string alignment): "tpok" is one edit
-/// from "topk".
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) {
-    d[i][0] = i;
-  }
-  for (std::size_t j = 0; j <= b.size(); ++j) {
-    d[0][j] = j;
-  }
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-/// The known key nearest to `name`, or "" when none is near: the fewest edits, if within
-/// max(2, |name| / 3); else a key that `name` begins (at least 4 characters: "topk" for
-/// "topk_ratio"), the shortest. Ties: the first listed.
-inline std::string_view nearest_key(std::string_view name,
-                                    std::initializer_list<std::span<const std::string_view>> lists) {
-  std::string_view best;
-  std::size_t best_d = std::numeric_limits<std::size_t>::max();
-  std::string_view prefixed;
-  for (const auto& list : lists) {
-    for (const std::string_view k : list) {
-      const std::size_t d = edit_distance(name, k);
-      if (d < best_d) {
-        best_d = d;
-        best = k;
-      }
-      if (name.size() >= 4 && k.substr(0, name.size()) == name &&
-          (prefixed.empty() || k.size() < prefixed.size())) {
-        prefixed = k;
-      }
-    }
-  }
-  return best_d <= std::max<std::size_t>(2, name.size() / 3) ? best : prefixed;
-}
-
-/// " (did you mean 'near'?)", or "" when `near` is empty.
-inline std::string suggestion(std::string_view near) {
-  return near.empty() ? std::string() : " (did you mean '" + std::string(near) + "'?)";
-}
-
-/// " (did you mean 'x'?)", or "" when nothing is near.
-inline std::string did_you_mean(std::string_view name,
-                                std::initializer_list<std::span<const std::string_view>> lists) {
-  const std::string_view k = nearest_key(name, lists);
-  return k.empty() ? std::string() : " (did you mean '" + std::string(k) + "'?)";
-}
-
-inline bool listed(std::span<const std::string_view> list, std::string_view name) {
-  return std::find(list.begin(), list.end(), name) != list.end();
-}
-
-inline std::string zenflow_key(std::string_view name) {
-  std::string k(zenflow_block_path);
-  k += '.';
-  k += name;
-  return k;
-}
 
 template <class T>
 std::string value_text(T v) {
@@ -292,18 +73,6 @@ inline bool param_name_matches(std::string_view pattern, std::string_view name) 
     ++p;
   }
   return p == pattern.size();
-}
-
-/// `base[i].field` (`base[i]` for an empty field); validate() names groups by their place in
-/// zenflow_ext.
-inline std::string
-param_group_key(std::size_t i, std::string_view field, std::string_view base = "zenflow_ext.param_groups") {
-  std::string k = std::string(base) + "[" + std::to_string(i) + "]";
-  if (!field.empty()) {
-    k += '.';
-    k += field;
-  }
-  return k;
 }
 
 } // namespace detail

@@ -1,13 +1,13 @@
 /// @file
 /// The engine's parameter registry: what the user registered, in a type-erased form, and the
-/// dtype dispatch that turns it back into typed calls.
+/// dtype dispatch that turns it back into typed calls. The public types of registration
+/// (`param_id`, `param_options`, `param_settings`) are in <zenflow/engine/params.hpp>.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,36 +16,10 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/params.hpp>
 #include <zenflow/math/adam.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-/// Handle of a registered parameter (its registration order).
-struct param_id {
-  std::int32_t index = -1;
-  friend constexpr bool operator==(param_id, param_id) = default;
-};
-
-/// Per-parameter options of `engine::add_matrix` / `add_vector` (a parameter group of one).
-/// A field left unset is taken from the first of the config's `param_groups` that matches
-/// `name`, else from the defaults (lr_scale 1, the config's adam.weight_decay). The common
-/// recipe, no weight decay on biases and norms: `add_vector(b, gb, n, {.weight_decay = 0.0f})`.
-struct param_options {
-  /// Multiplies the learning rate of every update of this parameter (device, host window,
-  /// warm-up, baselines): lr_used = float(lr * lr_scale). Finite and >= 0.
-  std::optional<float> lr_scale = std::nullopt;
-  /// AdamW weight decay of this parameter (L2 coefficient with decoupled = false). Finite, >= 0.
-  std::optional<float> weight_decay = std::nullopt;
-  /// Name matched against the config's `param_groups` (and shown in errors).
-  std::string name = {}; // (initialisers on every field: `{.weight_decay = 0}` is -Wextra clean)
-};
-
-/// What a registered parameter resolved its options to (`engine::settings`).
-struct param_settings {
-  std::string name;
-  float lr_scale = 1.0f;
-  float weight_decay = 0.0f;
-};
 
 namespace detail {
 
