@@ -342,6 +342,19 @@ inline std::vector<reference_case> reference_cases() {
        80,
        15,
        {}},
+      // The trigger with fixed windows and overlap: it reads the rest masses as Zen-auto does (with
+      // data parallel every rank needs the one-rank masses, not its own block's).
+      {"mass_drop_trigger_fixed_windows_overlap_float",
+       dtype::f32,
+       [](zenflow::config& c) {
+         c.update_interval = 2;
+         c.select_interval = 1000;
+         c.select_on_mass_drop = 1.0;
+         c.min_select_interval = 6;
+       },
+       60,
+       18,
+       {}},
       // Wide matrices: a D2H slot holds 64 and 25 channels, so with data parallel the slots
       // straddle the owners' blocks (every slot is packed for the rest mass, only the rank's own
       // rows of it go down); a matrix of 2 channels leaves a rank of 3 an empty block. bf16 host
