@@ -304,8 +304,7 @@ struct dp_driver {
   std::vector<zenflow::param_id> ids;       // the N-rank engine's, by parameter of the model
   std::vector<zenflow::param_id> one_ids;   // the one-rank engine's
   std::unique_ptr<one_rank_engine> one;     // fed the mean gradient
-  engine_type* eng = nullptr;
-  std::unique_ptr<byte_ledger<T>> ledger; // N > 1, zenflow and offload_sync
+  std::unique_ptr<byte_ledger<T>> ledger;   // N > 1, zenflow and offload_sync
   std::int64_t t = 0;
 
   explicit dp_driver(zf_engine_test::model<T>& mod)
@@ -319,22 +318,18 @@ struct dp_driver {
       cfg.upload = zenflow::upload_policy::whole_window;
     }
     one = std::make_unique<one_rank_engine>(cfg);
-    auto out = [&] {
-      const auto backend_of = [&] {
-        if constexpr (emulated) {
-          return zenflow::emulated_backend{device};
-        } else {
-          return zenflow::host_backend{};
-        }
-      };
-      if constexpr (device_comm) {
-        return std::make_unique<engine_type>(cfg, backend_of(), comm(device, make_comm()));
+    const auto backend_of = [&] {
+      if constexpr (emulated) {
+        return zenflow::emulated_backend{device};
       } else {
-        return std::make_unique<engine_type>(cfg, backend_of(), make_comm());
+        return zenflow::host_backend{};
       }
-    }();
-    eng = out.get();
-    return out;
+    };
+    if constexpr (device_comm) {
+      return std::make_unique<engine_type>(cfg, backend_of(), comm(device, make_comm()));
+    } else {
+      return std::make_unique<engine_type>(cfg, backend_of(), make_comm());
+    }
   }
 
   zenflow::param_id add(engine_type& e, std::size_t p, const zenflow::param_options& options = {}) {
