@@ -359,7 +359,10 @@ overflow_against_reference(zenflow::config cfg, overflow_kind kind, int steps, i
 ///     one element 1e20 (squares ~9e38 and ~1e40): channel 40, not 5;
 ///   step 2: matrix 0's channels 9 and 30 one element 1e20 each, channel 50 2e19 (a tie: 9);
 ///     matrix 1's channel 3 2e19, channel 33 5e19 (33);
-///   step 4: three overflowing channels in matrix 1, the largest the last (39).
+///   step 4: three overflowing channels in matrix 1, the largest the last (39); in matrix 0 the
+///     device-set row 9 (selected at step 2) 4e19 and the host-set row 60 6e19: 60, the larger sum
+///     at the higher index (ranking by index would keep 9; with data parallel, 9's sum is every
+///     rank's, 60's comes from its owner, the last rank).
 /// Every step is applied (finite gradients), and the weights follow the reference's.
 template <template <class> class Driver, class T>
 void expect_overflowing_channels_rank_by_fp64(zenflow::config cfg, double max_ulps) {
@@ -383,7 +386,7 @@ void expect_overflowing_channels_rank_by_fp64(zenflow::config cfg, double max_ul
   const auto set = [&](std::size_t p, std::int64_t c, std::int64_t i, float v) {
     m.g[p][static_cast<std::size_t>(c * m.shapes[p].len + i)] = zenflow::from_float<T>(v);
   };
-  const std::vector<std::vector<std::int32_t>> expected[] = {{{40}, {}}, {{9}, {33}}, {{}, {39}}};
+  const std::vector<std::vector<std::int32_t>> expected[] = {{{40}, {}}, {{9}, {33}}, {{60}, {39}}};
   for (int t = 0; t < 6; ++t) {
     m.next_grads();
     if (t == 0) {
@@ -399,6 +402,8 @@ void expect_overflowing_channels_rank_by_fp64(zenflow::config cfg, double max_ul
       set(1, 0, 0, 3e19f);
       set(1, 20, 5, 4e19f);
       set(1, 39, 9, 6e19f);
+      set(0, 9, 2, 4e19f);
+      set(0, 60, 6, 6e19f);
     }
     const auto rep = d.step(eng, 1e-2f);
     ref.step(m.grads_as_float(), 1e-2);

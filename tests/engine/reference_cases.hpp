@@ -66,14 +66,17 @@ void expect_host_moments_match(Driver& d,
 }
 
 /// Runs `steps` steps of the engine and the reference on the same gradients (one element
-/// poisoned, NaN or Inf, at each step of `bad_steps`); returns the worst weight distance (ulps of
-/// T) seen after any step.
+/// poisoned, NaN or Inf, at each step of `bad_steps`) of a model of `shapes`; returns the worst
+/// weight distance (ulps of T) seen after any step. The Driver's step() may replace the model's
+/// gradients (data_parallel_driver.hpp: by their mean over the ranks): the reference steps on the
+/// gradients as they are after it.
 template <template <class> class Driver, class T>
 double against_reference(const zenflow::config& cfg,
                          int steps,
                          std::uint64_t seed,
-                         const std::vector<int>& bad_steps = {}) {
-  model<T> m(kShapes, seed);
+                         const std::vector<int>& bad_steps = {},
+                         const std::vector<shape>& shapes = kShapes) {
+  model<T> m(shapes, seed);
   Driver<T> d(m);
   const auto owned = d.make_engine(cfg);
   auto& eng = *owned;
@@ -96,7 +99,8 @@ double against_reference(const zenflow::config& cfg,
       auto& g = m.g[static_cast<std::size_t>(t) % m.g.size()];
       g[g.size() / 2] = zenflow::from_float<T>(t % 2 == 0 ? NAN : INFINITY);
     }
-    if (t < cfg.full_warm_up_rounds && !bad) {
+    // A warm-up step and an offload_sync step are host jobs of their own (not the reference's).
+    if ((t < cfg.full_warm_up_rounds || cfg.mode == zenflow::optimizer_mode::offload_sync) && !bad) {
       ++warm_jobs;
     }
     const float lr = cfg.adam.lr * (1.0f - 0.3f * static_cast<float>(t) / static_cast<float>(steps));
@@ -127,8 +131,14 @@ double against_reference(const zenflow::config& cfg,
   // The engine also counts its synchronous warm-up steps as host jobs (one each).
   EXPECT_EQ(eng.stats().host_jobs, ref.stats().host_jobs + warm_jobs);
   EXPECT_EQ(eng.stats().skipped_steps, ref.stats().skipped_steps);
-  // The run must exercise what it claims: re-selections that change the set.
-  EXPECT_GT(set_changes, 0);
+  // The run must exercise what it claims: re-selections that change the set (ZenFlow), selections
+  // that select_on_mass_drop fired where it is on.
+  if (cfg.mode == zenflow::optimizer_mode::zenflow) {
+    EXPECT_GT(set_changes, 0);
+  }
+  if (cfg.mass_trigger()) {
+    EXPECT_GT(ref.stats().mass_drop_selections, 0);
+  }
   for (std::size_t p = 0; p < ids.size(); ++p) {
     EXPECT_EQ(d.state(eng, ids[p]).counts, ref.counts(p)) << "param " << p;
   }
@@ -148,6 +158,7 @@ struct reference_case {
   int steps;
   std::uint64_t seed_offset;
   std::vector<int> bad_steps;
+  std::vector<shape> shapes = kShapes;
 };
 
 inline std::vector<reference_case> reference_cases() {
@@ -331,6 +342,49 @@ inline std::vector<reference_case> reference_cases() {
        80,
        15,
        {}},
+      // The trigger with fixed windows and overlap: it reads the rest masses as Zen-auto does (with
+      // data parallel every rank needs the one-rank masses, not its own block's).
+      {"mass_drop_trigger_fixed_windows_overlap_float",
+       dtype::f32,
+       [](zenflow::config& c) {
+         c.update_interval = 2;
+         c.select_interval = 1000;
+         c.select_on_mass_drop = 1.0;
+         c.min_select_interval = 6;
+       },
+       60,
+       18,
+       {}},
+      // Wide matrices: a D2H slot holds 64 and 25 channels, so with data parallel the slots
+      // straddle the owners' blocks (every slot is packed for the rest mass, only the rank's own
+      // rows of it go down); a matrix of 2 channels leaves a rank of 3 an empty block. bf16 host
+      // moments (each rank rounds its block with the whole matrix's indices; entering rows cross
+      // as bf16), Zen-auto (its rest masses), the weights up chunk by chunk, a NaN at step 5.
+      {"wide_matrices_bf16_host_moments_zen_auto_chunk_ring_bf16",
+       dtype::bf16,
+       [](zenflow::config& c) {
+         c.host_moments = zenflow::moment_precision::bf16;
+         c.update_interval = 0;
+         c.max_update_interval = 5;
+         c.auto_ratio = 0.5;
+         c.select_interval = 7;
+         c.upload = zenflow::upload_policy::chunk_ring;
+       },
+       22,
+       16,
+       {5},
+       {{true, 301, 32}, {false, 1, 7}, {true, 77, 80}, {true, 2, 8}}},
+      // offload_sync: every channel's state on the host (split by owner with data parallel), every
+      // step a host job; bad steps in a matrix and in a vector.
+      {"offload_sync_nan_steps_float",
+       dtype::f32,
+       [](zenflow::config& c) {
+         c.mode = zenflow::optimizer_mode::offload_sync;
+         c.overlap_step = false;
+       },
+       12,
+       17,
+       {4, 9}},
   };
 }
 
@@ -356,13 +410,15 @@ void run_reference_case(const std::string& name, unsigned host_threads = 1) {
   const std::uint64_t seed = zf_test::base_seed() + it->seed_offset;
   switch (it->type) {
   case zenflow::dtype::f32:
-    EXPECT_LT((against_reference<Driver, float>(cfg, it->steps, seed, it->bad_steps)), 64.0);
+    EXPECT_LT((against_reference<Driver, float>(cfg, it->steps, seed, it->bad_steps, it->shapes)), 64.0);
     break;
   case zenflow::dtype::bf16:
-    EXPECT_LE((against_reference<Driver, zenflow::bfloat16>(cfg, it->steps, seed, it->bad_steps)), 1.01);
+    EXPECT_LE((against_reference<Driver, zenflow::bfloat16>(cfg, it->steps, seed, it->bad_steps, it->shapes)),
+              1.01);
     break;
   case zenflow::dtype::f16:
-    EXPECT_LE((against_reference<Driver, zenflow::half>(cfg, it->steps, seed, it->bad_steps)), 1.01);
+    EXPECT_LE((against_reference<Driver, zenflow::half>(cfg, it->steps, seed, it->bad_steps, it->shapes)),
+              1.01);
     break;
   }
 }
