@@ -3,8 +3,8 @@
 /// point of initialize() and of a step, one class per policy over the same members:
 /// `parallel_side<Backend, single_rank, Host>` (single_rank.hpp: nothing to reduce, every row
 /// here) and `parallel_side<Backend, owner_partition<Comm>, Host>` (dp/owner_partition.hpp). The
-/// engine calls these members and nothing else of data parallel. Training thread only, except
-/// gather_window() (the window job's thread, ordered by the window queue).
+/// engine calls these members and nothing else of data parallel. Training thread only
+/// (gather_window() too: at a window's boundary, a collective at the same point on every rank).
 ///
 /// Also here: a host-side parameter's rows when this rank keeps all of them (one rank; a vector,
 /// replicated), which both policies use.

@@ -49,9 +49,6 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-template <class Core>
-struct engine_checkpoint; // save / load (engine_checkpoint.hpp)
-
 template <class Backend, class Policy>
 class engine_core {
 public:
@@ -324,11 +321,32 @@ public:
   [[nodiscard]] d2h_stream<Backend>& d2h() noexcept { return d2h_; }
   [[nodiscard]] const d2h_stream<Backend>& d2h() const noexcept { return d2h_; }
   [[nodiscard]] bool registering() const noexcept { return life_ == lifecycle::registering; }
+  /// grad_ready() announced a parameter for the coming step.
+  [[nodiscard]] bool announcements_pending() const noexcept {
+    return early_any_ || std::any_of(announced_.begin(), announced_.end(),
+                                     [](announcement x) { return x != announcement::none; });
+  }
+
+  /// The components a checkpoint saves and restores, each its own part (engine_checkpoint.hpp,
+  /// io/): between steps, on the training thread, once the threads are settled.
+  struct checkpoint_parts_type {
+    const config& cfg;
+    const std::vector<param_info>& params;
+    device_plan<Backend>& plan;
+    host_type& host;
+    schedule& sched;
+    zen_auto_voter& voter;
+    mass_trigger& trigger;
+    zenflow::stats& stats;
+    host_jobs<Backend>& jobs;
+    d2h_stream<Backend>& d2h;
+    const parallel_type& par;
+  };
+  [[nodiscard]] checkpoint_parts_type checkpoint_parts() {
+    return {cfg_, params_, plan_, host_, sched_, *voter_, trigger_, stats_, jobs_, d2h_, par_};
+  }
 
 private:
-  template <class Core>
-  friend struct engine_checkpoint;
-
   [[nodiscard]] pipeline_trace* tracing() noexcept { return trace_.on() ? &trace_ : nullptr; }
 
   void account(const call_cost& cost) {

@@ -1,0 +1,191 @@
+/// @file
+/// The host state's part of an engine checkpoint (engine_checkpoint.hpp): per parameter its
+/// device set as the engine reports it (p<i>/sel) and, host-side parameters, this rank's host
+/// rows (master, m, v, counts), the open window's accumulator and rest mass, and the pending job's
+/// new weights (upload); and the Zen-auto masses of the last two steps (engine/masses). m and v
+/// are saved as the host stores them (fp32, or bf16 with host_moments "bf16").
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/checkpoint_file.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/host_moments.hpp>
+#include <zenflow/engine/detail/host_side.hpp>
+#include <zenflow/engine/detail/io/checkpoint_sections.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/zen_auto.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// engine/masses: (step, valid, crit[M], rest[M]) for the two steps Zen-auto's next votes read.
+inline std::size_t masses_bytes(std::size_t m) {
+  return 2 * (16 + 8 * m);
+}
+
+/// Saves the masses of steps `step` - 2 and `step` - 1 (Zen-auto's lag of two; a slot never
+/// filled as zeros, not valid).
+template <class Host>
+void save_masses(checkpoint_writer& out, Host& host, std::int64_t step, std::size_t matrices) {
+  const auto floats = [&](const std::vector<float>& v) {
+    if (v.size() == matrices) {
+      out.write(v.data(), matrices * 4);
+    } else { // a slot never filled
+      const std::vector<float> zeros(matrices, 0.0f);
+      out.write(zeros.data(), matrices * 4);
+    }
+  };
+  out.begin_section("engine/masses", masses_bytes(matrices));
+  for (std::int64_t i = 0; i < 2; ++i) {
+    const std::int64_t t = step - zen_auto_lag + i;
+    const step_masses none{};
+    const step_masses& ms = t >= 0 && host.masses_slot_of(t).step == t ? host.masses_slot_of(t) : none;
+    const std::int64_t head[2] = {ms.step, ms.valid ? 1 : 0};
+    out.write(head, sizeof head);
+    floats(ms.crit);
+    floats(ms.rest);
+  }
+  out.end_section();
+}
+
+template <class Host>
+void restore_masses(const checkpoint_reader& in, Host& host, std::size_t matrices) {
+  std::vector<std::byte> masses(masses_bytes(matrices));
+  in.read("engine/masses", masses.data(), masses.size());
+  const std::byte* at = masses.data();
+  host.clear_masses();
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::int64_t head[2];
+    std::memcpy(head, at, sizeof head);
+    at += sizeof head;
+    step_masses unused;
+    step_masses& ms = head[0] >= 0 ? host.masses_slot_of(head[0]) : unused;
+    ms.step = head[0];
+    ms.valid = head[1] != 0;
+    ms.crit.resize(matrices);
+    ms.rest.resize(matrices);
+    std::memcpy(ms.crit.data(), at, matrices * 4);
+    at += matrices * 4;
+    std::memcpy(ms.rest.data(), at, matrices * 4);
+    at += matrices * 4;
+  }
+}
+
+/// A file whose host moments have the other precision (its first host-side parameter's m holds
+/// 2 bytes per element where this engine keeps 4, or the reverse) was saved under the other
+/// host_moments: say so by name (the config hash alone would only say "another configuration").
+template <class Host>
+void same_host_moments(const checkpoint_reader& in,
+                       const config& cfg,
+                       const std::vector<param_info>& params,
+                       const Host& host) {
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const checkpoint_section* s = params[p].host_side ? in.find(ckpt_tag(p, "m")) : nullptr;
+    if (s == nullptr) {
+      continue;
+    }
+    const auto n = static_cast<std::uint64_t>(host[p].master.size()); // data parallel: the block
+    const moment_precision mine = cfg.host_moments;
+    const moment_precision other =
+        mine == moment_precision::fp32 ? moment_precision::bf16 : moment_precision::fp32;
+    if (n > 0 && s->bytes == n * moment_bytes(other)) {
+      checkpoint::fail(
+          checkpoint_errc::other_config, in.name(),
+          "holds " + std::string(to_string(other)) + " host moments (saved with zenflow_ext.host_moments \"" +
+              std::string(to_string(other)) + "\"), this engine keeps " + std::string(to_string(mine)) +
+              ": load it with the host_moments it was saved with");
+    }
+    return;
+  }
+}
+
+/// Parameter `p`'s sections: its device set, and host-side its rows with accumulator `a`'s window
+/// (`upload`: a pending job's new weights too).
+template <class HostParam>
+void save_host_rows(checkpoint_writer& out,
+                    std::size_t p,
+                    const param_info& pi,
+                    const HostParam& h,
+                    std::size_t a,
+                    bool upload) {
+  out.section(ckpt_tag(p, "sel"), h.sel.data(), h.sel.size() * 4);
+  if (!pi.host_side) {
+    return;
+  }
+  const std::size_t n = h.master.size(); // data parallel: this rank's block
+  out.section(ckpt_tag(p, "master"), h.master.data(), n * 4);
+  out.section(ckpt_tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
+  out.section(ckpt_tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
+  out.section(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
+  out.section(ckpt_tag(p, "acc"), h.acc[a].data(), n * 4);
+  out.section(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
+  if (upload && !h.host_set.empty()) {
+    out.section(ckpt_tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
+  }
+}
+
+/// Checks that the host rows of `p` are all there at this engine's sizes (`sel`: its saved
+/// device set); changes nothing.
+template <class HostParam>
+void check_host_rows(const checkpoint_reader& in,
+                     std::size_t p,
+                     const param_info& pi,
+                     const HostParam& h,
+                     const std::vector<std::int32_t>& sel,
+                     bool upload) {
+  if (!pi.host_side) {
+    return;
+  }
+  const std::size_t n = h.master.size(); // data parallel: this rank's block
+  for (const char* t : {"master", "acc"}) {
+    ckpt_need(in, ckpt_tag(p, t), n * 4);
+  }
+  for (const char* t : {"m", "v"}) {
+    ckpt_need(in, ckpt_tag(p, t), n * h.moments.element_bytes());
+  }
+  ckpt_need(in, ckpt_tag(p, "counts"), h.counts.size() * 4);
+  ckpt_need(in, ckpt_tag(p, "rest_l1"), 8);
+  const std::size_t host_channels = static_cast<std::size_t>(pi.channels) - sel.size();
+  if (upload && host_channels > 0) {
+    ckpt_need(in, ckpt_tag(p, "upload"), host_channels * pi.channel_bytes());
+  }
+}
+
+/// Restores `p`'s device set `sel` and, host-side, its rows into accumulator `a` (the other one
+/// empty, as after its job) and its host set. The caller installs the host set on the device.
+template <class HostParam>
+void restore_host_rows(const checkpoint_reader& in,
+                       std::size_t p,
+                       const param_info& pi,
+                       HostParam& h,
+                       std::vector<std::int32_t> sel,
+                       std::size_t a,
+                       bool upload) {
+  h.sel = std::move(sel);
+  if (!pi.host_side) {
+    return;
+  }
+  const std::size_t n = h.master.size();
+  in.read(ckpt_tag(p, "master"), h.master.data(), n * 4);
+  in.read(ckpt_tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
+  in.read(ckpt_tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
+  in.read(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
+  std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
+  in.read(ckpt_tag(p, "acc"), h.acc[a].data(), n * 4);
+  in.read(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
+  h.rest_l1[a ^ 1u] = 0.0;
+  h.set_host_set(complement(h.sel, pi.channels));
+  if (upload && !h.host_set.empty()) {
+    in.read(ckpt_tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
+  }
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
