@@ -34,6 +34,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host_moments.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>
@@ -46,21 +47,6 @@
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
-
-/// What a D2H ring slot carries (`ring_meta::tag`).
-enum slot_tag : std::int32_t {
-  grad_slot = 0,         ///< packed host-set gradients of the step (rest mass into the record)
-  record_first_slot = 1, ///< the step record's header, before the step's gradients
-  record_last_slot = 2,  ///< the whole record after them, with the Zen-auto masses
-  grad_early_slot = 3,   ///< gradients packed by grad_ready(): landed, added once coef is known
-};
-
-/// The Zen-auto masses of one step (crit: device channels, rest: host channels, scaled by coef).
-struct step_masses {
-  std::int64_t step = -1;
-  bool valid = false;
-  std::vector<float> crit, rest;
-};
 
 template <class HostBuffer>
 class host_side {
@@ -127,10 +113,7 @@ public:
     if (trace_ != nullptr && trace_->on()) {
       const std::int64_t t0 = pipeline_trace::now();
       consume_slot(s);
-      static const char* const names[] = {"grads", "record (header)", "record (masses)",
-                                          "grads (grad_ready)"};
-      const auto tag = static_cast<std::size_t>(s.meta.tag);
-      trace_->span(trace_track::consumer, tag < 4 ? names[tag] : "slot", "consume", t0, pipeline_trace::now(),
+      trace_->span(trace_track::consumer, slot_name(s.meta.tag), "consume", t0, pipeline_trace::now(),
                    "\"step\": " + std::to_string(s.meta.step) +
                        ", \"param\": " + std::to_string(s.meta.matrix));
       return;
