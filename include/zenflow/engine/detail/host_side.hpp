@@ -7,22 +7,18 @@
 ///
 /// Threads: `consume` runs on the consumer (the consumer thread, or the training thread on the
 /// host backend), its accumulation spread over a pool of the consumer's own; `run_window` on the window
-/// queue's executor or the training thread; the rest on the training thread. The progress counters are the
-/// hand-over between them (a mutex and a condition variable); a window's accumulator is never consumed into
-/// and read at once (the training thread waits for the slots pushed before a close before the window runs).
+/// queue's executor or the training thread; the rest on the training thread. What they hand each other
+/// is named in host/handover.hpp (the consumer's progress, the step masses, the per-parameter parts).
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -35,10 +31,10 @@
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
-#include <zenflow/engine/detail/host_moments.hpp>
+#include <zenflow/engine/detail/host/handover.hpp>
+#include <zenflow/engine/detail/host/host_param.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>
-#include <zenflow/engine/detail/row_shard.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
@@ -52,34 +48,7 @@ template <class HostBuffer>
 class host_side {
 public:
   /// One parameter's host state (empty for a parameter that lives on the device only).
-  struct param {
-    std::vector<float> master;
-    host_moments moments; // m and v, fp32 or bf16 (config::host_moments)
-    std::vector<std::int32_t> counts;
-    std::vector<float> acc[2];
-    // Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
-    // rest mass), per accumulator; host_lr_scale "snr" compares it with |acc|_1.
-    double rest_l1[2] = {0.0, 0.0};
-    std::int64_t matrix_index = -1;     // index of the matrix in the step record
-    std::vector<std::int32_t> sel;      // device set, ascending
-    std::vector<std::int32_t> host_set; // host set, ascending
-    std::uint64_t host_set_version = 0; // changed by every set_host_set()
-    HostBuffer upload;                  // the window's new working weights, host-set order
-    // Gradients announced early, packed (host-set order, working type), until the step's coef
-    // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
-    std::vector<std::byte> land;
-    // The rows of the host state above (master, m, v, counts, acc): this rank's block of the
-    // matrix (data parallel: the owner partition), every channel with one rank. The device's host
-    // set stays every unselected channel (the all-gathered weights are applied to all of them).
-    row_shard shard;
-
-    /// The host set becomes `hs` (ascending); this rank's share of it follows.
-    void set_host_set(std::vector<std::int32_t> hs) {
-      host_set = std::move(hs);
-      ++host_set_version;
-      shard.follow(host_set);
-    }
-  };
+  using param = host_param<HostBuffer>;
 
   host_side(const config& cfg, const std::vector<param_info>& params) : cfg_(&cfg), params_(&params) {}
   host_side(const host_side&) = delete;
@@ -142,13 +111,10 @@ private:
       coef_ = rec.coef();
       skip_ = rec.skip();
       last_skip_ = skip_;
-      {
-        // The window's first good step writes the accumulator instead of adding to it: the
-        // last window left its rows as they were (run_window), and every good step carries
-        // every host-set row, so nothing stale survives this step.
-        std::lock_guard lock(progress_mutex_);
-        assign_ = n_w_[a] == 0;
-      }
+      // The window's first good step writes the accumulator instead of adding to it: the
+      // last window left its rows as they were (run_window), and every good step carries
+      // every host-set row, so nothing stale survives this step.
+      assign_ = progress_.window_empty(a);
       // The gradients announced early for this step (all landed before this record) join the
       // accumulator now, row by row exactly as if their slots came after the record.
       for (const std::size_t p : landed_) {
@@ -161,16 +127,15 @@ private:
       }
       landed_.clear();
       if (skip_) {
-        skipped_.fetch_add(1, std::memory_order_relaxed);
+        progress_.note_skipped();
       } else {
-        std::lock_guard lock(progress_mutex_);
-        ++n_w_[a];
+        progress_.count_step(a);
       }
       return;
     }
     case record_last_slot: {
       const step_record_view rec{s.data, matrices_};
-      auto& mass = masses_[mass_slot(s.meta.step)];
+      auto& mass = masses_[s.meta.step];
       mass.step = s.meta.step;
       mass.valid = !rec.skip();
       mass.crit.resize(static_cast<std::size_t>(rec.matrices));
@@ -203,7 +168,7 @@ public:
     while (auto slot = ring.try_next()) {
       consume(*slot);
       ring.release(*slot);
-      note_consumed();
+      progress_.note_consumed();
     }
   }
 
@@ -220,7 +185,7 @@ public:
           consume(*slot);
           last_step = slot->meta.step;
           ring.release(*slot);
-          note_consumed();
+          progress_.note_consumed();
         }
       } catch (...) {
         std::exception_ptr error;
@@ -230,11 +195,7 @@ public:
         } catch (...) {
           error = std::current_exception();
         }
-        {
-          std::lock_guard lock(progress_mutex_);
-          consumer_error_ = error;
-        }
-        progress_cv_.notify_all();
+        progress_.fail(error);
         ring.close();
       }
     });
@@ -247,65 +208,32 @@ public:
   }
 
   /// Rethrows the consumer thread's error, if it met one.
-  void rethrow_consumer_error() {
-    std::exception_ptr e;
-    {
-      std::lock_guard lock(progress_mutex_);
-      e = consumer_error_;
-    }
-    if (e) {
-      std::rethrow_exception(e);
-    }
-  }
+  void rethrow_consumer_error() { progress_.rethrow_error(); }
   /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
-  void wait_consumed(std::uint64_t seq) {
-    std::unique_lock lock(progress_mutex_);
-    progress_cv_.wait(lock, [&] { return consumed_ >= seq || consumer_error_; });
-    if (consumer_error_) {
-      std::rethrow_exception(consumer_error_);
-    }
-  }
+  void wait_consumed(std::uint64_t seq) { progress_.wait_consumed(seq); }
   /// True when the consumer has handled the first `seq` pushed slots (never blocks).
-  [[nodiscard]] bool consumed(std::uint64_t seq) {
-    std::lock_guard lock(progress_mutex_);
-    return consumed_ >= seq;
-  }
+  [[nodiscard]] bool consumed(std::uint64_t seq) { return progress_.consumed(seq); }
   /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset.
-  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
-    wait_consumed(seq);
-    std::lock_guard lock(progress_mutex_);
-    return std::exchange(n_w_[a], 0);
-  }
+  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) { return progress_.take_n_w(a, seq); }
   /// Steps accumulated so far into accumulator `a` (for the destructor's report).
-  [[nodiscard]] std::int32_t n_w(std::size_t a) {
-    std::lock_guard lock(progress_mutex_);
-    return n_w_[a];
-  }
+  [[nodiscard]] std::int32_t n_w(std::size_t a) { return progress_.n_w(a); }
   /// The masses of step `t` (valid once its last record was consumed: wait_consumed first).
-  [[nodiscard]] const step_masses& masses(std::int64_t t) const { return masses_[mass_slot(t)]; }
+  [[nodiscard]] const step_masses& masses(std::int64_t t) const { return masses_[t]; }
   /// The skip flag of the last step record consumed (host backend: the step just taken).
   [[nodiscard]] bool last_skip() const noexcept { return last_skip_; }
   /// Skipped steps whose flag the consumer has read.
-  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::int64_t skipped() const noexcept { return progress_.skipped(); }
 
   // ---- checkpoint restore (training thread, with every pushed slot consumed) ---------------------
 
   /// Sets the steps accumulated into accumulator `a`.
-  void restore_n_w(std::size_t a, std::int32_t n) {
-    std::lock_guard lock(progress_mutex_);
-    n_w_[a] = n;
-  }
+  void restore_n_w(std::size_t a, std::int32_t n) { progress_.restore_n_w(a, n); }
   /// The slot that holds (or will hold) step `t`'s masses (to save and restore them).
-  [[nodiscard]] step_masses& masses_slot_of(std::int64_t t) { return masses_[mass_slot(t)]; }
+  [[nodiscard]] step_masses& masses_slot_of(std::int64_t t) { return masses_[t]; }
   /// Forgets every step's masses (a restore writes back the ones it saved).
-  void clear_masses() {
-    for (auto& m : masses_) {
-      m.step = -1;
-      m.valid = false;
-    }
-  }
+  void clear_masses() { masses_.clear(); }
   /// Sets the count of skipped steps seen.
-  void restore_skipped(std::int64_t n) { skipped_.store(n, std::memory_order_relaxed); }
+  void restore_skipped(std::int64_t n) { progress_.restore_skipped(n); }
 
   // ---- the host window --------------------------------------------------------------------------
 
@@ -403,14 +331,6 @@ private:
     return total;
   }
 
-  void note_consumed() {
-    {
-      std::lock_guard lock(progress_mutex_);
-      ++consumed_;
-    }
-    progress_cv_.notify_all();
-  }
-
   const config* cfg_;
   const std::vector<param_info>* params_;
   std::int64_t matrices_ = 0;
@@ -422,21 +342,13 @@ private:
   bool last_skip_ = false;
   bool assign_ = false; // this step is its window's first good one: write the accumulator
   pipeline_trace* trace_ = nullptr;
-  // Zen-auto reads step t-2's masses while the consumer may write those of t-1 and t: a ring of 4.
-  static constexpr std::size_t mass_slots = 4;
-  static std::size_t mass_slot(std::int64_t t) { return static_cast<std::size_t>(t) % mass_slots; }
-  step_masses masses_[mass_slots];
-  std::vector<std::size_t> landed_; // parameters landed early for the coming record
-  std::atomic<std::int64_t> skipped_{0};
+  std::vector<std::size_t> landed_;           // parameters landed early for the coming record
   std::unique_ptr<worker_pool> consume_pool_; // the accumulation's threads (consumer thread only)
 
-  // progress, the hand-over to the training thread
-  std::thread consumer_;
-  std::mutex progress_mutex_;
-  std::condition_variable progress_cv_;
-  std::uint64_t consumed_ = 0;        // guarded by progress_mutex_
-  std::int32_t n_w_[2] = {0, 0};      // guarded by progress_mutex_
-  std::exception_ptr consumer_error_; // guarded by progress_mutex_
+  // the hand-overs to the training thread and the window job (host/handover.hpp)
+  consumer_progress progress_;
+  step_mass_ring masses_;
+  std::thread consumer_; // last: it runs on everything above
 };
 
 } // namespace detail
