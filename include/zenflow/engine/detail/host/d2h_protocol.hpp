@@ -17,10 +17,12 @@
 ///   gpu_adamw:             record_first_slot
 ///   offload_sync, warm-up: record_first_slot, grad_slot x (each host-side parameter with a
 ///                          non-empty host set, in parameter order, its positions ascending)
-///   zenflow:               [grad_early_slot x (each parameter announced by grad_ready(), in the
-///                          order of the announcements, its positions ascending, the first slot at
-///                          begin == 0; never with data parallel)], record_first_slot, grad_slot x
-///                          (the host-side parameters not announced), record_last_slot
+///   zenflow:               [grad_early_slot x (each matrix whose gradients grad_ready() streamed,
+///                          in the order of the announcements, its positions ascending, the first
+///                          slot at begin == 0; only once the host sets are known, never with data
+///                          parallel)], record_first_slot, grad_slot x (the other host-side
+///                          parameters with a non-empty host set, in parameter order),
+///                          record_last_slot
 ///
 /// record_first_slot is the step record's header (step_record_layout::header_bytes(): coef_t and
 /// the skip flag); record_last_slot the whole record (step_record_layout::bytes(): the header and
