@@ -1,7 +1,8 @@
 /// @file
 /// The engine's D2H stream: step records and packed host-set gradients, from the device plan's
 /// staging slots into the pinned D2H ring on the copy stream, and the cost of each push. The
-/// producer half of the pipeline (the consumer is host_side's); training thread only.
+/// producer half of the pipeline (the consumer is host/consumer.hpp, the wire protocol
+/// host/d2h_protocol.hpp); training thread only.
 ///
 /// Streams: the packs run on a pack stream of their own, after an event on the user's stream
 /// (the gradients exist); the copy stream waits for the pack stream before each slot's copy, the
@@ -28,6 +29,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host_side.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>

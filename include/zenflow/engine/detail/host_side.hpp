@@ -1,99 +1,37 @@
 /// @file
-/// The engine's host side as an object of its own: the full-size host optimizer state of every
-/// host-side parameter, the window accumulators, the consumer of the D2H ring (what the host does
-/// with each landed slot, on a thread of its own on device backends) with the progress it
-/// publishes, and the host window itself as a value: (accumulator, n_w, lr) -> new working
-/// weights in the upload buffers.
+/// The engine's host side, one object over its parts (engine/detail/host/): the host state of
+/// every parameter (host_param.hpp), the consumer of the D2H ring (consumer.hpp), the host window
+/// (window_job.hpp) and what they hand each other (handover.hpp: the consumer's progress, the
+/// step masses). The wire protocol between the D2H stream and the consumer is d2h_protocol.hpp.
 ///
-/// Threads: `consume` runs on the consumer (the consumer thread, or the training thread on the
-/// host backend), its accumulation spread over a pool of the consumer's own; `run_window` on the window
-/// queue's executor or the training thread; the rest on the training thread. The progress counters are the
-/// hand-over between them (a mutex and a condition variable); a window's accumulator is never consumed into
-/// and read at once (the training thread waits for the slots pushed before a close before the window runs).
+/// Threads: the consumer runs on its own thread (device backends) or on the training thread
+/// (host backend, consume_landed()); run_window() on the window queue's executor or the training
+/// thread; the rest on the training thread. Each part says what it hands over and how.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/core/dtype.hpp>
-#include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/host_moments.hpp>
+#include <zenflow/engine/detail/host/consumer.hpp>
+#include <zenflow/engine/detail/host/d2h_protocol.hpp>
+#include <zenflow/engine/detail/host/handover.hpp>
+#include <zenflow/engine/detail/host/host_param.hpp>
+#include <zenflow/engine/detail/host/window_job.hpp>
 #include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/pipeline_trace.hpp>
-#include <zenflow/engine/detail/row_shard.hpp>
-#include <zenflow/engine/detail/step_record.hpp>
-#include <zenflow/optim/adamw.hpp>
-#include <zenflow/optim/cpu_adamw.hpp>
-#include <zenflow/optim/types.hpp>
-#include <zenflow/transport/pinned_ring.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
-
-/// What a D2H ring slot carries (`ring_meta::tag`).
-enum slot_tag : std::int32_t {
-  grad_slot = 0,         ///< packed host-set gradients of the step (rest mass into the record)
-  record_first_slot = 1, ///< the step record's header, before the step's gradients
-  record_last_slot = 2,  ///< the whole record after them, with the Zen-auto masses
-  grad_early_slot = 3,   ///< gradients packed by grad_ready(): landed, added once coef is known
-};
-
-/// The Zen-auto masses of one step (crit: device channels, rest: host channels, scaled by coef).
-struct step_masses {
-  std::int64_t step = -1;
-  bool valid = false;
-  std::vector<float> crit, rest;
-};
 
 template <class HostBuffer>
 class host_side {
 public:
   /// One parameter's host state (empty for a parameter that lives on the device only).
-  struct param {
-    std::vector<float> master;
-    host_moments moments; // m and v, fp32 or bf16 (config::host_moments)
-    std::vector<std::int32_t> counts;
-    std::vector<float> acc[2];
-    // Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
-    // rest mass), per accumulator; host_lr_scale "snr" compares it with |acc|_1.
-    double rest_l1[2] = {0.0, 0.0};
-    std::int64_t matrix_index = -1;     // index of the matrix in the step record
-    std::vector<std::int32_t> sel;      // device set, ascending
-    std::vector<std::int32_t> host_set; // host set, ascending
-    std::uint64_t host_set_version = 0; // changed by every set_host_set()
-    HostBuffer upload;                  // the window's new working weights, host-set order
-    // Gradients announced early, packed (host-set order, working type), until the step's coef
-    // arrives: sized by grad_ready() before its first slot is pushed, then used by the consumer only.
-    std::vector<std::byte> land;
-    // The rows of the host state above (master, m, v, counts, acc): this rank's block of the
-    // matrix (data parallel: the owner partition), every channel with one rank. The device's host
-    // set stays every unselected channel (the all-gathered weights are applied to all of them).
-    row_shard shard;
-
-    /// The host set becomes `hs` (ascending); this rank's share of it follows.
-    void set_host_set(std::vector<std::int32_t> hs) {
-      host_set = std::move(hs);
-      ++host_set_version;
-      shard.follow(host_set);
-    }
-  };
+  using param = host_param<HostBuffer>;
 
   host_side(const config& cfg, const std::vector<param_info>& params) : cfg_(&cfg), params_(&params) {}
   host_side(const host_side&) = delete;
@@ -102,358 +40,76 @@ public:
 
   void resize(std::size_t n, std::int64_t matrices) {
     host_.resize(n);
-    matrices_ = matrices;
+    consumer_.set_matrices(matrices);
   }
   [[nodiscard]] param& operator[](std::size_t p) { return host_[p]; }
   [[nodiscard]] const param& operator[](std::size_t p) const { return host_[p]; }
   [[nodiscard]] std::size_t size() const noexcept { return host_.size(); }
 
-  // ---- the consumer -----------------------------------------------------------------------------
+  // ---- the consumer (host/consumer.hpp) ---------------------------------------------------------
 
-  /// The consumer's own pool for the accumulation (`threads` threads, the consumer's included;
-  /// 1: none). Its own, because the window job uses the engine's pool at the same time and a
-  /// pool has one caller at a time. Rows are split across threads and each row is added by one
-  /// thread, so the accumulator has the same bits for any thread count. Before start_consumer().
-  void set_consumer_threads(unsigned threads) {
-    consume_pool_ = threads > 1 ? std::make_unique<worker_pool>(threads) : nullptr;
-  }
-
+  /// The consumer's own accumulation pool (d2h_consumer::set_threads). Before start_consumer().
+  void set_consumer_threads(unsigned threads) { consumer_.set_threads(threads); }
   /// Spans of the consumer go to `t` (nullptr: none).
-  void set_trace(pipeline_trace* t) noexcept { trace_ = t; }
-
-  /// What the host does with one landed slot (its data valid until the slot is released).
-  template <class Slot>
-  void consume(const Slot& s) {
-    if (trace_ != nullptr && trace_->on()) {
-      const std::int64_t t0 = pipeline_trace::now();
-      consume_slot(s);
-      static const char* const names[] = {"grads", "record (header)", "record (masses)",
-                                          "grads (grad_ready)"};
-      const auto tag = static_cast<std::size_t>(s.meta.tag);
-      trace_->span(trace_track::consumer, tag < 4 ? names[tag] : "slot", "consume", t0, pipeline_trace::now(),
-                   "\"step\": " + std::to_string(s.meta.step) +
-                       ", \"param\": " + std::to_string(s.meta.matrix));
-      return;
-    }
-    consume_slot(s);
-  }
-
-private:
-  template <class Slot>
-  void consume_slot(const Slot& s) {
-    const auto a = static_cast<std::size_t>(s.meta.user);
-    switch (s.meta.tag) {
-    case grad_early_slot: {
-      // The step's coef is not known yet (it follows in the step's first record): land the slot.
-      const auto p = static_cast<std::size_t>(s.meta.matrix);
-      const std::size_t cb = (*params_)[p].channel_bytes();
-      std::memcpy(host_[p].land.data() + static_cast<std::size_t>(s.meta.begin) * cb, s.data,
-                  static_cast<std::size_t>(s.meta.end - s.meta.begin) * cb);
-      if (s.meta.begin == 0) {
-        landed_.push_back(p);
-      }
-      return;
-    }
-    case record_first_slot: {
-      const step_record_view rec{s.data, matrices_};
-      coef_ = rec.coef();
-      skip_ = rec.skip();
-      last_skip_ = skip_;
-      {
-        // The window's first good step writes the accumulator instead of adding to it: the
-        // last window left its rows as they were (run_window), and every good step carries
-        // every host-set row, so nothing stale survives this step.
-        std::lock_guard lock(progress_mutex_);
-        assign_ = n_w_[a] == 0;
-      }
-      // The gradients announced early for this step (all landed before this record) join the
-      // accumulator now, row by row exactly as if their slots came after the record.
-      for (const std::size_t p : landed_) {
-        if (!skip_) {
-          const auto& h = host_[p];
-          accumulate(a, p,
-                     h.land.data() + static_cast<std::size_t>(h.shard.pos) * (*params_)[p].channel_bytes(),
-                     h.shard.pos, h.shard.end());
-        }
-      }
-      landed_.clear();
-      if (skip_) {
-        skipped_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        std::lock_guard lock(progress_mutex_);
-        ++n_w_[a];
-      }
-      return;
-    }
-    case record_last_slot: {
-      const step_record_view rec{s.data, matrices_};
-      auto& mass = masses_[mass_slot(s.meta.step)];
-      mass.step = s.meta.step;
-      mass.valid = !rec.skip();
-      mass.crit.resize(static_cast<std::size_t>(rec.matrices));
-      mass.rest.resize(static_cast<std::size_t>(rec.matrices));
-      for (std::int64_t i = 0; i < rec.matrices; ++i) {
-        // |coef * g| = coef * |g|: coef > 0.
-        mass.crit[static_cast<std::size_t>(i)] = rec.crit(i) * rec.coef();
-        mass.rest[static_cast<std::size_t>(i)] = rec.rest(i) * rec.coef();
-      }
-      if (mass.valid && cfg_->host_lr_scale == host_lr_scaling::snr) {
-        for (auto& h : host_) {
-          if (h.matrix_index >= 0) {
-            h.rest_l1[a] += static_cast<double>(mass.rest[static_cast<std::size_t>(h.matrix_index)]);
-          }
-        }
-      }
-      return;
-    }
-    default:
-      if (!skip_) {
-        accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
-      }
-    }
-  }
-
-public:
+  void set_trace(pipeline_trace* t) noexcept { consumer_.set_trace(t); }
   /// Consumes, on the calling thread, every slot of `ring` that has landed (host backend).
   template <class Ring>
   void consume_landed(Ring& ring) {
-    while (auto slot = ring.try_next()) {
-      consume(*slot);
-      ring.release(*slot);
-      note_consumed();
-    }
+    consumer_.consume_landed(ring);
   }
-
-  /// Starts the consumer thread on `ring` (device backends); `enter()` runs first on it (the
-  /// engine's device made current). It stops when the ring is closed and drained; an error it
-  /// meets (`enter()`'s included) is rethrown by the next wait_consumed().
+  /// Starts the consumer thread on `ring` (device backends); `enter()` runs first on it. An error
+  /// it meets is rethrown by the next wait_consumed().
   template <class Ring, class Enter>
   void start_consumer(Ring& ring, Enter enter) {
-    consumer_ = std::thread([this, &ring, enter] {
-      std::int64_t last_step = -1; // of the last slot consumed, for the error's message
-      try {
-        enter();
-        while (auto slot = ring.next()) {
-          consume(*slot);
-          last_step = slot->meta.step;
-          ring.release(*slot);
-          note_consumed();
-        }
-      } catch (...) {
-        std::exception_ptr error;
-        try {
-          rethrow_with_context("zenflow::engine: the D2H ring's consumer failed after a slot of step " +
-                               std::to_string(last_step));
-        } catch (...) {
-          error = std::current_exception();
-        }
-        {
-          std::lock_guard lock(progress_mutex_);
-          consumer_error_ = error;
-        }
-        progress_cv_.notify_all();
-        ring.close();
-      }
-    });
+    consumer_.start(ring, enter);
   }
   /// Joins the consumer thread (close its ring first).
-  void stop_consumer() noexcept {
-    if (consumer_.joinable()) {
-      consumer_.join();
-    }
-  }
+  void stop_consumer() noexcept { consumer_.stop(); }
+  /// The skip flag of the last step record consumed (host backend: the step just taken).
+  [[nodiscard]] bool last_skip() const noexcept { return consumer_.last_skip(); }
+
+  // ---- its progress (host/handover.hpp) ---------------------------------------------------------
 
   /// Rethrows the consumer thread's error, if it met one.
-  void rethrow_consumer_error() {
-    std::exception_ptr e;
-    {
-      std::lock_guard lock(progress_mutex_);
-      e = consumer_error_;
-    }
-    if (e) {
-      std::rethrow_exception(e);
-    }
-  }
+  void rethrow_consumer_error() { progress_.rethrow_error(); }
   /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
-  void wait_consumed(std::uint64_t seq) {
-    std::unique_lock lock(progress_mutex_);
-    progress_cv_.wait(lock, [&] { return consumed_ >= seq || consumer_error_; });
-    if (consumer_error_) {
-      std::rethrow_exception(consumer_error_);
-    }
-  }
+  void wait_consumed(std::uint64_t seq) { progress_.wait_consumed(seq); }
   /// True when the consumer has handled the first `seq` pushed slots (never blocks).
-  [[nodiscard]] bool consumed(std::uint64_t seq) {
-    std::lock_guard lock(progress_mutex_);
-    return consumed_ >= seq;
-  }
+  [[nodiscard]] bool consumed(std::uint64_t seq) { return progress_.consumed(seq); }
   /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset.
-  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
-    wait_consumed(seq);
-    std::lock_guard lock(progress_mutex_);
-    return std::exchange(n_w_[a], 0);
-  }
+  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) { return progress_.take_n_w(a, seq); }
   /// Steps accumulated so far into accumulator `a` (for the destructor's report).
-  [[nodiscard]] std::int32_t n_w(std::size_t a) {
-    std::lock_guard lock(progress_mutex_);
-    return n_w_[a];
-  }
-  /// The masses of step `t` (valid once its last record was consumed: wait_consumed first).
-  [[nodiscard]] const step_masses& masses(std::int64_t t) const { return masses_[mass_slot(t)]; }
-  /// The skip flag of the last step record consumed (host backend: the step just taken).
-  [[nodiscard]] bool last_skip() const noexcept { return last_skip_; }
+  [[nodiscard]] std::int32_t n_w(std::size_t a) { return progress_.n_w(a); }
   /// Skipped steps whose flag the consumer has read.
-  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::int64_t skipped() const noexcept { return progress_.skipped(); }
+  /// The masses of step `t` (valid once its last record was consumed: wait_consumed first).
+  [[nodiscard]] const step_masses& masses(std::int64_t t) const { return masses_[t]; }
 
   // ---- checkpoint restore (training thread, with every pushed slot consumed) ---------------------
 
   /// Sets the steps accumulated into accumulator `a`.
-  void restore_n_w(std::size_t a, std::int32_t n) {
-    std::lock_guard lock(progress_mutex_);
-    n_w_[a] = n;
-  }
+  void restore_n_w(std::size_t a, std::int32_t n) { progress_.restore_n_w(a, n); }
   /// The slot that holds (or will hold) step `t`'s masses (to save and restore them).
-  [[nodiscard]] step_masses& masses_slot_of(std::int64_t t) { return masses_[mass_slot(t)]; }
+  [[nodiscard]] step_masses& masses_slot_of(std::int64_t t) { return masses_[t]; }
   /// Forgets every step's masses (a restore writes back the ones it saved).
-  void clear_masses() {
-    for (auto& m : masses_) {
-      m.step = -1;
-      m.valid = false;
-    }
-  }
+  void clear_masses() { masses_.clear(); }
   /// Sets the count of skipped steps seen.
-  void restore_skipped(std::int64_t n) { skipped_.store(n, std::memory_order_relaxed); }
+  void restore_skipped(std::int64_t n) { progress_.restore_skipped(n); }
 
-  // ---- the host window --------------------------------------------------------------------------
+  // ---- the host window (host/window_job.hpp) ----------------------------------------------------
 
-  /// One host window: AdamW on acc[accumulator] / n_w for every host-set channel, the new working
-  /// weights into the upload buffers. The accumulator is left as it is (4 bytes per element fewer
-  /// than zeroing it): the next window's first good step overwrites it. With host_moments_per_step
-  /// the window stands for n_w steps: the moments decay by beta^n_w and the counts advance by n_w,
-  /// so that their memory is as many steps long as on the device (beta1 0.9 and windows of 4 would
-  /// otherwise remember 40 steps). Returns the seconds it took.
+  /// One host window of accumulator `accumulator` (run_host_window); the seconds it took.
   double run_window(std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::size_t a = accumulator;
-    for (std::size_t p = 0; p < host_.size(); ++p) {
-      const auto& pi = (*params_)[p];
-      auto& h = host_[p];
-      const double rest_l1 = std::exchange(h.rest_l1[a], 0.0);
-      if (!pi.host_side || h.host_set.empty()) {
-        continue;
-      }
-      // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
-      adamw_hparams hp = pi.hparams(cfg_->adam, lr);
-      const double coherence = cfg_->host_lr_scale == host_lr_scaling::snr
-                                   ? l1_norm(h.acc[a], h.shard.rows, pi.channel_len, pool) / rest_l1
-                                   : 1.0;
-      hp.lr = static_cast<float>(static_cast<double>(hp.lr) *
-                                 host_lr_factor(cfg_->host_lr_scale, n_w, coherence));
-      // This rank's share only (data parallel: its block; the others' weights come by all-gather).
-      h.moments.visit([&](auto* m, auto* v) {
-        using M = std::remove_pointer_t<decltype(m)>;
-        const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.shard.channels,
-                                        pi.channel_len};
-        dispatch_dtype(pi.type, [&](auto tag) {
-          using T = decltype(tag);
-          check(host::adamw_window<T, T, M>(
-                    st, h.acc[a].data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
-                    nullptr, 1.0f, n_w, hp,
-                    reinterpret_cast<T*>(h.upload.data()) + h.shard.pos * pi.channel_len, pool,
-                    host::window_acc::keep, cfg_->host_moments_per_step && n_w > 0 ? n_w : 1, h.shard.first),
-                "zenflow::engine: adamw_window");
-        });
-      });
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, pool);
   }
 
 private:
-  /// acc[a] += coef_ * host-set positions [begin, end) of `p`'s packed gradients at `rows`, all of
-  /// them this rank's (data parallel: the D2H stream sends only those).
-  void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
-    const auto& pi = (*params_)[p];
-    auto& h = host_[p];
-    const auto mode = assign_ ? host::accumulate_mode::assign : host::accumulate_mode::add;
-    dispatch_dtype(pi.type, [&](auto tag) {
-      using T = decltype(tag);
-      check(host::accumulate_channels<T>(
-                h.acc[a].data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
-                h.shard.rows.data() + (begin - h.shard.pos), end - begin, coef_, consume_pool_.get(), mode),
-            "zenflow::engine: accumulate_channels");
-    });
-  }
-
-  /// |x|_1 over the rows `rows` (ascending) of x (rows of `len`), in double, summed in fixed chunks
-  /// of x in a fixed order: the same bits for any thread count. The other rows may hold an earlier
-  /// window's values (run_window keeps the accumulator); skipping them gives the same bits as
-  /// summing the whole array with those rows zeroed (adding +0 to a sum >= 0 changes nothing).
-  static double l1_norm(const std::vector<float>& x,
-                        const std::vector<std::int32_t>& rows,
-                        std::int64_t len,
-                        worker_pool* pool) {
-    constexpr std::int64_t chunk = 1 << 16;
-    const auto n = static_cast<std::int64_t>(x.size());
-    std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
-    auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
-      double s = 0.0;
-      auto r = std::lower_bound(rows.begin(), rows.end(), static_cast<std::int32_t>(lo / len));
-      for (; r != rows.end() && *r * len < hi; ++r) {
-        const std::int64_t end = std::min(hi, (*r + 1) * len);
-        for (std::int64_t i = std::max(lo, *r * len); i < end; ++i) {
-          s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
-        }
-      }
-      part[static_cast<std::size_t>(c)] = s;
-    };
-    if (pool != nullptr) {
-      pool->parallel_for(n, chunk, sum);
-    } else {
-      for (std::int64_t c = 0; c * chunk < n; ++c) {
-        sum(c, c * chunk, std::min(n, (c + 1) * chunk));
-      }
-    }
-    double total = 0.0;
-    for (const double s : part) {
-      total += s;
-    }
-    return total;
-  }
-
-  void note_consumed() {
-    {
-      std::lock_guard lock(progress_mutex_);
-      ++consumed_;
-    }
-    progress_cv_.notify_all();
-  }
-
   const config* cfg_;
   const std::vector<param_info>* params_;
-  std::int64_t matrices_ = 0;
   std::vector<param> host_;
-
-  // consumer state (the consumer's thread only)
-  float coef_ = 1.0f;
-  bool skip_ = false;
-  bool last_skip_ = false;
-  bool assign_ = false; // this step is its window's first good one: write the accumulator
-  pipeline_trace* trace_ = nullptr;
-  // Zen-auto reads step t-2's masses while the consumer may write those of t-1 and t: a ring of 4.
-  static constexpr std::size_t mass_slots = 4;
-  static std::size_t mass_slot(std::int64_t t) { return static_cast<std::size_t>(t) % mass_slots; }
-  step_masses masses_[mass_slots];
-  std::vector<std::size_t> landed_; // parameters landed early for the coming record
-  std::atomic<std::int64_t> skipped_{0};
-  std::unique_ptr<worker_pool> consume_pool_; // the accumulation's threads (consumer thread only)
-
-  // progress, the hand-over to the training thread
-  std::thread consumer_;
-  std::mutex progress_mutex_;
-  std::condition_variable progress_cv_;
-  std::uint64_t consumed_ = 0;        // guarded by progress_mutex_
-  std::int32_t n_w_[2] = {0, 0};      // guarded by progress_mutex_
-  std::exception_ptr consumer_error_; // guarded by progress_mutex_
+  consumer_progress progress_;
+  step_mass_ring masses_;
+  d2h_consumer<HostBuffer> consumer_{*cfg_, *params_, host_, progress_, masses_}; // last: its thread
 };
 
 } // namespace detail

@@ -1,0 +1,205 @@
+/// @file
+/// What the host side's threads hand each other, one named type per hand-over, each saying who
+/// writes it, who reads it and what orders the two. The threads: the training thread (the
+/// engine's calls), the consumer (of the D2H ring: its own thread on device backends, the training
+/// thread on the host backend) and the window job (the window queue's executor, or the training
+/// thread for a synchronous window).
+///
+///   consumer_progress    consumer -> training thread, window job (a mutex and a condition
+///                        variable): slots consumed, steps per accumulator, the consumer's error
+///   step_mass_ring       consumer -> training thread, ordered by consumer_progress
+///   window_accumulators  consumer -> window job, ordered by consumer_progress::take_n_w
+///   channel_sets         training thread -> consumer, window job (written at a selection, with
+///                        every pushed slot consumed and no job running)
+///   landing_buffer       training thread -> consumer, ordered by the ring's push
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/detail/host/d2h_protocol.hpp>
+#include <zenflow/engine/detail/row_shard.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// The consumer's progress: how many pushed slots it has handled, the good steps it has
+/// accumulated into each accumulator (n_w), the error that stopped it, and the steps it saw
+/// skipped. Written by the consumer; the training thread and the window job wait on it. Every
+/// write the consumer made before a slot was counted is visible to whoever saw the count reach
+/// that slot (the mutex), which is what orders the accumulators and the masses.
+class consumer_progress {
+public:
+  // ---- the consumer ----
+
+  /// One more slot handled (its effects written).
+  void note_consumed() {
+    {
+      std::lock_guard lock(mutex_);
+      ++consumed_;
+    }
+    cv_.notify_all();
+  }
+  /// The consumer failed with `error` (it handles no more slots); waiters wake and rethrow it.
+  void fail(std::exception_ptr error) {
+    {
+      std::lock_guard lock(mutex_);
+      error_ = std::move(error);
+    }
+    cv_.notify_all();
+  }
+  /// True when accumulator `a` holds no step of its window yet (the next good one writes it).
+  [[nodiscard]] bool window_empty(std::size_t a) {
+    std::lock_guard lock(mutex_);
+    return n_w_[a] == 0;
+  }
+  /// One more good step in accumulator `a`.
+  void count_step(std::size_t a) {
+    std::lock_guard lock(mutex_);
+    ++n_w_[a];
+  }
+  /// One more skipped step seen.
+  void note_skipped() noexcept { skipped_.fetch_add(1, std::memory_order_relaxed); }
+
+  // ---- the training thread and the window job ----
+
+  /// Rethrows the consumer's error, if it met one.
+  void rethrow_error() {
+    std::exception_ptr e;
+    {
+      std::lock_guard lock(mutex_);
+      e = error_;
+    }
+    if (e) {
+      std::rethrow_exception(e);
+    }
+  }
+  /// Blocks until the consumer has handled the first `seq` pushed slots; rethrows its error.
+  void wait_consumed(std::uint64_t seq) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return consumed_ >= seq || error_; });
+    if (error_) {
+      std::rethrow_exception(error_);
+    }
+  }
+  /// True when the consumer has handled the first `seq` pushed slots (never blocks).
+  [[nodiscard]] bool consumed(std::uint64_t seq) {
+    std::lock_guard lock(mutex_);
+    return consumed_ >= seq;
+  }
+  /// n_w of accumulator `a` once the consumer has handled every slot pushed before `seq`; reset
+  /// (the window job takes its window's steps, and with them its accumulator).
+  std::int32_t take_n_w(std::size_t a, std::uint64_t seq) {
+    wait_consumed(seq);
+    std::lock_guard lock(mutex_);
+    return std::exchange(n_w_[a], 0);
+  }
+  /// Steps accumulated so far into accumulator `a`.
+  [[nodiscard]] std::int32_t n_w(std::size_t a) {
+    std::lock_guard lock(mutex_);
+    return n_w_[a];
+  }
+  /// Skipped steps whose flag the consumer has read (relaxed: a statistic).
+  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
+
+  // ---- a checkpoint's restore (training thread, every pushed slot consumed) ----
+
+  void restore_n_w(std::size_t a, std::int32_t n) {
+    std::lock_guard lock(mutex_);
+    n_w_[a] = n;
+  }
+  void restore_skipped(std::int64_t n) noexcept { skipped_.store(n, std::memory_order_relaxed); }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::uint64_t consumed_ = 0;   // guarded by mutex_
+  std::int32_t n_w_[2] = {0, 0}; // guarded by mutex_
+  std::exception_ptr error_;     // guarded by mutex_
+  std::atomic<std::int64_t> skipped_{0};
+};
+
+/// The masses of the last few steps, by step: the consumer writes step t's from its last record;
+/// the training thread reads step t - zen_auto_lag's once consumer_progress says that record was
+/// consumed, while the consumer may be writing those of t - 1 and t: a ring of 4. A checkpoint
+/// (training thread, every pushed slot consumed) saves and restores them.
+class step_mass_ring {
+public:
+  static constexpr std::size_t slots = 4;
+
+  /// The slot that holds (or will hold) step `t`'s masses.
+  [[nodiscard]] step_masses& operator[](std::int64_t t) { return ring_[index(t)]; }
+  [[nodiscard]] const step_masses& operator[](std::int64_t t) const { return ring_[index(t)]; }
+  /// Forgets every step's masses.
+  void clear() {
+    for (auto& m : ring_) {
+      m.step = -1;
+      m.valid = false;
+    }
+  }
+
+private:
+  static std::size_t index(std::int64_t t) { return static_cast<std::size_t>(t) % slots; }
+  step_masses ring_[slots];
+};
+
+/// A parameter's window sums, one per accumulator (two with overlap_step: the open window fills
+/// one while the job of the closed one reads the other). The consumer writes accumulator a while
+/// a's window is open; the window job reads it after consumer_progress::take_n_w(a, seq) saw the
+/// window's last slot consumed, and the consumer does not write it again before the training
+/// thread has drained that job (the next window of a is pushed after). Checkpoints (training
+/// thread) read and restore them with every slot consumed and no job running.
+struct window_accumulators {
+  /// sum over the window's good steps of coef * g of the host channels (this rank's rows).
+  std::vector<float> acc[2];
+  /// Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
+  /// rest mass); host_lr_scale "snr" compares it with |acc|_1. The window job resets it.
+  double rest_l1[2] = {0.0, 0.0};
+};
+
+/// A parameter's channel sets and this rank's rows of them. The training thread writes them (at
+/// initialize(), a selection, a restore) only with every pushed slot consumed and no window job
+/// running; the consumer (which rows a slot adds to) and the window job (which rows it updates
+/// and uploads) read them in between.
+struct channel_sets {
+  std::int64_t matrix_index = -1;     ///< index of the matrix in the step record (-1: a vector)
+  std::vector<std::int32_t> sel;      ///< device set, ascending
+  std::vector<std::int32_t> host_set; ///< host set, ascending
+  std::uint64_t host_set_version = 0; ///< changed by every set_host_set()
+  /// The rows of the host state (master, m, v, counts, acc): this rank's block of the matrix
+  /// (data parallel: the owner partition), every channel with one rank. The device's host set
+  /// stays every unselected channel (the all-gathered weights are applied to all of them).
+  row_shard shard;
+
+  /// The host set becomes `hs` (ascending); this rank's share of it follows.
+  void set_host_set(std::vector<std::int32_t> hs) {
+    host_set = std::move(hs);
+    ++host_set_version;
+    shard.follow(host_set);
+  }
+};
+
+/// Gradients announced early (grad_ready()), packed in host-set order in the working type, kept
+/// until the step's coef arrives. The training thread sizes it before the first early slot of its
+/// parameter is pushed (the ring's push hands it over; it never shrinks); the consumer alone
+/// writes and reads its bytes after that.
+class landing_buffer {
+public:
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_.size(); }
+  void resize(std::size_t n) { bytes_.resize(n); }
+  [[nodiscard]] std::byte* data() noexcept { return bytes_.data(); }
+  [[nodiscard]] const std::byte* data() const noexcept { return bytes_.data(); }
+
+private:
+  std::vector<std::byte> bytes_;
+};
+
+} // namespace detail
+ZF_NAMESPACE_END

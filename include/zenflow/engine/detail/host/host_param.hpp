@@ -1,0 +1,42 @@
+/// @file
+/// One parameter's host state: its full-size host optimizer state, its window accumulators, its
+/// channel sets and row shard, its upload buffer and its landing buffer (empty for a parameter
+/// that lives on the device only). Owned by the training thread, which lends parts of it out; by
+/// field, who writes it when:
+///
+///   master, moments, counts  the window job (run_host_window, its rows only) while a job runs; the
+///                            training thread (initialize(), a selection's migration, a restore)
+///                            only while none runs
+///   acc, rest_l1             the consumer while the window is open, then the window job
+///                            (window_accumulators, host/handover.hpp)
+///   matrix_index, sel, host_set, host_set_version, shard
+///                            the training thread, with every pushed slot consumed and no job
+///                            running (channel_sets)
+///   upload                   the window job; read after the window queue says it is done, at a
+///                            boundary (the copy up, data parallel's gather), or by a checkpoint
+///   land                     sized by the training thread, then the consumer's (landing_buffer)
+///
+/// The hand-overs are bases, so that the fields keep their names for the engine's other parts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/engine/detail/host/handover.hpp>
+#include <zenflow/engine/detail/host_moments.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+template <class HostBuffer>
+struct host_param : window_accumulators, channel_sets {
+  std::vector<float> master;
+  host_moments moments; ///< m and v, fp32 or bf16 (config::host_moments)
+  std::vector<std::int32_t> counts;
+  HostBuffer upload;   ///< the window's new working weights, host-set order
+  landing_buffer land; ///< gradients announced early, until the step's coef arrives
+};
+
+} // namespace detail
+ZF_NAMESPACE_END

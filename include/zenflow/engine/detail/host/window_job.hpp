@@ -1,0 +1,118 @@
+/// @file
+/// The host window as a function: (accumulator, n_w, lr) -> new working weights in the upload
+/// buffers, the host AdamW of every host-set channel of this rank. Runs on the window job's thread
+/// (the window queue's executor, or the training thread for a synchronous window), after
+/// consumer_progress::take_n_w handed it the window's accumulator (host/handover.hpp); it writes
+/// the host optimizer state, the upload buffers and rest_l1, and reads the accumulators and sets.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/core/error.hpp>
+#include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/host/host_param.hpp>
+#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/optim/adamw.hpp>
+#include <zenflow/optim/cpu_adamw.hpp>
+#include <zenflow/optim/types.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// |x|_1 over the rows `rows` (ascending) of x (rows of `len`), in double, summed in fixed chunks
+/// of x in a fixed order: the same bits for any thread count. The other rows may hold an earlier
+/// window's values (the window keeps the accumulator); skipping them gives the same bits as
+/// summing the whole array with those rows zeroed (adding +0 to a sum >= 0 changes nothing).
+inline double rows_l1_norm(const std::vector<float>& x,
+                           const std::vector<std::int32_t>& rows,
+                           std::int64_t len,
+                           worker_pool* pool) {
+  constexpr std::int64_t chunk = 1 << 16;
+  const auto n = static_cast<std::int64_t>(x.size());
+  std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
+  auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
+    double s = 0.0;
+    auto r = std::lower_bound(rows.begin(), rows.end(), static_cast<std::int32_t>(lo / len));
+    for (; r != rows.end() && *r * len < hi; ++r) {
+      const std::int64_t end = std::min(hi, (*r + 1) * len);
+      for (std::int64_t i = std::max(lo, *r * len); i < end; ++i) {
+        s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
+      }
+    }
+    part[static_cast<std::size_t>(c)] = s;
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(n, chunk, sum);
+  } else {
+    for (std::int64_t c = 0; c * chunk < n; ++c) {
+      sum(c, c * chunk, std::min(n, (c + 1) * chunk));
+    }
+  }
+  double total = 0.0;
+  for (const double s : part) {
+    total += s;
+  }
+  return total;
+}
+
+/// One host window: AdamW on acc[accumulator] / n_w for every host-set channel of `host`, the new
+/// working weights into the upload buffers. The accumulator is left as it is (4 bytes per element
+/// fewer than zeroing it): the next window's first good step overwrites it. With
+/// host_moments_per_step the window stands for n_w steps: the moments decay by beta^n_w and the
+/// counts advance by n_w, so that their memory is as many steps long as on the device (beta1 0.9
+/// and windows of 4 would otherwise remember 40 steps). Returns the seconds it took.
+template <class HostBuffer>
+double run_host_window(const config& cfg,
+                       const std::vector<param_info>& params,
+                       std::vector<host_param<HostBuffer>>& host,
+                       std::size_t accumulator,
+                       std::int32_t n_w,
+                       float lr,
+                       worker_pool* pool) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t a = accumulator;
+  for (std::size_t p = 0; p < host.size(); ++p) {
+    const auto& pi = params[p];
+    auto& h = host[p];
+    const double rest_l1 = std::exchange(h.rest_l1[a], 0.0);
+    if (!pi.host_side || h.host_set.empty()) {
+      continue;
+    }
+    // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
+    adamw_hparams hp = pi.hparams(cfg.adam, lr);
+    const double coherence = cfg.host_lr_scale == host_lr_scaling::snr
+                                 ? rows_l1_norm(h.acc[a], h.shard.rows, pi.channel_len, pool) / rest_l1
+                                 : 1.0;
+    hp.lr =
+        static_cast<float>(static_cast<double>(hp.lr) * host_lr_factor(cfg.host_lr_scale, n_w, coherence));
+    // This rank's share only (data parallel: its block; the others' weights come by all-gather).
+    h.moments.visit([&](auto* m, auto* v) {
+      using M = std::remove_pointer_t<decltype(m)>;
+      const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.shard.channels,
+                                      pi.channel_len};
+      dispatch_dtype(pi.type, [&](auto tag) {
+        using T = decltype(tag);
+        check(host::adamw_window<T, T, M>(
+                  st, h.acc[a].data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
+                  nullptr, 1.0f, n_w, hp,
+                  reinterpret_cast<T*>(h.upload.data()) + h.shard.pos * pi.channel_len, pool,
+                  host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1, h.shard.first),
+              "zenflow::engine: adamw_window");
+      });
+    });
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
