@@ -4,7 +4,7 @@
 1. Enums: docs/engine.md's table "Enums: C++ names and JSON spellings" lists every public enum of
    the engine's headers (include/zenflow/engine/*.hpp, plus channel_norm and channel_layout, which
    the engine's interface uses) with exactly its values, in order, and each JSON spelling is the
-   one the JSON reader accepts (the json_enum maps of engine/detail/config_json.hpp), which is
+   one the JSON reader accepts (the json_enum maps of engine/detail/config/config_json.hpp), which is
    also what to_string() returns.
 2. Config keys: docs/config.md's tables list exactly the keys the JSON reader accepts: DeepSpeed's
    zenflow block (deepspeed_zenflow_keys), zenflow_ext (extension_keys), optimizer.params
@@ -96,7 +96,7 @@ def function_body(code, signature_regex):
 def string_list(code, name):
     m = re.search(r"\b" + name + r"\[\]\s*=\s*\{([^}]*)\}", code)
     if not m:
-        fail(f"list {name} not found in engine/detail/config_keys.hpp: update tests/docs/check_docs.py")
+        fail(f"list {name} not found in engine/detail/config/config_keys.hpp: update tests/docs/check_docs.py")
         return []
     return re.findall(r'"([^"]*)"', m.group(1))
 
@@ -107,7 +107,7 @@ def json_enum_maps(code):
     for fn in ("read_extension_key", "read_zenflow_block"):
         body = function_body(code, r"\b" + fn + r"\s*\(")
         if body is None:
-            fail(f"function {fn} not found in engine/detail/config_json.hpp: update tests/docs/check_docs.py")
+            fail(f"function {fn} not found in engine/detail/config/config_json.hpp: update tests/docs/check_docs.py")
             continue
         for key, branch in branches(body):
             m = re.search(r"json_enum<(\w+)>", branch)
@@ -185,10 +185,10 @@ def check_enums():
         fail(f"{doc}: enum {enum} ({', '.join(enums[enum])}) is missing from the enum table")
     for enum in sorted(set(documented) - set(enums)):
         fail(f"{doc}: the enum table lists {enum}, which is not a public enum of the engine's headers")
-    code = strip_comments(read("include/zenflow/engine/detail/config_json.hpp"))
+    code = strip_comments(read("include/zenflow/engine/detail/config/config_json.hpp"))
     maps = json_enum_maps(code)
     by_enum = {e: (key, pairs) for key, (e, pairs) in maps.items()}
-    to_strings = to_string_maps(strip_comments(read("include/zenflow/engine/detail/config_impl.hpp")))
+    to_strings = to_string_maps(strip_comments(read("include/zenflow/engine/detail/config/config_impl.hpp")))
     for enum, (values, spellings, key) in sorted(documented.items()):
         if enum not in enums:
             continue
@@ -220,8 +220,8 @@ def check_enums():
 
 
 def check_config_keys():
-    keys = strip_comments(read("include/zenflow/engine/detail/config_keys.hpp"))
-    reader = strip_comments(read("include/zenflow/engine/detail/config_json.hpp"))
+    keys = strip_comments(read("include/zenflow/engine/detail/config/config_keys.hpp"))
+    reader = strip_comments(read("include/zenflow/engine/detail/config/config_json.hpp"))
     ds_keys = string_list(keys, "deepspeed_zenflow_keys")
     ext_keys = string_list(keys, "extension_keys")
     adam_keys = string_list(keys, "adam_param_keys")

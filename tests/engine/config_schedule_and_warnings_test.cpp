@@ -510,7 +510,7 @@ TEST(config_engine, ring_slot_error_gives_the_numbers_and_the_remedy) {
   EXPECT_TRUE(contains(verr, "at least 4608")) << verr;
 }
 
-// describe() renders the parameter groups without a JSON library (detail/config_impl.hpp): on
+// describe() renders the parameter groups without a JSON library (detail/config/config_impl.hpp): on
 // seeded random groups its text equals what the JSON writer dumps.
 TEST(config_describe, param_groups_text_equals_the_json_writers) {
   std::mt19937 rng(20261124);

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/mass_trigger.hpp>
+#include <zenflow/engine/detail/step/mass_trigger.hpp>
 
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"

@@ -160,4 +160,4 @@ private:
 
 ZF_NAMESPACE_END
 
-#include <zenflow/engine/detail/checkpoint_file_impl.hpp>
+#include <zenflow/engine/detail/io/checkpoint_file_impl.hpp>

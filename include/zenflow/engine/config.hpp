@@ -279,4 +279,4 @@ struct config_sources {
 ZF_NAMESPACE_END
 
 // The definitions; config_impl.hpp then adds the JSON reader's when ZENFLOW_WITH_JSON is 1.
-#include <zenflow/engine/detail/config_impl.hpp>
+#include <zenflow/engine/detail/config/config_impl.hpp>

@@ -1,6 +1,6 @@
 /// @file
 /// The ZenFlow engine: ZenFlow's step (docs/design.md; exact reading: docs/engine-semantics.md), the
-/// schedule over named states (detail/schedule.hpp), over a backend (docs/engine.md, "Backends").
+/// schedule over named states (detail/step/schedule.hpp), over a backend (docs/engine.md, "Backends").
 /// Threads: the training thread calls everything; host windows run on the window queue's executor
 /// (overlap_step) and, on device backends, a consumer thread drains the D2H ring. Results never
 /// depend on timing. Not thread-safe: one training thread per engine.
@@ -19,9 +19,9 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/engine_checkpoint.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/io/engine_checkpoint.hpp>
 #include <zenflow/engine/detail/policy/single_rank.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step/engine_core.hpp>
 #include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/engine/parallel.hpp>

@@ -23,7 +23,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN
 

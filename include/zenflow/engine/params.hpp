@@ -2,7 +2,7 @@
 /// The public types of parameter registration: `param_id` (what `engine::add_matrix` /
 /// `add_vector` return), `param_options` (a parameter group of one, given at registration) and
 /// `param_settings` (what a parameter resolved its options to). Public API, so in a public header
-/// of their own; the engine's registry (detail/params.hpp) includes this one.
+/// of their own; the engine's registry (detail/registry/params.hpp) includes this one.
 #pragma once
 
 #include <cstdint>

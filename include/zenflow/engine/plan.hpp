@@ -207,4 +207,4 @@ struct plan_suggestion {
 
 ZF_NAMESPACE_END
 
-#include <zenflow/engine/detail/plan_impl.hpp>
+#include <zenflow/engine/detail/planner/plan_impl.hpp>

@@ -32,7 +32,7 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/param_state.hpp>

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <zenflow/engine/detail/device_plan.hpp>
-#include <zenflow/engine/detail/host_moments.hpp>
+#include <zenflow/engine/detail/host/host_moments.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -15,8 +15,8 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/worker_pool.hpp>
+#include <zenflow/engine/detail/dp/row_copies.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/row_copies.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>

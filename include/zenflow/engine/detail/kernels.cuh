@@ -10,8 +10,8 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/engine/detail/dp/row_copies.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/row_copies.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 #include <zenflow/math/norms.hpp>
 

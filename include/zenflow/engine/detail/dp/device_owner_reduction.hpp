@@ -46,9 +46,9 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
+#include <zenflow/engine/detail/dp/row_copies.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/params.hpp>
-#include <zenflow/engine/detail/row_copies.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -34,7 +34,7 @@
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/math/norms.hpp>
 
 ZF_NAMESPACE_BEGIN

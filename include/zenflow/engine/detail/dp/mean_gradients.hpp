@@ -17,8 +17,8 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/params.hpp>
-#include <zenflow/engine/detail/row_copies.hpp>
+#include <zenflow/engine/detail/dp/row_copies.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

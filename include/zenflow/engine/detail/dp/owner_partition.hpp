@@ -43,9 +43,9 @@
 #include <zenflow/engine/detail/dp/mean_gradients.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/dp/partitioned_migration.hpp>
-#include <zenflow/engine/detail/host_moments.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/parallel.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>

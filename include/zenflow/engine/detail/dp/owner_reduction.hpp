@@ -22,7 +22,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/dp/mean_gradients.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/select/types.hpp>
 
 ZF_NAMESPACE_BEGIN

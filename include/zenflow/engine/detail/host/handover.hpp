@@ -25,7 +25,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
-#include <zenflow/engine/detail/row_shard.hpp>
+#include <zenflow/engine/detail/host/row_shard.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

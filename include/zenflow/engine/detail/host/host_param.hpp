@@ -24,7 +24,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/host/handover.hpp>
-#include <zenflow/engine/detail/host_moments.hpp>
+#include <zenflow/engine/detail/host/host_moments.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

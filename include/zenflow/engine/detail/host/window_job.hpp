@@ -21,7 +21,7 @@
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/host_param.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
 #include <zenflow/optim/types.hpp>

@@ -12,7 +12,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

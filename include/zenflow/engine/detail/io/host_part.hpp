@@ -16,11 +16,11 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/host_moments.hpp>
-#include <zenflow/engine/detail/host_side.hpp>
+#include <zenflow/engine/detail/host/d2h_protocol.hpp>
+#include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/io/checkpoint_sections.hpp>
-#include <zenflow/engine/detail/params.hpp>
-#include <zenflow/engine/detail/zen_auto.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/engine/detail/step/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -13,7 +13,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -15,9 +15,9 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/detail/io/checkpoint_sections.hpp>
-#include <zenflow/engine/detail/mass_trigger.hpp>
-#include <zenflow/engine/detail/schedule.hpp>
-#include <zenflow/engine/detail/zen_auto.hpp>
+#include <zenflow/engine/detail/step/mass_trigger.hpp>
+#include <zenflow/engine/detail/step/schedule.hpp>
+#include <zenflow/engine/detail/step/zen_auto.hpp>
 #include <zenflow/engine/stats.hpp>
 
 ZF_NAMESPACE_BEGIN

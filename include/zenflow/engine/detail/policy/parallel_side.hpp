@@ -20,7 +20,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/param_state.hpp>
 
 ZF_NAMESPACE_BEGIN

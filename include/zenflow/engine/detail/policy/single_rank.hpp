@@ -14,8 +14,8 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
-#include <zenflow/engine/detail/params.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/parallel.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>

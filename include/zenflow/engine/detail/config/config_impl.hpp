@@ -1,9 +1,9 @@
 /// @file
 /// Definitions of zenflow::config's members that need no JSON: defaults, validation, the derived
 /// quantities and the enums' spellings (the JSON keys' names and the "did you mean" of an
-/// error: detail/config_keys.hpp). Included at the end of <zenflow/engine/config.hpp>; then
-/// includes describe() (detail/config_describe.hpp) and, when ZENFLOW_WITH_JSON is 1, the JSON
-/// reader's definitions (detail/config_json.hpp, then detail/config_json_members.hpp): a chain
+/// error: detail/config/config_keys.hpp). Included at the end of <zenflow/engine/config.hpp>; then
+/// includes describe() (detail/config/config_describe.hpp) and, when ZENFLOW_WITH_JSON is 1, the JSON
+/// reader's definitions (detail/config/config_json.hpp, then detail/config/config_json_members.hpp): a chain
 /// rather than several includes in config.hpp, so that each header also compiles on its own.
 #pragma once
 
@@ -23,8 +23,8 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/config_fail.hpp>
-#include <zenflow/engine/detail/config_keys.hpp>
+#include <zenflow/engine/detail/config/config_fail.hpp>
+#include <zenflow/engine/detail/config/config_keys.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -342,8 +342,8 @@ inline void config::validate() const {
 ZF_NAMESPACE_END
 
 // describe(): the resolved configuration as text.
-#include <zenflow/engine/detail/config_describe.hpp>
+#include <zenflow/engine/detail/config/config_describe.hpp>
 
 #if ZENFLOW_WITH_JSON
-#  include <zenflow/engine/detail/config_json.hpp>
+#  include <zenflow/engine/detail/config/config_json.hpp>
 #endif

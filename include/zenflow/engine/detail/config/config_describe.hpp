@@ -1,6 +1,6 @@
 /// @file
 /// zenflow::config::describe(): the resolved configuration as text (the mode and why, the host
-/// windows, every setting and where it came from). Included by detail/config_impl.hpp.
+/// windows, every setting and where it came from). Included by detail/config/config_impl.hpp.
 #pragma once
 
 #include <array>

@@ -2,8 +2,8 @@
 /// The DeepSpeed JSON reader's blocks (needs nlohmann-json: link zenflow::json): one function per
 /// block of the file (zero_optimization.zenflow, zenflow_ext, optimizer, fp16/bf16), each reading
 /// its keys into a config with their ranges and messages. Included at the end of
-/// detail/config_impl.hpp (so of <zenflow/engine/config.hpp>) when ZENFLOW_WITH_JSON is 1; not a
-/// public header on its own. Ends with detail/config_json_members.hpp, zenflow::config's JSON
+/// detail/config/config_impl.hpp (so of <zenflow/engine/config.hpp>) when ZENFLOW_WITH_JSON is 1; not a
+/// public header on its own. Ends with detail/config/config_json_members.hpp, zenflow::config's JSON
 /// members that call these (a chain, as config.hpp's, so that each header compiles alone).
 #pragma once
 
@@ -28,9 +28,9 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/config_impl.hpp>
-#include <zenflow/engine/detail/config_json_values.hpp>
-#include <zenflow/engine/detail/config_keys.hpp>
+#include <zenflow/engine/detail/config/config_impl.hpp>
+#include <zenflow/engine/detail/config/config_json_values.hpp>
+#include <zenflow/engine/detail/config/config_keys.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -341,4 +341,4 @@ inline void read_precision_blocks(const nlohmann::json& ds, config& c, const jso
 ZF_NAMESPACE_END
 
 // The members: from_deepspeed_json (the blocks in order, the mode, the unknown keys) and the writer.
-#include <zenflow/engine/detail/config_json_members.hpp>
+#include <zenflow/engine/detail/config/config_json_members.hpp>

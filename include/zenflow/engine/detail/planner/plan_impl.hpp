@@ -19,7 +19,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/plan.hpp> // the declarations; plan.hpp includes this file at its end
 
 ZF_NAMESPACE_BEGIN

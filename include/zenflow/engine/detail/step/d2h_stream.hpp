@@ -30,11 +30,11 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
-#include <zenflow/engine/detail/host_side.hpp>
-#include <zenflow/engine/detail/params.hpp>
-#include <zenflow/engine/detail/pipeline_trace.hpp>
-#include <zenflow/engine/detail/schedule.hpp>
+#include <zenflow/engine/detail/host/host_side.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/engine/detail/step/schedule.hpp>
 #include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/detail/trace/pipeline_trace.hpp>
 #include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 #include <zenflow/transport/pinned_ring.hpp>

@@ -10,10 +10,10 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/d2h_stream.hpp>
-#include <zenflow/engine/detail/mass_trigger.hpp>
-#include <zenflow/engine/detail/schedule.hpp>
-#include <zenflow/engine/detail/zen_auto.hpp>
+#include <zenflow/engine/detail/step/d2h_stream.hpp>
+#include <zenflow/engine/detail/step/mass_trigger.hpp>
+#include <zenflow/engine/detail/step/schedule.hpp>
+#include <zenflow/engine/detail/step/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

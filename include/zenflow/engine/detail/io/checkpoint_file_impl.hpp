@@ -2,8 +2,8 @@
 /// Implementation of <zenflow/engine/checkpoint_file.hpp> (POSIX I/O, xxHash's XXH3-64): the
 /// format's constants, its little-endian fields, the streaming hash and the errors that the writer
 /// and the reader share, and the free functions. Included at the end of checkpoint_file.hpp; ends
-/// with the writer (detail/checkpoint_writer_impl.hpp) and the reader
-/// (detail/checkpoint_reader_impl.hpp), a chain so that each of these headers compiles alone.
+/// with the writer (detail/io/checkpoint_writer_impl.hpp) and the reader
+/// (detail/io/checkpoint_reader_impl.hpp), a chain so that each of these headers compiles alone.
 #pragma once
 
 #include <cerrno>
@@ -159,5 +159,5 @@ inline std::uint64_t checkpoint_hash(std::span<const std::byte> bytes) noexcept 
 ZF_NAMESPACE_END
 
 // The writer and the reader, which use the helpers above.
-#include <zenflow/engine/detail/checkpoint_reader_impl.hpp>
-#include <zenflow/engine/detail/checkpoint_writer_impl.hpp>
+#include <zenflow/engine/detail/io/checkpoint_reader_impl.hpp>
+#include <zenflow/engine/detail/io/checkpoint_writer_impl.hpp>

@@ -21,8 +21,8 @@
 #include <zenflow/engine/detail/host/handover.hpp>
 #include <zenflow/engine/detail/host/host_param.hpp>
 #include <zenflow/engine/detail/host/window_job.hpp>
-#include <zenflow/engine/detail/params.hpp>
-#include <zenflow/engine/detail/pipeline_trace.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/engine/detail/trace/pipeline_trace.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -21,12 +21,12 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/d2h_stream.hpp>
 #include <zenflow/engine/detail/device_plan.hpp>
-#include <zenflow/engine/detail/host_side.hpp>
-#include <zenflow/engine/detail/params.hpp>
-#include <zenflow/engine/detail/pipeline_trace.hpp>
-#include <zenflow/engine/detail/schedule.hpp>
+#include <zenflow/engine/detail/host/host_side.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/engine/detail/step/d2h_stream.hpp>
+#include <zenflow/engine/detail/step/schedule.hpp>
+#include <zenflow/engine/detail/trace/pipeline_trace.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/transport/window_queue.hpp>
 

@@ -23,7 +23,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/core/worker_pool.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/optim/detail/channels_host.hpp>
 #include <zenflow/optim/detail/host_grain.hpp>
 #include <zenflow/optim/types.hpp>

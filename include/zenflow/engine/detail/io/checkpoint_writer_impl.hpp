@@ -1,7 +1,7 @@
 /// @file
 /// checkpoint_writer's definitions (<zenflow/engine/checkpoint_file.hpp>): a temporary file beside
 /// the target, streamed in 1 MiB chunks with each section's checksum, then fsync, an atomic rename
-/// and the directory's fsync at commit. The format's helpers: detail/checkpoint_file_impl.hpp.
+/// and the directory's fsync at commit. The format's helpers: detail/io/checkpoint_file_impl.hpp.
 #pragma once
 
 #include <algorithm>
@@ -23,7 +23,7 @@
 #include <zenflow/core/detail/xxhash.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/detail/checkpoint_file_impl.hpp>
+#include <zenflow/engine/detail/io/checkpoint_file_impl.hpp>
 
 ZF_NAMESPACE_BEGIN
 

@@ -18,7 +18,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/params.hpp>
+#include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -2,7 +2,7 @@
 /// Definitions of zenflow::config's DeepSpeed JSON members (needs nlohmann-json: link
 /// zenflow::json): the reader's entry points (from_deepspeed_json and its string and file forms:
 /// the blocks in order, the mode a file implies, the warnings on keys DeepSpeed would reject or
-/// ignore) and the writer (to_deepspeed_json). The blocks' readers are in detail/config_json.hpp,
+/// ignore) and the writer (to_deepspeed_json). The blocks' readers are in detail/config/config_json.hpp,
 /// which includes this header at its end; not a public header on its own.
 #pragma once
 
@@ -18,10 +18,10 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/config_fail.hpp>
-#include <zenflow/engine/detail/config_json.hpp>
-#include <zenflow/engine/detail/config_json_values.hpp>
-#include <zenflow/engine/detail/config_keys.hpp>
+#include <zenflow/engine/detail/config/config_fail.hpp>
+#include <zenflow/engine/detail/config/config_json.hpp>
+#include <zenflow/engine/detail/config/config_json_values.hpp>
+#include <zenflow/engine/detail/config/config_keys.hpp>
 
 ZF_NAMESPACE_BEGIN
 

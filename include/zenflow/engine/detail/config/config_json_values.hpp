@@ -1,6 +1,6 @@
 /// @file
 /// The typed readers of single JSON values used by zenflow::config's DeepSpeed JSON reader
-/// (detail/config_json.hpp): numbers, integers in a range, booleans, strings, enum names and
+/// (detail/config/config_json.hpp): numbers, integers in a range, booleans, strings, enum names and
 /// objects, each failing with zenflow::invalid_argument naming the JSON key (detail::config_fail).
 #pragma once
 
@@ -19,7 +19,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
-#include <zenflow/engine/detail/config_fail.hpp>
+#include <zenflow/engine/detail/config/config_fail.hpp>
 
 ZF_NAMESPACE_BEGIN
 

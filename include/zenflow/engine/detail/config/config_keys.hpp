@@ -4,7 +4,7 @@
 /// zero_optimization), for the warning on an unknown one; the near-miss suggestion of an error
 /// ("did you mean"), and the JSON paths that messages name. Apart from config_impl.hpp (the
 /// members' definitions), so that these long lists are one place of their own; the reader
-/// (detail/config_json.hpp) and validate() use them, and tests/docs/check_docs.py compares them
+/// (detail/config/config_json.hpp) and validate() use them, and tests/docs/check_docs.py compares them
 /// with docs/config.md.
 #pragma once
 
