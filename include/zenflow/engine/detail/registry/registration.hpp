@@ -136,5 +136,45 @@ inline param_info checked_param(const config& cfg,
   return pi;
 }
 
+/// add_matrix() (`matrix`; `ld` 0: the packed one) or add_vector() (one channel of
+/// `channel_len`) checked in the engine's order, every error naming its argument: the shape, the
+/// pointers, the ring-slot limit, then checked_param()'s overlaps and options. `registered`: the
+/// parameters so far.
+inline param_info registered_param(const config& cfg,
+                                   const std::vector<param_info>& registered,
+                                   const char* fn,
+                                   bool matrix,
+                                   dtype type,
+                                   void* weights,
+                                   const void* grads,
+                                   std::int64_t channels,
+                                   std::int64_t channel_len,
+                                   std::int64_t ld,
+                                   channel_layout layout,
+                                   const param_options& options) {
+  if (matrix) {
+    if (ld == 0) {
+      ld = layout == channel_layout::contiguous ? channel_len : channels;
+    }
+    require(channels >= 1 && channels < (std::int64_t{1} << 31), fn, "channels", "must be in [1, 2^31)");
+    require(channel_len >= 1, fn, "channel_len", "must be >= 1");
+    require(layout == channel_layout::contiguous ? ld >= channel_len : ld >= channels, fn, "ld",
+            "is smaller than the channel extent of the layout");
+  } else {
+    require(channel_len >= 1, fn, "n", "must be >= 1");
+  }
+  require(weights != nullptr, fn, "weights", "must not be null");
+  require(grads != nullptr, fn, "grads", "must not be null");
+  if (matrix) {
+    require_fits_slot(cfg, channel_len, dtype_size(type), fn, "channel_len", "one channel");
+  } else if (cfg.mode == optimizer_mode::offload_sync ||
+             (cfg.full_warm_up_rounds > 0 && cfg.mode == optimizer_mode::zenflow)) {
+    require_fits_slot(cfg, channel_len, dtype_size(type), fn, "n",
+                      "the vector"); // it travels to the host whole
+  }
+  return checked_param(cfg, registered, fn, matrix, type, weights, grads, channels, channel_len, ld, layout,
+                       options);
+}
+
 } // namespace detail
 ZF_NAMESPACE_END

@@ -86,28 +86,8 @@ public:
                const param_options& options) {
     require(life_ == lifecycle::registering, fn, "this",
             "is already initialized (register every parameter first)");
-    if (matrix) {
-      if (ld == 0) {
-        ld = layout == channel_layout::contiguous ? channel_len : channels;
-      }
-      require(channels >= 1 && channels < (std::int64_t{1} << 31), fn, "channels", "must be in [1, 2^31)");
-      require(channel_len >= 1, fn, "channel_len", "must be >= 1");
-      require(layout == channel_layout::contiguous ? ld >= channel_len : ld >= channels, fn, "ld",
-              "is smaller than the channel extent of the layout");
-    } else {
-      require(channel_len >= 1, fn, "n", "must be >= 1");
-    }
-    require(weights != nullptr, fn, "weights", "must not be null");
-    require(grads != nullptr, fn, "grads", "must not be null");
-    if (matrix) {
-      require_fits_slot(cfg_, channel_len, dtype_size(type), fn, "channel_len", "one channel");
-    } else if (cfg_.mode == optimizer_mode::offload_sync ||
-               (cfg_.full_warm_up_rounds > 0 && cfg_.mode == optimizer_mode::zenflow)) {
-      require_fits_slot(cfg_, channel_len, dtype_size(type), fn, "n",
-                        "the vector"); // it travels to the host whole
-    }
-    params_.push_back(checked_param(cfg_, params_, fn, matrix, type, weights, grads, channels, channel_len,
-                                    ld, layout, options));
+    params_.push_back(registered_param(cfg_, params_, fn, matrix, type, weights, grads, channels, channel_len,
+                                       ld, layout, options));
     return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
