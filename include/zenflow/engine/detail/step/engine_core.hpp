@@ -165,7 +165,8 @@ public:
     }
     jobs_.start(cfg_.resolved_host_threads(hw), overlap);
     if (par_.gathers_windows()) { // each rank's share of a window's weights, gathered at the boundary
-      jobs_.set_gather(par_.gathers_on_device(), [this](cudaStream_t s) { return par_.gather_window(s); });
+      jobs_.set_gather(par_.gathers_on_device() ? window_gather::device_buffers : window_gather::host_buffers,
+                       [this](cudaStream_t s) { return par_.gather_window(s); });
     }
     life_ = lifecycle::training;
   }

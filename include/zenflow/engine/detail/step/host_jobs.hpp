@@ -33,6 +33,14 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
+/// Where a window's shares from the other ranks come in (data parallel's gather at the boundary).
+enum class window_gather : std::uint8_t {
+  none,           ///< one rank: the job's thread copies its whole upload buffer up
+  host_buffers,   ///< a host communicator: into the host upload buffers, then every share goes up
+  device_buffers, ///< a device communicator: the job's thread copies this rank's share up, and the
+                  ///< gather runs in the device upload buffers on the boundary's stream
+};
+
 template <engine_backend Backend>
 class host_jobs {
 public:
@@ -64,14 +72,11 @@ public:
     }
   }
 
-  /// Data parallel (the owner partition): `gather(stream)` gives every rank every rank's share of
-  /// a job's weights and returns the bytes this rank sent. A collective, so it runs on the
-  /// training thread at the boundary (the same point on every rank). `on_device` (a device
-  /// communicator): it gathers in the device upload buffers on the boundary's stream, after the
-  /// copy up of this rank's share, which the job starts as soon as it is done (as with one rank);
-  /// else in the host upload buffers, and the copy up of every share follows it there.
-  void set_gather(bool on_device, std::function<std::uint64_t(cudaStream_t)> gather) {
-    gather_on_device_ = on_device;
+  /// Data parallel (the parallel side's gather_window()): `gather(stream)` gives every rank every
+  /// rank's share of a job's weights and returns the bytes this rank sent. A collective, so it
+  /// runs on the training thread at the boundary (the same point on every rank), at `where`.
+  void set_gather(window_gather where, std::function<std::uint64_t(cudaStream_t)> gather) {
+    where_ = where;
     gather_ = std::move(gather);
   }
 
@@ -194,7 +199,7 @@ private:
   }
 
   /// The job's thread starts the copy up (one rank, or a device communicator's gather).
-  [[nodiscard]] bool uploads_on_job_thread() const noexcept { return !gather_ || gather_on_device_; }
+  [[nodiscard]] bool uploads_on_job_thread() const noexcept { return where_ != window_gather::host_buffers; }
 
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
   /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window);
@@ -204,7 +209,7 @@ private:
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& h = host_[p];
       if (params_[p].host_side && !h.host_set.empty()) {
-        const bool share = gather_ && gather_on_device_;
+        const bool share = where_ == window_gather::device_buffers;
         (void)plan_.upload(p, h.upload.data(), share ? h.shard.pos : 0,
                            share ? h.shard.end() : static_cast<std::int64_t>(h.host_set.size()));
       }
@@ -217,12 +222,12 @@ private:
   /// parallel: the ranks' shares gathered first (then copied up whole from the host, or gathered
   /// on the device after this rank's share is up: only that share crossed PCIe).
   void apply(cudaStream_t stream, call_cost& cost) {
-    if (gather_ && !gather_on_device_) {
+    if (where_ == window_gather::host_buffers) {
       cost.comm += gather_(stream);
       upload();
     }
     plan_.begin_apply(stream);
-    if (gather_ && gather_on_device_) {
+    if (where_ == window_gather::device_buffers) {
       cost.comm += gather_(stream);
     }
     for (std::size_t p = 0; p < params_.size(); ++p) {
@@ -230,7 +235,7 @@ private:
       if (params_[p].host_side && !h.host_set.empty()) {
         const std::size_t bytes =
             plan_.apply_upload(p, 0, static_cast<std::int64_t>(h.host_set.size()), stream);
-        cost.h2d += gather_ && gather_on_device_
+        cost.h2d += where_ == window_gather::device_buffers
                         ? static_cast<std::size_t>(h.shard.end() - h.shard.pos) * params_[p].channel_bytes()
                         : bytes;
       }
@@ -253,7 +258,7 @@ private:
   std::unique_ptr<window_queue> queue_;
   job_outcome outcome_; // written by the job, read after the queue says it is done
   std::function<std::uint64_t(cudaStream_t)> gather_;
-  bool gather_on_device_ = false;
+  window_gather where_ = window_gather::none;
 };
 
 } // namespace detail
