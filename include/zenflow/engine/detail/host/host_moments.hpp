@@ -2,50 +2,27 @@
 /// The Adam moments m and v of one host-side parameter, in the storage `config::host_moments`
 /// picks: fp32, or bf16 (half the bytes; the arithmetic stays fp32). The host window, the
 /// migration and state() take the typed arrays through `visit` (rows cross precisions with
-/// store_moment_row / load_moment_row); checkpoints save and load the stored bytes as they are.
+/// store_moment_row / load_moment_row: moment_rows.hpp); checkpoints save and load the stored
+/// bytes as they are.
 ///
 /// Rounding: the host window stores its moments with stochastic rounding (optim/cpu_adamw.hpp,
 /// core/detail/moment_rounding.hpp), because each update moves v by less than half a bf16 ulp.
-/// `store_row` (rows coming home from the device at a re-selection) rounds to nearest even: a
-/// single conversion accumulates nothing, and nearest is its smallest error. Widening is exact.
+/// `store_moment_row` (rows coming home from the device at a re-selection) rounds to nearest
+/// even: a single conversion accumulates nothing, and nearest is its smallest error. Widening is
+/// exact.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/moment_rows.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
-
-/// Row `n` of fp32 values `src` into moments of type M at `dst` (bf16: round to nearest even).
-template <class M>
-void store_moment_row(M* dst, const float* src, std::size_t n) {
-  if constexpr (std::is_same_v<M, float>) {
-    std::memcpy(dst, src, n * sizeof(float));
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      dst[i] = from_float<bfloat16>(src[i]);
-    }
-  }
-}
-
-/// Row `n` of moments of type M at `src` widened to fp32 at `dst` (exact).
-template <class M>
-void load_moment_row(float* dst, const M* src, std::size_t n) {
-  if constexpr (std::is_same_v<M, float>) {
-    std::memcpy(dst, src, n * sizeof(float));
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      dst[i] = to_float(src[i]);
-    }
-  }
-}
 
 /// Bytes of one element of one moment stored at precision `p` (the one place that says so).
 [[nodiscard]] constexpr std::size_t moment_bytes(moment_precision p) noexcept {

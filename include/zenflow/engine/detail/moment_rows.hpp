@@ -1,0 +1,46 @@
+/// @file
+/// One row of Adam moments crossing precisions: fp32 rows (the device's, a state read's) into
+/// host moments of type M (fp32 or bf16, host_moments.hpp) and back. The device plan's migration
+/// and state reads use them without the host state's moment type; host_moments.hpp includes this.
+///
+/// Rounding: `store_moment_row` (rows coming home from the device at a re-selection) rounds to
+/// nearest even: a single conversion accumulates nothing, and nearest is its smallest error.
+/// Widening is exact.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// Row `n` of fp32 values `src` into moments of type M at `dst` (bf16: round to nearest even).
+template <class M>
+void store_moment_row(M* dst, const float* src, std::size_t n) {
+  if constexpr (std::is_same_v<M, float>) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[i] = from_float<bfloat16>(src[i]);
+    }
+  }
+}
+
+/// Row `n` of moments of type M at `src` widened to fp32 at `dst` (exact).
+template <class M>
+void load_moment_row(float* dst, const M* src, std::size_t n) {
+  if constexpr (std::is_same_v<M, float>) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[i] = to_float(src[i]);
+    }
+  }
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
