@@ -13,6 +13,10 @@
 /// Everything else, a selection's migration included, is stream-ordered on the stream given. On
 /// CUDA a copy from pageable host memory also waits for its stream (CUDA's rule for pageable
 /// H2D): the few small tables a selection step uploads from std::vectors do, after its one wait.
+///
+/// The definitions: setup and its parts (device_plan_setup.hpp), the step's operations
+/// (device_plan_impl.hpp), the upload of a host window's weights (device_plan_upload.hpp), the
+/// selection steps and state transfers (device_plan_migrate.hpp).
 #pragma once
 
 #include <algorithm>
@@ -31,6 +35,8 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/device_plan_batch.hpp>
+#include <zenflow/engine/detail/device_plan_types.hpp>
 #include <zenflow/engine/detail/l1_mass.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step_kernels.hpp>
@@ -43,35 +49,9 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// A matrix's rows that enter its device set, in device memory in ascending channel order:
-/// master (fp32), m and v (the host moments' type M, widened as they are installed), one
-/// channel of channel_len each, and the Adam step counts.
-template <class M>
-struct entering_rows {
-  const float* master;
-  const M* m;
-  const M* v;
-  const std::int32_t* counts;
-};
-
-/// What the plan takes from outside at setup: a step that completes some per-channel numbers
-/// from rows this rank does not hold (the engine's data-parallel policy, detail/dp/) supplies
-/// them; a single-rank step leaves it empty.
-struct plan_inputs {
-  /// Per parameter, nullable: the fp64 rescans of its non-finite scores (device memory, a double
-  /// per channel, final when the step's after_norms() hook returns), which its squared norm and
-  /// an sq_l2 selection then read instead of rescanning its gradient.
-  std::vector<const double*> score_rescans;
-};
-
-/// The step's hooks: a no-op at each point where a step completes the plan's numbers between two
-/// of its phases (prologue(), select_all()). A hook type has these two members.
-struct no_step_hooks {
-  /// After the scores and NaN/Inf flags of every gradient, before the totals and the record read them.
-  void after_norms(cudaStream_t) {}
-  /// After a selection's importance, before its top-k reads it.
-  void after_importance(channel_norm, cudaStream_t) {}
-};
+template <class Backend>
+struct upload_phase;    // device_plan_upload.hpp
+struct migration_lists; // device_plan_migrate.hpp
 
 template <class Backend>
 class device_plan {
@@ -93,14 +73,10 @@ public:
     for (auto& e : events_) {
       c.destroy_event(e);
     }
-    c.destroy_event(copied_);
-    c.destroy_event(scattered_);
-    c.destroy_event(batch_copied_);
+    c.destroy_event(batch_.copied);
     c.destroy_event(migrated_);
     c.destroy_event(tail_);
-    if (upload_stream_created_) {
-      c.destroy_stream(upload_stream_);
-    }
+    upload_.release(c);
   }
 
   [[nodiscard]] const Backend& backend() const noexcept { return b_; }
@@ -120,7 +96,7 @@ public:
   /// `upload = chunk_ring`: the window's new weights go up at the boundary through one device
   /// chunk of `chunk_bytes` instead of a device upload buffer per parameter (0: whole_window).
   /// Before setup().
-  void set_upload_chunk(std::size_t chunk_bytes) noexcept { upload_chunk_bytes_ = chunk_bytes; }
+  void set_upload_chunk(std::size_t chunk_bytes) noexcept { upload_.chunk_bytes = chunk_bytes; }
 
   /// Staging slot `i`, after the copy that last read it (the pack on `stream` waits for it).
   [[nodiscard]] std::byte* staging(std::size_t i, cudaStream_t stream) {
@@ -182,7 +158,7 @@ public:
     /// `p`'s device upload buffer (whole_window; null with chunk_ring): its host-set positions in
     /// order, after a window's copies up and before its apply.
     [[nodiscard]] std::byte* upload_buffer(std::size_t p) const noexcept {
-      return plan->dev_[p].upload.data();
+      return plan->upload_.params[p].buffer.data();
     }
   };
   [[nodiscard]] exposed_buffers exposed() noexcept { return {this}; }
@@ -241,41 +217,15 @@ public:
   /// which are zeroed for the next step. Nothing else of the step writes them (the prologue and
   /// the update write the header and the crit masses), so the packs need wait for nothing more
   /// than the gradients.
-  void begin_rest_masses(bool adopt_early, cudaStream_t stream) {
-    if (layout_.matrices == 0) {
-      return;
-    }
-    float* rest = layout_.rest(record_words(), 0);
-    if (!adopt_early) {
-      b_.zero(rest, static_cast<std::size_t>(layout_.matrices) * 4, stream);
-      return;
-    }
-    b_.run(stream, 0, "zenflow::engine: adopt_early_mass",
-           [early = early_rest_.data(), rest, n = static_cast<int>(layout_.matrices)](auto prim, auto on) {
-             return prim.adopt_early_mass(early, rest, n, on);
-           });
-  }
+  void begin_rest_masses(bool adopt_early, cudaStream_t stream);
 
-  // ---- the upload of a host window's new weights ----------------------------------------------
-  //
-  // On the thread that ran the host job, right after it wrote its host upload buffers:
-  // begin_uploads, upload per parameter, end_uploads (H2D copies on the plan's upload stream, so
-  // that they overlap the next window's compute and the D2H ring). At the boundary, on the
-  // training thread: begin_apply (the user's stream waits on the copies: no host wait),
-  // apply_upload per parameter (a scatter on the device) and end_apply. Events guard the host
-  // buffers (wait_upload_done) and the device upload buffers (the next copies wait on the last
-  // scatter). The engine never runs two phases at once: the window queue orders the threads.
-  //
-  // upload = chunk_ring (set_upload_chunk): upload only notes where the host buffer is; at the
-  // boundary apply_upload copies it up chunk by chunk into one device chunk and scatters each
-  // chunk, all on the user's stream (stream order reuses the chunk: no event, no host wait).
-  // Device memory: one chunk instead of a copy of every host-side weight; time: the H2D is on the
-  // boundary's stream instead of overlapping the window. wait_upload_done then waits for the
-  // boundary's copies (`scattered_`), which read the host buffers.
+  // ---- the upload of a host window's new weights (device_plan_upload.hpp) ---------------------
+  // The copy phase on the job's thread: begin_uploads, upload per parameter, end_uploads. The
+  // apply phase at the boundary on the training thread: begin_apply, apply_upload, end_apply.
 
   void begin_uploads();
   /// First thing on a thread the engine owns: the plan's device current (backend.hpp).
-  void enter_engine_thread() const { b_.enter_engine_thread(device_); }
+  void enter_engine_thread() const { b_.enter_engine_thread(upload_.device); }
   /// Copies host-set positions [begin, end) of `p`'s new weights from its host upload buffer
   /// `src` (position 0 at `src`) into the device upload buffer. Returns the bytes.
   std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end);
@@ -315,10 +265,49 @@ public:
                           cudaStream_t stream);
 
 private:
+  // setup()'s parts, in its order (device_plan_setup.hpp; the upload's: device_plan_upload.hpp).
+  /// Per parameter, the state the step updates: compact device rows, scores, host set.
+  void setup_param_state(memory_usage& mem);
+  /// The vectors' update counts in one array: one dense AdamW call per run of them.
+  void setup_dense_counts(memory_usage& mem);
+  /// The two step records, and the rest masses' early masses, per-row masses and tickets.
+  void setup_records_and_masses(memory_usage& mem);
+  /// The squared-norm totals' descriptors and a selection's fp64 rescans: fixed, uploaded once.
+  void setup_sq_tables(const plan_inputs& inputs, memory_usage& mem);
+  /// The migration's stage, the D2H staging slots and the events of the slots and records.
+  void setup_staging(std::size_t staging_bytes, memory_usage& mem);
+  /// The upload path: device upload buffers (or the chunk), its stream and events.
+  void setup_upload(memory_usage& mem);
+  /// The batched update's tables, sized for every parameter that may have rows on the device.
+  void setup_batch_tables(memory_usage& mem);
+  /// A selection step's readback of the new sets and the migrations' index lists.
+  void setup_selection(memory_usage& mem);
+  /// The norms' and the top-k's temporary storage: the largest of their queries.
+  void setup_temp(memory_usage& mem);
+
   void norms(cudaStream_t stream);
   void scalars(float loss_scale, float max_norm, cudaStream_t stream);
   void importance(channel_norm kind, cudaStream_t stream);
   bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
+
+  // migrate()'s parts (device_plan_migrate.hpp).
+  /// The index lists of a change of set, in the host lists (not yet copied up); the leaving rows
+  /// of another rank's block (outside `host_channels` from `host_first`) dropped: their owner's.
+  migration_lists index_lists(const std::vector<std::int32_t>& old_sel,
+                              const std::vector<std::int32_t>& new_sel,
+                              std::int64_t host_channels,
+                              std::int64_t host_first);
+  /// Leaving rows go home: gathered, copied down, written into the host rows by a host task.
+  template <class M>
+  void rows_home(migration_lists& l, const basic_channel_state<M>& host_rows, cudaStream_t stream);
+  /// Kept rows move to their new positions, in place.
+  void move_kept_rows(const migration_lists& l, cudaStream_t stream);
+  /// Entering rows installed: from the host rows (staged by a host task) or from `on_device`.
+  template <class M>
+  void install_entering_rows(migration_lists& l,
+                             const basic_channel_state<M>& host_rows,
+                             const entering_rows<M>* on_device,
+                             cudaStream_t stream);
 
   struct dev_param {
     std::int64_t matrix_index = -1;
@@ -326,32 +315,13 @@ private:
     dbuf<float> master, m, v; // compact rows of the device set, ascending channel order
     dbuf<std::int32_t> counts, sel, host_set;
     dbuf<float> scores;
-    dbuf<std::byte> upload;                // whole_window: the device upload buffer
-    const std::byte* upload_src = nullptr; // chunk_ring: the host upload buffer, read at the boundary
   };
 
-  /// The batched update's table for the matrices of working type T (P4): one descriptor per
-  /// matrix whose rows live on the device, rebuilt on the host when a device set changes and
-  /// copied up on the step's stream (`batch_copied_` guards the host copy).
   template <class T>
-  struct batch_table {
-    dbuf<adamw_selective_item<T>> d;
-    hbuf<adamw_selective_item<T>> h;
-    int count = 0;
-    std::int64_t blocks = 0;    // of the launch (adamw_selective_batch_blocks)
-    std::int64_t max_rows = 0;  // of one matrix (the masses' grid)
-    std::size_t bytes = 0;      // moved (the emulated device's timing model)
-    std::size_t mass_first = 0; // its first entry in the mass tables
-  };
+  using batch_table = typename batch_tables<Backend>::template table<T>;
   template <class T>
   batch_table<T>& table() {
-    if constexpr (std::is_same_v<T, float>) {
-      return batch_f32_;
-    } else if constexpr (std::is_same_v<T, half>) {
-      return batch_f16_;
-    } else {
-      return batch_bf16_;
-    }
+    return batch_.template of<T>();
   }
   /// The parameters the batched update covers (rows on the device, not a dense vector).
   [[nodiscard]] bool batched(std::size_t p) const { return dev_[p].k != 0 && !info(p).device_dense; }
@@ -361,26 +331,7 @@ private:
   /// there): every event it records (staging slots and records on the copy stream, which follow
   /// the step's work on the user's stream; the uploads, the scatter, the batch tables, the
   /// migration; `tail_` after the work that no copy follows) and its upload stream.
-  void wait_own_work() noexcept {
-    if (!upload_stream_created_) {
-      return; // never set up: nothing was enqueued
-    }
-    const copier_type c = b_.copier();
-    // Each wait apart: after a device error the first would throw, and the rest must still wait.
-    const auto quietly = [](auto&& wait) {
-      try {
-        wait();
-      } catch (...) { // NOLINT(bugprone-empty-catch): the error was reported where it happened
-      }
-    };
-    for (auto& e : events_) {
-      quietly([&] { c.synchronize(e); });
-    }
-    for (event_type* e : {&copied_, &scattered_, &batch_copied_, &migrated_, &tail_}) {
-      quietly([&] { c.synchronize(*e); });
-    }
-    quietly([&] { b_.synchronize(upload_stream_); });
-  }
+  void wait_own_work() noexcept;
 
   [[nodiscard]] const param_info& info(std::size_t p) const { return (*params_)[p]; }
   [[nodiscard]] float* record_words() { return record_[cur_record_].data(); }
@@ -394,19 +345,25 @@ private:
   static channel_matrix<T> compact(T* base, std::int64_t rows, std::int64_t len) {
     return {base, rows, len, len, channel_layout::contiguous};
   }
-  // The plan's primitive calls that recur, each written once: `bytes` is what they move (the
-  // emulated device's timing model charges it).
+  // The plan's primitive calls that recur, each written once (device_plan_impl.hpp): what they
+  // move is charged by the emulated device's timing model.
   template <class Tin, class Tout>
   void gather(channel_matrix<const Tin> src,
               const std::int32_t* idx,
               std::int64_t count,
               Tout* dst,
               float* l1_mass,
-              cudaStream_t s) {
-    b_.run(s, static_cast<std::size_t>(count * src.channel_len) * (sizeof(Tin) + sizeof(Tout)),
-           "zenflow::engine: gather_channels",
-           [=](auto prim, auto on) { return prim.gather_channels(src, idx, count, dst, l1_mass, on); });
-  }
+              cudaStream_t s);
+  template <class Tin, class Tout>
+  void scatter(
+      const Tin* src, const std::int32_t* idx, std::int64_t count, channel_matrix<Tout> dst, cudaStream_t s);
+  void iota(std::int32_t* out, std::int64_t n, cudaStream_t s);
+  void move_counts(const std::int32_t* src,
+                   const std::int32_t* src_idx,
+                   std::int32_t* dst,
+                   const std::int32_t* dst_idx,
+                   std::int64_t n,
+                   cudaStream_t s);
   /// Zen-auto's mass of rows `idx[0..count)` of `p`'s gradient into `*l1`, in the host twins'
   /// order (detail/l1_mass.hpp: their 16-lane path for contiguous weights and gradients).
   l1_mass_args mass_args(std::size_t p,
@@ -414,33 +371,7 @@ private:
                          std::int64_t count,
                          float* row_l1,
                          const std::uint32_t* skip,
-                         float* l1) const {
-    const param_info& pi = info(p);
-    const bool lanes = pi.layout == channel_layout::contiguous;
-    return {pi.step_grads, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
-            lanes,         idx,     count,       row_l1,         skip,  l1};
-  }
-  template <class Tin, class Tout>
-  void scatter(
-      const Tin* src, const std::int32_t* idx, std::int64_t count, channel_matrix<Tout> dst, cudaStream_t s) {
-    b_.run(s, static_cast<std::size_t>(count * dst.channel_len) * (sizeof(Tin) + sizeof(Tout)),
-           "zenflow::engine: scatter_channels",
-           [=](auto prim, auto on) { return prim.scatter_channels(src, idx, count, dst, on); });
-  }
-  void iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
-    b_.run(s, static_cast<std::size_t>(n) * 4, "zenflow::engine: iota",
-           [=](auto prim, auto on) { return prim.iota(out, n, on); });
-  }
-  void move_counts(const std::int32_t* src,
-                   const std::int32_t* src_idx,
-                   std::int32_t* dst,
-                   const std::int32_t* dst_idx,
-                   std::int64_t n,
-                   cudaStream_t s) {
-    const count_moves m{src, src_idx, dst, dst_idx, n};
-    b_.run(s, static_cast<std::size_t>(n) * 8, "zenflow::engine: move_counts",
-           [m](auto prim, auto on) { return prim.move_counts(m, on); });
-  }
+                         float* l1) const;
   template <class T>
   static channel_matrix<const T> read_only(channel_matrix<T> m) {
     return {m.data, m.channels, m.channel_len, m.ld, m.layout};
@@ -489,25 +420,12 @@ private:
   dbuf<std::int32_t> stage_counts_;
   hbuf<float> h_stage_;
   hbuf<std::int32_t> h_stage_counts_;
-  hbuf<std::uint32_t> h_word_;
   dbuf<std::byte> staging_;
   std::size_t staging_bytes_ = 0;
   dbuf<std::byte> temp_;
   std::vector<event_type> events_; // [0, slots): staging slots; slots + 0/1: records
   std::vector<bool> event_used_;   // training thread only
-  // The upload (see begin_uploads): its stream and events; each flag is written by the thread of
-  // its phase and read by the other only across the window queue's hand-over.
-  int device_ = 0; // the device of setup(), made current on the job's thread
-  cudaStream_t upload_stream_ = nullptr;
-  bool upload_stream_created_ = false;
-  event_type copied_{};    // recorded on upload_stream_ after a window's H2D copies
-  event_type scattered_{}; // recorded on the user's stream after the boundary's scatter
-  bool copy_recorded_ = false;
-  bool scatter_recorded_ = false;
-  std::size_t upload_chunk_bytes_ = 0; // chunk_ring: the device chunk's size (0: whole_window)
-  dbuf<std::byte> upload_chunk_;
-  // The batched update (build_batch): a table per working type, Zen-auto's mass calls per record
-  // parity (they point into the record), the per-row masses of every matrix side by side.
+  upload_phase<Backend> upload_;   // the upload of a host window's weights (device_plan_upload.hpp)
   // A selection step (select_all, migrate): the new sets of every matrix and the skip flag read
   // back in one copy; the migration's index lists, each matrix's at its own offset (`lists_at_`,
   // from 0 at each selection), so that no host buffer is rewritten before its copy ran.
@@ -518,16 +436,8 @@ private:
   std::size_t lists_at_ = 0;
   event_type migrated_{};
   bool migration_recorded_ = false;
-  event_type tail_{}; // recorded after init_device_state and update (wait_own_work)
-  batch_table<float> batch_f32_;
-  batch_table<half> batch_f16_;
-  batch_table<bfloat16> batch_bf16_;
-  dbuf<l1_mass_args> batch_mass_[2];
-  hbuf<l1_mass_args> h_batch_mass_[2];
-  dbuf<float> batch_row_l1_;
-  bool batch_dirty_ = true;
-  bool batch_recorded_ = false;
-  event_type batch_copied_{};
+  event_type tail_{};           // recorded after init_device_state and update (wait_own_work)
+  batch_tables<Backend> batch_; // the batched update's (build_batch, device_plan_batch.hpp)
 };
 
 } // namespace detail

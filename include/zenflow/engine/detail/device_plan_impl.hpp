@@ -1,6 +1,7 @@
 /// @file
-/// Member definitions of `detail::device_plan` (device_plan.hpp): setup, the step's operations
-/// and the upload, written once over the backend (selection, migration and state transfers:
+/// Member definitions of `detail::device_plan` (device_plan.hpp): the step's operations and the
+/// primitive calls they share, written once over the backend (setup: device_plan_setup.hpp; the
+/// upload: device_plan_upload.hpp; selection, migration and state transfers:
 /// device_plan_migrate.hpp).
 #pragma once
 
@@ -8,248 +9,6 @@
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
-
-template <class Backend>
-void device_plan<Backend>::setup(const std::vector<param_info>& params,
-                                 std::size_t staging_bytes,
-                                 memory_usage& mem,
-                                 const plan_inputs& inputs) {
-  params_ = &params;
-  dev_.resize(params.size());
-  std::int64_t matrices = 0;
-  std::int64_t max_rows = 1;
-  std::int64_t max_cap_elems = 1;
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const auto& pi = params[p];
-    auto& d = dev_[p];
-    const auto cap = static_cast<std::size_t>(pi.device_capacity);
-    const auto rows = cap * static_cast<std::size_t>(pi.channel_len);
-    if (pi.matrix) {
-      d.matrix_index = matrices++;
-    }
-    d.master = dbuf<float>(rows);
-    d.m = dbuf<float>(rows);
-    d.v = dbuf<float>(rows);
-    d.counts = dbuf<std::int32_t>(cap);
-    d.sel = dbuf<std::int32_t>(cap);
-    d.scores = dbuf<float>(static_cast<std::size_t>(pi.matrix ? pi.channels : 1));
-    (pi.matrix ? mem.device_selected_state : mem.device_vector_state) += rows * 12 + cap * 4 + cap * 4;
-    mem.device_scratch += d.scores.size() * 4;
-    if (pi.host_side) {
-      d.host_set = dbuf<std::int32_t>(static_cast<std::size_t>(pi.channels));
-      if (upload_chunk_bytes_ == 0) {
-        d.upload = dbuf<std::byte>(static_cast<std::size_t>(pi.channels) * pi.channel_bytes());
-        mem.device_upload += d.upload.size();
-      }
-      mem.device_scratch += d.host_set.size() * 4;
-    }
-    max_rows = std::max(max_rows, pi.channels);
-    if (pi.host_side) { // the stage carries a migration's rows: only parameters with a host side migrate
-      max_cap_elems = std::max<std::int64_t>(max_cap_elems, pi.device_capacity * pi.channel_len);
-    }
-  }
-  layout_.matrices = matrices;
-  if (upload_chunk_bytes_ > 0) {
-    upload_chunk_ = dbuf<std::byte>(upload_chunk_bytes_);
-    mem.device_upload += upload_chunk_.size();
-  }
-  // The vectors' update counts, one contiguous array (slots grouped by dtype): one dense AdamW
-  // call per run. d.counts stays their staging for migrate().
-  dense_order_ = dense_order(params);
-  dense_slot_.assign(params.size(), -1);
-  for (std::size_t i = 0; i < dense_order_.size(); ++i) {
-    dense_slot_[dense_order_[i]] = static_cast<std::int64_t>(i);
-  }
-  dense_counts_ = dbuf<std::int32_t>(std::max<std::size_t>(dense_order_.size(), 1));
-  mem.device_vector_state += dense_counts_.size() * 4;
-  for (auto& r : record_) {
-    r = dbuf<float>(static_cast<std::size_t>(layout_.words()));
-  }
-  early_rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices, 1)));
-  b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
-  {
-    // Zen-auto's per-row masses (detail/l1_mass.hpp): a call has at most `channels` rows;
-    // step()'s packs and grad_ready()'s packs each have their own (they may run on different
-    // streams; the update's are batch_row_l1_).
-    std::int64_t rows = 1;
-    for (const auto& pi : params) {
-      rows = pi.matrix ? std::max(rows, pi.channels) : rows;
-    }
-    for (auto& m : mass_rows_) {
-      m = dbuf<float>(static_cast<std::size_t>(rows));
-    }
-    // Their packs' tickets (l1_mass_args::ticket): zero between packs.
-    pack_tickets_ = dbuf<std::uint32_t>(2);
-    b_.zero(pack_tickets_.data(), pack_tickets_.size() * 4, nullptr);
-  }
-  totals_ = dbuf<double>(params.size());
-  flags_ = dbuf<std::uint32_t>(params.size());
-  {
-    // The squared-norm totals' descriptors: fixed from registration on, uploaded once.
-    std::vector<sq_total_item> items(params.size());
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto& pi = params[p];
-      items[p] = {pi.step_grads, dev_[p].scores.data(),
-                  pi.channels,   pi.channel_len,
-                  pi.ld,         pi.layout,
-                  pi.type,       p < inputs.score_rescans.size() ? inputs.score_rescans[p] : nullptr};
-    }
-    sq_items_ = dbuf<sq_total_item>(items.size());
-    b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
-    // A selection's rescans of the matrices whose squared totals rescan their gradient.
-    std::size_t wide_total = 0;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      if (params[p].matrix && items[p].rescan == nullptr) {
-        wide_total += static_cast<std::size_t>(params[p].channels);
-      }
-    }
-    wide_ = dbuf<double>(std::max<std::size_t>(wide_total, 1));
-    wide_of_.assign(params.size(), nullptr);
-    std::vector<sq_rescan_item> wide_items;
-    std::size_t off = 0;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      if (!params[p].matrix) {
-        continue;
-      }
-      if (items[p].rescan != nullptr) {
-        wide_of_[p] = items[p].rescan;
-        continue;
-      }
-      wide_of_[p] = wide_.data() + off;
-      wide_items.push_back({items[p], 0, params[p].channels, wide_.data() + off});
-      wide_max_ = std::max(wide_max_, params[p].channels);
-      off += static_cast<std::size_t>(params[p].channels);
-    }
-    wide_count_ = static_cast<int>(wide_items.size());
-    wide_items_ = dbuf<sq_rescan_item>(std::max<std::size_t>(wide_items.size(), 1));
-    if (!wide_items.empty()) {
-      b_.copy_h2d(wide_items_.data(), wide_items.data(), wide_items.size() * sizeof(wide_items[0]), nullptr);
-    }
-    mem.device_scratch += wide_.size() * 8 + wide_items_.size() * sizeof(sq_rescan_item);
-    b_.synchronize(nullptr); // `items` and `wide_items` are freed next
-  }
-  stage_ = dbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
-  stage_counts_ = dbuf<std::int32_t>(static_cast<std::size_t>(max_rows));
-  h_stage_ = hbuf<float>(static_cast<std::size_t>(3 * max_cap_elems));
-  h_stage_counts_ = hbuf<std::int32_t>(static_cast<std::size_t>(max_rows));
-  h_word_ = hbuf<std::uint32_t>(1);
-  staging_ = dbuf<std::byte>(staging_bytes * slots_);
-  staging_bytes_ = staging_bytes;
-  const copier_type c = b_.copier();
-  events_.resize(slots_ + 2);
-  for (auto& e : events_) {
-    c.create_event(e);
-  }
-  event_used_.assign(events_.size(), false);
-  device_ = b_.current_device();
-  upload_stream_ = c.create_stream(0);
-  upload_stream_created_ = true;
-  c.create_event(copied_);
-  c.create_event(scattered_);
-  // Temporary storage: the largest of the norms (per dtype group) and top-k queries.
-  std::size_t need = 0;
-  for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
-    using T = decltype(tag);
-    std::vector<channel_norm_item<T>> items = norm_items<T>(members);
-    std::size_t bytes = 0;
-    check(b_.query([&](auto prim, auto on) {
-      return prim.template channel_norms_batched<channel_norm::sq_l2>(
-          nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()), channel_norm_extras{}, on);
-    }),
-          "zenflow::engine: channel_norms_batched");
-    need = std::max(need, bytes);
-  });
-  // And the L1 importance of a selection step (select_all: the matrices of each dtype group).
-  for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
-    using T = decltype(tag);
-    std::vector<std::size_t> group_matrices;
-    for (const std::size_t p : members) {
-      if (params[p].matrix) {
-        group_matrices.push_back(p);
-      }
-    }
-    std::vector<channel_norm_item<T>> items = norm_items<T>(group_matrices);
-    std::size_t bytes = 0;
-    check(b_.query([&](auto prim, auto on) {
-      return prim.template channel_norms_batched<channel_norm::l1>(
-          nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()), channel_norm_extras{}, on);
-    }),
-          "zenflow::engine: channel_norms_batched");
-    need = std::max(need, bytes);
-  });
-  temp_ = dbuf<std::byte>(std::max<std::size_t>(need, 256));
-  {
-    // The batched update's tables, sized for every parameter that may have rows on the device.
-    std::size_t all = 0;
-    std::size_t rows = 0;
-    for_each_group([&](auto tag, const std::vector<std::size_t>& members) {
-      using T = decltype(tag);
-      std::size_t n = 0;
-      for (const std::size_t p : members) {
-        if (!params[p].device_dense && params[p].device_capacity > 0) {
-          ++n;
-          rows += static_cast<std::size_t>(params[p].device_capacity);
-        }
-      }
-      table<T>().d = dbuf<adamw_selective_item<T>>(std::max<std::size_t>(n, 1));
-      table<T>().h = hbuf<adamw_selective_item<T>>(std::max<std::size_t>(n, 1));
-      mem.device_scratch += table<T>().d.size() * sizeof(adamw_selective_item<T>);
-      all += n;
-    });
-    for (int r = 0; r < 2; ++r) {
-      batch_mass_[r] = dbuf<l1_mass_args>(std::max<std::size_t>(all, 1));
-      h_batch_mass_[r] = hbuf<l1_mass_args>(std::max<std::size_t>(all, 1));
-    }
-    batch_row_l1_ = dbuf<float>(std::max<std::size_t>(rows, 1));
-    mem.device_scratch += 2 * batch_mass_[0].size() * sizeof(l1_mass_args) + batch_row_l1_.size() * 4;
-    c.create_event(batch_copied_);
-  }
-  {
-    // A selection's buffers: every matrix's new set (and the skip flag) in one readback; the
-    // migrations' index lists ([leave | keep old | keep new | enter | new set]: at most 3 x k) and
-    // host sets side by side.
-    std::size_t sets = 1;
-    std::size_t lists = 1;
-    std::vector<topk_item> items;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto& pi = params[p];
-      if (pi.matrix) {
-        items.push_back({dev_[p].scores.data(), pi.channels, pi.device_capacity, nullptr, nullptr});
-        sets += static_cast<std::size_t>(pi.device_capacity);
-      }
-      if (pi.host_side) {
-        lists += static_cast<std::size_t>(3 * pi.device_capacity + pi.channels);
-      }
-    }
-    sel_idx_ = dbuf<std::int32_t>(sets);
-    h_sel_ = hbuf<std::int32_t>(sets);
-    lists_ = dbuf<std::int32_t>(lists);
-    h_lists_ = hbuf<std::int32_t>(lists);
-    mem.device_scratch += (sets + lists) * 4;
-    std::size_t at = 0;
-    for (auto& it : items) {
-      it.indices = sel_idx_.data() + at;
-      at += static_cast<std::size_t>(it.k);
-    }
-    std::size_t bytes = 0;
-    check(b_.query([&](auto prim, auto on) {
-      return prim.topk_segmented(nullptr, bytes, items.data(), static_cast<std::int64_t>(items.size()),
-                                 topk_order::ascending_index, on);
-    }),
-          "zenflow::engine: topk_segmented");
-    if (bytes > temp_.size()) {
-      temp_ = dbuf<std::byte>(bytes);
-    }
-    c.create_event(migrated_);
-    c.create_event(tail_);
-  }
-  mem.device_staging += staging_.size();
-  mem.device_scratch += temp_.size() + 2 * record_[0].size() * 4 + early_rest_.size() * 4 +
-                        2 * mass_rows_[0].size() * 4 + pack_tickets_.size() * 4 + totals_.size() * 8 +
-                        sq_items_.size() * sizeof(sq_total_item) + flags_.size() * 4 + stage_.size() * 4 +
-                        stage_counts_.size() * 4;
-  b_.synchronize_all(); // allocations and their first writes done
-}
 
 template <class Backend>
 void device_plan<Backend>::init_device_state(std::size_t p, cudaStream_t stream) {
@@ -268,7 +27,7 @@ void device_plan<Backend>::init_device_state(std::size_t p, cudaStream_t stream)
     b_.zero(counts_of(p), 4, stream);
   }
   d.k = cap;
-  batch_dirty_ = true;
+  batch_.dirty = true;
   b_.copier().record(tail_, stream);
 }
 
@@ -372,7 +131,7 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
   }
   // The matrices: one batched selective AdamW per working type (P4; the counts advance in it),
   // whatever the number of matrices, with their Zen-auto crit masses.
-  if (batch_dirty_) {
+  if (batch_.dirty) {
     build_batch(stream);
   }
   adamw_hparams hp = base;
@@ -387,7 +146,7 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
     b_.run(stream, bt.bytes, "zenflow::engine: adamw_selective",
            [items = static_cast<const adamw_selective_item<T>*>(bt.d.data()), n = bt.count,
             blocks = bt.blocks, rows = bt.max_rows, hp, scalars,
-            masses = static_cast<const l1_mass_args*>(batch_mass_[cur_record_].data()) +
+            masses = static_cast<const l1_mass_args*>(batch_.mass[cur_record_].data()) +
                      bt.mass_first](auto prim, auto on) {
              return prim.adamw_selective_batched_mass(items, n, blocks, rows, hp, scalars, masses, on);
            });
@@ -398,10 +157,10 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
 template <class Backend>
 void device_plan<Backend>::build_batch(cudaStream_t stream) {
   const copier_type c = b_.copier();
-  if (batch_recorded_) {
+  if (batch_.recorded) {
     // The last table's copy read the host tables. It ran long ago: a device set changes only at a
     // selection step, whose readback waited for the stream (or at initialize / a restore, which wait).
-    c.synchronize(batch_copied_);
+    c.synchronize(batch_.copied);
   }
   std::size_t mass = 0;
   std::size_t row = 0;
@@ -427,7 +186,7 @@ void device_plan<Backend>::build_batch(cudaStream_t stream) {
           0};
       for (int r = 0; r < 2; ++r) {
         float* rec = record_[r].data();
-        h_batch_mass_[r][mass] = mass_args(p, d.sel.data(), d.k, batch_row_l1_.data() + row,
+        batch_.h_mass[r][mass] = mass_args(p, d.sel.data(), d.k, batch_.row_l1.data() + row,
                                            step_record_layout::skip(rec), layout_.crit(rec, d.matrix_index));
       }
       ++bt.count;
@@ -441,11 +200,27 @@ void device_plan<Backend>::build_batch(cudaStream_t stream) {
                 static_cast<std::size_t>(bt.count) * sizeof(adamw_selective_item<T>), stream);
   });
   for (int r = 0; r < 2; ++r) {
-    b_.copy_h2d(batch_mass_[r].data(), h_batch_mass_[r].data(), mass * sizeof(l1_mass_args), stream);
+    b_.copy_h2d(batch_.mass[r].data(), batch_.h_mass[r].data(), mass * sizeof(l1_mass_args), stream);
   }
-  c.record(batch_copied_, stream);
-  batch_recorded_ = true;
-  batch_dirty_ = false;
+  c.record(batch_.copied, stream);
+  batch_.recorded = true;
+  batch_.dirty = false;
+}
+
+template <class Backend>
+void device_plan<Backend>::begin_rest_masses(bool adopt_early, cudaStream_t stream) {
+  if (layout_.matrices == 0) {
+    return;
+  }
+  float* rest = layout_.rest(record_words(), 0);
+  if (!adopt_early) {
+    b_.zero(rest, static_cast<std::size_t>(layout_.matrices) * 4, stream);
+    return;
+  }
+  b_.run(stream, 0, "zenflow::engine: adopt_early_mass",
+         [early = early_rest_.data(), rest, n = static_cast<int>(layout_.matrices)](auto prim, auto on) {
+           return prim.adopt_early_mass(early, rest, n, on);
+         });
 }
 
 template <class Backend>
@@ -470,85 +245,78 @@ void device_plan<Backend>::pack(
 }
 
 template <class Backend>
-void device_plan<Backend>::begin_uploads() {
-  b_.bind_device(device_);
-  if (scatter_recorded_) {
-    b_.copier().stream_wait(upload_stream_, scattered_);
+void device_plan<Backend>::wait_own_work() noexcept {
+  if (!upload_.stream_created) {
+    return; // never set up: nothing was enqueued
   }
-}
-
-template <class Backend>
-std::size_t
-device_plan<Backend>::upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end) {
-  const param_info& pi = info(p);
-  auto& d = dev_[p];
-  const std::size_t at = static_cast<std::size_t>(begin) * pi.channel_bytes();
-  const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
-  if (upload_chunk_bytes_ > 0) {
-    d.upload_src = src; // copied up at the boundary (apply_upload)
-    return bytes;
-  }
-  b_.copy_h2d(d.upload.data() + at, src + at, bytes, upload_stream_);
-  return bytes;
-}
-
-template <class Backend>
-void device_plan<Backend>::end_uploads() {
-  if (upload_chunk_bytes_ > 0) {
-    return; // nothing was copied yet
-  }
-  b_.copier().record(copied_, upload_stream_);
-  copy_recorded_ = true;
-}
-
-template <class Backend>
-void device_plan<Backend>::begin_apply(cudaStream_t stream) {
-  if (copy_recorded_) {
-    b_.copier().stream_wait(stream, copied_);
-  }
-}
-
-template <class Backend>
-std::size_t
-device_plan<Backend>::apply_upload(std::size_t p, std::int64_t begin, std::int64_t end, cudaStream_t stream) {
-  const param_info& pi = info(p);
-  auto& d = dev_[p];
-  dispatch_dtype(pi.type, [&](auto tag) {
-    using T = decltype(tag);
-    if (upload_chunk_bytes_ == 0) {
-      scatter(reinterpret_cast<const T*>(d.upload.data()) + begin * pi.channel_len, d.host_set.data() + begin,
-              end - begin, pi.weight_matrix<T>(), stream);
-      return;
+  const copier_type c = b_.copier();
+  // Each wait apart: after a device error the first would throw, and the rest must still wait.
+  const auto quietly = [](auto&& wait) {
+    try {
+      wait();
+    } catch (...) { // NOLINT(bugprone-empty-catch): the error was reported where it happened
     }
-    // chunk_ring: up and scattered one chunk at a time; the next copy into the chunk follows the
-    // scatter that read it in stream order.
-    const auto rows =
-        static_cast<std::int64_t>(upload_chunk_bytes_ / pi.channel_bytes()); // >= 1: registration
-    for (std::int64_t b = begin; b < end; b += rows) {
-      const std::int64_t n = std::min(rows, end - b);
-      b_.copy_h2d(upload_chunk_.data(), d.upload_src + static_cast<std::size_t>(b) * pi.channel_bytes(),
-                  static_cast<std::size_t>(n) * pi.channel_bytes(), stream);
-      scatter(reinterpret_cast<const T*>(upload_chunk_.data()), d.host_set.data() + b, n,
-              pi.weight_matrix<T>(), stream);
-    }
-  });
-  return static_cast<std::size_t>(end - begin) * pi.channel_bytes();
+  };
+  for (auto& e : events_) {
+    quietly([&] { c.synchronize(e); });
+  }
+  for (event_type* e : {&upload_.copied, &upload_.scattered, &batch_.copied, &migrated_, &tail_}) {
+    quietly([&] { c.synchronize(*e); });
+  }
+  quietly([&] { b_.synchronize(upload_.stream); });
 }
 
 template <class Backend>
-void device_plan<Backend>::end_apply(cudaStream_t stream) {
-  b_.copier().record(scattered_, stream);
-  scatter_recorded_ = true;
+template <class Tin, class Tout>
+void device_plan<Backend>::gather(channel_matrix<const Tin> src,
+                                  const std::int32_t* idx,
+                                  std::int64_t count,
+                                  Tout* dst,
+                                  float* l1_mass,
+                                  cudaStream_t s) {
+  b_.run(s, static_cast<std::size_t>(count * src.channel_len) * (sizeof(Tin) + sizeof(Tout)),
+         "zenflow::engine: gather_channels",
+         [=](auto prim, auto on) { return prim.gather_channels(src, idx, count, dst, l1_mass, on); });
 }
 
 template <class Backend>
-void device_plan<Backend>::wait_upload_done() {
-  if (copy_recorded_) {
-    b_.copier().synchronize(copied_);
-  }
-  if (upload_chunk_bytes_ > 0 && scatter_recorded_) {
-    b_.copier().synchronize(scattered_); // the boundary's copies read the host buffers before it
-  }
+template <class Tin, class Tout>
+void device_plan<Backend>::scatter(
+    const Tin* src, const std::int32_t* idx, std::int64_t count, channel_matrix<Tout> dst, cudaStream_t s) {
+  b_.run(s, static_cast<std::size_t>(count * dst.channel_len) * (sizeof(Tin) + sizeof(Tout)),
+         "zenflow::engine: scatter_channels",
+         [=](auto prim, auto on) { return prim.scatter_channels(src, idx, count, dst, on); });
+}
+
+template <class Backend>
+void device_plan<Backend>::iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
+  b_.run(s, static_cast<std::size_t>(n) * 4, "zenflow::engine: iota",
+         [=](auto prim, auto on) { return prim.iota(out, n, on); });
+}
+
+template <class Backend>
+void device_plan<Backend>::move_counts(const std::int32_t* src,
+                                       const std::int32_t* src_idx,
+                                       std::int32_t* dst,
+                                       const std::int32_t* dst_idx,
+                                       std::int64_t n,
+                                       cudaStream_t s) {
+  const count_moves m{src, src_idx, dst, dst_idx, n};
+  b_.run(s, static_cast<std::size_t>(n) * 8, "zenflow::engine: move_counts",
+         [m](auto prim, auto on) { return prim.move_counts(m, on); });
+}
+
+template <class Backend>
+l1_mass_args device_plan<Backend>::mass_args(std::size_t p,
+                                             const std::int32_t* idx,
+                                             std::int64_t count,
+                                             float* row_l1,
+                                             const std::uint32_t* skip,
+                                             float* l1) const {
+  const param_info& pi = info(p);
+  const bool lanes = pi.layout == channel_layout::contiguous;
+  return {pi.step_grads, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
+          lanes,         idx,     count,       row_l1,         skip,  l1};
 }
 
 template <class Backend>
@@ -583,3 +351,5 @@ std::vector<channel_norm_item<T>> device_plan<Backend>::norm_items(const std::ve
 ZF_NAMESPACE_END
 
 #include <zenflow/engine/detail/device_plan_migrate.hpp>
+#include <zenflow/engine/detail/device_plan_setup.hpp>
+#include <zenflow/engine/detail/device_plan_upload.hpp>

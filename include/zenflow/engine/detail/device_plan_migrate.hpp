@@ -2,7 +2,8 @@
 /// The device plan's selection steps and state transfers: the top-k of a matrix's scores, the
 /// migration of the rows that change sides (in place), the host set's upload, and the reads and
 /// writes of the device-resident state (engine::state(), checkpoints). Written once over the
-/// backend; included by device_plan_impl.hpp.
+/// backend; included by device_plan_impl.hpp. migrate() reads as its parts: the index lists,
+/// leaving rows home, kept rows moved, entering rows installed.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include <zenflow/engine/detail/device_plan.hpp>
-#include <zenflow/engine/detail/host/host_moments.hpp>
+#include <zenflow/engine/detail/moment_rows.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -98,6 +99,23 @@ bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& se
   return skip != 0;
 }
 
+/// A migration's index lists, written into the host lists at its matrix's own place: what the
+/// device reads ([leave | keep old | keep new | enter | new set] at `base` in the host and device
+/// lists; `dev` points there, each list at its offset from it), and the host rows of the leaving
+/// and entering rows (`leave_ch`, `enter_ch`: indices into the host rows); and the matrix's
+/// compact device rows they move (master, m, v: `cap` rows of `len`) and counts.
+struct migration_lists {
+  std::size_t base = 0;
+  const std::int32_t* dev = nullptr;
+  std::size_t words = 0;
+  std::int64_t leave = 0, keep_old = 0, keep_new = 0, enter = 0, sel = 0;
+  std::int64_t nl = 0, nk = 0, ne = 0; // rows leaving, kept, entering
+  std::vector<std::int32_t> leave_ch, enter_ch;
+  std::int64_t len = 0, cap = 0;
+  float* rows[3] = {};
+  std::int32_t* counts = nullptr;
+};
+
 template <class Backend>
 template <class M>
 std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
@@ -107,33 +125,58 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
                                                                   std::int64_t host_first,
                                                                   const entering_rows<M>* on_device,
                                                                   cudaStream_t stream) {
-  const param_info& pi = info(p);
   auto& d = dev_[p];
-  const std::int64_t L = pi.channel_len;
-  const std::int64_t cap = pi.device_capacity;
+  migration_lists l = index_lists(old_sel, new_sel, host_rows.channels, host_first);
+  l.len = info(p).channel_len;
+  l.cap = info(p).device_capacity;
+  l.rows[0] = d.master.data();
+  l.rows[1] = d.m.data();
+  l.rows[2] = d.v.data();
+  l.counts = d.counts.data();
+  if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
+    b_.copy_d2d(d.counts.data(), counts_of(p), 4, stream);
+  }
+  b_.copy_h2d(lists_.data() + l.base, h_lists_.data() + l.base, l.words * 4, stream);
+  rows_home(l, host_rows, stream);
+  move_kept_rows(l, stream);
+  install_entering_rows(l, host_rows, on_device, stream);
+  if (dense_slot_[p] >= 0) {
+    b_.copy_d2d(counts_of(p), d.counts.data(), 4, stream);
+  }
+  b_.copy_d2d(d.sel.data(), l.dev + l.sel, new_sel.size() * 4, stream);
+  d.k = static_cast<std::int64_t>(new_sel.size());
+  batch_.dirty = true;
+  b_.copier().record(migrated_, stream);
+  migration_recorded_ = true;
+  const std::size_t row = static_cast<std::size_t>(l.len) * 12 + 4;
+  return {static_cast<std::size_t>(l.nl) * row,
+          (on_device != nullptr ? 0 : static_cast<std::size_t>(l.ne) * row) + l.words * 4};
+}
+
+template <class Backend>
+migration_lists device_plan<Backend>::index_lists(const std::vector<std::int32_t>& old_sel,
+                                                  const std::vector<std::int32_t>& new_sel,
+                                                  std::int64_t host_channels,
+                                                  std::int64_t host_first) {
   std::vector<std::int32_t> leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch;
   diff_selection(old_sel, new_sel, leave_pos, leave_ch, keep_old, keep_new, enter_pos, enter_ch);
-  { // Leaving rows of another rank's block: dropped (their owner keeps them).
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < leave_ch.size(); ++i) {
-      if (leave_ch[i] >= host_first && leave_ch[i] < host_first + host_rows.channels) {
-        leave_pos[kept] = leave_pos[i];
-        leave_ch[kept++] = leave_ch[i] - static_cast<std::int32_t>(host_first);
-      }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < leave_ch.size(); ++i) {
+    if (leave_ch[i] >= host_first && leave_ch[i] < host_first + host_channels) {
+      leave_pos[kept] = leave_pos[i];
+      leave_ch[kept++] = leave_ch[i] - static_cast<std::int32_t>(host_first);
     }
-    leave_pos.resize(kept);
-    leave_ch.resize(kept);
   }
+  leave_pos.resize(kept);
+  leave_ch.resize(kept);
   for (auto& c : enter_ch) { // indices into host_rows (read only without on_device)
     c -= static_cast<std::int32_t>(host_first);
   }
-  const auto nl = static_cast<std::int64_t>(leave_pos.size());
-  const auto nk = static_cast<std::int64_t>(keep_old.size());
-  const auto ne = static_cast<std::int64_t>(enter_pos.size());
-  // Index lists up in one copy: [leave_pos | keep_old | keep_new | enter_pos | new_sel], at this
-  // matrix's own place in the lists (the copy runs later; nothing rewrites it before).
-  const std::size_t base = lists_at_;
-  std::int32_t* hi = h_lists_.data() + base;
+  // At this matrix's own place in the lists: the copy up runs later, and nothing rewrites it before.
+  migration_lists l;
+  std::int32_t* hi = h_lists_.data() + lists_at_;
+  l.base = lists_at_;
+  l.dev = lists_.data() + lists_at_;
   std::int64_t o = 0;
   const auto put = [&](const std::vector<std::int32_t>& v) {
     std::copy(v.begin(), v.end(), hi + o);
@@ -141,65 +184,94 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     o += static_cast<std::int64_t>(v.size());
     return at;
   };
-  const std::int64_t o_leave = put(leave_pos), o_keep_old = put(keep_old), o_keep_new = put(keep_new),
-                     o_enter = put(enter_pos), o_sel = put(new_sel);
-  const std::int32_t* di = lists_.data() + base;
-  lists_at_ += static_cast<std::size_t>(o);
-  if (dense_slot_[p] >= 0) { // a vector's count lives in the dense array: d.counts stages it
-    b_.copy_d2d(d.counts.data(), counts_of(p), 4, stream);
+  l.leave = put(leave_pos);
+  l.keep_old = put(keep_old);
+  l.keep_new = put(keep_new);
+  l.enter = put(enter_pos);
+  l.sel = put(new_sel);
+  l.words = static_cast<std::size_t>(o);
+  lists_at_ += l.words;
+  l.nl = static_cast<std::int64_t>(leave_pos.size());
+  l.nk = static_cast<std::int64_t>(keep_old.size());
+  l.ne = static_cast<std::int64_t>(enter_pos.size());
+  l.leave_ch = std::move(leave_ch);
+  l.enter_ch = std::move(enter_ch);
+  return l;
+}
+
+// The host side of the stage (h_stage_, h_stage_counts_) is read and written only by the copies
+// and host tasks of the migration's stream, in stream order: the next matrix reuses it safely.
+
+template <class Backend>
+template <class M>
+void device_plan<Backend>::rows_home(migration_lists& l,
+                                     const basic_channel_state<M>& host_rows,
+                                     cudaStream_t stream) {
+  const std::int64_t nl = l.nl;
+  const std::int64_t L = l.len;
+  if (nl == 0) {
+    return;
   }
-  b_.copy_h2d(lists_.data() + base, hi, static_cast<std::size_t>(o) * 4, stream);
   const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
-  // The host side of the stage (h_stage_, h_stage_counts_) is read and written only by the
-  // copies and host tasks of this stream, in stream order: the next matrix reuses it safely.
   float* const hs = h_stage_.data();
   std::int32_t* const hc = h_stage_counts_.data();
-  // 1. Leaving rows go home: gathered, copied down, written into the host rows by a host task.
-  if (nl > 0) {
-    float* st[3] = {stage_.data(), stage_.data() + nl * L, stage_.data() + 2 * nl * L};
-    const float* src[3] = {d.master.data(), d.m.data(), d.v.data()};
-    for (int a = 0; a < 3; ++a) {
-      gather(compact(src[a], cap, L), di + o_leave, nl, st[a], nullptr, stream);
-    }
-    move_counts(d.counts.data(), di + o_leave, stage_counts_.data(), nullptr, nl, stream);
-    b_.copy_d2h(hs, stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
-    b_.copy_d2h(hc, stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
-    b_.host_task(stream, "zenflow::engine: migration, leaving rows home",
-                 [host_rows, hs, hc, L, nl, row_bytes, leave_ch = std::move(leave_ch)] {
-                   for (std::int64_t r = 0; r < nl; ++r) {
-                     const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
-                     std::memcpy(host_rows.master + c * L, hs + r * L, row_bytes);
-                     store_moment_row(host_rows.m + c * L, hs + (nl + r) * L, static_cast<std::size_t>(L));
-                     store_moment_row(host_rows.v + c * L, hs + (2 * nl + r) * L,
-                                      static_cast<std::size_t>(L));
-                     host_rows.counts[c] = hc[r];
-                   }
-                 });
+  for (int a = 0; a < 3; ++a) {
+    gather(compact(static_cast<const float*>(l.rows[a]), l.cap, L), l.dev + l.leave, nl,
+           stage_.data() + a * nl * L, nullptr, stream);
   }
-  // 2. Kept rows move to their new positions, in place: each array's kept rows are all gathered
-  // into the stage before the scatter writes any of them (stream order), and the rows they land
-  // on were kept rows (already gathered) or leaving rows (already home). No second set of
-  // buffers: the stage holds the largest matrix's selected state, not every matrix's.
-  float* dst[3] = {d.master.data(), d.m.data(), d.v.data()};
-  if (nk > 0) {
-    for (int a = 0; a < 3; ++a) {
-      gather(compact(static_cast<const float*>(dst[a]), cap, L), di + o_keep_old, nk, stage_.data(), nullptr,
-             stream);
-      scatter(stage_.data(), di + o_keep_new, nk, compact(dst[a], cap, L), stream);
-    }
-    move_counts(d.counts.data(), di + o_keep_old, stage_counts_.data(), nullptr, nk, stream);
-    move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_keep_new, nk, stream);
+  move_counts(l.counts, l.dev + l.leave, stage_counts_.data(), nullptr, nl, stream);
+  b_.copy_d2h(hs, stage_.data(), static_cast<std::size_t>(3 * nl) * row_bytes, stream);
+  b_.copy_d2h(hc, stage_counts_.data(), static_cast<std::size_t>(nl) * 4, stream);
+  b_.host_task(stream, "zenflow::engine: migration, leaving rows home",
+               [host_rows, hs, hc, L, nl, row_bytes, leave_ch = std::move(l.leave_ch)] {
+                 for (std::int64_t r = 0; r < nl; ++r) {
+                   const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
+                   std::memcpy(host_rows.master + c * L, hs + r * L, row_bytes);
+                   store_moment_row(host_rows.m + c * L, hs + (nl + r) * L, static_cast<std::size_t>(L));
+                   store_moment_row(host_rows.v + c * L, hs + (2 * nl + r) * L, static_cast<std::size_t>(L));
+                   host_rows.counts[c] = hc[r];
+                 }
+               });
+}
+
+template <class Backend>
+void device_plan<Backend>::move_kept_rows(const migration_lists& l, cudaStream_t stream) {
+  // In place: each array's kept rows are all gathered into the stage before the scatter writes
+  // any of them (stream order), and the rows they land on were kept rows (already gathered) or
+  // leaving rows (already home). No second set of buffers: the stage holds the largest matrix's
+  // selected state, not every matrix's.
+  if (l.nk == 0) {
+    return;
   }
-  // 3. Entering rows come up from the host rows (staged by a host task, in stream order), or
-  // are already on the device.
-  if (ne > 0 && on_device != nullptr) {
-    scatter(on_device->master, di + o_enter, ne, compact(dst[0], cap, L), stream);
-    scatter(on_device->m, di + o_enter, ne, compact(dst[1], cap, L), stream);
-    scatter(on_device->v, di + o_enter, ne, compact(dst[2], cap, L), stream);
-    move_counts(on_device->counts, nullptr, d.counts.data(), di + o_enter, ne, stream);
-  } else if (ne > 0) {
+  for (float* rows : l.rows) {
+    gather(compact(static_cast<const float*>(rows), l.cap, l.len), l.dev + l.keep_old, l.nk, stage_.data(),
+           nullptr, stream);
+    scatter(stage_.data(), l.dev + l.keep_new, l.nk, compact(rows, l.cap, l.len), stream);
+  }
+  move_counts(l.counts, l.dev + l.keep_old, stage_counts_.data(), nullptr, l.nk, stream);
+  move_counts(stage_counts_.data(), nullptr, l.counts, l.dev + l.keep_new, l.nk, stream);
+}
+
+template <class Backend>
+template <class M>
+void device_plan<Backend>::install_entering_rows(migration_lists& l,
+                                                 const basic_channel_state<M>& host_rows,
+                                                 const entering_rows<M>* on_device,
+                                                 cudaStream_t stream) {
+  const std::int64_t ne = l.ne;
+  const std::int64_t L = l.len;
+  const std::int32_t* at = l.dev + l.enter;
+  if (ne > 0 && on_device != nullptr) { // gathered from their owners already
+    scatter(on_device->master, at, ne, compact(l.rows[0], l.cap, L), stream);
+    scatter(on_device->m, at, ne, compact(l.rows[1], l.cap, L), stream);
+    scatter(on_device->v, at, ne, compact(l.rows[2], l.cap, L), stream);
+    move_counts(on_device->counts, nullptr, l.counts, at, ne, stream);
+  } else if (ne > 0) { // staged by a host task from the host rows, in stream order
+    const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
+    float* const hs = h_stage_.data();
+    std::int32_t* const hc = h_stage_counts_.data();
     b_.host_task(stream, "zenflow::engine: migration, entering rows staged",
-                 [host_rows, hs, hc, L, ne, row_bytes, enter_ch = std::move(enter_ch)] {
+                 [host_rows, hs, hc, L, ne, row_bytes, enter_ch = std::move(l.enter_ch)] {
                    for (std::int64_t r = 0; r < ne; ++r) {
                      const std::int64_t c = enter_ch[static_cast<std::size_t>(r)];
                      std::memcpy(hs + r * L, host_rows.master + c * L, row_bytes);
@@ -211,21 +283,10 @@ std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
     b_.copy_h2d(stage_.data(), hs, static_cast<std::size_t>(3 * ne) * row_bytes, stream);
     b_.copy_h2d(stage_counts_.data(), hc, static_cast<std::size_t>(ne) * 4, stream);
     for (int a = 0; a < 3; ++a) {
-      scatter(stage_.data() + a * ne * L, di + o_enter, ne, compact(dst[a], cap, L), stream);
+      scatter(stage_.data() + a * ne * L, at, ne, compact(l.rows[a], l.cap, L), stream);
     }
-    move_counts(stage_counts_.data(), nullptr, d.counts.data(), di + o_enter, ne, stream);
+    move_counts(stage_counts_.data(), nullptr, l.counts, at, ne, stream);
   }
-  if (dense_slot_[p] >= 0) {
-    b_.copy_d2d(counts_of(p), d.counts.data(), 4, stream);
-  }
-  b_.copy_d2d(d.sel.data(), di + o_sel, new_sel.size() * 4, stream);
-  d.k = static_cast<std::int64_t>(new_sel.size());
-  batch_dirty_ = true;
-  b_.copier().record(migrated_, stream);
-  migration_recorded_ = true;
-  const std::size_t row = static_cast<std::size_t>(L) * 12 + 4;
-  return {static_cast<std::size_t>(nl) * row,
-          (on_device != nullptr ? 0 : static_cast<std::size_t>(ne) * row) + static_cast<std::size_t>(o) * 4};
 }
 
 template <class Backend>
@@ -329,7 +390,7 @@ void device_plan<Backend>::write_device_state(std::size_t p,
     b_.copy_h2d(d.sel.data(), sel, static_cast<std::size_t>(k) * 4, stream);
   }
   d.k = k;
-  batch_dirty_ = true;
+  batch_.dirty = true;
   b_.synchronize(stream);
 }
 

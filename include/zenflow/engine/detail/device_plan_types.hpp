@@ -1,0 +1,49 @@
+/// @file
+/// What the device plan (device_plan.hpp) takes from the engine's step beside its parameters:
+/// rows that enter a device set already on the device (a data-parallel migration), the inputs of
+/// setup, and the hooks a step runs between the plan's phases.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/math/norms.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// A matrix's rows that enter its device set, in device memory in ascending channel order:
+/// master (fp32), m and v (the host moments' type M, widened as they are installed), one
+/// channel of channel_len each, and the Adam step counts.
+template <class M>
+struct entering_rows {
+  const float* master;
+  const M* m;
+  const M* v;
+  const std::int32_t* counts;
+};
+
+/// What the plan takes from outside at setup: a step that completes some per-channel numbers
+/// from rows this rank does not hold (the engine's data-parallel policy, detail/dp/) supplies
+/// them; a single-rank step leaves it empty.
+struct plan_inputs {
+  /// Per parameter, nullable: the fp64 rescans of its non-finite scores (device memory, a double
+  /// per channel, final when the step's after_norms() hook returns), which its squared norm and
+  /// an sq_l2 selection then read instead of rescanning its gradient.
+  std::vector<const double*> score_rescans;
+};
+
+/// The step's hooks: a no-op at each point where a step completes the plan's numbers between two
+/// of its phases (prologue(), select_all()). A hook type has these two members.
+struct no_step_hooks {
+  /// After the scores and NaN/Inf flags of every gradient, before the totals and the record read them.
+  void after_norms(cudaStream_t) {}
+  /// After a selection's importance, before its top-k reads it.
+  void after_importance(channel_norm, cudaStream_t) {}
+};
+
+} // namespace detail
+ZF_NAMESPACE_END
