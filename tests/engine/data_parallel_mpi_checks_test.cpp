@@ -180,7 +180,7 @@ TEST(engine_data_parallel, save_and_load_every_rank_its_own_file_over_a_device_c
 }
 
 // Over a device communicator the gradients' reduction is one batched gather and one batched
-// scatter per step (detail/dp/row_copies.hpp), however many matrices (zenflow mode's reduce-scatter
+// scatter per step (detail/plan/row_copies.hpp), however many matrices (zenflow mode's reduce-scatter
 // by owner, gpu_adamw's all-reduce): it was one of each per parameter, and per split matrix one
 // more gather per owner and one memset. The results are the one-rank run's bits
 // (data_parallel_mpi_test.cpp); here, the launches.

@@ -1,5 +1,5 @@
-// Zen-auto's masses in one order on every backend (detail/l1_mass.hpp). The CUDA backend computes
-// them row by row with the bodies of detail/l1_mass.hpp; the host and emulated backends fused
+// Zen-auto's masses in one order on every backend (detail/plan/l1_mass.hpp). The CUDA backend computes
+// them row by row with the bodies of detail/plan/l1_mass.hpp; the host and emulated backends fused
 // into the update and the pack (the host twins). Here the bodies, run as the host loop, must give
 // the twins' bits on every SIMD path, layout, dtype and odd size; and both must be the L1 mass
 // (a float64 sum, within float rounding).
@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
 

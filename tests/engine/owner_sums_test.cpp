@@ -16,9 +16,9 @@
 
 #include <gtest/gtest.h>
 
-#include <zenflow/engine/detail/host_primitives.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/host_primitives.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/optim/channels.hpp>
 
 #include "../support/random.hpp"

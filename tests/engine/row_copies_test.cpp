@@ -1,4 +1,4 @@
-// The batched row copies of the data-parallel reduction (detail/dp/row_copies.hpp): one table of
+// The batched row copies of the data-parallel reduction (detail/plan/row_copies.hpp): one table of
 // matrices of every working type and layout, rows in random order, gathered into packed fp32 and
 // scattered back (rounded to the working type, or zeros), against a brute-force loop that
 // indexes the matrices itself and rounds with frexp/nearbyint, with the calling thread and over
@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/core/worker_pool.hpp>
-#include <zenflow/engine/detail/dp/row_copies.hpp>
-#include <zenflow/engine/detail/host_primitives.hpp>
+#include <zenflow/engine/detail/plan/host_primitives.hpp>
+#include <zenflow/engine/detail/plan/row_copies.hpp>
 
 #include "../support/random.hpp"
 

@@ -1,6 +1,6 @@
 /// @file
 /// What an engine backend is: memory, streams and events, copies, and the primitive operations,
-/// over which the engine's device-side plan (detail/device_plan.hpp) is written once.
+/// over which the engine's device-side plan (detail/plan/device_plan.hpp) is written once.
 ///
 /// Three models:
 /// - `host_backend` (engine/host_backend.hpp): "device" memory is host memory and every
@@ -27,7 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -1,6 +1,6 @@
 /// @file
 /// The engine's CUDA backend: device memory, CUDA streams and events, and the primitives' device
-/// launchers, all stream-ordered on the stream given. The device plan (detail/device_plan.hpp)
+/// launchers, all stream-ordered on the stream given. The device plan (detail/plan/device_plan.hpp)
 /// decides what runs where; this file only says how on a GPU.
 #pragma once
 
@@ -20,8 +20,8 @@
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/host_primitives.hpp>
-#include <zenflow/engine/detail/kernels.cuh>
+#include <zenflow/engine/detail/plan/host_primitives.hpp>
+#include <zenflow/engine/detail/plan/kernels.cuh>
 #include <zenflow/optim/adamw.cuh>
 #include <zenflow/optim/channels.cuh>
 #include <zenflow/optim/types.hpp>
@@ -34,7 +34,7 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 /// The primitive set of the CUDA backend: the device launchers of the primitives and the
 /// kernels of the plan's small operations (kernels.cuh), with `host_primitives`' names and
-/// arguments (detail/host_primitives.hpp), the last one a stream.
+/// arguments (detail/plan/host_primitives.hpp), the last one a stream.
 struct device_primitives {
   using exec_type = cudaStream_t;
 
@@ -42,7 +42,7 @@ struct device_primitives {
 
   // The update and the pack with Zen-auto's mass: the fused kernels without their mass (it was
   // summed with float atomics, in an order that varied run to run), then the mass in the host
-  // twins' order (detail/l1_mass.hpp): the same bits as the host backend, at the price of one more
+  // twins' order (detail/plan/l1_mass.hpp): the same bits as the host backend, at the price of one more
   // read of the rows.
   template <class T>
   static cudaError_t adamw_selective_mass(channel_matrix<T> w,

@@ -41,7 +41,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/host_primitives.hpp>
+#include <zenflow/engine/detail/plan/host_primitives.hpp>
 #include <zenflow/transport/emulated_copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -10,7 +10,7 @@
 ///
 /// There is no H2D ring: the engine's uploads go from host buffers the host job writes straight
 /// into device buffers on an upload stream, guarded by one event per window
-/// (engine/detail/device_plan.hpp), and a ring of host slots there would only add a host copy.
+/// (engine/detail/plan/device_plan.hpp), and a ring of host slots there would only add a host copy.
 ///
 /// The memory is allocated once, at construction
 /// (`pinned_buffer`: falls back to pageable memory without a driver). `Backend` is

@@ -44,12 +44,12 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
-#include <zenflow/engine/detail/dp/row_copies.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/row_copies.hpp>
+#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/detail/step_kernels.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -31,9 +31,9 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/math/norms.hpp>
 

@@ -17,7 +17,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/dp/row_copies.hpp>
+#include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -36,7 +36,6 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/dp/collectives.hpp>
 #include <zenflow/engine/detail/dp/device_owner_reduction.hpp>
 #include <zenflow/engine/detail/dp/host_owner_reduction.hpp>
@@ -44,6 +43,7 @@
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/dp/partitioned_migration.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/parallel.hpp>

@@ -24,8 +24,8 @@
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host/handover.hpp>
 #include <zenflow/engine/detail/host/host_param.hpp>
+#include <zenflow/engine/detail/plan/step_record.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/detail/trace/pipeline_trace.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
 

@@ -19,7 +19,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/moment_rows.hpp>
+#include <zenflow/engine/detail/plan/moment_rows.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -19,7 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/param_state.hpp>
 

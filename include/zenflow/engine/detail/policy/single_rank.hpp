@@ -13,7 +13,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/parallel.hpp>

@@ -28,12 +28,12 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/step_record.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
-#include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/detail/trace/pipeline_trace.hpp>
 #include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/transport/copy_backend.hpp>

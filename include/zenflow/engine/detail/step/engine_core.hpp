@@ -29,9 +29,9 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/registry/registration.hpp>

@@ -21,8 +21,8 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step/d2h_stream.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>

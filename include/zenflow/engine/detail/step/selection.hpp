@@ -15,7 +15,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step/d2h_stream.hpp>
 #include <zenflow/optim/types.hpp>

@@ -1,6 +1,6 @@
 /// @file
 /// What the device plan (device_plan.hpp) takes from the engine's step beside its parameters:
-/// rows that enter a device set already on the device (a data-parallel migration), the inputs of
+/// rows that enter a device set already in device memory (gathered by the caller), the inputs of
 /// setup, and the hooks a step runs between the plan's phases.
 #pragma once
 

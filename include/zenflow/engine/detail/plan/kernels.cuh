@@ -1,5 +1,5 @@
 /// @file
-/// The CUDA backend's launches of the device plan's small operations (detail/step_kernels.hpp
+/// The CUDA backend's launches of the device plan's small operations (detail/plan/step_kernels.hpp
 /// holds their bodies, shared with the host loops): the per-tensor fp64 squared-norm totals, the
 /// step scalars, the early-mass adoption, an iota, count moves, Zen-auto's masses and the batched
 /// row copies (row_copies.hpp).
@@ -10,9 +10,9 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/dp/row_copies.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/row_copies.hpp>
+#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/math/norms.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -80,7 +80,7 @@ ZF_KERNEL void move_counts_kernel(count_moves m) {
   }
 }
 
-/// Zen-auto's mass, rows apart (detail/l1_mass.hpp): 16 rows per block, 16 threads per row in
+/// Zen-auto's mass, rows apart (detail/plan/l1_mass.hpp): 16 rows per block, 16 threads per row in
 /// the 16-lane order (a warp reads two rows' 16 consecutive elements at a time), or one thread
 /// per row in the sequential order. Each row's sum goes to `a.row_l1`; no atomics.
 inline constexpr int l1_rows_per_block = 256 / l1_row_lanes;

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <zenflow/engine/detail/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -79,7 +79,7 @@ void device_plan<Backend>::setup_records_and_masses(memory_usage& mem) {
   }
   early_rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(layout_.matrices, 1)));
   b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
-  // Zen-auto's per-row masses (detail/l1_mass.hpp): a call has at most `channels` rows; step()'s
+  // Zen-auto's per-row masses (detail/plan/l1_mass.hpp): a call has at most `channels` rows; step()'s
   // packs and grad_ready()'s packs each have their own (they may run on different streams; the
   // update's are the batch tables').
   std::int64_t rows = 1;

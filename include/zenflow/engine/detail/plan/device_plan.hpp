@@ -35,12 +35,12 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/device_plan_batch.hpp>
-#include <zenflow/engine/detail/device_plan_types.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/device_plan_batch.hpp>
+#include <zenflow/engine/detail/plan/device_plan_types.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/step_record.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/detail/step_kernels.hpp>
-#include <zenflow/engine/detail/step_record.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
@@ -164,12 +164,12 @@ public:
   [[nodiscard]] exposed_buffers exposed() noexcept { return {this}; }
 
   /// Moves optimizer state between the host's rows `host_rows` (channels `host_first` to
-  /// `host_first + host_rows.channels`: the whole matrix, or this rank's block of it) and the
-  /// device's compact rows when `p`'s device set changes from `old_sel` to `new_sel` (ascending;
-  /// `old_sel` empty the first time): leaving rows go home (those outside `host_rows`' channels
-  /// belong to another rank and are dropped), kept rows move on the device, entering rows come up
-  /// from `host_rows`, or from `on_device` when given (every entering row, gathered from its
-  /// owner already). Stream-ordered, no wait: the host rows are written and read by host work on
+  /// `host_first + host_rows.channels`: the whole matrix, or the range of it the host keeps) and
+  /// the device's compact rows when `p`'s device set changes from `old_sel` to `new_sel`
+  /// (ascending; `old_sel` empty the first time): leaving rows go home (those outside `host_rows`'
+  /// channels are dropped: the host keeps none of them), kept rows move on the device, entering
+  /// rows come up from `host_rows`, or from `on_device` when given (every entering row, already
+  /// in device memory). Stream-ordered, no wait: the host rows are written and read by host work on
   /// `stream` (host_task), so the host reads them only after the stream has passed that point
   /// (the consumer's slots of this step, wait_migration()). Returns {device->host, host->device}
   /// bytes (the latter without the rows of `on_device`). Host moments M may be bf16
@@ -292,7 +292,7 @@ private:
 
   // migrate()'s parts (device_plan_migrate.hpp).
   /// The index lists of a change of set, in the host lists (not yet copied up); the leaving rows
-  /// of another rank's block (outside `host_channels` from `host_first`) dropped: their owner's.
+  /// outside the host's range (`host_channels` from `host_first`) dropped.
   migration_lists index_lists(const std::vector<std::int32_t>& old_sel,
                               const std::vector<std::int32_t>& new_sel,
                               std::int64_t host_channels,
@@ -365,7 +365,7 @@ private:
                    std::int64_t n,
                    cudaStream_t s);
   /// Zen-auto's mass of rows `idx[0..count)` of `p`'s gradient into `*l1`, in the host twins'
-  /// order (detail/l1_mass.hpp: their 16-lane path for contiguous weights and gradients).
+  /// order (detail/plan/l1_mass.hpp: their 16-lane path for contiguous weights and gradients).
   l1_mass_args mass_args(std::size_t p,
                          const std::int32_t* idx,
                          std::int64_t count,
@@ -443,4 +443,4 @@ private:
 } // namespace detail
 ZF_NAMESPACE_END
 
-#include <zenflow/engine/detail/device_plan_impl.hpp>
+#include <zenflow/engine/detail/plan/device_plan_impl.hpp>

@@ -10,7 +10,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/optim/types.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include <zenflow/engine/detail/device_plan.hpp>
-#include <zenflow/engine/detail/moment_rows.hpp>
+#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/moment_rows.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -53,7 +53,7 @@ bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& se
                                       std::size_t& d2h,
                                       cudaStream_t stream) {
   // sq_l2: a channel whose fp32 score overflowed ranks by its fp64 rescan (zero where the score
-  // is finite: only +Inf scores read it), computed here unless data parallel's owners did.
+  // is finite: only +Inf scores read it), computed here unless plan_inputs gave them.
   const bool wide = importance_ == channel_norm::sq_l2;
   if (wide && wide_count_ > 0) {
     b_.run(stream, 0, "zenflow::engine: sq_rescan",

@@ -12,7 +12,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
-#include <zenflow/engine/detail/step_record.hpp>
+#include <zenflow/engine/detail/plan/step_record.hpp>
 #include <zenflow/math/norms.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -20,7 +20,7 @@ namespace detail {
 
 /// One tensor of the squared-norm totals: its gradient (working type `type`) and its fp32 scores;
 /// `rescan` (nullable): the rescans of its channels whose score is not finite, computed already
-/// (data parallel over a device communicator: the owners' rows, sq_rescan_item).
+/// elsewhere (sq_rescan_item: by whoever holds the rows).
 struct sq_total_item {
   const void* grad = nullptr;
   const float* scores = nullptr;
@@ -32,8 +32,8 @@ struct sq_total_item {
   const double* rescan = nullptr;
 };
 
-/// Channels [first, first + count) of `src`: out[c] = sq_rescan_channel (a data-parallel owner's
-/// block; the other entries of `out` are not written).
+/// Channels [first, first + count) of `src`: out[c] = sq_rescan_channel (a range of channels;
+/// the other entries of `out` are not written).
 struct sq_rescan_item {
   sq_total_item src;
   std::int64_t first = 0;

@@ -15,9 +15,9 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/worker_pool.hpp>
-#include <zenflow/engine/detail/dp/row_copies.hpp>
-#include <zenflow/engine/detail/l1_mass.hpp>
-#include <zenflow/engine/detail/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/row_copies.hpp>
+#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
 #include <zenflow/select/channel_norms.hpp>
@@ -67,7 +67,7 @@ struct host_primitives {
 
   ZF_ENGINE_PRIMITIVES_FROM(host)
 
-  // The update and the pack with Zen-auto's mass (detail/l1_mass.hpp): the host twins compute it
+  // The update and the pack with Zen-auto's mass (detail/plan/l1_mass.hpp): the host twins compute it
   // fused, in the order the CUDA backend follows row by row (`mass.row_l1` unused here).
   template <class T>
   static cudaError_t adamw_selective_mass(channel_matrix<T> w,
@@ -115,7 +115,7 @@ struct host_primitives {
     return cudaSuccess;
   }
   /// Zen-auto's masses of a table of calls (those with a null `l1` do nothing): each call's rows
-  /// (detail/l1_mass.hpp's order), then their sum into its mass; the CUDA kernels' arithmetic.
+  /// (detail/plan/l1_mass.hpp's order), then their sum into its mass; the CUDA kernels' arithmetic.
   static cudaError_t l1_mass_batched(const l1_mass_args* calls, int n, std::int64_t /*max_rows*/, exec_type) {
     for (int i = 0; i < n; ++i) {
       if (calls[i].l1 != nullptr) {
