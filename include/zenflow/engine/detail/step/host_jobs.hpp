@@ -24,7 +24,7 @@
 #include <zenflow/engine/detail/host/host_side.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/detail/step/d2h_stream.hpp>
+#include <zenflow/engine/detail/step/call_cost.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
 #include <zenflow/engine/detail/trace/pipeline_trace.hpp>
 #include <zenflow/engine/stats.hpp>

@@ -17,7 +17,7 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/detail/step/d2h_stream.hpp>
+#include <zenflow/engine/detail/step/call_cost.hpp>
 #include <zenflow/optim/types.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -10,7 +10,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/step/d2h_stream.hpp>
+#include <zenflow/engine/detail/step/call_cost.hpp>
 #include <zenflow/engine/detail/step/mass_trigger.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
 #include <zenflow/engine/detail/step/zen_auto.hpp>
