@@ -1,4 +1,4 @@
-// zf_bench_dp_wire: bytes on the wire per step, data parallel (docs/data-parallel.md, "Bytes on
+// zf_bench_dp_wire: bytes on the wire per step, data parallel (docs/data-parallel-design.md, "Bytes on
 // the wire"). Run under mpiexec (any N >= 1); rank 0 prints one JSON object:
 //
 //   mpiexec -np 2 build/cpu/bench/engine/zf_bench_dp_wire [--steps 24] > dp_wire.json
@@ -48,8 +48,8 @@
 #include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
 #include <zenflow/core/emulated_device.hpp>
-#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/data_parallel.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 

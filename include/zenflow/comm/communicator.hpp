@@ -13,7 +13,7 @@
 /// Semantics shared by every model (N = size()):
 /// - all_reduce_sum / all_reduce_mean: in place. The result has the same bits on every rank, and
 ///   the same bits from run to run for the same inputs (each model says how; mpi_communicator
-///   sums in rank order in float64, see docs/data-parallel.md).
+///   sums in rank order in float64, see docs/data-parallel-design.md).
 /// - all_reduce_max / all_reduce_or on uint32: exact, so order-free (the NaN/Inf skip flag).
 /// - reduce_scatter_sum: `send` holds N blocks back to back, block r of `counts[r]` floats; rank r
 ///   receives the sum of every rank's block r in `recv` (`counts[r]` floats). Send and recv must

@@ -1,5 +1,5 @@
 /// @file
-/// The gradients' reduction with the owner partition (docs/data-parallel.md, "The engine, data
+/// The gradients' reduction with the owner partition (docs/data-parallel-design.md, "The engine, data
 /// parallel"): the rows every rank needs (the device sets', the vectors') are all-reduced (mean);
 /// the host sets' rows are reduce-scattered by owner (mean), so each rank holds the mean of its
 /// own unselected rows only (all its D2H stream, its consumer and its window need). The step's

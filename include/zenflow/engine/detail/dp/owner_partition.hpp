@@ -1,5 +1,5 @@
 /// @file
-/// The owner partition's side of the engine (parallel_side.hpp; docs/data-parallel.md): the
+/// The owner partition's side of the engine (parallel_side.hpp; docs/data-parallel-design.md): the
 /// communicator, the checks of initialize() (the same configuration and parameter list on every
 /// rank), the channel partition, and the reduction of every rank's gradients to their mean before
 /// the step reads them.
@@ -381,7 +381,7 @@ private:
 
   /// Which rank owns which channels' host state: the host-side matrices in registration order,
   /// a channel's bytes its fp32 master and two moments (`state_bytes` per element;
-  /// docs/data-parallel.md).
+  /// docs/data-parallel-design.md).
   void set_partition(const std::vector<param_info>& params, std::uint64_t state_bytes) {
     std::vector<partition_matrix> list;
     part_index_.assign(params.size(), -1);

@@ -1,7 +1,7 @@
 /// @file
 /// The owner reduction: how a data-parallel step with the owner partition (owner_partition.hpp)
 /// reduces the gradients and completes the step's per-channel decisions from rows only their
-/// owners hold (docs/data-parallel.md). One concept, two models, one per kind of communicator:
+/// owners hold (docs/data-parallel-design.md). One concept, two models, one per kind of communicator:
 /// - host_owner_reduction (host_owner_reduction.hpp): a host communicator (MPI) on the host and
 ///   emulated backends, on host buffers after the stream is synchronized;
 /// - device_owner_reduction (device_owner_reduction.hpp): a device communicator (NCCL; on the

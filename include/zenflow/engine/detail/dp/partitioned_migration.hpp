@@ -1,5 +1,5 @@
 /// @file
-/// A re-selection's migration with the owner partition (data_parallel.hpp, docs/data-parallel.md):
+/// A re-selection's migration with the owner partition (owner_partition.hpp, docs/data-parallel-design.md):
 /// the rows that enter a matrix's device set come from their owners, every rank installs them
 /// (the device state is replicated), and a row that leaves goes home to its owner only.
 ///

@@ -1,6 +1,6 @@
 /// @file
 /// The rows of one host-side matrix that this rank keeps on the host (data parallel: its block of
-/// the owner partition, docs/data-parallel.md; every channel with one rank), and where they sit in
+/// the owner partition, docs/data-parallel-design.md; every channel with one rank), and where they sit in
 /// the matrix's host set. A value: the host state holds one per parameter, the D2H stream sends
 /// its positions, the window job updates and uploads them.
 #pragma once
