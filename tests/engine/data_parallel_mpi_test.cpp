@@ -22,8 +22,8 @@
 #include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
 #include <zenflow/core/emulated_device.hpp>
-#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/data_parallel.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 

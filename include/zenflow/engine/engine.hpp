@@ -22,6 +22,7 @@
 #include <zenflow/engine/detail/io/engine_checkpoint.hpp>
 #include <zenflow/engine/detail/policy/single_rank.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/engine/detail/registry/registration.hpp>
 #include <zenflow/engine/detail/step/engine_core.hpp>
 #include <zenflow/engine/gradient_release.hpp>
 #include <zenflow/engine/parallel.hpp>
@@ -95,8 +96,10 @@ public:
                       channel_layout layout = channel_layout::contiguous,
                       const param_options& options = {}) {
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
-    return core_.add("zenflow::engine::add_matrix", true, dtype_of<T>(), weights, grads, channels,
-                     channel_len, ld, layout, options);
+    constexpr const char* fn = "zenflow::engine::add_matrix";
+    core_.require_registering(fn); // first: 'this' before any argument
+    return core_.add(detail::registered_param(core_.cfg(), core_.params(), fn, true, dtype_of<T>(), weights,
+                                              grads, channels, channel_len, ld, layout, options));
   }
 
   /// add_matrix() with packed contiguous channels and `options`.
@@ -115,8 +118,10 @@ public:
   template <class T>
   param_id add_vector(T* weights, const T* grads, std::int64_t n, const param_options& options = {}) {
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
-    return core_.add("zenflow::engine::add_vector", false, dtype_of<T>(), weights, grads, 1, n, n,
-                     channel_layout::contiguous, options);
+    constexpr const char* fn = "zenflow::engine::add_vector";
+    core_.require_registering(fn);
+    return core_.add(detail::registered_param(core_.cfg(), core_.params(), fn, false, dtype_of<T>(), weights,
+                                              grads, 1, n, n, channel_layout::contiguous, options));
   }
 
   /// Allocates every buffer and copies the current working weights into the fp32 masters.

@@ -73,22 +73,15 @@ public:
 
   // ---- registration ---------------------------------------------------------------------------
 
-  /// add_matrix() (`matrix`) or add_vector() of elements of `type` (engine.hpp: the errors).
-  param_id add(const char* fn,
-               bool matrix,
-               dtype type,
-               void* weights,
-               const void* grads,
-               std::int64_t channels,
-               std::int64_t channel_len,
-               std::int64_t ld,
-               channel_layout layout,
-               const param_options& options) {
+  /// Registers `pi` (checked by registry/registration.hpp's registered_param, after
+  /// require_registering()).
+  param_id add(param_info pi) {
+    params_.push_back(std::move(pi));
+    return param_id{static_cast<std::int32_t>(params_.size() - 1)};
+  }
+  void require_registering(const char* fn) const {
     require(life_ == lifecycle::registering, fn, "this",
             "is already initialized (register every parameter first)");
-    params_.push_back(registered_param(cfg_, params_, fn, matrix, type, weights, grads, channels, channel_len,
-                                       ld, layout, options));
-    return param_id{static_cast<std::int32_t>(params_.size() - 1)};
   }
 
   // ---- initialize -----------------------------------------------------------------------------
