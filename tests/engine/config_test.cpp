@@ -82,7 +82,7 @@ TEST(config, auto_values_and_every_extension_key_parse) {
     "zenflow_ext": {"host_lr_scale": "sqrt",
     "max_update_interval": 9, "min_update_interval": 2, "importance": "l1", "mode": "offload_sync",
     "upload": "chunk_ring", "ring_slot_bytes": 65536, "ring_slots": 3, "host_threads": 5,
-    "host_moments_per_step": false}})",
+    "host_moments_per_step": false, "accumulate": "device"}})",
       {.strict = true});
   EXPECT_TRUE(log.messages.empty()) << log.messages.front(); // nothing to warn about, even strict
   EXPECT_EQ(c.topk_ratio, 1.0);
@@ -100,6 +100,7 @@ TEST(config, auto_values_and_every_extension_key_parse) {
   EXPECT_EQ(c.importance, zenflow::channel_norm::l1);
   EXPECT_EQ(c.mode, zenflow::optimizer_mode::offload_sync);
   EXPECT_EQ(c.upload, zenflow::upload_policy::chunk_ring);
+  EXPECT_EQ(c.accumulate, zenflow::accumulation_site::device);
   EXPECT_EQ(c.ring_slot_bytes, 65536);
   EXPECT_EQ(c.ring_slots, 3);
   EXPECT_EQ(c.host_threads, 5u);
@@ -249,6 +250,7 @@ TEST(config, round_trips_through_deepspeed_json) {
   c.gradient_clipping = 0.5f;
   c.loss_scale = 1024.0f;
   c.upload = zenflow::upload_policy::chunk_ring;
+  c.accumulate = zenflow::accumulation_site::device;
   c.ring_slot_bytes = 1 << 16;
   c.ring_slots = 4;
   c.host_threads = 3;
@@ -274,6 +276,8 @@ TEST(config, round_trips_through_deepspeed_json) {
   EXPECT_FALSE(r.host_moments_per_step);
   EXPECT_EQ(j["zenflow_ext"]["host_moments_per_step"], false);
   EXPECT_EQ(r.upload, zenflow::upload_policy::chunk_ring);
+  EXPECT_EQ(j["zenflow_ext"]["accumulate"], "device");
+  EXPECT_EQ(r.accumulate, zenflow::accumulation_site::device);
   EXPECT_EQ(r.ring_slot_bytes, 1 << 16);
   EXPECT_EQ(r.ring_slots, 4);
   EXPECT_FALSE(r.overlap_step);
@@ -419,6 +423,8 @@ INSTANTIATE_TEST_SUITE_P(
         rejected_case{ZF_EXT_CASE(R"({"host_moments_per_step": "true"})"), ZF_EXT("host_moments_per_step")},
         rejected_case{ZF_EXT_CASE(R"({"mode": "cpu"})"), ZF_EXT("mode")},
         rejected_case{ZF_EXT_CASE(R"({"upload": "ring"})"), ZF_EXT("upload")},
+        rejected_case{ZF_EXT_CASE(R"({"accumulate": "gpu"})"), ZF_EXT("accumulate")},
+        rejected_case{ZF_EXT_CASE(R"({"accumulate": true})"), ZF_EXT("accumulate")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 100})"), ZF_EXT("ring_slot_bytes")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 4097})"), ZF_EXT("ring_slot_bytes")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 2147483648})"), ZF_EXT("ring_slot_bytes")},
@@ -515,6 +521,8 @@ TEST(config, validate_names_the_key_of_a_bad_struct_field) {
   expect_invalid(with([](config& c) { c.importance = static_cast<zenflow::channel_norm>(9); }),
                  ZF_EXT("importance"));
   expect_invalid(with([](config& c) { c.max_update_interval = 0; }), ZF_EXT("max_update_interval"));
+  expect_invalid(with([](config& c) { c.accumulate = static_cast<zenflow::accumulation_site>(5); }),
+                 ZF_EXT("accumulate"));
 }
 
 } // namespace

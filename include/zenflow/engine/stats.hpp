@@ -17,13 +17,15 @@ struct memory_usage {
   std::size_t device_staging = 0;        ///< pack staging ring (gradients on their way down)
   std::size_t device_upload = 0;         ///< upload buffer (new weights of the unselected channels)
   std::size_t device_scratch = 0;        ///< norms, scores, top-k temporaries, per-step scalars
+  std::size_t device_window_sum = 0;     ///< accumulate = device: fp32 window sum of the host sets
   std::size_t host_state = 0;            ///< fp32 master, m/v (fp32 or bf16: host_moments), counts
   std::size_t host_accumulators = 0;     ///< fp32 gradient accumulators (two when overlapping)
   std::size_t host_ring = 0;             ///< pinned D2H ring
   std::size_t host_upload = 0;           ///< pinned upload buffer
   std::size_t host_landing = 0; ///< gradients announced by grad_ready() until their step's coef (lazy)
   [[nodiscard]] std::size_t device_total() const noexcept {
-    return device_selected_state + device_vector_state + device_staging + device_upload + device_scratch;
+    return device_selected_state + device_vector_state + device_staging + device_upload + device_scratch +
+           device_window_sum;
   }
   [[nodiscard]] std::size_t host_total() const noexcept {
     return host_state + host_accumulators + host_ring + host_upload + host_landing;

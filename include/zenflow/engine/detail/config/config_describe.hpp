@@ -100,6 +100,7 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
       {"select_on_mass_drop", off_or(c.select_on_mass_drop), off_or(d.select_on_mass_drop)},
       {"min_select_interval", std::to_string(c.min_select_interval), std::to_string(d.min_select_interval)},
       {"upload", std::string(to_string(c.upload)), std::string(to_string(d.upload))},
+      {"accumulate", std::string(to_string(c.accumulate)), std::string(to_string(d.accumulate))},
       {"ring_slot_bytes", std::to_string(c.ring_slot_bytes), std::to_string(d.ring_slot_bytes)},
       {"ring_slots", std::to_string(c.ring_slots), std::to_string(d.ring_slots)},
       {"param_groups", groups_text(c), groups_text(d)},

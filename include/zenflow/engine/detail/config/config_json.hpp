@@ -149,6 +149,9 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
   } else if (name == "upload") {
     c.upload = json_enum<upload_policy>(
         v, key, {{"whole_window", upload_policy::whole_window}, {"chunk_ring", upload_policy::chunk_ring}});
+  } else if (name == "accumulate") {
+    c.accumulate = json_enum<accumulation_site>(
+        v, key, {{"host", accumulation_site::host}, {"device", accumulation_site::device}});
   } else if (name == "ring_slot_bytes") {
     c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
   } else if (name == "ring_slots") {

@@ -7,6 +7,7 @@
 /// accumulation is spread over a pool of the consumer's own.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -187,6 +188,9 @@ private:
       }
       return;
     }
+    case window_sum_slot:
+      land_window_sum(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
+      return;
     default:
       if (!skip_) {
         accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
@@ -203,10 +207,28 @@ private:
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
       check(host::accumulate_channels<T>(
-                h.acc[a].data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
+                h.sum(a).data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
                 h.shard.rows.data() + (begin - h.shard.pos), end - begin, coef_, pool_.get(), mode),
             "zenflow::engine: accumulate_channels");
     });
+  }
+
+  /// accumulate = device: elements [begin, end) of `p`'s window sum (host-set order) into the
+  /// accumulator's rows (row c = channel c), bit for bit.
+  void
+  land_window_sum(std::size_t a, std::size_t p, const std::byte* data, std::int64_t begin, std::int64_t end) {
+    auto& h = (*host_)[p];
+    const std::int64_t L = (*params_)[p].channel_len;
+    float* acc = h.sum(a).data();
+    const auto* src = reinterpret_cast<const float*>(data);
+    for (std::int64_t i = begin; i < end;) {
+      const std::int64_t r = i / L;
+      const std::int64_t j = i - r * L;
+      const std::int64_t n = std::min(end - i, L - j);
+      std::memcpy(acc + h.shard.rows[static_cast<std::size_t>(r - h.shard.pos)] * L + j, src + (i - begin),
+                  static_cast<std::size_t>(n) * 4);
+      i += n;
+    }
   }
 
   const config* cfg_;

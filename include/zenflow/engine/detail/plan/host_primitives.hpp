@@ -18,6 +18,7 @@
 #include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
 #include <zenflow/select/channel_norms.hpp>
@@ -146,6 +147,16 @@ struct host_primitives {
   }
   static cudaError_t adopt_early_mass(float* early, float* rest, int n, exec_type) {
     host_adopt_early_mass(early, rest, n);
+    return cudaSuccess;
+  }
+  /// Device accumulation (window_sum.hpp): a step's packed rows of working type `type` into the
+  /// window sum, then, once per step, the window's count of good steps.
+  static cudaError_t add_window_sum(const window_sum_args& a, dtype type, exec_type) {
+    dispatch_dtype(type, [&](auto tag) { host_window_sum<decltype(tag)>(a); });
+    return cudaSuccess;
+  }
+  static cudaError_t count_window_step(const float* record, std::uint32_t* steps, exec_type) {
+    window_sum_count(record, steps);
     return cudaSuccess;
   }
   static cudaError_t iota(std::int32_t* out, std::int64_t n, exec_type) {

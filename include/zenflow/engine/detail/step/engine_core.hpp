@@ -116,7 +116,7 @@ public:
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
     plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
-    stats_.memory.host_ring += d2h_.open(slots.ring, slot_bytes);
+    d2h_.open(slots.ring, slot_bytes, cfg_.accumulate, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
     std::int64_t matrices = 0; // the backends number the matrices in the same order
@@ -136,7 +136,7 @@ public:
         h.moments.assign(n, cfg_.host_moments);
         h.counts.assign(static_cast<std::size_t>(h.shard.channels), 0);
         h.acc[0].assign(n, 0.0f);
-        if (overlap) {
+        if (overlap && !d2h_.sums_on_device()) { // device: one buffer receives each window's sum
           h.acc[1].assign(n, 0.0f);
         }
         h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
@@ -344,10 +344,10 @@ private:
   /// parallel, whose mean exists once step() made it); the packs start before the prologue
   /// (unless the policy completes gradient rows and the rest masses around it).
   [[nodiscard]] bool early_stream_step() const {
-    return sched_.host_sets_known(cfg_) && par_.streams_early();
+    return sched_.host_sets_known(cfg_) && par_.streams_early() && !d2h_.sums_on_device();
   }
-  [[nodiscard]] bool packs_before_prologue() const {
-    return sched_.host_sets_known(cfg_) && par_.packs_before_norms();
+  [[nodiscard]] bool packs_before_prologue() const { // device sums: the adds read the prologue's coef
+    return sched_.host_sets_known(cfg_) && par_.packs_before_norms() && !d2h_.sums_on_device();
   }
 
   void drain(cudaStream_t stream, call_cost& cost) {
@@ -394,7 +394,7 @@ private:
     d2h_.push_record(t, record_first_slot, sched_.accumulator, stream, cost);
     d2h_.begin_packs(stream, early_any_);
     plan_.update(lr, cfg_.adam, stream);
-    d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
+    d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost, true);
     // Data parallel: the rest masses of the other blocks' rows, over the packs' (their stream).
     par_.write_rest(stream, d2h_.pack_stream(), [&] { d2h_.packs_after(stream); });
     d2h_.push_record(t, record_last_slot, sched_.accumulator, stream, cost);
@@ -404,7 +404,8 @@ private:
     // Zen-auto, select_on_mass_drop or the fixed length (semantics, 5 and 7).
     if (window_closes_after({cfg_, sched_, voter_, trigger_, pushed_before_prev_step_}, host_, t, length,
                             cost)) {
-      jobs_.close_window(sched_, cfg_.overlap_step, lr, d2h_.pushed(), stream, cost);
+      jobs_.close_window(sched_, cfg_.overlap_step, lr, stream, cost,
+                         [&](std::size_t a) { return d2h_.close_window(t, a, cost); });
       rep.window_closed = true;
     }
   }
