@@ -429,6 +429,7 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["device_staging"] = m.device_staging;
   d["device_upload"] = m.device_upload;
   d["device_scratch"] = m.device_scratch;
+  d["device_window_sum"] = m.device_window_sum;
   d["host_state"] = m.host_state;
   d["host_accumulators"] = m.host_accumulators;
   d["host_ring"] = m.host_ring;
@@ -686,6 +687,8 @@ NB_MODULE(_zenflow, mod) {
   ZF_PY_ENUM(cfg, host_moments, "host_moments", zenflow::moment_precision::fp32,
              zenflow::moment_precision::bf16);
   ZF_PY_ENUM(cfg, upload, "upload", zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring);
+  ZF_PY_ENUM(cfg, accumulate, "accumulate", zenflow::accumulation_site::host,
+             zenflow::accumulation_site::device);
 #if ZENFLOW_WITH_JSON
   cfg.def_static(
          "_from_deepspeed_json_string",

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/comm/local_communicator.hpp>
+#include <zenflow/engine/data_parallel.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
@@ -31,6 +33,34 @@ TEST_P(engine_accumulate_reference, host_backend) {
 
 TEST_P(engine_accumulate_reference, emulated_backend) {
   zf_engine_test::run_reference_case_accumulating_on_device<zf_engine_test::emulated_driver>(GetParam());
+}
+
+// Data parallel accumulates on the host: "device" is refused at initialize(), naming the key,
+// before anything changed (the engine stays unintialized, the weights as they were); the same
+// configuration runs on one rank.
+TEST(engine_accumulate_device, data_parallel_refuses_it_at_initialize_and_changes_nothing) {
+  using zf_engine_test::kShapes;
+  zf_engine_test::model<float> m(kShapes, zf_test::base_seed() + 63);
+  const auto w0 = m.w;
+  auto cfg = zf_engine_test::small_config();
+  cfg.accumulate = zenflow::accumulation_site::device;
+  zenflow::engine<zenflow::host_backend, zenflow::local_communicator> dp(cfg);
+  zenflow::engine<zenflow::host_backend> one(cfg);
+  for (std::size_t p = 0; p < kShapes.size(); ++p) {
+    const auto& sh = kShapes[p];
+    if (sh.matrix) {
+      (void)dp.add_matrix(m.w[p].data(), m.g[p].data(), sh.channels, sh.len);
+      (void)one.add_matrix(m.w[p].data(), m.g[p].data(), sh.channels, sh.len);
+    } else {
+      (void)dp.add_vector(m.w[p].data(), m.g[p].data(), sh.len);
+      (void)one.add_vector(m.w[p].data(), m.g[p].data(), sh.len);
+    }
+  }
+  zf_engine_test::expect_invalid([&] { dp.initialize(); }, "'accumulate'");
+  EXPECT_FALSE(dp.initialized());
+  EXPECT_EQ(m.w, w0);
+  EXPECT_NO_THROW(one.initialize());
+  EXPECT_GT(one.stats().memory.device_window_sum, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(cases,

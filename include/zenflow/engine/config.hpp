@@ -96,8 +96,8 @@ enum class optimizer_mode : std::uint8_t {
 enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 
 /// Where the unselected channels' gradients are summed over a window. JSON
-/// (`zenflow_ext.accumulate`): "host" | "device". `device` keeps an fp32 window sum of the host
-/// set on the device (4 bytes per unselected element) and sends it down once per window instead
+/// (`zenflow_ext.accumulate`): "host" | "device". `device` keeps fp32 window sums of the host
+/// set on the device (two: 8 bytes per unselected element) and sends one down per window instead
 /// of every step's packed gradients: no host accumulation pass, one host sum buffer instead of
 /// two, the same bits as `host` (docs/planning.md, docs/config.md). Single rank only.
 enum class accumulation_site : std::uint8_t { host, device };

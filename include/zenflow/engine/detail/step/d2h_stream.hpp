@@ -71,6 +71,9 @@ public:
     mem.host_ring += ring_->footprint_bytes();
     if (site == accumulation_site::device) {
       mem.device_window_sum += sum_.setup(plan_.backend(), params_);
+      for (auto& s : sum_sent_) { // after headers_: the emulated device numbers streams in order
+        s = std::make_unique<stream_type>(plan_.backend().copier());
+      }
     }
   }
   /// The windows' gradients are summed on the device (accumulate = device).
@@ -253,8 +256,9 @@ public:
   }
 
   /// The window of accumulator `acc` closes at step `t`: with the sums on the device they go
-  /// down now (window_sum_slot, after the window's last adds), and the next window's first good
-  /// step writes them (after these copies). Returns the slots pushed so far.
+  /// down now (window_sum_slot, after the window's last adds) while the next window fills the
+  /// other sums (after the copies of the close before, which sent those: long done). Returns the
+  /// slots pushed so far.
   std::uint64_t close_window(std::int64_t t, std::size_t acc, call_cost& cost) {
     if (!sum_.on()) {
       return pushed_;
@@ -277,7 +281,10 @@ public:
         pushed(bytes, cost);
       }
     }
-    packs_->wait_for(copies_->get());
+    sum_sent_[cur_sum_]->wait_for(copies_->get()); // marks these copies' end for the close after next
+    sum_.flip();
+    cur_sum_ ^= 1u;
+    sum_sent_[cur_sum_]->join_into(packs_->get());
     sum_.reset(plan_.backend(), packs_->get());
     return pushed_;
   }
@@ -369,7 +376,9 @@ private:
   bool begun_ = false;    // begin_packs() ran in this step
   std::size_t staging_next_ = 0;
   std::uint64_t pushed_ = 0;
-  device_window_sum<Backend> sum_; // accumulate = device: the windows' sums (else empty)
+  device_window_sum<Backend> sum_;           // accumulate = device: the windows' sums (else empty)
+  std::unique_ptr<stream_type> sum_sent_[2]; // per sum: waits for the copies of its last close
+  std::size_t cur_sum_ = 0;
 };
 
 } // namespace detail

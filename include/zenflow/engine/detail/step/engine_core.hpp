@@ -116,7 +116,7 @@ public:
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
     plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
-    d2h_.open(slots.ring, slot_bytes, cfg_.accumulate, stats_.memory);
+    d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
     std::int64_t matrices = 0; // the backends number the matrices in the same order
