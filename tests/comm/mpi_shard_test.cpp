@@ -1,6 +1,9 @@
 // The shard helpers (comm/shard.hpp, shard_prefetcher.hpp) under mpiexec -np 2 and 3 (part of
 // zf_comm_mpi_tests, whose main is mpi_communicator_test.cpp's): mpi_communicator itself and
 // behind emulated_device_communicator, the bodies of shard_cases.hpp.
+#include <cstddef>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include <zenflow/comm/mpi_communicator.hpp>
@@ -63,6 +66,81 @@ TEST(shard_mpi, bad_arguments_throw_on_every_rank_before_anything_is_sent_host) 
 TEST(shard_mpi, bad_arguments_throw_on_every_rank_before_anything_is_sent_emulated) {
   emulated k;
   zf_shard_test::bad_arguments_case(k);
+}
+
+// The docs' example (docs/data-parallel.md, "Sharded weights"): a trainer's step over two sharded
+// layers, with a forward and a backward stand-in; the layers saw the concatenated shards and each
+// rank's gradient shard is its rows of the float64 rank-order mean.
+TEST(shard_mpi, a_trainers_step_over_two_layers) {
+  auto comm = zf_comm_test::make_comm();
+  auto gather_comm = zf_comm_test::make_comm();
+  const cudaStream_t stream = nullptr; // a host communicator ignores it
+  const int test = 18;
+  auto init_shard = [&](std::size_t m, std::vector<float>& w) {
+    w = zf_shard_test::values<float>(zf_shard_test::seed_of(comm.rank(), test, m), w.size());
+  };
+  std::vector<std::vector<float>> seen(2);
+  auto forward = [&](std::size_t m, const float* w, std::size_t n) { seen[m].assign(w, w + n); };
+  std::vector<std::vector<float>> grads(2);
+  auto backward = [&](std::size_t m, const float* w, std::size_t n) -> const std::vector<float>& {
+    EXPECT_EQ(std::vector<float>(w, w + n), seen[m]) << "backward's weights, layer " << m;
+    grads[m] = zf_shard_test::values<float>(zf_shard_test::seed_of(comm.rank(), test + 1, m), n);
+    return grads[m];
+  };
+  // example-begin zero3-trainer
+  const std::vector<zenflow::shard_matrix> list = {{96, 64, 12},
+                                                   {40, 96, 12}}; // channels, channel_len, state bytes
+  const zenflow::shard_layout layout = zenflow::shard_channels(list, comm.size());
+  layout.verify_same(comm, stream); // every rank built the same list, or every rank throws
+  const int me = comm.rank();
+  // This rank's shards (what it trains), a gradient shard per layer, fp32 staging: allocated once.
+  std::vector<std::vector<float>> weights(2), grad_shards(2);
+  std::vector<zenflow::shard_gather_layer> layers;
+  for (std::size_t m = 0; m < 2; ++m) {
+    weights[m].resize(layout.shard_elements(m, me));
+    init_shard(m, weights[m]);
+    grad_shards[m].resize(layout.shard_elements(m, me));
+    layers.push_back({m, weights[m].data(), zenflow::dtype::f32});
+  }
+  std::vector<float> staging(zenflow::shard_staging_floats(layout, me));
+  zenflow::shard_prefetcher<zenflow::mpi_communicator> prefetch(gather_comm, layout, layers);
+
+  for (std::size_t m = 0; m < 2; ++m) { // forward: layer m's full weights (m + 1's on the way)
+    const std::size_t n = static_cast<std::size_t>(list[m].channels * list[m].channel_len);
+    forward(m, static_cast<const float*>(prefetch.acquire(m, stream)), n);
+  }
+  for (std::size_t m = 2; m-- > 0;) { // backward: the full gradient to this rank's shard of the mean
+    const std::size_t n = static_cast<std::size_t>(list[m].channels * list[m].channel_len);
+    const auto* w = static_cast<const float*>(prefetch.acquire(m, stream, m > 0 ? m - 1 : prefetch.none));
+    const std::vector<float>& g = backward(m, w, n);
+    zenflow::reduce_scatter_shard<float>(
+        comm, layout, m, zenflow::make_channel_matrix(g.data(), list[m].channels, list[m].channel_len),
+        zenflow::make_channel_matrix(grad_shards[m].data(), layout.count(m, me), list[m].channel_len),
+        staging, stream);
+  }
+  // The optimizer updates `weights` from `grad_shards`; then prefetch.invalidate().
+  // example-end zero3-trainer
+  const int N = comm.size();
+  for (std::size_t m = 0; m < 2; ++m) {
+    std::vector<float> full;
+    for (int r = 0; r < N; ++r) {
+      const auto w =
+          zf_shard_test::values<float>(zf_shard_test::seed_of(r, test, m), layout.shard_elements(m, r));
+      full.insert(full.end(), w.begin(), w.end());
+    }
+    EXPECT_EQ(seen[m], full) << "layer " << m;
+    const auto len = static_cast<std::size_t>(list[m].channel_len);
+    const auto n = static_cast<std::size_t>(list[m].channels) * len;
+    for (std::size_t e = 0; e < grad_shards[m].size(); ++e) {
+      double acc = 0.0;
+      for (int r = 0; r < N; ++r) {
+        acc += static_cast<double>(
+            zf_shard_test::values<float>(zf_shard_test::seed_of(r, test + 1, m),
+                                         n)[static_cast<std::size_t>(layout.first(m, me)) * len + e]);
+      }
+      ASSERT_EQ(grad_shards[m][e], static_cast<float>(acc / N)) << "layer " << m << " element " << e;
+    }
+  }
 }
 
 } // namespace
