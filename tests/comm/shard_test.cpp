@@ -1,8 +1,13 @@
 // The shard helpers (comm/shard.hpp, shard_prefetcher.hpp) on one rank: local_communicator and
 // emulated_device_communicator over it, and the shard rule against the owner partition for 1 to
 // 7 ranks on random lists. The multi-rank cases run under mpiexec (mpi_shard_test.cpp).
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -66,6 +71,53 @@ TEST(shard_local, bad_arguments_name_the_argument_and_write_nothing_host) {
 TEST(shard_local, bad_arguments_name_the_argument_and_write_nothing_emulated) {
   emulated k;
   zf_shard_test::bad_arguments_case(k);
+}
+
+// On an emulated device: a gather reads the shard after the work enqueued on the acquiring stream
+// before acquire() (a kernel that writes the shards late), and the gathers run on the prefetcher's
+// side stream, not behind the layer's compute on the acquiring stream. (Whether they overlap it in
+// the emulated timeline depends on its shared compute resource's order, so that is not asserted.)
+TEST(shard_local, prefetcher_gathers_on_a_side_stream_after_the_work_before_it) {
+  emulated k;
+  auto& d = k.device;
+  const std::vector<zenflow::shard_matrix> list = {{8, 4, 12}, {8, 4, 12}};
+  const auto layout = zenflow::shard_channels(list, 1);
+  std::vector<float> w0(32, 1.0f), w1(32, 2.0f);
+  const std::vector<zenflow::shard_gather_layer> layers = {{0, w0.data(), zenflow::dtype::f32},
+                                                           {1, w1.data(), zenflow::dtype::f32}};
+  zenflow::shard_prefetcher<zenflow::emulated_device_communicator<zenflow::local_communicator>> pre(
+      k.comm, layout, layers);
+  EXPECT_EQ(pre.buffer_bytes(), 32u * 4u);
+  d.set_tracing(true);
+  d.launch(k.s, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    std::fill(w0.begin(), w0.end(), 3.0f);
+    std::fill(w1.begin(), w1.end(), 4.0f);
+  });
+  std::vector<float> seen0(32), seen1(32);
+  const void* p0 = pre.acquire(0, k.s); // gathers 0, then 1 on the side stream
+  d.launch(k.s, [&, p0] { std::memcpy(seen0.data(), p0, 128); });
+  d.compute(k.s, std::chrono::milliseconds(20), "layer 0");
+  const void* p1 = pre.acquire(1, k.s);
+  d.launch(k.s, [&, p1] { std::memcpy(seen1.data(), p1, 128); });
+  k.finish();
+  EXPECT_EQ(seen0, std::vector<float>(32, 3.0f));
+  EXPECT_EQ(seen1, std::vector<float>(32, 4.0f));
+  const auto trace = d.trace();
+  std::vector<zenflow::emulated_op> gathers;
+  const zenflow::emulated_op* compute = nullptr;
+  for (const auto& op : trace) {
+    if (op.name.find("all_gather_bytes") != std::string::npos) {
+      gathers.push_back(op);
+    }
+    if (op.name == "layer 0") {
+      compute = &op;
+    }
+  }
+  ASSERT_EQ(gathers.size(), 2u);
+  ASSERT_NE(compute, nullptr);
+  EXPECT_NE(gathers[0].stream, compute->stream);
+  EXPECT_EQ(gathers[1].stream, gathers[0].stream);
 }
 
 TEST(shard_channels, is_the_owner_partition_and_covers_every_channel_once) {
