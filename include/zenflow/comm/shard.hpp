@@ -11,11 +11,13 @@
 /// every channel once, balanced by host-state bytes over the whole list. A ZeRO-3 rank's shard is
 /// therefore exactly the block whose host state it keeps under ZeRO-2.
 ///
-/// Determinism: reduce_scatter_shard's shard has, element for element, the bits of the engine's
-/// data-parallel mean gradient (engine/detail/dp/mean_gradients.hpp): the rows widened to fp32
-/// (exact), the communicator's reduce_scatter_mean (each element the bits its all_reduce_mean
-/// gives: mpi_communicator's rank-order float64 fold, divided, rounded once to fp32; NCCL's own
-/// order, see nccl_communicator.cuh), then narrowed once to the working type.
+/// Determinism: reduce_scatter_shard widens the rows to fp32 (exact), reduces them with the
+/// communicator's reduce_scatter_mean and narrows the mean once to the working type, as the
+/// engine's data-parallel mean gradient does with all_reduce_mean (engine/detail/dp/
+/// mean_gradients.hpp). On the host communicators (mpi_communicator's rank-order float64 fold,
+/// divided, rounded once; one rank: the value) the two reductions give the same bits, so the
+/// shard is bit for bit the engine's rows of the mean. On nccl_communicator every rank gets the
+/// same bits, but NCCL's reduce-scatter order need not be its all-reduce's (see the model).
 ///
 /// Streams and failures: as the communicator's collectives (communicator.hpp). On a device
 /// communicator everything is enqueued on `stream` (no wait, no allocation: the fp32 staging is
@@ -185,9 +187,9 @@ void expect_ranks(std::string_view fn, const C& comm, const shard_layout& layout
 } // namespace detail::comm
 
 /// This rank's shard of the mean over ranks of matrix m's gradients: `shard`(c, i) = the mean of
-/// every rank's `grads`(first + c, i), with the bits of the engine's data-parallel mean (file
-/// comment). Collective: every rank calls it, with the same layout and matrix, in the same order
-/// as its other collectives on `comm`.
+/// every rank's `grads`(first + c, i), on a host communicator with the bits of the engine's
+/// data-parallel mean (file comment). Collective: every rank calls it, with the same layout and matrix, in
+/// the same order as its other collectives on `comm`.
 /// @param comm     the communicator (host or device memory, as its `is_device` says)
 /// @param layout   the shards (shard_channels over comm.size() ranks)
 /// @param m        the matrix's index in the layout
