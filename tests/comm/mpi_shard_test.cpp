@@ -1,7 +1,11 @@
 // The shard helpers (comm/shard.hpp, shard_prefetcher.hpp) under mpiexec -np 2 and 3 (part of
 // zf_comm_mpi_tests, whose main is mpi_communicator_test.cpp's): mpi_communicator itself and
 // behind emulated_device_communicator, the bodies of shard_cases.hpp.
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -66,6 +70,46 @@ TEST(shard_mpi, bad_arguments_throw_on_every_rank_before_anything_is_sent_host) 
 TEST(shard_mpi, bad_arguments_throw_on_every_rank_before_anything_is_sent_emulated) {
   emulated k;
   zf_shard_test::bad_arguments_case(k);
+}
+
+// A mistake on one rank only: that rank throws invalid_argument naming the argument before it
+// sends anything; the others, in the collective without it, throw comm_timeout within their bound
+// (300 ms) instead of hanging. Rank 0 then makes the right call, which completes the operation
+// the others left posted (as in mpi_communicator's timeout case), so the job ends cleanly.
+TEST(shard_mpi, a_mistake_on_one_rank_is_an_error_there_and_a_timeout_elsewhere) {
+  using namespace std::chrono_literals;
+  const int me = zf_test::world_rank();
+  auto comm = zf_comm_test::make_comm(me == 0 ? 20000ms : 300ms);
+  const auto list = zf_shard_test::sample_list();
+  const auto layout = zenflow::shard_channels(list, comm.size());
+  const std::size_t m = 4;
+  const auto& s = list[m];
+  const auto grads = zf_shard_test::grads_of<float>(me, 30, m, s, zf_shard_test::channel_layout::contiguous);
+  std::vector<float> shard(layout.shard_elements(m, me) + static_cast<std::size_t>(s.channel_len));
+  std::vector<float> staging(zenflow::shard_staging_floats(layout, me));
+  const std::int64_t wrong = me == 0 ? layout.count(m, me) + 1 : layout.count(m, me);
+  auto call = [&](std::int64_t channels) {
+    zenflow::reduce_scatter_shard<float>(comm, layout, m, grads.cview(),
+                                         zenflow::make_channel_matrix(shard.data(), channels, s.channel_len),
+                                         staging, nullptr);
+  };
+  if (me == 0) {
+    zf_shard_test::expect_invalid([&] { call(wrong); }, "argument 'shard.channels'");
+    EXPECT_TRUE(comm.usable());
+    std::this_thread::sleep_for(1s); // past the others' bound
+    call(layout.count(m, me));
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      call(wrong);
+      ADD_FAILURE() << "no timeout";
+    } catch (const zenflow::comm_timeout& e) {
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms) << "the bound was not kept";
+      EXPECT_NE(std::string(e.what()).find("reduce_scatter_mean"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(comm.usable());
+  }
+  MPI_Barrier(MPI_COMM_WORLD); // rank 0's right call has completed the others' posted operation
 }
 
 // The docs' example (docs/data-parallel.md, "Sharded weights"): a trainer's step over two sharded
