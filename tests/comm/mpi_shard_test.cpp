@@ -175,12 +175,15 @@ TEST(shard_mpi, a_trainers_step_over_two_layers) {
     EXPECT_EQ(seen[m], full) << "layer " << m;
     const auto len = static_cast<std::size_t>(list[m].channel_len);
     const auto n = static_cast<std::size_t>(list[m].channels) * len;
+    std::vector<std::vector<float>> every;
+    for (int r = 0; r < N; ++r) {
+      every.push_back(zf_shard_test::values<float>(zf_shard_test::seed_of(r, test + 1, m), n));
+    }
     for (std::size_t e = 0; e < grad_shards[m].size(); ++e) {
       double acc = 0.0;
       for (int r = 0; r < N; ++r) {
         acc += static_cast<double>(
-            zf_shard_test::values<float>(zf_shard_test::seed_of(r, test + 1, m),
-                                         n)[static_cast<std::size_t>(layout.first(m, me)) * len + e]);
+            every[static_cast<std::size_t>(r)][static_cast<std::size_t>(layout.first(m, me)) * len + e]);
       }
       ASSERT_EQ(grad_shards[m][e], static_cast<float>(acc / N)) << "layer " << m << " element " << e;
     }
