@@ -93,8 +93,9 @@ public:
   ~shard_prefetcher() { release(); }
 
   /// Layer i's full weights (channels x channel_len, packed, its type): ready for the work
-  /// enqueued on `stream` after this call, and valid for it until the next acquire() after this
-  /// one. Starts the gather of layer `next` (none: nothing) into the other buffer.
+  /// enqueued on `stream` after this call and before the next acquire() (which may start
+  /// overwriting the buffer once `stream` has passed that work; use it on `stream` only). Starts
+  /// the gather of layer `next` (none: nothing) into the other buffer.
   /// @throws invalid_argument naming 'layer' or 'next' (nothing is enqueued)
   [[nodiscard]] const void* acquire(std::size_t layer, cudaStream_t stream, std::size_t next) {
     constexpr std::string_view fn = "zenflow::shard_prefetcher::acquire";
