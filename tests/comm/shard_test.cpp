@@ -74,35 +74,46 @@ TEST(shard_local, bad_arguments_name_the_argument_and_write_nothing_emulated) {
 }
 
 // On an emulated device: a gather reads the shard after the work enqueued on the acquiring stream
-// before acquire() (a kernel that writes the shards late), and the gathers run on the prefetcher's
-// side stream, not behind the layer's compute on the acquiring stream. (Whether they overlap it in
-// the emulated timeline depends on its shared compute resource's order, so that is not asserted.)
-TEST(shard_local, prefetcher_gathers_on_a_side_stream_after_the_work_before_it) {
+// before acquire() (a kernel that writes the shards late); a buffer is overwritten (layer 2 into
+// layer 0's) only after the work that read it before the next acquire() (a slow reader); the
+// gathers run on the prefetcher's side stream, not behind the layer's compute on the acquiring
+// stream. (Whether they overlap it in the emulated timeline depends on its shared compute
+// resource's order, so that is not asserted.)
+TEST(shard_local, prefetcher_orders_its_gathers_with_the_acquiring_stream) {
   emulated k;
   auto& d = k.device;
-  const std::vector<zenflow::shard_matrix> list = {{8, 4, 12}, {8, 4, 12}};
+  const std::vector<zenflow::shard_matrix> list = {{8, 4, 12}, {8, 4, 12}, {8, 4, 12}};
   const auto layout = zenflow::shard_channels(list, 1);
-  std::vector<float> w0(32, 1.0f), w1(32, 2.0f);
-  const std::vector<zenflow::shard_gather_layer> layers = {{0, w0.data(), zenflow::dtype::f32},
-                                                           {1, w1.data(), zenflow::dtype::f32}};
+  std::vector<std::vector<float>> w = {std::vector<float>(32, 1.0f), std::vector<float>(32, 2.0f),
+                                       std::vector<float>(32, 5.0f)};
+  std::vector<zenflow::shard_gather_layer> layers;
+  for (std::size_t m = 0; m < 3; ++m) {
+    layers.push_back({m, w[m].data(), zenflow::dtype::f32});
+  }
   zenflow::shard_prefetcher<zenflow::emulated_device_communicator<zenflow::local_communicator>> pre(
       k.comm, layout, layers);
   EXPECT_EQ(pre.buffer_bytes(), 32u * 4u);
   d.set_tracing(true);
   d.launch(k.s, [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    std::fill(w0.begin(), w0.end(), 3.0f);
-    std::fill(w1.begin(), w1.end(), 4.0f);
+    std::fill(w[0].begin(), w[0].end(), 3.0f);
+    std::fill(w[1].begin(), w[1].end(), 4.0f);
   });
-  std::vector<float> seen0(32), seen1(32);
-  const void* p0 = pre.acquire(0, k.s); // gathers 0, then 1 on the side stream
-  d.launch(k.s, [&, p0] { std::memcpy(seen0.data(), p0, 128); });
+  std::vector<std::vector<float>> seen(3, std::vector<float>(32));
+  auto read = [&](std::size_t m, const void* p, int delay_ms) {
+    d.launch(k.s, [&seen, m, p, delay_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      std::memcpy(seen[m].data(), p, 128);
+    });
+  };
+  read(0, pre.acquire(0, k.s), 40); // gathers 0, then 1 on the side stream; a slow reader of 0
   d.compute(k.s, std::chrono::milliseconds(20), "layer 0");
-  const void* p1 = pre.acquire(1, k.s);
-  d.launch(k.s, [&, p1] { std::memcpy(seen1.data(), p1, 128); });
+  read(1, pre.acquire(1, k.s), 0); // starts 2 into layer 0's buffer, after the slow reader
+  read(2, pre.acquire(2, k.s), 0);
   k.finish();
-  EXPECT_EQ(seen0, std::vector<float>(32, 3.0f));
-  EXPECT_EQ(seen1, std::vector<float>(32, 4.0f));
+  EXPECT_EQ(seen[0], std::vector<float>(32, 3.0f));
+  EXPECT_EQ(seen[1], std::vector<float>(32, 4.0f));
+  EXPECT_EQ(seen[2], std::vector<float>(32, 5.0f));
   const auto trace = d.trace();
   std::vector<zenflow::emulated_op> gathers;
   const zenflow::emulated_op* compute = nullptr;
@@ -114,10 +125,11 @@ TEST(shard_local, prefetcher_gathers_on_a_side_stream_after_the_work_before_it) 
       compute = &op;
     }
   }
-  ASSERT_EQ(gathers.size(), 2u);
+  ASSERT_EQ(gathers.size(), 3u);
   ASSERT_NE(compute, nullptr);
-  EXPECT_NE(gathers[0].stream, compute->stream);
-  EXPECT_EQ(gathers[1].stream, gathers[0].stream);
+  for (const auto& g : gathers) {
+    EXPECT_NE(g.stream, compute->stream);
+  }
 }
 
 TEST(shard_channels, is_the_owner_partition_and_covers_every_channel_once) {
