@@ -72,6 +72,22 @@ TEST(shard_mpi, bad_arguments_throw_on_every_rank_before_anything_is_sent_emulat
   zf_shard_test::bad_arguments_case(k);
 }
 
+// Every rank computes the same shards, and they are the owner partition's blocks over the world.
+TEST(shard_mpi, every_rank_computes_the_same_owner_blocks) {
+  const auto list = zf_shard_test::sample_list();
+  zf_shard_test::check_rule(list, zf_test::world_size());
+  const auto layout = zenflow::shard_channels(list, zf_test::world_size());
+  std::vector<std::int64_t> blocks;
+  for (std::size_t m = 0; m < layout.matrices(); ++m) {
+    for (int r = 0; r < layout.ranks(); ++r) {
+      blocks.push_back(layout.first(m, r));
+      blocks.push_back(layout.count(m, r));
+    }
+  }
+  EXPECT_TRUE(zf_test::same_on_every_rank(blocks));
+  EXPECT_TRUE(zf_test::same_on_every_rank(std::vector<std::uint64_t>{layout.hash()}));
+}
+
 // A mistake on one rank only: that rank throws invalid_argument naming the argument before it
 // sends anything; the others, in the collective without it, throw comm_timeout within their bound
 // (300 ms) instead of hanging. Rank 0 then makes the right call, which completes the operation
