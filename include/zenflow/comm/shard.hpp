@@ -188,8 +188,8 @@ void expect_ranks(std::string_view fn, const C& comm, const shard_layout& layout
 
 /// This rank's shard of the mean over ranks of matrix m's gradients: `shard`(c, i) = the mean of
 /// every rank's `grads`(first + c, i), on a host communicator with the bits of the engine's
-/// data-parallel mean (file comment). Collective: every rank calls it, with the same layout and matrix, in
-/// the same order as its other collectives on `comm`.
+/// data-parallel mean (file comment). Collective: every rank calls it, with the same layout and
+/// matrix, in the same order as its other collectives on `comm`.
 /// @param comm     the communicator (host or device memory, as its `is_device` says)
 /// @param layout   the shards (shard_channels over comm.size() ranks)
 /// @param m        the matrix's index in the layout
