@@ -18,7 +18,8 @@
 ///     p<i>/sel         the device set the engine reports (int32, ascending)
 ///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only);
 ///                      m and v as the host stores them: fp32, or bf16 with host_moments "bf16"
-///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only)
+///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only;
+///                      a rank over a device communicator: its share)
 ///     p<i>/dev_sel, dev_rows, dev_counts         the device rows (master | m | v), k rows each
 ///
 /// Saved between steps: a host job in flight is finished first (its new weights are kept, not
