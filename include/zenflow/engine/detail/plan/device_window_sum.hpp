@@ -81,7 +81,8 @@ public:
             return prim.count_window_step(r, s, on);
           });
   }
-  /// A new window: its first good step writes the sums (after the copies of the last one).
+  /// A new window: its first good step writes its sums (the caller orders this after the copies
+  /// that last read them).
   void reset(const Backend& b, cudaStream_t stream) { b.zero(steps_.data(), 4, stream); }
 
   // ---- a checkpoint (blocking, between steps, the pack stream settled) ----

@@ -281,7 +281,10 @@ public:
         pushed(bytes, cost);
       }
     }
-    sum_sent_[cur_sum_]->wait_for(copies_->get()); // marks these copies' end for the close after next
+    // These copies' end, marked: the next close makes the packs wait for it before the window
+    // after writes these sums again. Now the packs wait for the last close's copies (the sums the
+    // next window writes), one window old: done in the common case.
+    sum_sent_[cur_sum_]->wait_for(copies_->get());
     sum_.flip();
     cur_sum_ ^= 1u;
     sum_sent_[cur_sum_]->join_into(packs_->get());
