@@ -48,8 +48,11 @@ public:
 
   // ---- the consumer (host/consumer.hpp) ---------------------------------------------------------
 
-  /// The consumer's own accumulation pool (d2h_consumer::set_threads). Before start_consumer().
-  void set_consumer_threads(unsigned threads) { consumer_.set_threads(threads); }
+  /// The consumer's own accumulation pool (d2h_consumer::set_threads), its threads and the
+  /// consumer's on `cores` (empty: anywhere). Before start_consumer().
+  void set_consumer_threads(unsigned threads, const std::vector<int>& cores = {}) {
+    consumer_.set_threads(threads, cores);
+  }
   /// Spans of the consumer go to `t` (nullptr: none).
   void set_trace(pipeline_trace* t) noexcept { consumer_.set_trace(t); }
   /// Consumes, on the calling thread, every slot of `ring` that has landed (host backend).

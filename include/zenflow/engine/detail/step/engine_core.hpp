@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -31,6 +30,7 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
+#include <zenflow/engine/detail/host/thread_placement.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
@@ -89,6 +89,7 @@ public:
   void initialize(cudaStream_t stream) {
     require(life_ == lifecycle::registering, "zenflow::engine::initialize", "this", "is already initialized");
     require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
+    stats_.placement = resolve_host_placement(cfg_); // may throw: before anything is set up
     stats_.comm_bytes += par_.verify(cfg_, params_, stream);
     const bool zen = cfg_.mode == optimizer_mode::zenflow;
     const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
@@ -150,13 +151,14 @@ public:
         h.sel = {0};
       }
     }
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is jobs_' own
+    const host_placement& place = stats_.placement;
+    const std::vector<int> cores = place.pinned ? place.worker_cores : std::vector<int>{};
+    host_.set_consumer_threads(place.threads, cores); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
       host_.start_consumer(d2h_.ring(), [this] { plan_.enter_engine_thread(); });
     }
-    jobs_.start(cfg_.resolved_host_threads(hw), overlap);
+    jobs_.start(place.threads, overlap, cores);
     if (par_.gathers_windows()) { // each rank's share of a window's weights, gathered at the boundary
       jobs_.set_gather(par_.gathers_on_device() ? window_gather::device_buffers : window_gather::host_buffers,
                        [this](cudaStream_t s) { return par_.gather_window(s); });

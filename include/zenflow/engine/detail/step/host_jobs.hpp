@@ -54,11 +54,18 @@ public:
       : plan_(plan), params_(params), host_(host), stats_(stats), trace_(trace) {}
 
   /// The pool of `threads` threads the window's AdamW runs on, and with `overlap` the queue that
-  /// runs the jobs one window behind (staleness bound 1).
-  void start(unsigned threads, bool overlap) {
-    pool_ = std::make_unique<worker_pool>(threads);
+  /// runs the jobs one window behind (staleness bound 1); the pool's threads and the queue's
+  /// executor on `cores` (empty: anywhere).
+  void start(unsigned threads, bool overlap, const std::vector<int>& cores = {}) {
+    worker_pool_options o;
+    o.threads = threads;
+    o.confine_to = cores;
+    pool_ = std::make_unique<worker_pool>(o);
     if (overlap) {
       queue_ = std::make_unique<window_queue>(1);
+      if (!cores.empty()) {
+        (void)queue_->confine_executor(cores); // before its first job: no job runs elsewhere
+      }
     }
   }
 
