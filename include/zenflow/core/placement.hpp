@@ -179,6 +179,32 @@ struct host_placement {
   }
 };
 
+/// Runs the calling thread on `cores` for its lifetime, then gives it back the mask it had: memory
+/// first touched in between (zero-filled vectors, copies) lands on the NUMA node of `cores` under
+/// Linux's first-touch policy. Nothing happens for empty `cores`, or where the system refuses.
+class scoped_thread_affinity {
+public:
+  explicit scoped_thread_affinity(std::span<const int> cores) {
+    if (!cores.empty()) {
+      saved_ = current_thread_affinity();
+      active_ = !saved_.empty() && pin_current_thread(cores);
+    }
+  }
+  scoped_thread_affinity(const scoped_thread_affinity&) = delete;
+  scoped_thread_affinity& operator=(const scoped_thread_affinity&) = delete;
+  ~scoped_thread_affinity() {
+    if (active_) {
+      (void)pin_current_thread(saved_);
+    }
+  }
+  /// True when the thread was moved (and will be moved back).
+  [[nodiscard]] bool active() const noexcept { return active_; }
+
+private:
+  std::vector<int> saved_;
+  bool active_ = false;
+};
+
 /// Pins the calling thread (the training thread: it launches the kernels) to the cores the
 /// placement reserved for training, as DeepSpeed does to its training process. Call it from
 /// the training thread after the engine's initialize(); the threads it starts afterwards (an

@@ -120,6 +120,9 @@ public:
     stats_.memory.host_ring += d2h_.open(slots.ring, slot_bytes);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
+    // Pinned: the host state is first touched on the host threads' cores (NUMA), no thread started.
+    std::optional<scoped_thread_affinity> first_touch;
+    first_touch.emplace(stats_.placement.pinned ? stats_.placement.worker_cores : std::vector<int>{});
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
@@ -151,6 +154,7 @@ public:
         h.sel = {0};
       }
     }
+    first_touch.reset(); // the calling thread's own mask back (also when the loop throws)
     const host_placement& place = stats_.placement;
     const std::vector<int> cores = place.pinned ? place.worker_cores : std::vector<int>{};
     host_.set_consumer_threads(place.threads, cores); // the window job's pool is jobs_' own
