@@ -156,6 +156,9 @@ struct host_placement {
   std::vector<int> training_cores; ///< reserved for the training side (pin_to_training_cores)
   std::vector<int> numa_nodes;     ///< NUMA nodes of `worker_cores`; empty: unknown
 
+  /// The cores to confine the host threads to: `worker_cores` when pinned, else none (anywhere).
+  [[nodiscard]] std::vector<int> pinned_cores() const { return pinned ? worker_cores : std::vector<int>{}; }
+
   /// One line: "pinned to cores 2-3 (NUMA node 0), training cores 0-1, 2 threads per pool".
   [[nodiscard]] std::string describe() const {
     const auto ranges = [](const std::vector<int>& v) {

@@ -26,11 +26,11 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/placement.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
-#include <zenflow/engine/detail/host/thread_placement.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
@@ -120,9 +120,7 @@ public:
     stats_.memory.host_ring += d2h_.open(slots.ring, slot_bytes);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
-    // Pinned: the host state is first touched on the host threads' cores (NUMA), no thread started.
-    std::optional<scoped_thread_affinity> first_touch;
-    first_touch.emplace(stats_.placement.pinned ? stats_.placement.worker_cores : std::vector<int>{});
+    std::optional<scoped_thread_affinity> first_touch(std::in_place, stats_.placement.pinned_cores());
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
@@ -154,15 +152,13 @@ public:
         h.sel = {0};
       }
     }
-    first_touch.reset(); // the calling thread's own mask back (also when the loop throws)
-    const host_placement& place = stats_.placement;
-    const std::vector<int> cores = place.pinned ? place.worker_cores : std::vector<int>{};
-    host_.set_consumer_threads(place.threads, cores); // the window job's pool is jobs_' own
+    first_touch.reset(); // the host state above was first touched on the host cores (NUMA); no thread started
+    host_.set_consumer_threads(stats_.placement); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
       host_.start_consumer(d2h_.ring(), [this] { plan_.enter_engine_thread(); });
     }
-    jobs_.start(place.threads, overlap, cores);
+    jobs_.start(stats_.placement, overlap);
     if (par_.gathers_windows()) { // each rank's share of a window's weights, gathered at the boundary
       jobs_.set_gather(par_.gathers_on_device() ? window_gather::device_buffers : window_gather::host_buffers,
                        [this](cudaStream_t s) { return par_.gather_window(s); });
