@@ -179,6 +179,11 @@ struct config {
   /// steps of D2H and the staging one, so that step() need not wait for PCIe (docs/config.md).
   std::int32_t ring_slots = 0;
   unsigned host_threads = 0; ///< 0 = derived from pt_reserved_cores_perc; <= 4096
+  /// true: the engine's host threads (pools, consumer, window executor) run only on the cores
+  /// pt_reserved_cores_perc leaves them, the last of the process's allowed cores (as DeepSpeed's
+  /// ZenFlow binds its optimizer process); the training thread is left as it is
+  /// (pin_to_training_cores). false: the threads run wherever the system puts them.
+  bool pin_host_threads = false;
 
   /// Selection interval used when `select = automatic` and no epoch length is known: "once per
   /// epoch" (docs/design.md) needs an epoch; rather than never re-selecting (DeepSpeed's bug) we

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/placement.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -76,6 +77,9 @@ struct stats {
   std::uint64_t model_bytes = 0;          ///< working-precision bytes of every registered parameter
   std::int64_t max_staleness_windows = 0; ///< most windows a host job's result was applied after its close
   memory_usage memory{};
+  /// Where the host threads run (config pin_host_threads): set by initialize(); `describe()`
+  /// prints it, `pin_to_training_cores(placement)` pins the training thread to the rest.
+  host_placement placement{};
 
   /// Mean PCIe bytes per step (both directions) as a multiple of the model size.
   [[nodiscard]] double pcie_model_ratio() const noexcept {

@@ -107,6 +107,7 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
       {"host_threads",
        c.host_threads == 0 ? "0 (from pt_reserved_cores_perc)" : std::to_string(c.host_threads),
        d.host_threads == 0 ? "0 (from pt_reserved_cores_perc)" : std::to_string(d.host_threads)},
+      {"pin_host_threads", b(c.pin_host_threads), b(d.pin_host_threads)},
       {"optimizer.type", adam_type(c.adam), adam_type(d.adam)},
       {"optimizer.params.lr", shortest(c.adam.lr) + " (step() takes each step's lr)",
        shortest(d.adam.lr) + " (step() takes each step's lr)"},

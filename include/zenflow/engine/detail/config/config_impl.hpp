@@ -349,6 +349,11 @@ inline void config::validate() const {
         "must be 0 (auto) or in [2, 1024], got " + std::to_string(ring_slots));
   check(host_threads <= 4096, ext_key("host_threads"),
         "must be in [0, 4096] (0 = derived), got " + std::to_string(host_threads));
+  // ceil(1.0 x n) = n: whatever the cores, pinning would leave the host threads none.
+  check(!pin_host_threads || pt_reserved_cores_perc < 1.0, zenflow_key("pt_reserved_cores_perc"),
+        "must be < 1 with zenflow_ext.pin_host_threads (1 reserves every core for training and leaves "
+        "the host threads none), got " +
+            value_text(pt_reserved_cores_perc));
 }
 
 ZF_NAMESPACE_END

@@ -158,6 +158,8 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
     c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 0, 1024)); // 1: validate() rejects it
   } else if (name == "host_threads") {
     c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
+  } else if (name == "pin_host_threads") {
+    c.pin_host_threads = json_bool(v, key);
   } else if (name == "param_groups") {
     c.param_groups = read_param_groups(v, key);
   } else {
@@ -244,7 +246,8 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
                            did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
                            " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
                            "host_moments_per_step, host_moments, mode, upload, ring_slot_bytes, ring_slots, "
-                           "host_threads, param_groups, select_on_mass_drop, min_select_interval)");
+                           "host_threads, pin_host_threads, param_groups, select_on_mass_drop, "
+                           "min_select_interval)");
     }
     if (name == "mode") {
       r.mode_key = key;

@@ -52,9 +52,15 @@ public:
   /// The consumer's own pool for the accumulation (`threads` threads, the consumer's included;
   /// 1: none). Its own, because the window job uses the engine's pool at the same time and a
   /// pool has one caller at a time. Rows are split across threads and each row is added by one
-  /// thread, so the accumulator has the same bits for any thread count. Before start().
-  void set_threads(unsigned threads) {
-    pool_ = threads > 1 ? std::make_unique<worker_pool>(threads) : nullptr;
+  /// thread, so the accumulator has the same bits for any thread count. `cores` not empty: the
+  /// pool's threads and the consumer thread run on those cores only (core/placement.hpp). Before
+  /// start().
+  void set_threads(unsigned threads, const std::vector<int>& cores = {}) {
+    worker_pool_options o;
+    o.threads = threads;
+    o.confine_to = cores;
+    pool_ = threads > 1 ? std::make_unique<worker_pool>(o) : nullptr;
+    cores_ = cores;
   }
 
   /// Spans of the consumer go to `t` (nullptr: none). Before start().
@@ -97,6 +103,11 @@ public:
         ring.close();
       }
     });
+#if defined(__linux__)
+    if (!cores_.empty()) { // settled when start() returns, whatever the new thread is doing
+      (void)set_thread_affinity(thread_.native_handle(), cores_);
+    }
+#endif
   }
   /// Joins the consumer thread (close its ring first).
   void stop() noexcept {
@@ -107,7 +118,9 @@ public:
 
   /// The skip flag of the last step record consumed (host backend: the step just taken; the
   /// consumer's own thread otherwise).
-  [[nodiscard]] bool last_skip() const noexcept { return last_skip_; }
+  [[nodiscard]] bool last_skip() const noexcept {
+    return last_skip_;
+  }
 
 private:
   /// What the host does with one landed slot (its data valid until the slot is released).
@@ -239,6 +252,7 @@ private:
   std::int64_t matrices_ = 0;
   pipeline_trace* trace_ = nullptr;
   std::unique_ptr<worker_pool> pool_; // the accumulation's threads
+  std::vector<int> cores_;            // where the consumer's threads run (empty: anywhere)
 
   // the step being consumed
   float coef_ = 1.0f;

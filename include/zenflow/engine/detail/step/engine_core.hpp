@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/placement.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
@@ -89,6 +89,7 @@ public:
   void initialize(cudaStream_t stream) {
     require(life_ == lifecycle::registering, "zenflow::engine::initialize", "this", "is already initialized");
     require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
+    stats_.placement = resolve_host_placement(cfg_); // may throw: before anything is set up
     stats_.comm_bytes += par_.verify(cfg_, params_, stream);
     const bool zen = cfg_.mode == optimizer_mode::zenflow;
     const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
@@ -119,6 +120,7 @@ public:
     d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
+    std::optional<scoped_thread_affinity> first_touch(std::in_place, stats_.placement.pinned_cores());
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
@@ -154,13 +156,13 @@ public:
         h.sel = {0};
       }
     }
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is jobs_' own
+    first_touch.reset(); // the host state above was first touched on the host cores (NUMA); no thread started
+    host_.set_consumer_threads(stats_.placement); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
       host_.start_consumer(d2h_.ring(), [this] { plan_.enter_engine_thread(); });
     }
-    jobs_.start(cfg_.resolved_host_threads(hw), overlap);
+    jobs_.start(stats_.placement, overlap);
     if (par_.gathers_windows()) { // each rank's share of a window's weights, gathered at the boundary
       jobs_.set_gather(par_.gathers_on_device() ? window_gather::device_buffers : window_gather::host_buffers,
                        [this](cudaStream_t s) { return par_.gather_window(s); });

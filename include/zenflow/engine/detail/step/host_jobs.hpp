@@ -19,6 +19,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/placement.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
@@ -53,12 +54,20 @@ public:
             pipeline_trace& trace)
       : plan_(plan), params_(params), host_(host), stats_(stats), trace_(trace) {}
 
-  /// The pool of `threads` threads the window's AdamW runs on, and with `overlap` the queue that
-  /// runs the jobs one window behind (staleness bound 1).
-  void start(unsigned threads, bool overlap) {
-    pool_ = std::make_unique<worker_pool>(threads);
+  /// The pool of `place.threads` threads the window's AdamW runs on, and with `overlap` the queue
+  /// that runs the jobs one window behind (staleness bound 1); the pool's threads and the queue's
+  /// executor on `place.pinned_cores()` (empty: anywhere).
+  void start(const host_placement& place, bool overlap) {
+    const std::vector<int> cores = place.pinned_cores();
+    worker_pool_options o;
+    o.threads = place.threads;
+    o.confine_to = cores;
+    pool_ = std::make_unique<worker_pool>(o);
     if (overlap) {
       queue_ = std::make_unique<window_queue>(1);
+      if (!cores.empty()) {
+        (void)queue_->confine_executor(cores); // before its first job: no job runs elsewhere
+      }
     }
   }
 
