@@ -95,7 +95,9 @@ public:
     std::vector<std::int64_t> ks, cs;
     for (auto& pi : params_) {
       if (pi.matrix) {
-        pi.device_capacity = gpu ? pi.channels : (zen ? cfg_.topk(pi.channels) : 0);
+        // A shard's top-k is the whole matrix's, of which at most all its channels fall here.
+        pi.device_capacity =
+            gpu ? pi.channels : (zen ? std::min(cfg_.topk(pi.whole_channels()), pi.channels) : 0);
         pi.host_side = !gpu;
         ks.push_back(std::max<std::int64_t>(pi.device_capacity, 1));
         cs.push_back(pi.channels);

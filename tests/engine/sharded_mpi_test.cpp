@@ -1,0 +1,438 @@
+// The sharded engine (ZeRO-3, engine<Backend, sharded<mpi_communicator>>) under mpiexec with 1, 2
+// and 3 ranks (cpu.engine.sharded_mpi_np*). Each rank registers its shard of every matrix
+// (shard_channels' ranges) with the shard of the mean gradient that the trainer's helper
+// reduce_scatter_shard makes from this rank's own gradient, and every vector whole with its own
+// gradient (the engine means it). Beside it every rank runs a one-rank host engine on the whole
+// model fed the float64 rank-order mean (mean_of): after every step each rank's shard of the
+// weights, its selections and the skipped steps, and at the end the state (masters, moments,
+// counts), must equal that engine's rows bit for bit, on the host and the emulated backends, in
+// fp32, bf16 (bf16 host moments), fp16 with clipping, L1 importance, gpu_adamw; one rank's NaN
+// skips the step on every rank. Misconfigured shards, a differing list, and what the policy does
+// not support yet: the same invalid_argument on every rank, nothing set up.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mpi.h>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/comm/mpi_communicator.hpp>
+#include <zenflow/comm/shard.hpp>
+#include <zenflow/core/emulated_device.hpp>
+#include <zenflow/engine/emulated_backend.hpp>
+#include <zenflow/engine/engine.hpp>
+#include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/sharded.hpp>
+
+#include "engine_harness.hpp"
+#include "support/mpi_checks.hpp"
+#include "support/mpi_gtest_main.hpp"
+#include "support/random.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using zf_test::world_rank;
+using zf_test::world_size;
+
+struct pshape {
+  bool matrix;
+  std::int64_t channels, len;
+};
+// Two matrices whose shards differ in size, a vector between them.
+const std::vector<pshape> kModel = {{true, 40, 8}, {false, 1, 6}, {true, 23, 16}};
+
+zenflow::mpi_communicator make_comm() {
+  return zenflow::mpi_communicator(MPI_COMM_WORLD, {10s});
+}
+
+/// Rank `r`'s gradient of parameter `p` at step `t`: every rank can make every rank's. Skewed
+/// channel magnitudes (so that each rank's top-k differs from the mean's), no zeros; `nan`: a NaN
+/// in the last rank's first matrix.
+template <class T>
+std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan) {
+  const auto& sh = kModel[p];
+  std::mt19937_64 gen(zf_test::base_seed() + 7919u * static_cast<std::uint64_t>(t) + 131u * p +
+                      static_cast<std::uint64_t>(r) * 1000003u);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  std::vector<T> g(static_cast<std::size_t>(sh.channels * sh.len));
+  float scale = 1.0f;
+  for (std::size_t e = 0; e < g.size(); ++e) {
+    if (e % static_cast<std::size_t>(sh.len) == 0) {
+      scale = std::exp(4.0f * ud(gen)) * 0.05f;
+    }
+    const float x = scale * nd(gen);
+    g[e] = zenflow::from_float<T>(x == 0.0f ? 1e-3f : x);
+  }
+  if (nan && p == 0 && r == world_size() - 1) {
+    g[5] = zenflow::from_float<T>(NAN);
+  }
+  return g;
+}
+
+/// The float64 rank-order mean, rounded once to fp32 then to T (mpi_communicator's).
+template <class T>
+std::vector<T> mean_of(const std::vector<std::vector<T>>& all) {
+  std::vector<T> out(all[0].size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    double s = 0.0;
+    for (const auto& g : all) {
+      s += static_cast<double>(zenflow::to_float(g[i]));
+    }
+    out[i] = zenflow::from_float<T>(static_cast<float>(s / static_cast<double>(all.size())));
+  }
+  return out;
+}
+
+template <class T>
+std::vector<T> initial(std::size_t p) {
+  std::mt19937_64 gen(zf_test::base_seed() + 17u + p); // the same on every rank
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  std::vector<T> w(static_cast<std::size_t>(kModel[p].channels * kModel[p].len));
+  for (auto& x : w) {
+    x = zenflow::from_float<T>(nd(gen));
+  }
+  return w;
+}
+
+template <class A, class B>
+bool same_bits(const A* a, const B* b, std::size_t n) {
+  static_assert(sizeof(A) == sizeof(B));
+  return std::memcmp(a, b, n * sizeof(A)) == 0;
+}
+
+std::uint32_t state_bytes(const zenflow::config& cfg) {
+  return cfg.host_moments == zenflow::moment_precision::bf16 ? 8u : 12u;
+}
+
+zenflow::shard_layout layout_for(const zenflow::config& cfg) {
+  std::vector<zenflow::shard_matrix> list;
+  for (const auto& sh : kModel) {
+    if (sh.matrix) {
+      list.push_back({sh.channels, sh.len, state_bytes(cfg)});
+    }
+  }
+  return zenflow::shard_channels(list, world_size());
+}
+
+/// The sharded engine on `Backend` (host_backend, emulated_backend) and the one-rank reference.
+template <class T, bool Emulated>
+struct sharded_run {
+  using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
+  using engine_type = zenflow::engine<backend, zenflow::sharded<zenflow::mpi_communicator>>;
+
+  zenflow::config cfg;
+  zenflow::shard_layout layout = layout_for(cfg);
+  int me = world_rank();
+  zenflow::mpi_communicator trainer = make_comm(); // the trainer's reduce-scatter
+  zenflow::emulated_device device{};
+  cudaStream_t s = Emulated ? device.create_stream() : nullptr;
+  std::vector<std::vector<T>> ref_w, ref_g, w, g;
+  std::vector<float> staging;
+  std::vector<zenflow::param_id> ref_id, id;
+  std::unique_ptr<zenflow::engine<zenflow::host_backend>> ref;
+  std::unique_ptr<engine_type> e;
+
+  explicit sharded_run(const zenflow::config& c) : cfg(c) {
+    std::size_t most = 1;
+    for (std::size_t m = 0; m < layout.matrices(); ++m) {
+      most = std::max(most, zenflow::shard_staging_floats(layout, m, me));
+    }
+    staging.resize(most);
+    ref = std::make_unique<zenflow::engine<zenflow::host_backend>>(cfg);
+    if constexpr (Emulated) {
+      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device}, make_comm());
+    } else {
+      e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, make_comm());
+    }
+  }
+
+  [[nodiscard]] std::int64_t first(std::size_t m) const { return layout.first(m, me); }
+  [[nodiscard]] std::int64_t count(std::size_t m) const { return layout.count(m, me); }
+
+  /// Registers the model on both engines; `shift`: this rank's shards start that many channels
+  /// off (a misconfiguration).
+  void add(std::int64_t shift = 0) {
+    for (auto* v : {&ref_w, &ref_g, &w, &g}) {
+      v->reserve(kModel.size()); // the engines keep pointers into them
+    }
+    std::size_t m = 0;
+    for (std::size_t p = 0; p < kModel.size(); ++p) {
+      const auto& sh = kModel[p];
+      ref_w.push_back(initial<T>(p));
+      ref_g.push_back(std::vector<T>(ref_w.back().size()));
+      const std::string name = "p" + std::to_string(p);
+      if (!sh.matrix) {
+        w.push_back(ref_w.back());
+        g.push_back(ref_g.back());
+        ref_id.push_back(ref->add_vector(ref_w[p].data(), ref_g[p].data(), sh.len, {.name = name}));
+        id.push_back(e->add_vector(w[p].data(), g[p].data(), sh.len, {.name = name}));
+        continue;
+      }
+      const std::int64_t f = std::clamp<std::int64_t>(first(m) + shift, 0, sh.channels - count(m));
+      w.emplace_back(ref_w[p].begin() + f * sh.len, ref_w[p].begin() + (f + count(m)) * sh.len);
+      g.push_back(std::vector<T>(w.back().size()));
+      ref_id.push_back(
+          ref->add_matrix(ref_w[p].data(), ref_g[p].data(), sh.channels, sh.len, {.name = name}));
+      id.push_back(e->add_matrix(w[p].data(), g[p].data(), count(m), sh.len,
+                                 {.name = name, .shard = zenflow::matrix_shard{f, sh.channels}}));
+      ++m;
+    }
+  }
+  void initialize() {
+    ref->initialize();
+    e->initialize(s);
+  }
+
+  /// Step `t`: every rank's gradients, the reference fed their mean, this rank's shard from the
+  /// trainer's reduce-scatter; both engines step and flush. Then the checks of the step.
+  void step(std::int64_t t, bool nan = false) {
+    std::size_t m = 0;
+    for (std::size_t p = 0; p < kModel.size(); ++p) {
+      const auto& sh = kModel[p];
+      std::vector<std::vector<T>> all;
+      for (int r = 0; r < world_size(); ++r) {
+        all.push_back(grad_of<T>(r, p, t, nan));
+      }
+      const std::vector<T> mean = mean_of(all);
+      std::copy(mean.begin(), mean.end(), ref_g[p].begin()); // in place: the engine reads ref_g[p].data()
+      if (!sh.matrix) {
+        std::copy(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end(),
+                  g[p].begin());
+        continue;
+      }
+      const zenflow::channel_matrix<const T> mine{all[static_cast<std::size_t>(me)].data(), sh.channels,
+                                                  sh.len, sh.len, zenflow::channel_layout::contiguous};
+      const zenflow::channel_matrix<T> out{g[p].data(), count(m), sh.len, sh.len,
+                                           zenflow::channel_layout::contiguous};
+      zenflow::reduce_scatter_shard(trainer, layout, m, mine, out, std::span<float>(staging), nullptr);
+      ++m;
+    }
+    const float lr = 1e-2f;
+    (void)ref->step(lr);
+    (void)e->step(lr, s);
+    ref->flush();
+    e->flush(s);
+    if constexpr (Emulated) {
+      device.synchronize_stream(s);
+    }
+    check("step " + std::to_string(t));
+  }
+
+  void check(const std::string& when) {
+    SCOPED_TRACE(when + ", rank " + std::to_string(me) + ", " + zf_test::seed_note(zf_test::base_seed()));
+    std::size_t m = 0;
+    for (std::size_t p = 0; p < kModel.size(); ++p) {
+      const auto& sh = kModel[p];
+      const std::int64_t f = sh.matrix ? first(m) : 0;
+      const std::int64_t n = sh.matrix ? count(m) : 1;
+      ASSERT_TRUE(same_bits(w[p].data(), ref_w[p].data() + f * sh.len, w[p].size())) << "weights of p" << p;
+      if (sh.matrix) { // the reference's top-k channels in this shard, as shard indices
+        std::vector<std::int32_t> want;
+        for (const std::int32_t c : ref->selected(ref_id[p])) {
+          if (c >= f && c < f + n) {
+            want.push_back(static_cast<std::int32_t>(c - f));
+          }
+        }
+        ASSERT_EQ(e->selected(id[p]), want) << "selection of p" << p;
+        ++m;
+      }
+    }
+    ASSERT_EQ(e->stats().skipped_steps, ref->stats().skipped_steps);
+  }
+
+  void check_state() {
+    SCOPED_TRACE("state, rank " + std::to_string(me));
+    std::size_t m = 0;
+    for (std::size_t p = 0; p < kModel.size(); ++p) {
+      const auto& sh = kModel[p];
+      const std::int64_t f = sh.matrix ? first(m) : 0;
+      const std::int64_t n = sh.matrix ? count(m) : 1;
+      m += sh.matrix ? 1 : 0;
+      const auto a = e->state(id[p], s);
+      const auto b = ref->state(ref_id[p]);
+      const auto L = static_cast<std::size_t>(sh.len);
+      ASSERT_EQ(a.master.size(), static_cast<std::size_t>(n) * L);
+      EXPECT_TRUE(same_bits(a.master.data(), b.master.data() + f * sh.len, a.master.size()))
+          << "master p" << p;
+      EXPECT_TRUE(same_bits(a.m.data(), b.m.data() + f * sh.len, a.m.size())) << "m p" << p;
+      EXPECT_TRUE(same_bits(a.v.data(), b.v.data() + f * sh.len, a.v.size())) << "v p" << p;
+      ASSERT_EQ(a.counts.size(), static_cast<std::size_t>(n));
+      EXPECT_TRUE(std::equal(a.counts.begin(), a.counts.end(), b.counts.begin() + f)) << "counts p" << p;
+    }
+  }
+};
+
+template <class T, bool Emulated>
+void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1) {
+  sharded_run<T, Emulated> r(cfg);
+  r.add();
+  r.initialize();
+  for (std::int64_t t = 0; t < steps; ++t) {
+    r.step(t, t == nan_step);
+    // Every rank stops together after a failure on any (the next collectives would wait for it).
+    int failed = ::testing::Test::HasFatalFailure() ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (failed != 0) {
+      ADD_FAILURE() << "a rank failed at step " << t;
+      return;
+    }
+  }
+  r.check_state();
+  if (nan_step >= 0) {
+    EXPECT_EQ(r.e->stats().skipped_steps, 1);
+  }
+}
+
+zenflow::config base() {
+  auto c = zf_engine_test::small_config();
+  c.select_interval = 4;
+  c.update_interval = 2;
+  c.full_warm_up_rounds = 2;
+  return c;
+}
+
+template <class P>
+class sharded_mpi : public ::testing::Test {};
+struct on_host {
+  static constexpr bool emulated = false;
+};
+struct on_emulated {
+  static constexpr bool emulated = true;
+};
+using paths = ::testing::Types<on_host, on_emulated>;
+TYPED_TEST_SUITE(sharded_mpi, paths);
+
+TYPED_TEST(sharded_mpi, fp32_rows_equal_one_rank_on_the_mean) {
+  run<float, TypeParam::emulated>(base(), 14);
+}
+
+TYPED_TEST(sharded_mpi, bf16_with_bf16_host_moments_rows_equal_one_rank) {
+  auto c = base();
+  c.host_moments = zenflow::moment_precision::bf16;
+  run<zenflow::bfloat16, TypeParam::emulated>(c, 12);
+}
+
+TYPED_TEST(sharded_mpi, fp16_with_clipping_rows_equal_one_rank) {
+  auto c = base();
+  c.gradient_clipping = 0.05f; // the global norm is far above it: every step clips
+  c.loss_scale = 4.0f;
+  run<zenflow::half, TypeParam::emulated>(c, 12);
+}
+
+TYPED_TEST(sharded_mpi, l1_importance_without_overlap_rows_equal_one_rank) {
+  auto c = base();
+  c.importance = zenflow::channel_norm::l1;
+  c.overlap_step = false;
+  c.full_warm_up_rounds = 0;
+  run<float, TypeParam::emulated>(c, 12);
+}
+
+TYPED_TEST(sharded_mpi, gpu_adamw_with_clipping_rows_equal_one_rank) {
+  auto c = base();
+  c.mode = zenflow::optimizer_mode::gpu_adamw;
+  c.gradient_clipping = 0.05f;
+  run<float, TypeParam::emulated>(c, 6);
+}
+
+TYPED_TEST(sharded_mpi, a_nan_on_one_rank_skips_the_step_everywhere) {
+  run<float, TypeParam::emulated>(base(), 10, 5); // a selection step (select_interval 4, warm-up 2)
+}
+
+/// initialize() throws invalid_argument naming `names` on every rank, and nothing is set up: the
+/// engine is not initialized and the shard's weights are untouched.
+template <class F>
+void expect_refused_everywhere(sharded_run<float, false>& r, F&& init, const std::string& names) {
+  const auto before = r.w;
+  zf_engine_test::expect_invalid(init, names);
+  EXPECT_FALSE(r.e->initialized());
+  EXPECT_EQ(r.w, before);
+}
+
+TEST(sharded_mpi_checks, shards_that_overlap_or_leave_a_gap_are_refused_on_every_rank) {
+  if (world_size() < 2) {
+    GTEST_SKIP() << "needs two ranks";
+  }
+  sharded_run<float, false> r(base());
+  r.add(world_rank() == 1 ? -1 : 0); // rank 1 starts one channel early: an overlap with rank 0
+  expect_refused_everywhere(
+      r, [&] { r.e->initialize(); }, "options.shard' of parameter 0 ('p0')");
+}
+
+TEST(sharded_mpi_checks, a_whole_matrix_on_every_rank_is_refused) {
+  if (world_size() < 2) {
+    GTEST_SKIP() << "needs two ranks";
+  }
+  auto c = base();
+  zenflow::engine<zenflow::host_backend, zenflow::sharded<zenflow::mpi_communicator>> e(c, {}, make_comm());
+  std::vector<float> w(40 * 8, 1.0f), g(40 * 8, 1.0f);
+  (void)e.add_matrix(w.data(), g.data(), 40, 8, {.name = "whole"});
+  zf_engine_test::expect_invalid([&] { e.initialize(); }, "rank 1 starts at channel 0");
+  EXPECT_FALSE(e.initialized());
+}
+
+TEST(sharded_mpi_checks, a_rank_with_another_list_is_refused_on_every_rank) {
+  if (world_size() < 2) {
+    GTEST_SKIP() << "needs two ranks";
+  }
+  sharded_run<float, false> r(base());
+  r.add();
+  std::vector<float> extra(4, 1.0f), gx(4, 1.0f);
+  if (world_rank() == 0) {
+    (void)r.e->add_vector(extra.data(), gx.data(), 4);
+  }
+  expect_refused_everywhere(
+      r, [&] { r.e->initialize(); }, "the parameter list");
+}
+
+TEST(sharded_mpi_checks, zen_auto_and_snr_are_refused_on_every_rank) {
+  auto c = base();
+  c.update_interval = 0; // Zen-auto
+  sharded_run<float, false> r(c);
+  r.add();
+  expect_refused_everywhere(
+      r, [&] { r.e->initialize(); }, "update_interval");
+  auto d = base();
+  d.host_lr_scale = zenflow::host_lr_scaling::snr;
+  sharded_run<float, false> q(d);
+  q.add();
+  expect_refused_everywhere(
+      q, [&] { q.e->initialize(); }, "host_lr_scale");
+}
+
+TEST(sharded_mpi_checks, a_shard_out_of_range_or_on_an_engine_not_sharded_names_options_shard) {
+  zenflow::engine<zenflow::host_backend, zenflow::sharded<zenflow::mpi_communicator>> e(base(), {},
+                                                                                        make_comm());
+  std::vector<float> w(10 * 8, 1.0f), g(10 * 8, 1.0f);
+  zf_engine_test::expect_invalid(
+      [&] {
+        (void)e.add_matrix(w.data(), g.data(), 10, 8, {.shard = zenflow::matrix_shard{35, 40}});
+      },
+      "options.shard");
+  zf_engine_test::expect_invalid(
+      [&] {
+        (void)e.add_vector(w.data(), g.data(), 8, {.shard = zenflow::matrix_shard{0, 40}});
+      },
+      "options.shard");
+  EXPECT_EQ(e.param_count(), 0u);
+  zenflow::engine<zenflow::host_backend> one(base());
+  zf_engine_test::expect_invalid(
+      [&] {
+        (void)one.add_matrix(w.data(), g.data(), 10, 8, {.shard = zenflow::matrix_shard{0, 40}});
+      },
+      "options.shard");
+  EXPECT_EQ(one.param_count(), 0u);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return zf_test::mpi_gtest_main(argc, argv);
+}
