@@ -54,9 +54,10 @@ zenflow::mpi_communicator make_comm() {
 
 /// Rank `r`'s gradient of parameter `p` at step `t`: every rank can make every rank's. Skewed
 /// channel magnitudes (so that each rank's top-k differs from the mean's), no zeros; `nan`: a NaN
-/// in the last rank's first matrix.
+/// in the last rank's first matrix; `huge`: three channels of the second matrix whose fp32 squared
+/// norms overflow (their fp64 rescans decide the clip norm and their rank in the top-k).
 template <class T>
-std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan) {
+std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan, bool huge) {
   const auto& sh = kModel[p];
   std::mt19937_64 gen(zf_test::base_seed() + 7919u * static_cast<std::uint64_t>(t) + 131u * p +
                       static_cast<std::uint64_t>(r) * 1000003u);
@@ -73,6 +74,14 @@ std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan) {
   }
   if (nan && p == 0 && r == world_size() - 1) {
     g[5] = zenflow::from_float<T>(NAN);
+  }
+  if (huge && p == 2) { // fp32: channels whose squares overflow the fp32 score, in different shards
+    for (const std::int64_t c : {3, 17, 20}) {
+      for (std::int64_t i = 0; i < sh.len; ++i) {
+        g[static_cast<std::size_t>(c * sh.len + i)] =
+            zenflow::from_float<T>(1e20f * static_cast<float>(c + i));
+      }
+    }
   }
   return g;
 }
@@ -154,12 +163,18 @@ struct sharded_run {
     }
   }
 
-  [[nodiscard]] std::int64_t first(std::size_t m) const { return layout.first(m, me); }
-  [[nodiscard]] std::int64_t count(std::size_t m) const { return layout.count(m, me); }
+  [[nodiscard]] std::int64_t first(std::size_t m) const {
+    return m < firsts_.size() ? firsts_[m] : layout.first(m, me);
+  }
+  [[nodiscard]] std::int64_t count(std::size_t m) const {
+    return m < counts_.size() ? counts_[m] : layout.count(m, me);
+  }
+  std::vector<std::int64_t> firsts_, counts_; // per matrix: the registered shard
 
-  /// Registers the model on both engines; `shift`: this rank's shards start that many channels
-  /// off (a misconfiguration).
-  void add(std::int64_t shift = 0) {
+  /// Registers the model on both engines. `shift`: this rank's shards start that many channels
+  /// off (a misconfiguration); `moved`: every boundary between ranks one channel earlier (a valid
+  /// tiling, not the layout's).
+  void add(std::int64_t shift = 0, bool moved = false) {
     for (auto* v : {&ref_w, &ref_g, &w, &g}) {
       v->reserve(kModel.size()); // the engines keep pointers into them
     }
@@ -176,12 +191,21 @@ struct sharded_run {
         id.push_back(e->add_vector(w[p].data(), g[p].data(), sh.len, {.name = name}));
         continue;
       }
-      const std::int64_t f = std::clamp<std::int64_t>(first(m) + shift, 0, sh.channels - count(m));
-      w.emplace_back(ref_w[p].begin() + f * sh.len, ref_w[p].begin() + (f + count(m)) * sh.len);
+      if (moved) {
+        const bool last = me == world_size() - 1;
+        firsts_.push_back(first(m) - (me > 0 ? 1 : 0));
+        counts_.push_back(count(m) + (me > 0 ? 1 : 0) - (last ? 0 : 1));
+      } else {
+        firsts_.push_back(std::clamp<std::int64_t>(first(m) + shift, 0, sh.channels - count(m)));
+        counts_.push_back(count(m));
+      }
+      const std::int64_t f = firsts_.back();
+      const std::int64_t n = counts_.back();
+      w.emplace_back(ref_w[p].begin() + f * sh.len, ref_w[p].begin() + (f + n) * sh.len);
       g.push_back(std::vector<T>(w.back().size()));
       ref_id.push_back(
           ref->add_matrix(ref_w[p].data(), ref_g[p].data(), sh.channels, sh.len, {.name = name}));
-      id.push_back(e->add_matrix(w[p].data(), g[p].data(), count(m), sh.len,
+      id.push_back(e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
                                  {.name = name, .shard = zenflow::matrix_shard{f, sh.channels}}));
       ++m;
     }
@@ -193,13 +217,13 @@ struct sharded_run {
 
   /// Step `t`: every rank's gradients, the reference fed their mean, this rank's shard from the
   /// trainer's reduce-scatter; both engines step and flush. Then the checks of the step.
-  void step(std::int64_t t, bool nan = false) {
+  void step(std::int64_t t, bool nan = false, bool huge = false) {
     std::size_t m = 0;
     for (std::size_t p = 0; p < kModel.size(); ++p) {
       const auto& sh = kModel[p];
       std::vector<std::vector<T>> all;
       for (int r = 0; r < world_size(); ++r) {
-        all.push_back(grad_of<T>(r, p, t, nan));
+        all.push_back(grad_of<T>(r, p, t, nan, huge));
       }
       const std::vector<T> mean = mean_of(all);
       std::copy(mean.begin(), mean.end(), ref_g[p].begin()); // in place: the engine reads ref_g[p].data()
@@ -271,12 +295,12 @@ struct sharded_run {
 };
 
 template <class T, bool Emulated>
-void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1) {
+void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, bool huge = false) {
   sharded_run<T, Emulated> r(cfg);
   r.add();
   r.initialize();
   for (std::int64_t t = 0; t < steps; ++t) {
-    r.step(t, t == nan_step);
+    r.step(t, t == nan_step, huge);
     // Every rank stops together after a failure on any (the next collectives would wait for it).
     int failed = ::testing::Test::HasFatalFailure() ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -344,6 +368,55 @@ TYPED_TEST(sharded_mpi, gpu_adamw_with_clipping_rows_equal_one_rank) {
 
 TYPED_TEST(sharded_mpi, a_nan_on_one_rank_skips_the_step_everywhere) {
   run<float, TypeParam::emulated>(base(), 10, 5); // a selection step (select_interval 4, warm-up 2)
+}
+
+TYPED_TEST(sharded_mpi, overflowing_scores_clip_and_rank_by_their_rescans_as_one_rank) {
+  auto c = base();
+  c.gradient_clipping = 1.0f;
+  run<float, TypeParam::emulated>(c, 10, -1, true);
+}
+
+// Each rank saves its shard's state (one file per rank); an engine registered with the same
+// shards resumes from it, bit for bit the uninterrupted run (and its reference) from then on; an
+// engine whose shards tile differently refuses the files (checkpoint_error, nothing changed).
+TYPED_TEST(sharded_mpi, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
+  const auto cfg = base();
+  sharded_run<float, TypeParam::emulated> r(cfg);
+  r.add();
+  r.initialize();
+  const std::int64_t half = 7, steps = 12;
+  for (std::int64_t t = 0; t < half; ++t) {
+    r.step(t);
+  }
+  const std::string dir = ::testing::TempDir() + "zf_sharded_" + std::to_string(world_size());
+  const std::string ref_path = dir + "_ref_rank" + std::to_string(world_rank()) + ".ckpt";
+  r.ref->save(ref_path);
+  r.e->save(dir + ".ckpt", r.s);
+  sharded_run<float, TypeParam::emulated> q(cfg);
+  q.add();
+  for (std::size_t p = 0; p < q.w.size(); ++p) {
+    std::copy(r.w[p].begin(), r.w[p].end(), q.w[p].begin());
+    std::copy(r.ref_w[p].begin(), r.ref_w[p].end(), q.ref_w[p].begin());
+  }
+  q.initialize();
+  q.ref->load(ref_path);
+  q.e->load(dir + ".ckpt", q.s);
+  for (std::int64_t t = half; t < steps; ++t) {
+    r.step(t);
+    q.step(t); // checks q's shards against its own resumed reference
+    for (std::size_t p = 0; p < q.w.size(); ++p) {
+      ASSERT_EQ(q.w[p], r.w[p]) << "step " << t << ", p" << p;
+    }
+  }
+  q.check_state();
+  if (world_size() > 1) {
+    sharded_run<float, TypeParam::emulated> moved(cfg);
+    moved.add(0, true);
+    moved.initialize();
+    const auto before = moved.w;
+    EXPECT_THROW(moved.e->load(dir + ".ckpt", moved.s), zenflow::checkpoint_error);
+    EXPECT_EQ(moved.w, before);
+  }
 }
 
 /// initialize() throws invalid_argument naming `names` on every rank, and nothing is set up: the

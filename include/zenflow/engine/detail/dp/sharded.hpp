@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -185,6 +186,7 @@ public:
     for (const auto& pi : params) {
       total += pi.matrix ? pi.whole_channels() : 0;
     }
+    total_ = total;
     scores_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(total, 1)));
     rescans_ = dbuf<double>(scores_.size());
     std::vector<sq_rescan_item> items;
@@ -337,8 +339,14 @@ private:
       return sent;
     }
     comm_.all_reduce_or(plan_->exposed().flags(), params_->size(), stream);
+    sent += params_->size() * 4;
+    // Every rank holds the same whole scores now (host memory): the rescans cross the wire only
+    // when one of them is not finite, which every rank sees alike.
+    if (std::all_of(scores_.data(), scores_.data() + total_, [](float x) { return std::isfinite(x); })) {
+      return sent;
+    }
     comm_.all_reduce_sum(rescans_.data(), rescans_.size(), stream);
-    return sent + params_->size() * 4 + rescans_.size() * 8;
+    return sent + rescans_.size() * 8;
   }
 
   struct gather_entry {
@@ -353,8 +361,9 @@ private:
   mean_gradients<Backend> mean_; // the vectors'
   bool has_vectors_ = false;
   plan_inputs inputs_;
-  dbuf<float> scores_;   // every matrix's whole scores, one after the other
-  dbuf<double> rescans_; // and their rescans
+  std::int64_t total_ = 0; // the matrices' whole channels
+  dbuf<float> scores_;     // every matrix's whole scores, one after the other
+  dbuf<double> rescans_;   // and their rescans
   std::vector<gather_entry> gathers_;
   std::vector<std::vector<std::size_t>> counts_; // per matrix: every rank's channels (verify())
   std::vector<sq_rescan_item> rescan_items_;
