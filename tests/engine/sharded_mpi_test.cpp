@@ -341,6 +341,7 @@ TYPED_TEST(sharded_mpi, fp32_rows_equal_one_rank_on_the_mean) {
 TYPED_TEST(sharded_mpi, bf16_with_bf16_host_moments_rows_equal_one_rank) {
   auto c = base();
   c.host_moments = zenflow::moment_precision::bf16;
+  c.ring_slots = 0; // auto: sized from the shard's channels
   run<zenflow::bfloat16, TypeParam::emulated>(c, 12);
 }
 
@@ -437,6 +438,31 @@ TEST(sharded_mpi_checks, shards_that_overlap_or_leave_a_gap_are_refused_on_every
   r.add(world_rank() == 1 ? -1 : 0); // rank 1 starts one channel early: an overlap with rank 0
   expect_refused_everywhere(
       r, [&] { r.e->initialize(); }, "options.shard' of parameter 0 ('p0')");
+  expect_refused_everywhere(
+      r, [&] { r.e->initialize(); }, "rank 1 starts at channel");
+  expect_refused_everywhere(
+      r, [&] { r.e->initialize(); }, "(an overlap)");
+  sharded_run<float, false> late(base());
+  late.add(world_rank() == 0 ? 1 : 0); // rank 0 starts at channel 1
+  expect_refused_everywhere(
+      late, [&] { late.e->initialize(); }, "rank 0 must start at 0");
+}
+
+// The tiling rule itself ({first, count, total} per rank, rank order).
+TEST(sharded_mpi_checks, the_tiling_rule_names_the_rank_and_what_is_wrong) {
+  using zenflow::detail::shard_tiling_error;
+  const std::vector<std::int64_t> ok = {0, 3, 10, 3, 4, 10, 7, 3, 10};
+  EXPECT_EQ(shard_tiling_error(ok), "");
+  const std::vector<std::int64_t> overlap = {0, 4, 10, 3, 4, 10, 7, 3, 10};
+  EXPECT_EQ(shard_tiling_error(overlap), "rank 1 starts at channel 3, where rank 0 ends at 4 (an overlap)");
+  const std::vector<std::int64_t> gap = {0, 3, 10, 4, 3, 10, 7, 3, 10};
+  EXPECT_EQ(shard_tiling_error(gap), "rank 1 starts at channel 4, where rank 0 ends at 3 (a gap)");
+  const std::vector<std::int64_t> short_end = {0, 3, 10, 3, 4, 10, 7, 2, 10};
+  EXPECT_EQ(shard_tiling_error(short_end), "the last rank ends at channel 9 of 10 (a gap)");
+  const std::vector<std::int64_t> totals = {0, 3, 10, 3, 4, 11, 7, 3, 10};
+  EXPECT_EQ(shard_tiling_error(totals), "rank 1 gives total 11, rank 0 10");
+  const std::vector<std::int64_t> late = {1, 3, 10};
+  EXPECT_EQ(shard_tiling_error(late), "rank 0 starts at channel 1, where rank 0 must start at 0");
 }
 
 TEST(sharded_mpi_checks, a_whole_matrix_on_every_rank_is_refused) {
