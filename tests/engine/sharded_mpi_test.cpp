@@ -385,6 +385,7 @@ TYPED_TEST(sharded_mpi, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
   sharded_run<float, TypeParam::emulated> r(cfg);
   r.add();
   r.initialize();
+  EXPECT_EQ(r.e->comm().rank(), world_rank());
   const std::int64_t half = 7, steps = 12;
   for (std::int64_t t = 0; t < half; ++t) {
     r.step(t);

@@ -227,8 +227,9 @@ public:
     return core_.stats_over_ranks(stream);
   }
 
-  /// The communicator the engine steps with (rank(), size()): owner_partition only.
-  [[nodiscard]] const auto& comm() const noexcept requires detail::is_owner_partition_v<policy_type> {
+  /// The communicator the engine steps with (rank(), size()): owner_partition and sharded.
+  [[nodiscard]] const auto& comm() const noexcept
+      requires(detail::is_owner_partition_v<policy_type> || detail::is_sharded_v<policy_type>) {
     return core_.parallel().comm();
   }
   /// Which rank owns which channels' host state (owner_partition; empty before initialize()).
