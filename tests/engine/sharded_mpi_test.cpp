@@ -5,10 +5,12 @@
 // gradient (the engine means it). Beside it every rank runs a one-rank host engine on the whole
 // model fed the float64 rank-order mean (mean_of): after every step each rank's shard of the
 // weights, its selections and the skipped steps, and at the end the state (masters, moments,
-// counts), must equal that engine's rows bit for bit, on the host and the emulated backends, in
-// fp32, bf16 (bf16 host moments), fp16 with clipping, L1 importance, gpu_adamw; one rank's NaN
-// skips the step on every rank. Misconfigured shards, a differing list, and what the policy does
-// not support yet: the same invalid_argument on every rank, nothing set up.
+// counts), must equal that engine's rows bit for bit, on the host backend, the emulated backend,
+// and the emulated backend over emulated_device_communicator (stream-ordered collectives), in
+// fp32, bf16 (bf16 host moments), fp16 with clipping, L1 importance, gpu_adamw, overflowing
+// scores; one rank's NaN skips the step on every rank; a checkpoint per rank resumes its shard. Misconfigured
+// shards, a differing list, and what the policy does not support yet: the same invalid_argument on every
+// rank, nothing set up.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/comm/emulated_device_communicator.hpp>
 #include <zenflow/comm/mpi_communicator.hpp>
 #include <zenflow/comm/shard.hpp>
 #include <zenflow/core/emulated_device.hpp>
@@ -132,10 +135,13 @@ zenflow::shard_layout layout_for(const zenflow::config& cfg) {
 }
 
 /// The sharded engine on `Backend` (host_backend, emulated_backend) and the one-rank reference.
-template <class T, bool Emulated>
+template <class T, bool Emulated, bool DeviceComm = false>
 struct sharded_run {
   using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
-  using engine_type = zenflow::engine<backend, zenflow::sharded<zenflow::mpi_communicator>>;
+  using comm_type = std::conditional_t<DeviceComm,
+                                       zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
+                                       zenflow::mpi_communicator>;
+  using engine_type = zenflow::engine<backend, zenflow::sharded<comm_type>>;
 
   zenflow::config cfg;
   zenflow::shard_layout layout = layout_for(cfg);
@@ -156,7 +162,10 @@ struct sharded_run {
     }
     staging.resize(most);
     ref = std::make_unique<zenflow::engine<zenflow::host_backend>>(cfg);
-    if constexpr (Emulated) {
+    if constexpr (DeviceComm) {
+      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
+                                        comm_type(device, make_comm()));
+    } else if constexpr (Emulated) {
       e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device}, make_comm());
     } else {
       e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, make_comm());
@@ -294,9 +303,9 @@ struct sharded_run {
   }
 };
 
-template <class T, bool Emulated>
+template <class T, bool Emulated, bool DeviceComm>
 void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, bool huge = false) {
-  sharded_run<T, Emulated> r(cfg);
+  sharded_run<T, Emulated, DeviceComm> r(cfg);
   r.add();
   r.initialize();
   for (std::int64_t t = 0; t < steps; ++t) {
@@ -327,29 +336,35 @@ template <class P>
 class sharded_mpi : public ::testing::Test {};
 struct on_host {
   static constexpr bool emulated = false;
+  static constexpr bool device_comm = false;
 };
 struct on_emulated {
   static constexpr bool emulated = true;
+  static constexpr bool device_comm = false;
 };
-using paths = ::testing::Types<on_host, on_emulated>;
+struct on_emulated_device_comm { // stream-ordered collectives: the path a device communicator takes
+  static constexpr bool emulated = true;
+  static constexpr bool device_comm = true;
+};
+using paths = ::testing::Types<on_host, on_emulated, on_emulated_device_comm>;
 TYPED_TEST_SUITE(sharded_mpi, paths);
 
 TYPED_TEST(sharded_mpi, fp32_rows_equal_one_rank_on_the_mean) {
-  run<float, TypeParam::emulated>(base(), 14);
+  run<float, TypeParam::emulated, TypeParam::device_comm>(base(), 14);
 }
 
 TYPED_TEST(sharded_mpi, bf16_with_bf16_host_moments_rows_equal_one_rank) {
   auto c = base();
   c.host_moments = zenflow::moment_precision::bf16;
   c.ring_slots = 0; // auto: sized from the shard's channels
-  run<zenflow::bfloat16, TypeParam::emulated>(c, 12);
+  run<zenflow::bfloat16, TypeParam::emulated, TypeParam::device_comm>(c, 12);
 }
 
 TYPED_TEST(sharded_mpi, fp16_with_clipping_rows_equal_one_rank) {
   auto c = base();
   c.gradient_clipping = 0.05f; // the global norm is far above it: every step clips
   c.loss_scale = 4.0f;
-  run<zenflow::half, TypeParam::emulated>(c, 12);
+  run<zenflow::half, TypeParam::emulated, TypeParam::device_comm>(c, 12);
 }
 
 TYPED_TEST(sharded_mpi, l1_importance_without_overlap_rows_equal_one_rank) {
@@ -357,24 +372,25 @@ TYPED_TEST(sharded_mpi, l1_importance_without_overlap_rows_equal_one_rank) {
   c.importance = zenflow::channel_norm::l1;
   c.overlap_step = false;
   c.full_warm_up_rounds = 0;
-  run<float, TypeParam::emulated>(c, 12);
+  run<float, TypeParam::emulated, TypeParam::device_comm>(c, 12);
 }
 
 TYPED_TEST(sharded_mpi, gpu_adamw_with_clipping_rows_equal_one_rank) {
   auto c = base();
   c.mode = zenflow::optimizer_mode::gpu_adamw;
   c.gradient_clipping = 0.05f;
-  run<float, TypeParam::emulated>(c, 6);
+  run<float, TypeParam::emulated, TypeParam::device_comm>(c, 6);
 }
 
 TYPED_TEST(sharded_mpi, a_nan_on_one_rank_skips_the_step_everywhere) {
-  run<float, TypeParam::emulated>(base(), 10, 5); // a selection step (select_interval 4, warm-up 2)
+  run<float, TypeParam::emulated, TypeParam::device_comm>(
+      base(), 10, 5); // a selection step (select_interval 4, warm-up 2)
 }
 
 TYPED_TEST(sharded_mpi, overflowing_scores_clip_and_rank_by_their_rescans_as_one_rank) {
   auto c = base();
   c.gradient_clipping = 1.0f;
-  run<float, TypeParam::emulated>(c, 10, -1, true);
+  run<float, TypeParam::emulated, TypeParam::device_comm>(c, 10, -1, true);
 }
 
 // Each rank saves its shard's state (one file per rank); an engine registered with the same
@@ -382,7 +398,7 @@ TYPED_TEST(sharded_mpi, overflowing_scores_clip_and_rank_by_their_rescans_as_one
 // engine whose shards tile differently refuses the files (checkpoint_error, nothing changed).
 TYPED_TEST(sharded_mpi, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
   const auto cfg = base();
-  sharded_run<float, TypeParam::emulated> r(cfg);
+  sharded_run<float, TypeParam::emulated, TypeParam::device_comm> r(cfg);
   r.add();
   r.initialize();
   EXPECT_EQ(r.e->comm().rank(), world_rank());
@@ -394,7 +410,7 @@ TYPED_TEST(sharded_mpi, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
   const std::string ref_path = dir + "_ref_rank" + std::to_string(world_rank()) + ".ckpt";
   r.ref->save(ref_path);
   r.e->save(dir + ".ckpt", r.s);
-  sharded_run<float, TypeParam::emulated> q(cfg);
+  sharded_run<float, TypeParam::emulated, TypeParam::device_comm> q(cfg);
   q.add();
   for (std::size_t p = 0; p < q.w.size(); ++p) {
     std::copy(r.w[p].begin(), r.w[p].end(), q.w[p].begin());
@@ -412,7 +428,7 @@ TYPED_TEST(sharded_mpi, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
   }
   q.check_state();
   if (world_size() > 1) {
-    sharded_run<float, TypeParam::emulated> moved(cfg);
+    sharded_run<float, TypeParam::emulated, TypeParam::device_comm> moved(cfg);
     moved.add(0, true);
     moved.initialize();
     const auto before = moved.w;

@@ -35,8 +35,9 @@ struct owner_partition {
   using communicator_type = Comm;
 };
 
-/// Sharded weights over `Comm` (ZeRO-3; docs/data-parallel.md). A host communicator
-/// (local/mpi_communicator): the host and emulated backends.
+/// Sharded weights over `Comm` (ZeRO-3; docs/data-parallel.md): local/mpi_communicator on the
+/// host and emulated backends, emulated_device_communicator on the emulated backend (not yet NCCL
+/// and the CUDA backend).
 template <communicator Comm>
 struct sharded {
   using communicator_type = Comm;

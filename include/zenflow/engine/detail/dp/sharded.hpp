@@ -17,7 +17,8 @@
 /// owner reduction), and the host moments' stochastic rounding hashes the whole matrix's element
 /// indices (row_shard::origin). Not supported yet (initialize() refuses them, naming the key):
 /// Zen-auto and select_on_mass_drop (their masses would need the one-rank sums across the
-/// shards), host_lr_scale "snr", and device communicators.
+/// shards), host_lr_scale "snr"; and (at compile time) NCCL and the CUDA backend. Over the
+/// emulated device's communicator every collective is stream-ordered.
 #pragma once
 
 #include <algorithm>
@@ -80,9 +81,14 @@ template <class Backend, class Comm, class Host>
 class parallel_side<Backend, sharded<Comm>, Host> {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
-  static_assert(std::is_base_of_v<host_memory, Backend> && !Comm::is_device,
-                "zenflow::engine: sharded<Comm> takes a host communicator (local/mpi_communicator) on "
-                "the host or emulated backend (device communicators are not supported yet)");
+  // A device communicator's collectives are stream-ordered (no host wait); the emulated
+  // device's is the one this side runs over (NCCL on the CUDA backend: not built yet).
+  static constexpr bool device_comm = Comm::is_device;
+  static_assert(std::is_base_of_v<host_memory, Backend> &&
+                    (!Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)),
+                "zenflow::engine: sharded<Comm> takes local/mpi_communicator on the host or emulated "
+                "backend, or emulated_device_communicator on the emulated backend (NCCL and the CUDA "
+                "backend are not supported yet)");
 
 public:
   using argument_type = Comm;
@@ -118,6 +124,9 @@ public:
     const auto n = static_cast<std::size_t>(comm_.size());
     std::vector<std::int64_t> all(mine.size() * n);
     all_gather(comm_, mine.data(), all.data(), mine.size(), stream);
+    if constexpr (device_comm) {
+      comm_.device().synchronize_stream(stream); // the verdict is read here
+    }
     std::size_t m = 0;
     for (std::size_t p = 0; p < params.size(); ++p) {
       if (!params[p].matrix) {
@@ -239,7 +248,9 @@ public:
     }
     const Backend& b = plan_->backend();
     mean_.widen(b, stream);
-    b.synchronize(stream); // a host communicator reads the buffer when called
+    if constexpr (!device_comm) {
+      b.synchronize(stream); // a host communicator reads the buffer when called
+    }
     comm_.all_reduce_mean(mean_.wide(), mean_.wide_size(), stream);
     sent_ += mean_.wide_size() * 4u;
     mean_.narrow(b, stream);
@@ -312,7 +323,9 @@ private:
   /// Every matrix's scores of the shard's rows into the whole matrix's buffer (blocking: a host
   /// communicator). Returns the bytes sent.
   std::uint64_t gather_scores(cudaStream_t stream) {
-    plan_->backend().synchronize(stream);
+    if constexpr (!device_comm) {
+      plan_->backend().synchronize(stream);
+    }
     auto exposed = plan_->exposed();
     std::uint64_t sent = 0;
     for (std::size_t m = 0; m < gathers_.size(); ++m) {
@@ -340,10 +353,13 @@ private:
     }
     comm_.all_reduce_or(plan_->exposed().flags(), params_->size(), stream);
     sent += params_->size() * 4;
-    // Every rank holds the same whole scores now (host memory): the rescans cross the wire only
-    // when one of them is not finite, which every rank sees alike.
-    if (std::all_of(scores_.data(), scores_.data() + total_, [](float x) { return std::isfinite(x); })) {
-      return sent;
+    // Over a host communicator every rank holds the same whole scores now: the rescans cross the
+    // wire only when one of them is not finite, which every rank sees alike. A device
+    // communicator's scores are not read here (stream-ordered): the rescans always cross.
+    if constexpr (!device_comm) {
+      if (std::all_of(scores_.data(), scores_.data() + total_, [](float x) { return std::isfinite(x); })) {
+        return sent;
+      }
     }
     comm_.all_reduce_sum(rescans_.data(), rescans_.size(), stream);
     return sent + rescans_.size() * 8;
