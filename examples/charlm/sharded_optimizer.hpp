@@ -64,7 +64,7 @@ public:
       p.ws.assign(p.w + p.first * p.cols, p.w + (p.first + p.count) * p.cols);
       p.gs.resize(p.ws.size());
       (void)e_.add_matrix(p.ws.data(), p.gs.data(), p.count, p.cols,
-                          {.shard = zenflow::matrix_shard{p.first, p.rows}});
+                          {.shard = zenflow::shard_range{p.first, p.rows}});
     }
     staging_.resize(zenflow::shard_staging_floats(layout_, me));
     e_.initialize(stream);

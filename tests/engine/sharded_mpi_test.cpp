@@ -215,7 +215,7 @@ struct sharded_run {
       ref_id.push_back(
           ref->add_matrix(ref_w[p].data(), ref_g[p].data(), sh.channels, sh.len, {.name = name}));
       id.push_back(e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
-                                 {.name = name, .shard = zenflow::matrix_shard{f, sh.channels}}));
+                                 {.name = name, .shard = zenflow::shard_range{f, sh.channels}}));
       ++m;
     }
   }
@@ -529,19 +529,19 @@ TEST(sharded_mpi_checks, a_shard_out_of_range_or_on_an_engine_not_sharded_names_
   std::vector<float> w(10 * 8, 1.0f), g(10 * 8, 1.0f);
   zf_engine_test::expect_invalid(
       [&] {
-        (void)e.add_matrix(w.data(), g.data(), 10, 8, {.shard = zenflow::matrix_shard{35, 40}});
+        (void)e.add_matrix(w.data(), g.data(), 10, 8, {.shard = zenflow::shard_range{35, 40}});
       },
       "options.shard");
   zf_engine_test::expect_invalid(
       [&] {
-        (void)e.add_vector(w.data(), g.data(), 8, {.shard = zenflow::matrix_shard{0, 40}});
+        (void)e.add_vector(w.data(), g.data(), 8, {.shard = zenflow::shard_range{0, 40}});
       },
       "options.shard");
   EXPECT_EQ(e.param_count(), 0u);
   zenflow::engine<zenflow::host_backend> one(base());
   zf_engine_test::expect_invalid(
       [&] {
-        (void)one.add_matrix(w.data(), g.data(), 10, 8, {.shard = zenflow::matrix_shard{0, 40}});
+        (void)one.add_matrix(w.data(), g.data(), 10, 8, {.shard = zenflow::shard_range{0, 40}});
       },
       "options.shard");
   EXPECT_EQ(one.param_count(), 0u);

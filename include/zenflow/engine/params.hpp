@@ -22,7 +22,7 @@ struct param_id {
 /// A sharded engine's matrix (engine<Backend, sharded<Comm>>, ZeRO-3): the registered channels
 /// are channels [first, first + channels) of a matrix of `total` channels. The ranks' shards of a
 /// matrix must tile [0, total) in rank order (comm/shard.hpp's shard_channels computes them).
-struct matrix_shard {
+struct shard_range {
   std::int64_t first = 0;
   std::int64_t total = 0;
 };
@@ -41,7 +41,7 @@ struct param_options {
   std::string name = {}; // (initialisers on every field: `{.weight_decay = 0}` is -Wextra clean)
   /// A sharded engine's matrix only: which channels of the whole matrix these are (unset: all of
   /// them, which only one rank may register).
-  std::optional<matrix_shard> shard = std::nullopt;
+  std::optional<shard_range> shard = std::nullopt;
 };
 
 /// What a registered parameter resolved its options to (`engine::settings`).
