@@ -61,6 +61,11 @@ struct param_info {
   [[nodiscard]] std::int64_t whole_channels() const noexcept {
     return shard_total > 0 ? shard_total : channels;
   }
+  /// A ZenFlow matrix's device rows: the whole matrix's top-k, of which a shard holds at most all
+  /// its channels.
+  [[nodiscard]] std::int64_t zenflow_capacity(const config& cfg) const {
+    return std::min(cfg.topk(whole_channels()), channels);
+  }
 
   /// The hyper-parameters of this parameter's updates in a step with learning rate `lr`.
   [[nodiscard]] adamw_hparams hparams(const adamw_hparams& base, float lr) const noexcept {
