@@ -27,7 +27,9 @@ namespace charlm {
 struct options {
   // what runs
   std::string backend = "auto"; ///< host | cuda | auto (cuda when a device is usable)
-  std::string size = "cpu";     ///< preset the model flags start from: tiny | cpu | gpu | h200
+  int zero =
+      2; ///< under mpirun: 2 (every rank holds the whole model) | 3 (each rank its shard; host backend)
+  std::string size = "cpu"; ///< preset the model flags start from: tiny | cpu | gpu | h200
   // data
   std::string data_path;                 ///< a text file; empty = the generated corpus
   std::int64_t corpus_bytes = 4'000'000; ///< size of the generated corpus
@@ -93,6 +95,9 @@ usage: charlm_train [options]
   --optimizer MODE          gpu-adamw | offload-sync | zenflow (default: zenflow, or the
                             DeepSpeed file's choice)
   --backend B               host | cuda | auto (default auto: cuda when a device is usable)
+  --zero N                  under mpirun: 2 (default: every rank holds the whole model, the host
+                            state split) | 3 (each rank trains its shard of every matrix; host
+                            backend, a fixed update interval)
   --size S                  model preset: tiny | cpu (default) | gpu | h200; the model flags below
                             override it
   --context N --embed N --hidden N --layers N     model shape
@@ -324,6 +329,13 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
            throw zenflow::invalid_argument(f + ": expected host | cuda | auto, got '" + v + "'");
          }
          o.backend = v;
+       }},
+      {"--zero",
+       [&](S f, S v) {
+         if (v != "2" && v != "3") {
+           throw zenflow::invalid_argument(f + ": expected 2 | 3, got '" + v + "'");
+         }
+         o.zero = v == "3" ? 3 : 2;
        }},
       {"--size", [](S, S) {}},
       {"--deepspeed-config", [](S, S) {}},

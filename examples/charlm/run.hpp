@@ -19,6 +19,8 @@
 #  include <vector>
 
 #  include <zenflow/comm/mpi_communicator.hpp>
+
+#  include "sharded_optimizer.hpp"
 #endif
 #include <zenflow/engine/data_parallel.hpp>
 #include <zenflow/engine/engine.hpp>
@@ -191,14 +193,24 @@ template <class T>
   if (init) {
     model.set_weights(init->weights);
   }
-  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> opt(
-      o.zf, zenflow::host_backend{}, zenflow::mpi_communicator(MPI_COMM_WORLD));
-  register_params(model, opt);
-  opt.initialize(nullptr);
-  run_result r = train(model, opt, data, o, nullptr, rank, ranks);
-  const zenflow::stats all = opt.stats_over_ranks(); // every rank calls it
+  const auto train_with = [&](auto& opt) {
+    register_params(model, opt);
+    opt.initialize(nullptr);
+    run_result res = train(model, opt, data, o, nullptr, rank, ranks);
+    res.comm_bytes = opt.stats().comm_bytes;
+    return std::pair{res, opt.stats_over_ranks()}; // every rank calls it
+  };
+  auto [r, all] = [&] {
+    if (o.zero == 3) { // each rank's shard of every matrix (sharded_optimizer.hpp)
+      sharded_optimizer<host_charlm::weight_t> opt(o.zf, zenflow::mpi_communicator(MPI_COMM_WORLD),
+                                                   zenflow::mpi_communicator(MPI_COMM_WORLD));
+      return train_with(opt);
+    }
+    zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> opt(
+        o.zf, zenflow::host_backend{}, zenflow::mpi_communicator(MPI_COMM_WORLD));
+    return train_with(opt);
+  }();
   r.ranks = ranks;
-  r.comm_bytes = opt.stats().comm_bytes;
   r.comm_bytes_all = all.comm_bytes;
   r.host_memory_all = all.memory.host_total();
   using weight_t = host_charlm::weight_t;

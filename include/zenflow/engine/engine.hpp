@@ -45,13 +45,15 @@ public:
   using policy_type = parallel_policy_t<Parallel>;
   static_assert(
       parallel_policy<policy_type>,
-      "zenflow::engine: the second argument is single_rank, owner_partition<Comm> or a communicator");
+      "zenflow::engine: the second argument is single_rank, owner_partition<Comm>, sharded<Comm> or a "
+      "communicator");
 
 private:
   using core_type = detail::engine_core<Backend, policy_type>;
   static_assert(
       requires { sizeof(typename core_type::parallel_type); },
-      "zenflow::engine: a data-parallel engine needs #include <zenflow/engine/data_parallel.hpp>");
+      "zenflow::engine: a data-parallel engine needs #include <zenflow/engine/data_parallel.hpp> "
+      "(sharded: <zenflow/engine/sharded.hpp>)");
 
 public:
   /// The third constructor argument: the communicator (owner_partition), or nothing (single_rank).
@@ -86,7 +88,8 @@ public:
   /// out of range, a null pointer, `weights` and `grads` overlapping (`weights == grads`
   /// included), weights or gradients overlapping those of a registered parameter (the same
   /// weights registered twice included; extents are byte ranges from the layout and `ld`), an
-  /// option out of range ('options.lr_scale', 'options.weight_decay').
+  /// option out of range ('options.lr_scale', 'options.weight_decay'); 'options.shard' given to an
+  /// engine that is not sharded, or out of [0, total).
   template <class T>
   param_id add_matrix(T* weights,
                       const T* grads,
@@ -98,6 +101,8 @@ public:
     static_assert(is_working_type_v<T>, "zenflow: float, __half or __nv_bfloat16");
     constexpr const char* fn = "zenflow::engine::add_matrix";
     core_.require_registering(fn); // first: 'this' before any argument
+    detail::require(!options.shard || detail::is_sharded_v<policy_type>, fn, "options.shard",
+                    "is for a sharded engine (engine<Backend, sharded<Comm>>) only");
     return core_.add(detail::registered_param(core_.cfg(), core_.params(), fn, true, dtype_of<T>(), weights,
                                               grads, channels, channel_len, ld, layout, options));
   }
@@ -222,8 +227,9 @@ public:
     return core_.stats_over_ranks(stream);
   }
 
-  /// The communicator the engine steps with (rank(), size()): owner_partition only.
-  [[nodiscard]] const auto& comm() const noexcept requires detail::is_owner_partition_v<policy_type> {
+  /// The communicator the engine steps with (rank(), size()): owner_partition and sharded.
+  [[nodiscard]] const auto& comm() const noexcept
+      requires(detail::is_owner_partition_v<policy_type> || detail::is_sharded_v<policy_type>) {
     return core_.parallel().comm();
   }
   /// Which rank owns which channels' host state (owner_partition; empty before initialize()).

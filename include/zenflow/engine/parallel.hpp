@@ -8,6 +8,11 @@
 ///   host optimizer state of its block of every host-side matrix's channels (ZeRO-2's split of the
 ///   optimizer state). Include <zenflow/engine/data_parallel.hpp> for it. A communicator type
 ///   given as the policy means owner_partition of it: `engine<host_backend, mpi_communicator>`.
+/// - `sharded<Comm>` (ZeRO-3): each rank registers only its shard of every matrix (a contiguous
+///   range of channels, `param_options::shard`) with the shard's mean gradient; vectors are
+///   replicated. The clip norm, the NaN/Inf skip and each matrix's top-k stay global, so every
+///   rank's rows equal those of one rank training the whole model on the mean gradient. Include
+///   <zenflow/engine/sharded.hpp> for it.
 #pragma once
 
 #include <type_traits>
@@ -27,6 +32,14 @@ struct single_rank {};
 /// host and emulated backends, local_device/nccl_communicator for the CUDA backend).
 template <communicator Comm>
 struct owner_partition {
+  using communicator_type = Comm;
+};
+
+/// Sharded weights over `Comm` (ZeRO-3; docs/data-parallel.md): local/mpi_communicator on the
+/// host and emulated backends, emulated_device_communicator on the emulated backend (not yet NCCL
+/// and the CUDA backend).
+template <communicator Comm>
+struct sharded {
   using communicator_type = Comm;
 };
 
@@ -51,15 +64,20 @@ template <class P>
 inline constexpr bool is_owner_partition_v = false;
 template <class Comm>
 inline constexpr bool is_owner_partition_v<owner_partition<Comm>> = true;
+template <class P>
+inline constexpr bool is_sharded_v = false;
+template <class Comm>
+inline constexpr bool is_sharded_v<sharded<Comm>> = true;
 } // namespace detail
 
 /// The policy an engine's second template argument names: `single_rank`, `owner_partition<C>`,
-/// or a communicator `C` (owner_partition<C>).
+/// `sharded<C>`, or a communicator `C` (owner_partition<C>).
 template <class P>
 using parallel_policy_t = typename detail::parallel_policy<P>::type;
 
 /// True for the policies the engine knows.
 template <class P>
-concept parallel_policy = std::is_same_v<P, single_rank> || detail::is_owner_partition_v<P>;
+concept parallel_policy =
+    std::is_same_v<P, single_rank> || detail::is_owner_partition_v<P> || detail::is_sharded_v<P>;
 
 ZF_NAMESPACE_END

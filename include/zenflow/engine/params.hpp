@@ -19,6 +19,14 @@ struct param_id {
   friend constexpr bool operator==(param_id, param_id) = default;
 };
 
+/// A sharded engine's matrix (engine<Backend, sharded<Comm>>, ZeRO-3): the registered channels
+/// are channels [first, first + channels) of a matrix of `total` channels. The ranks' shards of a
+/// matrix must tile [0, total) in rank order (comm/shard.hpp's shard_channels computes them).
+struct shard_range {
+  std::int64_t first = 0;
+  std::int64_t total = 0;
+};
+
 /// Per-parameter options of `engine::add_matrix` / `add_vector` (a parameter group of one).
 /// A field left unset is taken from the first of the config's `param_groups` that matches
 /// `name`, else from the defaults (lr_scale 1, the config's adam.weight_decay). The common
@@ -31,6 +39,9 @@ struct param_options {
   std::optional<float> weight_decay = std::nullopt;
   /// Name matched against the config's `param_groups` (and shown in errors).
   std::string name = {}; // (initialisers on every field: `{.weight_decay = 0}` is -Wextra clean)
+  /// A sharded engine's matrix only: which channels of the whole matrix these are (unset: all of
+  /// them, which only one rank may register).
+  std::optional<shard_range> shard = std::nullopt;
 };
 
 /// What a registered parameter resolved its options to (`engine::settings`).

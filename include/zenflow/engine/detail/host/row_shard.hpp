@@ -21,6 +21,10 @@ struct row_shard {
   /// in rank order), `rows` those channels minus `first`.
   std::int64_t pos = 0;
   std::vector<std::int32_t> rows;
+  /// The whole matrix's index of the parameter's channel 0: a sharded engine's shard's first
+  /// channel (0 otherwise), so that the host moments' stochastic rounding hashes the whole
+  /// matrix's element indices (one rank's bits).
+  std::int64_t origin = 0;
 
   [[nodiscard]] std::int64_t end() const noexcept { return pos + static_cast<std::int64_t>(rows.size()); }
   /// True when this rank keeps every channel of a matrix of `total` channels (one rank, a vector).

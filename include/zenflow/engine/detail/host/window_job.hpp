@@ -107,7 +107,7 @@ double run_host_window(const config& cfg,
                   nullptr, 1.0f, n_w, hp,
                   reinterpret_cast<T*>(h.upload.data()) + (h.shard.pos - h.upload_origin()) * pi.channel_len,
                   pool, host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1,
-                  h.shard.first),
+                  h.shard.origin + h.shard.first),
               "zenflow::engine: adamw_window");
       });
     });

@@ -41,6 +41,10 @@ registry_identity(const config& cfg, const std::vector<param_info>& params, int 
     put(pi.name.data(), pi.name.size());
     put(&pi.lr_scale, 4);
     put(&pi.weight_decay, 4);
+    if (pi.shard_total > 0) { // a sharded engine's: loadable only into the same ranges
+      const std::int64_t sh[] = {pi.shard_first, pi.shard_total};
+      put(sh, sizeof sh);
+    }
   }
   return {checkpoint_hash(std::as_bytes(std::span(described.data(), described.size()))),
           checkpoint_hash(list), static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(ranks)};

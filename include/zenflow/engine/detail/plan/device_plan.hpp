@@ -287,6 +287,8 @@ private:
   /// The norms' and the top-k's temporary storage: the largest of their queries.
   void setup_temp(memory_usage& mem);
 
+  /// Matrix `p`'s top-k, no output yet (a range of a larger one: the whole's, plan_inputs::whole).
+  [[nodiscard]] topk_item topk_of(std::size_t p) const;
   void norms(cudaStream_t stream);
   void scalars(float loss_scale, float max_norm, cudaStream_t stream);
   void importance(channel_norm kind, cudaStream_t stream);
@@ -395,6 +397,7 @@ private:
   Backend b_;
   std::size_t slots_;
   const std::vector<param_info>* params_ = nullptr;
+  std::vector<plan_inputs::whole_matrix> whole_; // per parameter (setup's inputs)
   std::vector<dev_param> dev_;
   std::vector<std::size_t> dense_order_; // device-dense parameters in count-slot order
   std::vector<std::int64_t> dense_slot_; // per parameter: its slot in dense_counts_, or -1
@@ -415,9 +418,8 @@ private:
   dbuf<sq_rescan_item> wide_items_;
   int wide_count_ = 0;
   std::int64_t wide_max_ = 0;
-  // The last importance()'s kind.
-  channel_norm importance_ = channel_norm::sq_l2;
-  dbuf<std::uint32_t> flags_; // per parameter, in dtype-group order
+  channel_norm importance_ = channel_norm::sq_l2; // the last importance()'s kind
+  dbuf<std::uint32_t> flags_;                     // per parameter, in dtype-group order
   dbuf<float> stage_;
   dbuf<std::int32_t> stage_counts_;
   hbuf<float> h_stage_;

@@ -49,6 +49,15 @@ void device_plan<Backend>::importance(channel_norm kind, cudaStream_t stream) {
 }
 
 template <class Backend>
+topk_item device_plan<Backend>::topk_of(std::size_t p) const {
+  const auto& w = whole_[p];
+  if (w.channels > 0) {
+    return {w.scores, w.channels, w.k, nullptr, nullptr, w.rescans};
+  }
+  return {dev_[p].scores.data(), info(p).channels, info(p).device_capacity, nullptr, nullptr, wide_of_[p]};
+}
+
+template <class Backend>
 bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& sets,
                                       std::size_t& d2h,
                                       cudaStream_t stream) {
@@ -67,10 +76,11 @@ bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& se
   for (std::size_t p = 0; p < dev_.size(); ++p) {
     const param_info& pi = info(p);
     if (pi.matrix) {
-      items.push_back({dev_[p].scores.data(), pi.channels, pi.device_capacity, sel_idx_.data() + at, nullptr,
-                       wide ? wide_of_[p] : nullptr});
+      items.push_back(topk_of(p));
+      items.back().indices = sel_idx_.data() + at;
+      items.back().wide = wide ? items.back().wide : nullptr;
       which.push_back(p);
-      at += static_cast<std::size_t>(pi.device_capacity);
+      at += static_cast<std::size_t>(items.back().k);
     }
   }
   std::size_t scanned = 0;
@@ -91,7 +101,20 @@ bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& se
   sets.assign(dev_.size(), {});
   for (std::size_t i = 0; i < items.size(); ++i) {
     const std::int32_t* first = h_sel_.data() + (items[i].indices - sel_idx_.data());
-    sets[which[i]].assign(first, first + items[i].k);
+    const auto& w = whole_[which[i]];
+    if (w.channels == 0) {
+      sets[which[i]].assign(first, first + items[i].k);
+      continue;
+    }
+    // A range of the matrix: the top-k's channels in it (ascending), as range indices.
+    const auto lo = static_cast<std::int32_t>(w.first);
+    const auto hi = static_cast<std::int32_t>(w.first + info(which[i]).channels);
+    auto& set = sets[which[i]];
+    for (const std::int32_t* c = first; c != first + items[i].k; ++c) {
+      if (*c >= lo && *c < hi) {
+        set.push_back(*c - lo);
+      }
+    }
   }
   lists_at_ = 0; // the last selection's lists were copied before this wait
   std::uint32_t skip = 0;

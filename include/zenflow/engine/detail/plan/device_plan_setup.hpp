@@ -20,6 +20,8 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
                                  memory_usage& mem,
                                  const plan_inputs& inputs) {
   params_ = &params;
+  whole_ = inputs.whole;
+  whole_.resize(params.size());
   setup_param_state(mem);
   setup_dense_counts(mem);
   setup_records_and_masses(mem);
@@ -109,6 +111,11 @@ void device_plan<Backend>::setup_sq_tables(const plan_inputs& inputs, memory_usa
                 pi.channels,   pi.channel_len,
                 pi.ld,         pi.layout,
                 pi.type,       p < inputs.score_rescans.size() ? inputs.score_rescans[p] : nullptr};
+    if (const auto& w = whole_[p]; w.channels > 0) { // a range: the whole matrix's (its rescans given)
+      items[p].scores = w.scores;
+      items[p].channels = w.channels;
+      items[p].rescan = w.rescans;
+    }
   }
   sq_items_ = dbuf<sq_total_item>(items.size());
   b_.copy_h2d(sq_items_.data(), items.data(), items.size() * sizeof(items[0]), nullptr);
@@ -208,9 +215,10 @@ void device_plan<Backend>::setup_selection(memory_usage& mem) {
   // ([leave | keep old | keep new | enter | new set]: at most 3 x k) and host sets side by side.
   std::size_t sets = 1;
   std::size_t lists = 1;
-  for (const auto& pi : *params_) {
+  for (std::size_t p = 0; p < params_->size(); ++p) {
+    const param_info& pi = info(p);
     if (pi.matrix) {
-      sets += static_cast<std::size_t>(pi.device_capacity);
+      sets += static_cast<std::size_t>(topk_of(p).k);
     }
     if (pi.host_side) {
       lists += static_cast<std::size_t>(3 * pi.device_capacity + pi.channels);
@@ -258,9 +266,9 @@ void device_plan<Backend>::setup_temp(memory_usage& mem) {
   for (std::size_t p = 0; p < params_->size(); ++p) {
     const param_info& pi = info(p);
     if (pi.matrix) {
-      items.push_back(
-          {dev_[p].scores.data(), pi.channels, pi.device_capacity, sel_idx_.data() + at, nullptr});
-      at += static_cast<std::size_t>(pi.device_capacity);
+      items.push_back(topk_of(p));
+      items.back().indices = sel_idx_.data() + at;
+      at += static_cast<std::size_t>(items.back().k);
     }
   }
   std::size_t bytes = 0;

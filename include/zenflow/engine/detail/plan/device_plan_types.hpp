@@ -34,6 +34,20 @@ struct plan_inputs {
   /// per channel, final when the step's after_norms() hook returns), which its squared norm and
   /// an sq_l2 selection then read instead of rescanning its gradient.
   std::vector<const double*> score_rescans;
+  /// A matrix whose rows here are a range of a larger matrix (a sharded engine's, detail/dp/
+  /// sharded.hpp): the whole matrix's scores and fp64 rescans of its non-finite scores (device
+  /// memory, complete when after_norms() / after_importance() return), its channels, the range's
+  /// first channel, and its top-k. The squared totals and the selection read these instead of the
+  /// range's own; the selection keeps the channels of the top-k in the range, as range indices.
+  struct whole_matrix {
+    const float* scores = nullptr;
+    const double* rescans = nullptr;
+    std::int64_t channels = 0; ///< 0: the rows here are the whole matrix (no entry)
+    std::int64_t first = 0;
+    std::int64_t k = 0;
+  };
+  /// Per parameter (empty, or channels 0: none).
+  std::vector<whole_matrix> whole;
 };
 
 /// The step's hooks: a no-op at each point where a step completes the plan's numbers between two

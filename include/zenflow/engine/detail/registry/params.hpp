@@ -53,6 +53,19 @@ struct param_info {
   std::string name;
   float lr_scale = 1.0f;     ///< resolved from param_options / param_groups
   float weight_decay = 0.0f; ///< resolved from param_options / param_groups / config
+  /// A sharded engine's matrix (param_options::shard): these channels are [shard_first,
+  /// shard_first + channels) of a matrix of shard_total; shard_total 0: the whole matrix.
+  std::int64_t shard_first = 0;
+  std::int64_t shard_total = 0;
+  /// The channels of the whole matrix (a shard's `total`), which its top-k is taken over.
+  [[nodiscard]] std::int64_t whole_channels() const noexcept {
+    return shard_total > 0 ? shard_total : channels;
+  }
+  /// A ZenFlow matrix's device rows: the whole matrix's top-k, of which a shard holds at most all
+  /// its channels.
+  [[nodiscard]] std::int64_t zenflow_capacity(const config& cfg) const {
+    return std::min(cfg.topk(whole_channels()), channels);
+  }
 
   /// The hyper-parameters of this parameter's updates in a step with learning rate `lr`.
   [[nodiscard]] adamw_hparams hparams(const adamw_hparams& base, float lr) const noexcept {

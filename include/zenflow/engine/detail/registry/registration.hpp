@@ -120,6 +120,15 @@ inline param_info checked_param(const config& cfg,
                                                              : cfg.adam.weight_decay;
   require(std::isfinite(lr_scale) && lr_scale >= 0.0f, fn, "options.lr_scale", "must be finite and >= 0");
   require(std::isfinite(wd) && wd >= 0.0f, fn, "options.weight_decay", "must be finite and >= 0");
+  if (options.shard) {
+    const auto& sh = *options.shard;
+    require(matrix, fn, "options.shard", "is for matrices only (a sharded engine replicates its vectors)");
+    require(sh.total >= 1 && sh.total < (std::int64_t{1} << 31), fn, "options.shard",
+            "has total " + std::to_string(sh.total) + ": must be in [1, 2^31)");
+    require(sh.first >= 0 && sh.first <= sh.total - channels, fn, "options.shard",
+            "has first " + std::to_string(sh.first) + ": channels [first, first + " +
+                std::to_string(channels) + ") must lie in [0, total = " + std::to_string(sh.total) + ")");
+  }
   param_info pi;
   pi.matrix = matrix;
   pi.type = type;
@@ -133,6 +142,8 @@ inline param_info checked_param(const config& cfg,
   pi.name = options.name;
   pi.lr_scale = lr_scale;
   pi.weight_decay = wd;
+  pi.shard_first = options.shard ? options.shard->first : 0;
+  pi.shard_total = options.shard ? options.shard->total : 0;
   return pi;
 }
 

@@ -96,7 +96,7 @@ public:
     std::vector<std::int64_t> ks, cs;
     for (auto& pi : params_) {
       if (pi.matrix) {
-        pi.device_capacity = gpu ? pi.channels : (zen ? cfg_.topk(pi.channels) : 0);
+        pi.device_capacity = gpu ? pi.channels : (zen ? pi.zenflow_capacity(cfg_) : 0);
         pi.host_side = !gpu;
         ks.push_back(std::max<std::int64_t>(pi.device_capacity, 1));
         cs.push_back(pi.channels);
