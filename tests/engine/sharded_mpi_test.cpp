@@ -508,7 +508,7 @@ TEST(sharded_mpi_checks, a_rank_with_another_list_is_refused_on_every_rank) {
       r, [&] { r.e->initialize(); }, "the parameter list");
 }
 
-TEST(sharded_mpi_checks, zen_auto_and_snr_are_refused_on_every_rank) {
+TEST(sharded_mpi_checks, zen_auto_snr_and_device_accumulation_are_refused_on_every_rank) {
   auto c = base();
   c.update_interval = 0; // Zen-auto
   sharded_run<float, false> r(c);
@@ -521,6 +521,12 @@ TEST(sharded_mpi_checks, zen_auto_and_snr_are_refused_on_every_rank) {
   q.add();
   expect_refused_everywhere(
       q, [&] { q.e->initialize(); }, "host_lr_scale");
+  auto a = base();
+  a.accumulate = zenflow::accumulation_site::device;
+  sharded_run<float, false> s(a);
+  s.add();
+  expect_refused_everywhere(
+      s, [&] { s.e->initialize(); }, "accumulate");
 }
 
 TEST(sharded_mpi_checks, a_shard_out_of_range_or_on_an_engine_not_sharded_names_options_shard) {

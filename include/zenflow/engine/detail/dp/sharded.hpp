@@ -156,6 +156,8 @@ public:
             "give a fixed interval");
     require(!(cfg.mode == optimizer_mode::zenflow && cfg.mass_trigger()), fn, "select_on_mass_drop",
             "is not supported sharded yet (its masses need one rank's sums over the shards)");
+    require(cfg.accumulate == accumulation_site::host, fn, "accumulate",
+            "\"device\" is single-rank only (a sharded engine accumulates on the host)");
     return sent;
   }
 
