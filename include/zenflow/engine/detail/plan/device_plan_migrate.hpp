@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -227,8 +228,8 @@ void device_plan<Backend>::rows_home(migration_lists& l,
                  for (std::int64_t r = 0; r < nl; ++r) {
                    const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
                    std::memcpy(host_rows.master + c * L, hs + r * L, row_bytes);
-                   store_moment_row(host_rows.m + c * L, hs + (nl + r) * L, static_cast<std::size_t>(L));
-                   store_moment_row(host_rows.v + c * L, hs + (2 * nl + r) * L, static_cast<std::size_t>(L));
+                   store_moment_rows(host_rows.m + c * L, host_rows.v + c * L, hs + (nl + r) * L,
+                                     hs + (2 * nl + r) * L, static_cast<std::size_t>(L));
                    host_rows.counts[c] = hc[r];
                  }
                });
@@ -262,10 +263,14 @@ void device_plan<Backend>::install_entering_rows(migration_lists& l,
   const std::int64_t L = l.len;
   const std::int32_t* at = l.dev + l.enter;
   if (ne > 0 && on_device != nullptr) { // gathered from their owners already
-    scatter(on_device->master, at, ne, compact(l.rows[0], l.cap, L), stream);
-    scatter(on_device->m, at, ne, compact(l.rows[1], l.cap, L), stream);
-    scatter(on_device->v, at, ne, compact(l.rows[2], l.cap, L), stream);
-    move_counts(on_device->counts, nullptr, l.counts, at, ne, stream);
+    // int8 moments never come gathered (the owner partition refuses them: a row's codes need
+    // its block scales, which entering_rows does not carry).
+    if constexpr (!std::is_same_v<M, int8_moment>) {
+      scatter(on_device->master, at, ne, compact(l.rows[0], l.cap, L), stream);
+      scatter(on_device->m, at, ne, compact(l.rows[1], l.cap, L), stream);
+      scatter(on_device->v, at, ne, compact(l.rows[2], l.cap, L), stream);
+      move_counts(on_device->counts, nullptr, l.counts, at, ne, stream);
+    }
   } else if (ne > 0) { // staged by a host task from the host rows, in stream order
     const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
     float* const hs = h_stage_.data();

@@ -97,7 +97,9 @@ inline plan_config plan_config::of(const config& c) noexcept {
   p.mode = c.mode;
   p.topk_ratio = c.topk_ratio;
   p.update_interval = c.update_interval > 0 ? c.update_interval : c.min_update_interval;
-  p.moments = c.host_moments == moment_precision::bf16 ? plan_moments::bf16 : plan_moments::fp32;
+  p.moments = c.host_moments == moment_precision::bf16
+                  ? plan_moments::bf16
+                  : (c.host_moments == moment_precision::int8 ? plan_moments::int8 : plan_moments::fp32);
   p.accumulate = plan_accumulation::host;
   p.upload = c.upload;
   p.ring_slot_bytes = c.ring_slot_bytes;
@@ -295,7 +297,11 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     }
     // Host: the full-size state (partitioned over the ranks: the node holds one copy), the
     // accumulators, and each rank's upload buffer.
-    host.state += n * (4.0 + 2.0 * mb) + channels * 4.0;
+    // int8: two fp32 scales per block of each row (blocks never straddle rows).
+    host.state += cfg.moments == plan_moments::int8
+                      ? channels * (len * 6.0 + 8.0 * std::ceil(len / static_cast<double>(cfg.int8_block))) +
+                            channels * 4.0
+                      : n * (4.0 + 2.0 * mb) + channels * 4.0;
     const double rows = zen ? (channels - cap) * len : n;
     if (device_acc) {
       host.accumulators += rows * 4.0; // the landed window sum
@@ -331,9 +337,9 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   r.stall_free = zen ? stages <= t.compute * (1.0 + 1e-12) : !sync;
   r.fits_host = hw.host_memory_bytes == 0 || host.total() <= hw.host_memory_bytes;
   r.fits_device = hw.device_memory_bytes == 0 || dev.total() <= hw.device_memory_bytes;
-  if (zen && cfg.moments == plan_moments::int8) {
-    r.not_implemented.push_back("int8 host moments (modelled: 1 B per moment + an fp32 scale per " +
-                                std::to_string(cfg.int8_block) + " elements)");
+  if (zen && cfg.moments == plan_moments::int8 && cfg.int8_block != 64) {
+    r.not_implemented.push_back("int8 host moments with an fp32 scale per " + std::to_string(cfg.int8_block) +
+                                " elements (the engine's blocks are 64)");
   }
   if (device_acc) {
     r.not_implemented.push_back(
@@ -357,8 +363,8 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
     plan_accumulation accumulate;
     upload_policy upload;
   };
-  // The implemented changes first (the upload through the ring, bf16 moments), then the modelled
-  // ones (int8 moments, then device accumulation).
+  // The implemented changes first (the upload through the ring, bf16 then int8 moments), then
+  // the modelled one (device accumulation).
   std::vector<choice> tries;
   for (const plan_accumulation a : {cfg.accumulate, plan_accumulation::device}) {
     for (const plan_moments m : {cfg.moments, plan_moments::bf16, plan_moments::int8}) {

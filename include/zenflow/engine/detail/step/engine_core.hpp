@@ -133,14 +133,16 @@ public:
       if (pi.host_side) {
         (void)par_.init_host_rows(p, stream); // data parallel: this rank's block
         const std::size_t n = h.master.size();
-        h.moments.assign(n, cfg_.host_moments);
+        h.moments.assign(n, cfg_.host_moments, static_cast<std::size_t>(pi.channel_len));
         h.counts.assign(static_cast<std::size_t>(h.shard.channels), 0);
         h.acc[0].assign(n, 0.0f);
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
         h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
-        stats_.memory.host_state += n * host_state_bytes(cfg_.host_moments) + h.counts.size() * 4;
+        stats_.memory.host_state +=
+            host_state_bytes(cfg_.host_moments, h.counts.size(), static_cast<std::size_t>(pi.channel_len)) +
+            h.counts.size() * 4;
         stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
         stats_.memory.host_upload += h.upload.size();
         (void)plan_.set_host_set(p, h.host_set, stream);
