@@ -124,11 +124,6 @@ public:
             "zenflow::engine::initialize", "upload",
             "\"chunk_ring\" is not supported data parallel over a device communicator (the window's "
             "all-gather runs in the device upload buffer: use \"whole_window\")");
-    // int8 moments: a row's codes need its block scales, which the owner partition's gathers of
-    // typed moment arrays do not move (not built yet).
-    require(!(active() && cfg.host_moments == moment_precision::int8), "zenflow::engine::initialize",
-            "zenflow_ext.host_moments",
-            "\"int8\" is not supported data parallel yet (use \"fp32\" or \"bf16\")");
     return active() ? 2u * 8u : 0u; // two 8-byte hashes (one rank sends nothing)
   }
 
@@ -296,15 +291,11 @@ public:
     }
     return h.moments.visit([&](auto hm, auto hv) {
       using M = moment_of_t<decltype(hm)>;
-      if constexpr (std::is_same_v<M, int8_moment>) { // refused by verify()
-        return std::pair<std::size_t, std::size_t>{};
-      } else {
-        const auto bytes = migrate_partitioned<M>(
-            *plan_, comm_, p, pi, h, hm, hv, new_sel, [&](int r) { return block(p, pi, r); }, stage_,
-            pending_, stream);
-        sent_ += bytes.sent;
-        return std::pair{bytes.down, bytes.up};
-      }
+      const auto bytes = migrate_partitioned<M>(
+          *plan_, comm_, p, pi, h, hm, hv, new_sel, [&](int r) { return block(p, pi, r); }, stage_, pending_,
+          stream);
+      sent_ += bytes.sent;
+      return std::pair{bytes.down, bytes.up};
     });
   }
 
@@ -350,9 +341,7 @@ public:
     }
     return h.moments.visit([&](auto hm, auto hv) {
       using M = moment_of_t<decltype(hm)>;
-      if constexpr (std::is_same_v<M, int8_moment>) { // refused by verify()
-        return param_state{};
-      } else {
+      {
         plan_->wait_migration(); // a selection's leaving rows are home in this rank's block
         const auto L = static_cast<std::size_t>(pi.channel_len);
         std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
@@ -369,15 +358,32 @@ public:
                              stream); // collectives.hpp
         };
         std::vector<float> master;
-        std::vector<M> m, v;
         std::vector<std::int32_t> counts;
         gather(h.master.data(), master, L * 4);
-        gather(hm, m, L * sizeof(M));
-        gather(hv, v, L * sizeof(M));
         gather(h.counts.data(), counts, 4);
-        const basic_channel_state<M> rows{master.data(), m.data(),    v.data(),
-                                          counts.data(), pi.channels, pi.channel_len};
-        return plan_->read_full_state(p, &rows, stream);
+        if constexpr (std::is_same_v<M, int8_moment>) { // the codes, then the scales of each row
+          std::vector<std::uint8_t> mc, vc;
+          std::vector<float> ms, vs;
+          const auto nb = static_cast<std::size_t>(q8_blocks(pi.channel_len));
+          gather(hm.code, mc, L);
+          gather(hv.code, vc, L);
+          gather(hm.scale, ms, nb * 4);
+          gather(hv.scale, vs, nb * 4);
+          const basic_channel_state<M> rows{master.data(),
+                                            {mc.data(), ms.data(), pi.channel_len, moment_m},
+                                            {vc.data(), vs.data(), pi.channel_len, moment_v},
+                                            counts.data(),
+                                            pi.channels,
+                                            pi.channel_len};
+          return plan_->read_full_state(p, &rows, stream);
+        } else {
+          std::vector<M> m, v;
+          gather(hm, m, L * sizeof(M));
+          gather(hv, v, L * sizeof(M));
+          const basic_channel_state<M> rows{master.data(), m.data(),    v.data(),
+                                            counts.data(), pi.channels, pi.channel_len};
+          return plan_->read_full_state(p, &rows, stream);
+        }
       }
     });
   }

@@ -118,13 +118,13 @@ struct migration_lists {
 };
 
 template <class Backend>
-template <class M>
+template <class M, class W>
 std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
                                                                   const std::vector<std::int32_t>& old_sel,
                                                                   const std::vector<std::int32_t>& new_sel,
                                                                   const basic_channel_state<M>& host_rows,
                                                                   std::int64_t host_first,
-                                                                  const entering_rows<M>* on_device,
+                                                                  const entering_rows<W>* on_device,
                                                                   cudaStream_t stream) {
   auto& d = dev_[p];
   migration_lists l = index_lists(old_sel, new_sel, host_rows.channels, host_first);
@@ -254,23 +254,19 @@ void device_plan<Backend>::move_kept_rows(const migration_lists& l, cudaStream_t
 }
 
 template <class Backend>
-template <class M>
+template <class M, class W>
 void device_plan<Backend>::install_entering_rows(migration_lists& l,
                                                  const basic_channel_state<M>& host_rows,
-                                                 const entering_rows<M>* on_device,
+                                                 const entering_rows<W>* on_device,
                                                  cudaStream_t stream) {
   const std::int64_t ne = l.ne;
   const std::int64_t L = l.len;
   const std::int32_t* at = l.dev + l.enter;
   if (ne > 0 && on_device != nullptr) { // gathered from their owners already
-    // int8 moments never come gathered (the owner partition refuses them: a row's codes need
-    // its block scales, which entering_rows does not carry).
-    if constexpr (!std::is_same_v<M, int8_moment>) {
-      scatter(on_device->master, at, ne, compact(l.rows[0], l.cap, L), stream);
-      scatter(on_device->m, at, ne, compact(l.rows[1], l.cap, L), stream);
-      scatter(on_device->v, at, ne, compact(l.rows[2], l.cap, L), stream);
-      move_counts(on_device->counts, nullptr, l.counts, at, ne, stream);
-    }
+    scatter(on_device->master, at, ne, compact(l.rows[0], l.cap, L), stream);
+    scatter(on_device->m, at, ne, compact(l.rows[1], l.cap, L), stream);
+    scatter(on_device->v, at, ne, compact(l.rows[2], l.cap, L), stream);
+    move_counts(on_device->counts, nullptr, l.counts, at, ne, stream);
   } else if (ne > 0) { // staged by a host task from the host rows, in stream order
     const std::size_t row_bytes = static_cast<std::size_t>(L) * 4;
     float* const hs = h_stage_.data();

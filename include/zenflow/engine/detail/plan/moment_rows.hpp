@@ -43,6 +43,11 @@ void load_moment_row(float* dst, const M* src, std::size_t n) {
   }
 }
 
+/// The type in which moments of type M cross to the device or between ranks: M, or fp32 for
+/// int8 (a row's codes mean nothing without its block scales; the device keeps fp32 anyway).
+template <class M>
+using wire_moment_t = std::conditional_t<std::is_same_v<M, int8_moment>, float, M>;
+
 /// `n` elements of int8 moments widened to fp32 (whole rows).
 inline void load_moment_row(float* dst, q8_ptr src, std::size_t n) {
   q8_load_rows(dst, src, static_cast<std::int64_t>(n));

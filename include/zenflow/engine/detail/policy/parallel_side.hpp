@@ -20,6 +20,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/moment_rows.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/param_state.hpp>
 
@@ -80,7 +81,8 @@ std::pair<std::size_t, std::size_t> migrate_whole(device_plan<Backend>& plan,
                                                   cudaStream_t stream) {
   return with_whole_rows(pi, h, [&](const auto& rows) {
     using M = moment_of_t<decltype(rows.m)>;
-    return plan.migrate(p, h.sel, new_sel, rows, 0, static_cast<const entering_rows<M>*>(nullptr), stream);
+    return plan.migrate(p, h.sel, new_sel, rows, 0,
+                        static_cast<const entering_rows<wire_moment_t<M>>*>(nullptr), stream);
   });
 }
 
