@@ -184,6 +184,20 @@ inline std::vector<plan_scenario> resume_scenarios() {
                    false,
                    {20}});
   }
+  {
+    // int8 host moments: codes and block scales saved and loaded as they are (bit-exact resume).
+    auto c = small_config();
+    c.host_moments = zenflow::moment_precision::int8;
+    c.full_warm_up_rounds = 4;
+    c.update_interval = 3;
+    c.select_interval = 6;
+    out.push_back({"int8 host moments, warm-up, fixed windows of 3, overlap",
+                   c,
+                   zenflow::dtype::bf16,
+                   false,
+                   false,
+                   {20}});
+  }
   for (auto& sc : out) {
     sc.steps = 40;
   }
