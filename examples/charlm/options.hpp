@@ -139,7 +139,7 @@ usage: charlm_train [options]
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none|capped|snr
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
-  --host-moments-per-step true|false  --host-moments fp32|bf16
+  --host-moments-per-step true|false  --host-moments fp32|bf16|int8
   --select-on-mass-drop X  --min-select-interval N
   --beta1 X --beta2 X --eps X --weight-decay X --adam-mode adamw|adam
   --gradient-clipping X  --loss-scale X
@@ -409,7 +409,9 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--host-moments",
        [&](S f, S v) {
          z.host_moments = detail::parse_enum<zenflow::moment_precision>(
-             f, v, {{"fp32", zenflow::moment_precision::fp32}, {"bf16", zenflow::moment_precision::bf16}});
+             f, v, {{"fp32", zenflow::moment_precision::fp32},
+                       {"bf16", zenflow::moment_precision::bf16},
+                       {"int8", zenflow::moment_precision::int8}});
        }},
       {"--importance",
        [&](S f, S v) {

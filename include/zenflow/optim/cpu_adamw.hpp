@@ -32,7 +32,6 @@
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/channels.hpp>
 #include <zenflow/optim/detail/checks.hpp>
-#include <zenflow/optim/detail/cpu_q8.hpp>
 #include <zenflow/optim/detail/cpu_simd.hpp>
 #include <zenflow/optim/detail/host_grain.hpp>
 #include <zenflow/optim/types.hpp>

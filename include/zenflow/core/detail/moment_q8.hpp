@@ -17,6 +17,7 @@
 /// row coming home from the device) rounds to nearest. The arithmetic is fp32 throughout.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -60,49 +61,120 @@ struct q8_ptr {
 };
 
 /// The step of one code of a block with absmax `absmax` (`levels` codes above zero).
-[[nodiscard]] inline float q8_step(float absmax, float levels) {
+[[nodiscard]] ZF_FORCEINLINE float q8_step(float absmax, float levels) {
   return div_f(absmax, levels);
 }
 /// Codes per unit of value (0 for an all-zero block).
-[[nodiscard]] inline float q8_inverse(float absmax, float levels) {
+[[nodiscard]] ZF_FORCEINLINE float q8_inverse(float absmax, float levels) {
   return absmax > 0.0f ? div_f(levels, absmax) : 0.0f;
 }
 
-/// The value `q` (in steps) as a code in [lo, hi]: to nearest (ties to even) or stochastically
-/// (rounds up with probability frac(q), the threshold from the top 24 bits of `hash`).
-[[nodiscard]] inline float q8_round(float q, bool stochastic, std::uint32_t hash, float lo, float hi) {
-  float r;
-  if (stochastic) {
-    const float f = std::floor(q);
-    const float threshold = static_cast<float>(hash >> 8) * 0x1p-24f;
-    r = f + ((q - f) > threshold ? 1.0f : 0.0f);
-  } else {
-    r = std::nearbyint(q);
-  }
-  return r < lo ? lo : (r > hi ? hi : r); // NaN stays NaN: the caller's code cast is then 0
-}
-
 /// The fp32 m of a code and a step.
-[[nodiscard]] inline float q8_m_value(std::uint8_t code, float step) {
+[[nodiscard]] ZF_FORCEINLINE float q8_m_value(std::uint8_t code, float step) {
   return mul_f(static_cast<float>(static_cast<std::int8_t>(code)), step);
 }
 /// The fp32 u = sqrt(v) of a code and a step.
-[[nodiscard]] inline float q8_u_value(std::uint8_t code, float step) {
+[[nodiscard]] ZF_FORCEINLINE float q8_u_value(std::uint8_t code, float step) {
   return mul_f(static_cast<float>(code), step);
 }
 
+/// Codes from rounded values cm[j] (m's, in steps) and cu[j] (u's): NaN (a NaN moment, or inf x 0)
+/// is 0, the rest clamped to the code range, and v's code at least 1 where m's is not 0 (when
+/// `any_u`). Integer selects on the values' bits, so that the loop vectorises without fast-math.
+ZF_FORCEINLINE void
+q8_codes(const float* cm, const float* cu, int n, bool any_u, std::uint8_t* m_code, std::uint8_t* v_code) {
+  const std::int32_t one_u = any_u ? 1 : 0;
+  for (int j = 0; j < n; ++j) {
+    const auto bm = std::bit_cast<std::uint32_t>(cm[j]), bu = std::bit_cast<std::uint32_t>(cu[j]);
+    const std::uint32_t am = bm & 0x7fffffffu, au = bu & 0x7fffffffu;
+    // |x| >= 128 (m) or 256 (u), inf and NaN: decided on the bits; the rest converts exactly.
+    const bool big_m = am >= 0x43000000u, big_u = au >= 0x43800000u;
+    const auto im = static_cast<std::int32_t>(std::bit_cast<float>(big_m ? 0u : bm));
+    const auto iu = static_cast<std::int32_t>(std::bit_cast<float>(big_u ? 0u : bu));
+    const std::int32_t sat_m = am > 0x7f800000u ? 0 : ((bm >> 31) != 0u ? -127 : 127);
+    const std::int32_t sat_u = (au > 0x7f800000u || (bu >> 31) != 0u) ? 0 : 255;
+    std::int32_t a = big_m ? sat_m : im;
+    std::int32_t b = big_u ? sat_u : iu;
+    a = a < -127 ? -127 : (a > 127 ? 127 : a);
+    b = b < 0 ? 0 : b;
+    b = (a != 0 && b == 0) ? one_u : b;
+    m_code[j] = static_cast<std::uint8_t>(a & 0xff);
+    v_code[j] = static_cast<std::uint8_t>(b);
+  }
+}
+
+/// The codes of one block of `n` (<= 64) fp32 values m[j] and u[j] = sqrt(v[j]) whose absmax are
+/// `am` and `au` (NaN values ignored), of elements `index0 + j` after update `count`: m on 127
+/// signed steps, u on 255, stochastically (the hash's top 24 bits are the threshold) or to nearest.
+/// Branch-free loops over plain arrays, so that the compiler vectorises them on every target
+/// (the same IEEE operations whatever it picks: the same bits).
+ZF_FORCEINLINE void q8_quantize_block(const float* m,
+                                      const float* u,
+                                      int n,
+                                      float am,
+                                      float au,
+                                      std::uint8_t* m_code,
+                                      std::uint8_t* v_code,
+                                      bool stochastic,
+                                      std::uint64_t index0,
+                                      std::uint32_t count) {
+  const float im = q8_inverse(am, q8_m_levels), iu = q8_inverse(au, q8_u_levels);
+  // Thresholds in [0, 1): the hash's top 24 bits (stochastic), or 0.5 and nearest below.
+  float tm[q8_block], tu[q8_block], cm[q8_block], cu[q8_block];
+  if (stochastic) {
+    const auto lo = static_cast<std::uint32_t>(index0);
+    if (lo <= 0xffffffffu - q8_block) { // the block shares the index's high bits
+      const auto hi = static_cast<std::uint32_t>(index0 >> 32);
+      const std::uint32_t km = moment_hash_key(hi, count, moment_m),
+                          ku = moment_hash_key(hi, count, moment_v);
+      for (int j = 0; j < n; ++j) {
+        tm[j] = static_cast<float>(static_cast<std::int32_t>(
+                    moment_hash_mix((lo + static_cast<std::uint32_t>(j)) ^ km) >> 8)) *
+                0x1p-24f;
+        tu[j] = static_cast<float>(static_cast<std::int32_t>(
+                    moment_hash_mix((lo + static_cast<std::uint32_t>(j)) ^ ku) >> 8)) *
+                0x1p-24f;
+      }
+    } else {
+      for (int j = 0; j < n; ++j) {
+        const std::uint64_t i = index0 + static_cast<std::uint64_t>(j);
+        tm[j] =
+            static_cast<float>(static_cast<std::int32_t>(moment_hash(i, count, moment_m) >> 8)) * 0x1p-24f;
+        tu[j] =
+            static_cast<float>(static_cast<std::int32_t>(moment_hash(i, count, moment_v) >> 8)) * 0x1p-24f;
+      }
+    }
+    // Up where the fraction exceeds the threshold. Both are >= 0 (or the fraction NaN), so their
+    // bits order as their values: an integer compare, which vectorises without fast-math.
+    for (int j = 0; j < n; ++j) {
+      const float qm = mul_f(m[j], im), qu = mul_f(u[j], iu);
+      const float fm = std::floor(qm), fu = std::floor(qu);
+      const bool up_m = std::bit_cast<std::int32_t>(qm - fm) > std::bit_cast<std::int32_t>(tm[j]);
+      const bool up_u = std::bit_cast<std::int32_t>(qu - fu) > std::bit_cast<std::int32_t>(tu[j]);
+      cm[j] = fm + (up_m ? 1.0f : 0.0f);
+      cu[j] = fu + (up_u ? 1.0f : 0.0f);
+    }
+  } else {
+    for (int j = 0; j < n; ++j) {
+      cm[j] = std::nearbyint(mul_f(m[j], im));
+      cu[j] = std::nearbyint(mul_f(u[j], iu));
+    }
+  }
+  q8_codes(cm, cu, n, au > 0.0f, m_code, v_code);
+}
+
 /// Quantizes one block of `n` (<= 64) fp32 moments m[j], v[j] (v, not its root) of elements
-/// `index0 + j` after update `count` into codes and the two scales at `mq`, `vq`.
-inline void q8_store_block(const float* m,
-                           const float* v,
-                           int n,
-                           std::uint8_t* m_code,
-                           float& m_scale,
-                           std::uint8_t* v_code,
-                           float& v_scale,
-                           bool stochastic,
-                           std::uint64_t index0,
-                           std::uint32_t count) {
+/// `index0 + j` after update `count` into codes and the two scales (their absmax).
+ZF_FORCEINLINE void q8_store_block(const float* m,
+                                   const float* v,
+                                   int n,
+                                   std::uint8_t* m_code,
+                                   float& m_scale,
+                                   std::uint8_t* v_code,
+                                   float& v_scale,
+                                   bool stochastic,
+                                   std::uint64_t index0,
+                                   std::uint32_t count) {
   float u[q8_block];
   float am = 0.0f, au = 0.0f;
   for (int j = 0; j < n; ++j) {
@@ -113,17 +185,7 @@ inline void q8_store_block(const float* m,
   }
   m_scale = am;
   v_scale = au;
-  const float im = q8_inverse(am, q8_m_levels), iu = q8_inverse(au, q8_u_levels);
-  for (int j = 0; j < n; ++j) {
-    const std::uint64_t i = index0 + static_cast<std::uint64_t>(j);
-    const float cm = q8_round(mul_f(m[j], im), stochastic, stochastic ? moment_hash(i, count, moment_m) : 0u,
-                              -q8_m_levels, q8_m_levels);
-    float cu = q8_round(mul_f(u[j], iu), stochastic, stochastic ? moment_hash(i, count, moment_v) : 0u, 0.0f,
-                        q8_u_levels);
-    cu = (cm != 0.0f && cu == 0.0f && au > 0.0f) ? 1.0f : cu;
-    m_code[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(cm == cm ? cm : 0.0f));
-    v_code[j] = static_cast<std::uint8_t>(cu == cu ? cu : 0.0f);
-  }
+  q8_quantize_block(m, u, n, am, au, m_code, v_code, stochastic, index0, count);
 }
 
 /// Row `n` of fp32 m and v (whole rows of m.row_len) into int8 moments, `index0` the first's

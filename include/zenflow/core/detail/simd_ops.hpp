@@ -55,6 +55,8 @@ struct ops {
   static ZF_FORCEINLINE reg sqrt(reg a) { return std::sqrt(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }
   static ZF_FORCEINLINE reg abs(reg a) { return std::fabs(a); }
+  /// a > b ? a : b, lane by lane (b where either is NaN, as maxps).
+  static ZF_FORCEINLINE reg max(reg a, reg b) { return a > b ? a : b; }
 };
 } // namespace detail::simd_scalar
 
@@ -122,6 +124,7 @@ struct ops {
   static ZF_FORCEINLINE reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
   static ZF_FORCEINLINE reg sqrt(reg a) { return _mm256_sqrt_ps(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static ZF_FORCEINLINE reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static ZF_FORCEINLINE reg abs(reg a) {
     return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
   }
@@ -189,6 +192,7 @@ struct ops {
   static ZF_FORCEINLINE reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
   static ZF_FORCEINLINE reg sqrt(reg a) { return _mm512_sqrt_ps(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static ZF_FORCEINLINE reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
   static ZF_FORCEINLINE reg abs(reg a) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff)));
   }
