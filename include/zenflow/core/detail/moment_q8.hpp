@@ -103,11 +103,41 @@ q8_codes(const float* cm, const float* cu, int n, bool any_u, std::uint8_t* m_co
   }
 }
 
+/// The stochastic rounding's thresholds in [0, 1) of elements `index0 + j`, j < n, after update
+/// `count`: the top 24 bits of the moment hash (m's in tm, v's in tu). A loop the compiler
+/// vectorises (32-bit lanes) when the block shares the index's high 32 bits.
+ZF_FORCEINLINE void q8_thresholds(std::uint64_t index0, int n, std::uint32_t count, float* tm, float* tu) {
+  const auto lo = static_cast<std::uint32_t>(index0);
+  if (lo <= 0xffffffffu - q8_block) {
+    const auto hi = static_cast<std::uint32_t>(index0 >> 32);
+    const std::uint32_t km = moment_hash_key(hi, count, moment_m), ku = moment_hash_key(hi, count, moment_v);
+    for (int j = 0; j < n; ++j) {
+      tm[j] = static_cast<float>(static_cast<std::int32_t>(
+                  moment_hash_mix((lo + static_cast<std::uint32_t>(j)) ^ km) >> 8)) *
+              0x1p-24f;
+      tu[j] = static_cast<float>(static_cast<std::int32_t>(
+                  moment_hash_mix((lo + static_cast<std::uint32_t>(j)) ^ ku) >> 8)) *
+              0x1p-24f;
+    }
+  } else {
+    for (int j = 0; j < n; ++j) {
+      const std::uint64_t i = index0 + static_cast<std::uint64_t>(j);
+      tm[j] = static_cast<float>(static_cast<std::int32_t>(moment_hash(i, count, moment_m) >> 8)) * 0x1p-24f;
+      tu[j] = static_cast<float>(static_cast<std::int32_t>(moment_hash(i, count, moment_v) >> 8)) * 0x1p-24f;
+    }
+  }
+}
+
+/// One value `q` (in steps) rounded stochastically with threshold `t`: floor(q), plus 1 where
+/// q - floor(q) > t (the SIMD paths' add_one_if_greater, lane by lane).
+[[nodiscard]] ZF_FORCEINLINE float q8_round_stochastic(float q, float t) {
+  const float f = std::floor(q);
+  return (q - f) > t ? f + 1.0f : f;
+}
+
 /// The codes of one block of `n` (<= 64) fp32 values m[j] and u[j] = sqrt(v[j]) whose absmax are
 /// `am` and `au` (NaN values ignored), of elements `index0 + j` after update `count`: m on 127
-/// signed steps, u on 255, stochastically (the hash's top 24 bits are the threshold) or to nearest.
-/// Branch-free loops over plain arrays, so that the compiler vectorises them on every target
-/// (the same IEEE operations whatever it picks: the same bits).
+/// signed steps, u on 255, stochastically (q8_thresholds) or to nearest.
 ZF_FORCEINLINE void q8_quantize_block(const float* m,
                                       const float* u,
                                       int n,
@@ -119,40 +149,13 @@ ZF_FORCEINLINE void q8_quantize_block(const float* m,
                                       std::uint64_t index0,
                                       std::uint32_t count) {
   const float im = q8_inverse(am, q8_m_levels), iu = q8_inverse(au, q8_u_levels);
-  // Thresholds in [0, 1): the hash's top 24 bits (stochastic), or 0.5 and nearest below.
-  float tm[q8_block], tu[q8_block], cm[q8_block], cu[q8_block];
+  float cm[q8_block], cu[q8_block];
   if (stochastic) {
-    const auto lo = static_cast<std::uint32_t>(index0);
-    if (lo <= 0xffffffffu - q8_block) { // the block shares the index's high bits
-      const auto hi = static_cast<std::uint32_t>(index0 >> 32);
-      const std::uint32_t km = moment_hash_key(hi, count, moment_m),
-                          ku = moment_hash_key(hi, count, moment_v);
-      for (int j = 0; j < n; ++j) {
-        tm[j] = static_cast<float>(static_cast<std::int32_t>(
-                    moment_hash_mix((lo + static_cast<std::uint32_t>(j)) ^ km) >> 8)) *
-                0x1p-24f;
-        tu[j] = static_cast<float>(static_cast<std::int32_t>(
-                    moment_hash_mix((lo + static_cast<std::uint32_t>(j)) ^ ku) >> 8)) *
-                0x1p-24f;
-      }
-    } else {
-      for (int j = 0; j < n; ++j) {
-        const std::uint64_t i = index0 + static_cast<std::uint64_t>(j);
-        tm[j] =
-            static_cast<float>(static_cast<std::int32_t>(moment_hash(i, count, moment_m) >> 8)) * 0x1p-24f;
-        tu[j] =
-            static_cast<float>(static_cast<std::int32_t>(moment_hash(i, count, moment_v) >> 8)) * 0x1p-24f;
-      }
-    }
-    // Up where the fraction exceeds the threshold. Both are >= 0 (or the fraction NaN), so their
-    // bits order as their values: an integer compare, which vectorises without fast-math.
+    float tm[q8_block], tu[q8_block];
+    q8_thresholds(index0, n, count, tm, tu);
     for (int j = 0; j < n; ++j) {
-      const float qm = mul_f(m[j], im), qu = mul_f(u[j], iu);
-      const float fm = std::floor(qm), fu = std::floor(qu);
-      const bool up_m = std::bit_cast<std::int32_t>(qm - fm) > std::bit_cast<std::int32_t>(tm[j]);
-      const bool up_u = std::bit_cast<std::int32_t>(qu - fu) > std::bit_cast<std::int32_t>(tu[j]);
-      cm[j] = fm + (up_m ? 1.0f : 0.0f);
-      cu[j] = fu + (up_u ? 1.0f : 0.0f);
+      cm[j] = q8_round_stochastic(mul_f(m[j], im), tm[j]);
+      cu[j] = q8_round_stochastic(mul_f(u[j], iu), tu[j]);
     }
   } else {
     for (int j = 0; j < n; ++j) {

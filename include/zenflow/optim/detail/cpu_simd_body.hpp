@@ -203,7 +203,8 @@ void window_row_q8(float* acc,
   const vconsts k = broadcast(c, scale);
   const ops::reg kc = ops::set1(coef);
   const ops::reg zero = ops::set1(0.0f);
-  alignas(64) float mf[q8_block], vf[q8_block], uf[q8_block], lanes[2][ops::width];
+  alignas(64) float mf[q8_block], vf[q8_block], uf[q8_block], tm[q8_block], tu[q8_block];
+  alignas(64) float lanes[2][ops::width];
   for (std::int64_t b = 0; b * q8_block < n; ++b) {
     const std::int64_t o = b * q8_block;
     const int nb = static_cast<int>(n - o < q8_block ? n - o : q8_block);
@@ -262,8 +263,23 @@ void window_row_q8(float* acc,
     }
     m.scale[b] = amax;
     v.scale[b] = umax;
-    q8_quantize_block(mf, uf, nb, amax, umax, m.code + o, v.code + o, true,
-                      static_cast<std::uint64_t>(index0 + o), count);
+    // Requantize: the stochastic rounding in lanes (q8_round_stochastic's operations), then the
+    // codes (q8_quantize_block's steps).
+    q8_thresholds(static_cast<std::uint64_t>(index0 + o), nb, count, tm, tu);
+    const float im = q8_inverse(amax, q8_m_levels), iu = q8_inverse(umax, q8_u_levels);
+    const ops::reg vim = ops::set1(im), viu = ops::set1(iu);
+    j = 0;
+    for (; j + ops::width <= nb; j += ops::width) {
+      const ops::reg qm = ops::mul(ops::load(mf + j), vim), qu = ops::mul(ops::load(uf + j), viu);
+      const ops::reg fm = ops::floor(qm), fu = ops::floor(qu);
+      ops::store(mf + j, ops::add_one_if_greater(fm, ops::sub(qm, fm), ops::load(tm + j)));
+      ops::store(uf + j, ops::add_one_if_greater(fu, ops::sub(qu, fu), ops::load(tu + j)));
+    }
+    for (; j < nb; ++j) {
+      mf[j] = q8_round_stochastic(mul_f(mf[j], im), tm[j]);
+      uf[j] = q8_round_stochastic(mul_f(uf[j], iu), tu[j]);
+    }
+    q8_codes(mf, uf, nb, umax > 0.0f, m.code + o, v.code + o);
   }
 }
 
