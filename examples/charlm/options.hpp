@@ -408,10 +408,11 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--host-moments-per-step", [&](S f, S v) { z.host_moments_per_step = detail::parse_bool(f, v); }},
       {"--host-moments",
        [&](S f, S v) {
-         z.host_moments = detail::parse_enum<zenflow::moment_precision>(
-             f, v, {{"fp32", zenflow::moment_precision::fp32},
-                       {"bf16", zenflow::moment_precision::bf16},
-                       {"int8", zenflow::moment_precision::int8}});
+         z.host_moments =
+             detail::parse_enum<zenflow::moment_precision>(f, v,
+                                                           {{"fp32", zenflow::moment_precision::fp32},
+                                                            {"bf16", zenflow::moment_precision::bf16},
+                                                            {"int8", zenflow::moment_precision::int8}});
        }},
       {"--importance",
        [&](S f, S v) {

@@ -1,8 +1,10 @@
 /// @file
 /// Umbrella header for the CUDA side of zenflow (needs nvcc): the host-side umbrella plus every
-/// kernel launcher (`zenflow::device::*`) and the engine's `cuda_backend`.
+/// kernel launcher (`zenflow::device::*`), the engine's `cuda_backend`, and the sharded-weights
+/// helpers' kernels (for a CUDA communicator).
 #pragma once
 
+#include <zenflow/comm/shard.cuh>
 #include <zenflow/engine/engine.cuh>
 #include <zenflow/optim/adamw.cuh>
 #include <zenflow/select/channel_norms.cuh>

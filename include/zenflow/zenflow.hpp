@@ -2,7 +2,7 @@
 /// Umbrella header for the host side of zenflow: everything that compiles with the host
 /// compiler alone (core types, the host backend of every primitive, transport, the engine on
 /// the host backend, the communicator concept with its one-rank model and the emulated device's,
-/// the channel partition).
+/// the channel partition, the sharded-weights helpers).
 /// `<zenflow/zenflow.cuh>` adds the CUDA launchers and the CUDA engine backend.
 #pragma once
 
@@ -11,6 +11,8 @@
 #include <zenflow/comm/hash.hpp>
 #include <zenflow/comm/local_communicator.hpp>
 #include <zenflow/comm/partition.hpp>
+#include <zenflow/comm/shard.hpp>
+#include <zenflow/comm/shard_prefetcher.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/device.hpp>

@@ -43,6 +43,7 @@ struct fake_transport {
   std::atomic<std::uint64_t> executed{0}; // how far the device has run
   std::vector<std::atomic<std::uint64_t>> recorded;
   std::atomic<bool> device_stalled{false};
+  std::atomic<bool> stall_seen{false}; // the device thread has seen device_stalled (and runs no more)
   std::atomic<int> stops{0};
   std::atomic<int> entered{0};
   std::atomic<std::int64_t> stopped_at_ns{0};
@@ -106,7 +107,9 @@ public:
   explicit device_thread(fake_transport& t)
       : thread_([&t, this] {
           while (!done_.load()) {
-            if (!t.device_stalled.load()) {
+            if (t.device_stalled.load()) {
+              t.stall_seen.store(true);
+            } else {
               t.executed.store(t.enqueued.load());
             }
             std::this_thread::sleep_for(500us);
@@ -163,6 +166,9 @@ TEST(collective_watchdog, a_hang_is_caught_after_the_bound_naming_the_collective
   }
   ASSERT_TRUE(wait_until([&] { return w.pending() == 0; }, 10s));
   t->device_stalled.store(true); // a rank is gone: the next collectives never finish
+  // Once the device thread has seen it: a loop that read "not stalled" just before would otherwise
+  // still complete the next collective (a preempted thread under load).
+  ASSERT_TRUE(wait_until([&] { return t->stall_seen.load(); }, 10s));
   const auto hang_start = clock_type::now();
   collective(*t, w, "reduce_scatter_mean #10");
   collective(*t, w, "all_gather_bytes #11");

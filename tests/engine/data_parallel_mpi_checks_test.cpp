@@ -25,6 +25,7 @@
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/plan.hpp>
 
 #include "data_parallel_support.hpp"
 #include "engine_harness.hpp"
@@ -60,6 +61,67 @@ TEST(engine_data_parallel, the_partition_splits_every_host_matrix) {
     EXPECT_EQ(covered, sh.channels);
     ++m;
   }
+}
+
+// Each rank copies down only its block's unselected rows and, over a device communicator, holds
+// only its share of a window's new weights: its D2H ring and its host upload buffer are sized by its
+// block, and over the ranks they add up to what the planner counts for as many GPUs.
+template <bool Device>
+void rings_and_uploads_are_sized_by_the_block() {
+  const std::vector<shape> shapes = {{true, 40, 1024}, {false, 1, 5}, {true, 27, 1024}};
+  auto w = initial_weights<float>(shapes);
+  auto g = w;
+  zenflow::config cfg = small_config();
+  cfg.ring_slots = 0; // sized by the engine: one 4 KiB slot per 1024-float row
+  zenflow::emulated_device device;
+  using backend = std::conditional_t<Device, zenflow::emulated_backend, zenflow::host_backend>;
+  using comm = std::conditional_t<Device, zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
+                                  zenflow::mpi_communicator>;
+  auto make = [&] {
+    if constexpr (Device) {
+      return zenflow::engine<backend, comm>(cfg, zenflow::emulated_backend{device},
+                                            comm(device, make_comm()));
+    } else {
+      return zenflow::engine<backend, comm>(cfg, {}, make_comm());
+    }
+  };
+  auto e = make();
+  (void)register_all(e, w, g, shapes);
+  e.initialize();
+  const auto mine = e.stats().memory;
+  const auto all = e.stats_over_ranks();
+
+  zenflow::plan_model m;
+  m.elem_bytes = 4;
+  m.matrices = {{40, 1024, 1}, {27, 1024, 1}};
+  m.vectors = {{5, 1}};
+  zenflow::plan_hardware hw;
+  hw.host_bytes_per_s = 10e9;
+  hw.pcie_bytes_per_s = 10e9;
+  hw.step_s = 0.1;
+  hw.gpus = world_size();
+  const auto r = zenflow::plan(m, hw, zenflow::plan_config::of(cfg));
+  hw.gpus = 1;
+  const auto one = zenflow::plan(m, hw, zenflow::plan_config::of(cfg));
+  EXPECT_EQ(static_cast<double>(all.memory.host_ring), r.host.ring);
+  if (world_size() > 1) {
+    EXPECT_LT(static_cast<double>(mine.host_ring), one.host.ring); // a block's rows, not the model's
+  }
+  const double whole = (40.0 + 27.0) * 1024 * 4;
+  if (Device) {
+    EXPECT_EQ(static_cast<double>(all.memory.host_upload), r.host.upload); // one copy over the ranks
+    EXPECT_EQ(r.host.upload, whole);
+  } else {
+    EXPECT_EQ(static_cast<double>(mine.host_upload), whole); // gathered in the host buffer: all of it
+  }
+}
+
+TEST(engine_data_parallel, rings_and_uploads_are_sized_by_the_block) {
+  rings_and_uploads_are_sized_by_the_block<false>();
+}
+
+TEST(engine_data_parallel, rings_and_uploads_are_sized_by_the_block_over_a_device_communicator) {
+  rings_and_uploads_are_sized_by_the_block<true>();
 }
 
 TEST(engine_data_parallel, a_different_configuration_fails_on_every_rank) {

@@ -95,8 +95,10 @@ TEST(planner, bf16_int8_moments_device_accumulation_and_two_gpus) {
   const double unsel = 2.0 * 900 * 512 + 231.0 * 1024;
   const auto r = zenflow::plan(m, hw, cfg);
   expect_rel(r.host.state, n * 8 + (2000 + 256) * 4.0, "bf16 moments: 8 B");
-  expect_rel(r.host.upload, 2 * n * 2, "one upload buffer per rank");
-  expect_rel(r.host.ring, 2 * 10 * 4194304.0, "one ring per rank");
+  expect_rel(r.host.upload, n * 2, "each rank its share of the new weights: one copy");
+  // Each rank's block of a matrix fits one 4 MiB slot, as the whole matrix does: 5 slots a step,
+  // a ring of 10 per rank.
+  expect_rel(r.host.ring, 2 * 10 * 4194304.0, "one ring per rank, sized by its block");
   expect_rel(r.traffic.d2h_per_step, unsel * 2 / 2, "each rank its block");
   expect_rel(r.traffic.host_window_per_step, unsel * 26 / 2, "bf16 window: 26 B");
 

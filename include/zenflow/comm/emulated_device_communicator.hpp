@@ -54,6 +54,9 @@ public:
 
   [[nodiscard]] int rank() const noexcept { return rank_of(); }
   [[nodiscard]] int size() const noexcept { return size_of(); }
+  /// The device whose streams the collectives run on (the shard helpers run their conversions
+  /// there too: shard.hpp).
+  [[nodiscard]] emulated_device& device() const noexcept { return *device_; }
   /// The wrapped communicator (its own calls are not ordered with the stream's).
   [[nodiscard]] C& wrapped() noexcept { return shared_->comm; }
 

@@ -165,9 +165,10 @@ struct plan_result {
   plan_host_bytes host;
   plan_device_bytes device;
   plan_traffic traffic;
-  std::int64_t ring_slots = 0, staging_slots = 0; ///< per rank, as the engine resolves them
-  pipeline_terms terms;                           ///< seconds
-  pipeline_bound_value bound;                     ///< seconds
+  std::int64_t ring_slots = 0,
+               staging_slots = 0; ///< per rank as the engine resolves them (the largest block's)
+  pipeline_terms terms;           ///< seconds
+  pipeline_bound_value bound;     ///< seconds
   /// The step time to expect: the bound for ZenFlow and gpu_adamw (the device's optimizer time is
   /// not modelled), C + down + host + up for offload_sync (no overlap).
   double predicted_step_s = 0;

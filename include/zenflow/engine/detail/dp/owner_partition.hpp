@@ -181,6 +181,19 @@ public:
   /// What the plan's setup takes: the owner reduction's rescans (a device communicator's).
   [[nodiscard]] plan_inputs inputs() const { return active() && split_ ? owners_.inputs() : plan_inputs{}; }
 
+  /// After setup(): per parameter the channels whose host rows this rank keeps (its block; every
+  /// channel of a vector), which alone it copies down (resolve_d2h_slots sizes its ring by them);
+  /// empty with one rank.
+  [[nodiscard]] std::vector<std::int64_t> kept_channels() const {
+    std::vector<std::int64_t> kept;
+    if (active()) {
+      for (std::size_t p = 0; p < params_->size(); ++p) {
+        kept.push_back(block(p, (*params_)[p], comm_.rank()).second);
+      }
+    }
+    return kept;
+  }
+
   /// initialize(), a host-side parameter: its block, the host set of every channel, and the fp32
   /// masters of the block from the working weights (blocking). Returns the bytes copied down.
   std::size_t init_host_rows(std::size_t p, cudaStream_t stream) {

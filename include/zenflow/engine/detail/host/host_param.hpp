@@ -34,8 +34,20 @@ struct host_param : window_accumulators, channel_sets {
   std::vector<float> master;
   host_moments moments; ///< m and v, fp32 or bf16 (config::host_moments)
   std::vector<std::int32_t> counts;
-  HostBuffer upload;   ///< the window's new working weights, host-set order
+  /// The window's new working weights, host-set order: positions [upload_origin(),
+  /// upload_origin() + upload_rows()).
+  HostBuffer upload;
+  /// `upload` holds this rank's share only (data parallel over a device communicator: the other
+  /// shares are gathered on the device), sized for its block; else every host-set position.
+  bool upload_share = false;
   landing_buffer land; ///< gradients announced early, until the step's coef arrives
+
+  /// The host-set position of `upload`'s first row.
+  [[nodiscard]] std::int64_t upload_origin() const noexcept { return upload_share ? shard.pos : 0; }
+  /// The rows of `upload` in use: this rank's share of the host set, or all of it.
+  [[nodiscard]] std::int64_t upload_rows() const noexcept {
+    return upload_share ? shard.end() - shard.pos : static_cast<std::int64_t>(host_set.size());
+  }
 };
 
 } // namespace detail

@@ -105,8 +105,9 @@ double run_host_window(const config& cfg,
         check(host::adamw_window<T, T, M>(
                   st, h.acc[a].data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
                   nullptr, 1.0f, n_w, hp,
-                  reinterpret_cast<T*>(h.upload.data()) + h.shard.pos * pi.channel_len, pool,
-                  host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1, h.shard.first),
+                  reinterpret_cast<T*>(h.upload.data()) + (h.shard.pos - h.upload_origin()) * pi.channel_len,
+                  pool, host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1,
+                  h.shard.first),
               "zenflow::engine: adamw_window");
       });
     });

@@ -19,7 +19,8 @@
 ///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only);
 ///                      m and v as the host stores them: fp32, bf16 or int8 (host_moments)
 ///     p<i>/m_scale, v_scale                       int8 host moments only: the fp32 block scales
-///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only)
+///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only;
+///                      a rank over a device communicator: its share)
 ///     p<i>/dev_sel, dev_rows, dev_counts         the device rows (master | m | v), k rows each
 ///
 /// Saved between steps: a host job in flight is finished first (its new weights are kept, not

@@ -133,8 +133,22 @@ void save_host_rows(checkpoint_writer& out,
   out.section(ckpt_tag(p, "acc"), h.acc[a].data(), n * 4);
   out.section(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
   if (upload && !h.host_set.empty()) {
-    out.section(ckpt_tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
+    out.section(ckpt_tag(p, "upload"), h.upload.data(),
+                static_cast<std::size_t>(h.upload_rows()) * pi.channel_bytes());
   }
+}
+
+/// The rows of `h`'s upload buffer once its device set is `sel`: its share of the host set (a
+/// rank that keeps only its share), or every host channel.
+template <class HostParam>
+std::size_t
+upload_rows_after(const param_info& pi, const HostParam& h, const std::vector<std::int32_t>& sel) {
+  if (!h.upload_share) {
+    return static_cast<std::size_t>(pi.channels) - sel.size();
+  }
+  const auto lo = std::lower_bound(sel.begin(), sel.end(), h.shard.first);
+  const auto hi = std::lower_bound(lo, sel.end(), h.shard.first + h.shard.channels);
+  return static_cast<std::size_t>(h.shard.channels - (hi - lo));
 }
 
 /// Checks that the host rows of `p` are all there at this engine's sizes (`sel`: its saved
@@ -163,9 +177,9 @@ void check_host_rows(const checkpoint_reader& in,
   }
   ckpt_need(in, ckpt_tag(p, "counts"), h.counts.size() * 4);
   ckpt_need(in, ckpt_tag(p, "rest_l1"), 8);
-  const std::size_t host_channels = static_cast<std::size_t>(pi.channels) - sel.size();
-  if (upload && host_channels > 0) {
-    ckpt_need(in, ckpt_tag(p, "upload"), host_channels * pi.channel_bytes());
+  const std::size_t rows = upload_rows_after(pi, h, sel);
+  if (upload && static_cast<std::size_t>(pi.channels) > sel.size()) {
+    ckpt_need(in, ckpt_tag(p, "upload"), rows * pi.channel_bytes());
   }
 }
 
@@ -198,7 +212,8 @@ void restore_host_rows(const checkpoint_reader& in,
   h.rest_l1[a ^ 1u] = 0.0;
   h.set_host_set(complement(h.sel, pi.channels));
   if (upload && !h.host_set.empty()) {
-    in.read(ckpt_tag(p, "upload"), h.upload.data(), h.host_set.size() * pi.channel_bytes());
+    in.read(ckpt_tag(p, "upload"), h.upload.data(),
+            static_cast<std::size_t>(h.upload_rows()) * pi.channel_bytes());
   }
 }
 

@@ -228,8 +228,10 @@ public:
   /// First thing on a thread the engine owns: the plan's device current (backend.hpp).
   void enter_engine_thread() const { b_.enter_engine_thread(upload_.device); }
   /// Copies host-set positions [begin, end) of `p`'s new weights from its host upload buffer
-  /// `src` (position 0 at `src`) into the device upload buffer. Returns the bytes.
-  std::size_t upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end);
+  /// `src` (position `src_first` at `src`: 0, or a rank's share; chunk_ring: 0) into the device
+  /// upload buffer. Returns the bytes.
+  std::size_t
+  upload(std::size_t p, const std::byte* src, std::int64_t src_first, std::int64_t begin, std::int64_t end);
   void end_uploads();
   void begin_apply(cudaStream_t stream);
   /// Scatters the uploaded weights of host-set positions [begin, end) into `p`'s working

@@ -107,17 +107,18 @@ void device_plan<Backend>::begin_uploads() {
 }
 
 template <class Backend>
-std::size_t
-device_plan<Backend>::upload(std::size_t p, const std::byte* src, std::int64_t begin, std::int64_t end) {
+std::size_t device_plan<Backend>::upload(
+    std::size_t p, const std::byte* src, std::int64_t src_first, std::int64_t begin, std::int64_t end) {
   const param_info& pi = info(p);
   auto& u = upload_.params[p];
   const std::size_t at = static_cast<std::size_t>(begin) * pi.channel_bytes();
   const std::size_t bytes = static_cast<std::size_t>(end - begin) * pi.channel_bytes();
   if (upload_.chunk_bytes > 0) {
-    u.source = src; // copied up at the boundary (apply_upload)
+    u.source = src; // copied up at the boundary (apply_upload), position 0 at src (src_first 0)
     return bytes;
   }
-  b_.copy_h2d(u.buffer.data() + at, src + at, bytes, upload_.stream);
+  b_.copy_h2d(u.buffer.data() + at, src + static_cast<std::size_t>(begin - src_first) * pi.channel_bytes(),
+              bytes, upload_.stream);
   return bytes;
 }
 

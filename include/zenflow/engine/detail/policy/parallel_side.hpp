@@ -33,8 +33,9 @@ namespace detail {
 /// - verify(cfg, params, stream): initialize()'s first call, before anything changes (bytes);
 /// - setup(cfg, plan, params, host, slot_bytes, stream): before the plan's setup, binds the side
 ///   to the engine's plan, parameters and host state (device bytes allocated); inputs(): what the
-///   plan's setup takes from it; init_host_rows(p, stream): a host-side parameter's rows, host
-///   set and masters (bytes copied down);
+///   plan's setup takes from it; kept_channels(): per parameter the channels whose host rows this
+///   rank keeps (empty: all); init_host_rows(p, stream): a host-side parameter's rows, host set and
+///   masters (bytes copied down);
 /// - streams_early(): grad_ready() may stream a step's gradients before step();
 ///   packs_before_norms(): a step's packs may start before its prologue;
 /// - reduce_gradients(t, stream) at the step's start; hooks(t): the plan's step hooks (prologue,

@@ -111,19 +111,29 @@ struct d2h_slots {
 /// while the copies of the step before are still landing; at least 8, at most 1024. A step's D2H:
 /// in zenflow mode the unselected channels of every matrix (channels - k; the warm-up's
 /// synchronous steps move more, and wait for it anyway), in offload_sync every host-side
-/// parameter; in slots of `slot_bytes`, plus the step record's two copies.
-inline d2h_slots
-resolve_d2h_slots(const config& cfg, const std::vector<param_info>& params, std::size_t slot_bytes) {
+/// parameter; in slots of `slot_bytes`, plus the step record's two copies. `kept` (data parallel,
+/// else empty): per parameter the channels whose host rows this rank keeps (its owner block), of
+/// which alone it copies gradients down, so that a rank's ring and staging are sized by its block.
+inline d2h_slots resolve_d2h_slots(const config& cfg,
+                                   const std::vector<param_info>& params,
+                                   std::size_t slot_bytes,
+                                   const std::vector<std::int64_t>& kept = {}) {
   if (cfg.ring_slots > 0) {
     return {static_cast<std::size_t>(cfg.ring_slots), static_cast<std::size_t>(cfg.ring_slots)};
   }
   const bool zen = cfg.mode == optimizer_mode::zenflow;
   std::size_t step = 2;
-  for (const auto& pi : params) {
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& pi = params[p];
     if (pi.host_side && (pi.matrix || !zen)) {
-      const std::int64_t rows = zen ? pi.channels - cfg.topk(pi.channels) : pi.channels;
+      const std::int64_t unselected = zen ? pi.channels - cfg.topk(pi.channels) : pi.channels;
       const std::int64_t per_slot = pi.rows_per_slot(slot_bytes);
-      step += static_cast<std::size_t>((rows + per_slot - 1) / per_slot);
+      const std::int64_t slots = (unselected + per_slot - 1) / per_slot;
+      // A block's rows are cut at one rank's slot boundaries (d2h_stream), so they may touch one
+      // slot more than their count fills, never more than one rank's slots.
+      const std::int64_t rows = kept.empty() ? unselected : std::min(unselected, kept[p]);
+      step += static_cast<std::size_t>(kept.empty() ? slots
+                                                    : std::min(slots, (rows + per_slot - 1) / per_slot + 1));
     }
   }
   const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, 1024);

@@ -112,7 +112,7 @@ public:
                                                [](const param_info& pi) { return pi.matrix; }));
     stats_.memory.device_scratch += // before the plan reads grads
         par_.setup(cfg_, plan_, params_, host_, slot_bytes, stream);
-    const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes);
+    const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, par_.kept_channels());
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
     plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
@@ -139,7 +139,11 @@ public:
         if (overlap) {
           h.acc[1].assign(n, 0.0f);
         }
-        h.upload = typename Backend::template host_buffer<std::byte>(pi.bytes());
+        // A device communicator gathers a window's shares on the device: this rank's share of the
+        // new weights is all that passes through its host upload buffer.
+        h.upload_share = par_.gathers_windows() && par_.gathers_on_device();
+        h.upload = typename Backend::template host_buffer<std::byte>(
+            static_cast<std::size_t>(h.upload_share ? h.shard.channels : pi.channels) * pi.channel_bytes());
         stats_.memory.host_state +=
             host_state_bytes(cfg_.host_moments, h.counts.size(), static_cast<std::size_t>(pi.channel_len)) +
             h.counts.size() * 4;

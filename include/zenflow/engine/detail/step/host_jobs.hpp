@@ -210,7 +210,7 @@ private:
       const auto& h = host_[p];
       if (params_[p].host_side && !h.host_set.empty()) {
         const bool share = where_ == window_gather::device_buffers;
-        (void)plan_.upload(p, h.upload.data(), share ? h.shard.pos : 0,
+        (void)plan_.upload(p, h.upload.data(), h.upload_origin(), share ? h.shard.pos : 0,
                            share ? h.shard.end() : static_cast<std::int64_t>(h.host_set.size()));
       }
     }
