@@ -35,6 +35,7 @@ check --pcie-gbps --pcie-gbps -1
 check --backward-share --backward-share 1.5
 check --upload --upload sometimes
 check --host-moments --host-moments fp8
+check --accumulate --accumulate gpu
 check --bogus --bogus
 if [ "$#" -ge 2 ]; then
   check "$1" "$@"

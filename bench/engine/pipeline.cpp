@@ -48,6 +48,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <zenflow/core/dtype.hpp>
@@ -142,6 +143,10 @@ run_mode(const options& o, const mode_spec& spec, std::int64_t hidden, double B,
                                   g[static_cast<std::size_t>(l)].data(), hidden, hidden));
     }
     zf.initialize(stream);
+    static bool placement_printed = false; // every mode's engine is placed alike: the settings, once
+    if (!std::exchange(placement_printed, true)) {
+      std::printf("host threads: %s\n", zf.stats().placement.describe().c_str());
+    }
     emulated_pass pass{device, tracing, &zf};
     timed_steps(o, zf, ids, stream, pass, static_cast<double>(n) * o.layers, res);
     device.synchronize();

@@ -69,18 +69,20 @@ struct options {
   std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
   double mass_drop = 0.0;           // config::select_on_mass_drop (0: off)
   zenflow::moment_precision host_moments = zenflow::moment_precision::fp32; // --host-moments
+  zenflow::accumulation_site accumulate = zenflow::accumulation_site::host; // --accumulate
 };
 
 inline void usage(const char* program) {
-  std::printf("%s [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
-              "    [--pcie-gbps B] [--host-threads N] [--device-threads N] [--ring-slots N]\n"
-              "    [--ring-slot-bytes N]\n"
-              "    [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
-              "    [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16|int8]\n"
-              "    [--release-by-caller]\n"
-              "    [--only LABEL-SUBSTRING]\n"
-              "    [--trace FILE [--trace-mode LABEL]] [--json FILE]\n",
-              program);
+  std::printf(
+      "%s [--params M] [--layers N] [--steps N] [--warmup N] [--compute-ms C]\n"
+      "    [--pcie-gbps B] [--host-threads N] [--device-threads N] [--ring-slots N]\n"
+      "    [--ring-slot-bytes N]\n"
+      "    [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
+      "    [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16|int8] [--accumulate host|device]\n"
+      "    [--release-by-caller]\n"
+      "    [--only LABEL-SUBSTRING]\n"
+      "    [--trace FILE [--trace-mode LABEL]] [--json FILE]\n",
+      program);
 }
 
 /// Reads the command line into `o`; returns -1 to go on, else the exit status: 0 after --help, 2
@@ -102,11 +104,10 @@ inline int parse_options(int argc, char** argv, options& o) {
       continue;
     }
     static const char* const valued[] = {
-        "--params",     "--layers",          "--steps",        "--warmup",
-        "--compute-ms", "--pcie-gbps",       "--host-threads", "--device-threads",
-        "--ring-slots", "--ring-slot-bytes", "--upload",       "--select-interval",
-        "--mass-drop",  "--backward-share",  "--host-moments", "--only",
-        "--trace",      "--trace-mode",      "--json"};
+        "--params",    "--layers",          "--steps",          "--warmup",         "--compute-ms",
+        "--pcie-gbps", "--host-threads",    "--device-threads", "--ring-slots",     "--ring-slot-bytes",
+        "--upload",    "--select-interval", "--mass-drop",      "--backward-share", "--host-moments",
+        "--only",      "--trace",           "--trace-mode",     "--json",           "--accumulate"};
     if (std::find(std::begin(valued), std::end(valued), a) == std::end(valued)) {
       return refuse(a + ": unknown option");
     }
@@ -170,6 +171,11 @@ inline int parse_options(int argc, char** argv, options& o) {
         o.host_moments = v == "bf16"   ? zenflow::moment_precision::bf16
                          : v == "int8" ? zenflow::moment_precision::int8
                                        : zenflow::moment_precision::fp32;
+      } else if (a == "--accumulate") {
+        if (v != "host" && v != "device") {
+          return refuse("--accumulate: expected host or device, got '" + v + "'");
+        }
+        o.accumulate = v == "device" ? zenflow::accumulation_site::device : zenflow::accumulation_site::host;
       } else if (a == "--only") {
         o.only = v;
       } else if (a == "--trace") {
@@ -252,6 +258,7 @@ inline zenflow::config config_of(const options& o, const mode_spec& spec) {
     cfg.select_interval = o.select_interval;
   }
   cfg.host_moments = o.host_moments;
+  cfg.accumulate = o.accumulate;
   cfg.select_on_mass_drop = o.mass_drop;
   return cfg;
 }
@@ -440,10 +447,14 @@ void timed_steps(const options& o,
 /// Issue 11's pipeline bound max(C, down / B, up / B, host window / S, accumulation), with the
 /// wire's measured or modelled bandwidth per direction; beside it the same max with C + K for C
 /// (res.kernel_ms, the device's own kernel time after the backward), labelled apart.
-inline void set_bounds(result& res, double compute_ms, double down_bytes_per_s, double up_bytes_per_s) {
+inline void set_bounds(result& res,
+                       double compute_ms,
+                       double down_bytes_per_s,
+                       double up_bytes_per_s,
+                       bool host_accumulates = true) {
   zenflow::pipeline_terms terms{compute_ms, res.d2h_bytes_per_step / down_bytes_per_s * 1e3,
                                 res.h2d_bytes_per_step / up_bytes_per_s * 1e3, res.host_window_ms_per_step,
-                                res.accumulate_ms};
+                                host_accumulates ? res.accumulate_ms : 0.0};
   const zenflow::pipeline_bound_value b = zenflow::pipeline_bound(terms);
   res.bound_ms = b.value;
   res.bound_term = std::string(b.term);
@@ -480,7 +491,9 @@ inline zenflow::plan_result plan_of(const options& o,
 /// bytes over that), the prediction is checked for ZenFlow at a fixed S.
 inline void set_prediction(
     result& res, const options& o, std::int64_t hidden, double compute_ms, double pcie_bytes_per_s) {
-  const auto first = plan_of(o, res.spec, hidden, compute_ms, pcie_bytes_per_s, 1.0);
+  options host_acc = o; // the standalone accumulation's bytes are the host mode's (device: none)
+  host_acc.accumulate = zenflow::accumulation_site::host;
+  const auto first = plan_of(host_acc, res.spec, hidden, compute_ms, pcie_bytes_per_s, 1.0);
   res.host_bytes_per_s = res.accumulate_ms > 0
                              ? first.traffic.accumulate_per_step / (res.accumulate_ms * 1e-3)
                              : 1e12; // gpu_adamw: no host work
@@ -505,7 +518,11 @@ inline void finish_result(result& res,
     const double r = res.spec.mode == zenflow::optimizer_mode::zenflow ? res.spec.r : 0.0;
     res.accumulate_ms = time_accumulation(hidden, o.layers, r, acc_threads) * 1e3;
   }
-  set_bounds(res, o.compute_ms, down_bytes_per_s, up_bytes_per_s);
+  // accumulate = device (ZenFlow): no host accumulation in the step; the standalone one is timed
+  // still, for the host bandwidth the planner's window term divides by.
+  set_bounds(res, o.compute_ms, down_bytes_per_s, up_bytes_per_s,
+             o.accumulate == zenflow::accumulation_site::host ||
+                 res.spec.mode != zenflow::optimizer_mode::zenflow);
   // The device's step as the planner takes it: C plus the device's own kernel time after the
   // backward, K (measured in this run; microseconds on a GPU, host code on the emulated device).
   set_prediction(res, o, hidden, o.compute_ms + res.kernel_ms, std::min(down_bytes_per_s, up_bytes_per_s));
@@ -596,7 +613,8 @@ inline std::string json_settings(
       << (o.release_by_caller ? "by_caller" : "at_step") << "\""
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
       << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \""
-      << zenflow::to_string(o.host_moments) << "\""
+      << zenflow::to_string(o.host_moments) << "\",\n  \"accumulate\": \"" << zenflow::to_string(o.accumulate)
+      << "\""
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup;
   return out.str();
 }
@@ -663,7 +681,8 @@ inline void write_json(const std::string& path,
         << ", \"device_bytes\": {\"selected_state\": " << r.memory.device_selected_state
         << ", \"vector_state\": " << r.memory.device_vector_state
         << ", \"staging\": " << r.memory.device_staging << ", \"upload\": " << r.memory.device_upload
-        << ", \"scratch\": " << r.memory.device_scratch << "}";
+        << ", \"scratch\": " << r.memory.device_scratch << ", \"window_sum\": " << r.memory.device_window_sum
+        << "}";
     if (gpu != nullptr) {
       out << ", \"x_gpu_adamw\": " << r.step_ms_mean / gpu->step_ms_mean;
     }
@@ -713,7 +732,8 @@ void run_modes(const options& o,
 /// The settings lines both programs print before the table (the program prints its first line:
 /// the model, C, B and the device).
 inline void print_settings(const options& o) {
-  std::printf("host moments %s; ", std::string(zenflow::to_string(o.host_moments)).c_str());
+  std::printf("host moments %s; accumulate %s; ", std::string(zenflow::to_string(o.host_moments)).c_str(),
+              std::string(zenflow::to_string(o.accumulate)).c_str());
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");

@@ -12,6 +12,18 @@
 //   zf_window_bf16m the same as zf_window_keep with bf16 moments (24 B per parameter)
 //   zf_accumulate  host::accumulate_channels, bf16 slot into fp32 (10 B per parameter)
 //   zf_assign      the same on a window's first step: acc written, not read (6 B per parameter)
+//   ds_adamw_bf16   DeepSpeed's CPU Adam on bf16 params, grads and moments (14 B; no fp32 master)
+//   ds_adamw_bf16p  DeepSpeed's CPU Adam on bf16 params and grads, fp32 moments (22 B)
+//                   (the two bf16 pairs DeepSpeed registers; AVX-512 builds only; DeepSpeed has no
+//                   fp32-master + bf16-moment pair, zenflow's zf_adamw_bf16m)
+//   zf_window_work  ZenFlow's whole CPU work of one host window as the engine does it: S steps of
+//                   accumulation (assign, then S - 1 accumulates) and the window's AdamW (accumulator
+//                   kept, bf16 upload), on the unselected share u of the channels:
+//                   u x (6 + 10 (S - 1) + 30) B per parameter (S = --window-steps, u = --unselected)
+//   ds_zenflow_host DeepSpeed ZenFlow's CPU work for the same window: its optimizer process's CPU
+//                   Adam on the whole fp32 partition plus the copy into the stale snapshot
+//                   (cpu_adam_impl.cpp, ZenFlowAdam::run_step): 28 + 8 = 36 B per parameter; its
+//                   accumulation goes through the GPU (DMA only, no CPU pass: see NOTES)
 // and zf/ds = median(zf case) / median(ds_adamw) per size. DeepSpeed is optional: a shared library
 // built by deepspeed_baseline/build_deepspeed_baseline.sh, given with --ds PATH or the environment
 // variable ZF_DEEPSPEED_ADAM; without it the ds columns are absent (never made up).
@@ -64,6 +76,8 @@ struct options {
   int pause_ms = 20;
   int spin_us = -1;               // the pool's spin before its workers sleep; -1: the pool's default
   double sample_mb = 256.0;       // fp32 AdamW traffic per timed sample (28 B per parameter per call)
+  int window_steps = 4;           // S of zf_window_work
+  double unselected = 0.9;        // u of zf_window_work: the host's share of the channels
   std::vector<std::string> cases; // empty: every case
   std::string json = "host_sweep.json";
 };
@@ -104,6 +118,10 @@ options parse(int argc, char** argv) {
       o.sample_mb = std::stod(v);
     } else if (a == "--spin-us") {
       o.spin_us = std::stoi(v);
+    } else if (a == "--window-steps") {
+      o.window_steps = std::stoi(v);
+    } else if (a == "--unselected") {
+      o.unselected = std::stod(v);
     } else if (a == "--pause-ms") {
       o.pause_ms = std::stoi(v);
     } else if (a == "--cases") {
@@ -119,7 +137,7 @@ options parse(int argc, char** argv) {
     }
   }
   if (o.threads < 1 || o.min_n < 1024 || o.max_n < o.min_n || o.factor < 2 || o.rounds < 1 ||
-      o.pause_ms < 0) {
+      o.pause_ms < 0 || o.window_steps < 1 || !(o.unselected > 0.0 && o.unselected <= 1.0)) {
     usage("bad values: need threads >= 1, min >= 1024, max >= min, factor >= 2, rounds >= 1, pause-ms >= 0, "
           "sample-mb > 0");
   }
@@ -132,6 +150,13 @@ struct deepspeed_adam {
       int (*)(float*, float*, float*, float*, std::size_t, std::size_t, float, float, float, float, float);
   void* lib = nullptr;
   step_fn step = nullptr;
+  using step_bf16_fn =
+      int (*)(void*, void*, void*, void*, std::size_t, std::size_t, float, float, float, float, float);
+  step_bf16_fn step_bf16 = nullptr;      // bf16 params/grads/moments; null: an older driver
+  step_bf16_fn step_bf16_f32s = nullptr; // bf16 params/grads, fp32 moments
+  using zenflow_fn = int (*)(
+      float*, float*, float*, float*, float*, std::size_t, std::size_t, float, float, float, float, float);
+  zenflow_fn zenflow_step = nullptr; // DeepSpeed ZenFlow's optimizer-process step (with the stale copy)
   int simd_width = 0;
 
   bool load(const std::string& path, unsigned threads) {
@@ -149,6 +174,9 @@ struct deepspeed_adam {
     }
     set_threads(static_cast<int>(threads));
     simd_width = width();
+    step_bf16 = reinterpret_cast<step_bf16_fn>(dlsym(lib, "zf_ds_adam_step_bf16"));
+    step_bf16_f32s = reinterpret_cast<step_bf16_fn>(dlsym(lib, "zf_ds_adam_step_bf16_f32state"));
+    zenflow_step = reinterpret_cast<zenflow_fn>(dlsym(lib, "zf_ds_zenflow_step_f32"));
     return true;
   }
 };
@@ -223,6 +251,8 @@ int main(int argc, char** argv) {
   out["pause_ms"] = o.pause_ms;
   out["pool_spin_us"] = pool_options.spin_microseconds;
   out["sample_mb"] = o.sample_mb;
+  out["window_steps"] = o.window_steps;
+  out["unselected"] = o.unselected;
   out["zenflow_simd"] = zenflow::host::simd_path_name(zenflow::host::active_simd_path());
   out["deepspeed_library"] = with_ds ? o.ds_path : "";
   out["hardware_concurrency"] = std::thread::hardware_concurrency();
@@ -316,6 +346,85 @@ int main(int argc, char** argv) {
                                  acc.data(), channels, L, slot.data(), idx.data(), channels, 0.5f, &pool),
                              "accumulate_channels");
                      }});
+
+    const auto wanted = [&](const char* name) {
+      return o.cases.empty() || std::find(o.cases.begin(), o.cases.end(), name) != o.cases.end();
+    };
+    // bf16 DeepSpeed (AVX-512 builds: the driver refuses otherwise, and the case is left out).
+    std::vector<bfloat16> bp, bg, bm, bv, bp2;
+    std::vector<float> bm2, bv2;
+    std::size_t ds_step_b = 0;
+    std::size_t ds_step_b2 = 0;
+    const auto ds_call = [&](deepspeed_adam::step_bf16_fn f, void* pp, void* mm, void* vv, std::size_t& t) {
+      return f(pp, bg.data(), mm, vv, N, ++t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
+    };
+    if (with_ds && (wanted("ds_adamw_bf16") || wanted("ds_adamw_bf16p"))) {
+      bp.resize(N);
+      bg.resize(N);
+      for (std::size_t i = 0; i < N; ++i) {
+        bp[i] = zenflow::from_float<bfloat16>(p[i]);
+        bg[i] = zenflow::from_float<bfloat16>(g[i]);
+      }
+      bp2 = bp;
+      bm.assign(N, zenflow::from_float<bfloat16>(0.0f));
+      bv = bm;
+      bm2.assign(N, 0.0f);
+      bv2.assign(N, 0.0f);
+      if (ds.step_bf16 != nullptr && ds_call(ds.step_bf16, bp.data(), bm.data(), bv.data(), ds_step_b) == 0) {
+        cases.push_back({"ds_adamw_bf16", 14.0,
+                         [&] { (void)ds_call(ds.step_bf16, bp.data(), bm.data(), bv.data(), ds_step_b); }});
+      }
+      if (ds.step_bf16_f32s != nullptr &&
+          ds_call(ds.step_bf16_f32s, bp2.data(), bm2.data(), bv2.data(), ds_step_b2) == 0) {
+        cases.push_back({"ds_adamw_bf16p", 22.0, [&] {
+                           (void)ds_call(ds.step_bf16_f32s, bp2.data(), bm2.data(), bv2.data(), ds_step_b2);
+                         }});
+      }
+    }
+    // One host window of ZenFlow against DeepSpeed ZenFlow's CPU work for it.
+    const auto u_channels =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(o.unselected * static_cast<double>(channels)));
+    std::vector<float> xp, xm, xv, xacc;
+    std::vector<std::int32_t> xcounts;
+    if (wanted("zf_window_work")) {
+      xp = p;
+      xm.assign(N, 0.0f);
+      xv.assign(N, 0.0f);
+      xacc.assign(N, 0.0f);
+      xcounts.assign(idx.size(), 0);
+      const double bytes = static_cast<double>(u_channels) / static_cast<double>(channels) *
+                           (6.0 + 10.0 * (o.window_steps - 1) + 30.0);
+      cases.push_back(
+          {"zf_window_work", bytes, [&] {
+             const zenflow::channel_state xs{xp.data(), xm.data(), xv.data(), xcounts.data(), channels, L};
+             for (int s = 0; s < o.window_steps; ++s) {
+               check(
+                   zenflow::host::accumulate_channels<bfloat16>(
+                       xacc.data(), channels, L, slot.data(), idx.data(), u_channels, 0.25f, &pool,
+                       s == 0 ? zenflow::host::accumulate_mode::assign : zenflow::host::accumulate_mode::add),
+                   "accumulate_channels");
+             }
+             check(zenflow::host::adamw_window<bfloat16, bfloat16>(
+                       xs, xacc.data(), idx.data(), u_channels, nullptr, 1.0f, o.window_steps, hp,
+                       upload.data(), &pool, zenflow::host::window_acc::keep, o.window_steps),
+                   "adamw_window");
+           }});
+    }
+    std::vector<float> sp, sm, sv, sstale;
+    std::size_t ds_step_z = 0;
+    if (with_ds && ds.zenflow_step != nullptr && wanted("ds_zenflow_host")) {
+      sp = p;
+      sm.assign(N, 0.0f);
+      sv.assign(N, 0.0f);
+      sstale.assign(N, 0.0f);
+      cases.push_back({"ds_zenflow_host", 36.0, [&] {
+                         if (ds.zenflow_step(sp.data(), g.data(), sm.data(), sv.data(), sstale.data(), N,
+                                             ++ds_step_z, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                                             hp.weight_decay) != 0) {
+                           std::exit(1);
+                         }
+                       }});
+    }
 
     if (!o.cases.empty()) {
       std::erase_if(cases, [&](const bench_case& c) {

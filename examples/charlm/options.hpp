@@ -141,6 +141,8 @@ usage: charlm_train [options]
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
   --host-moments-per-step true|false  --host-moments fp32|bf16|int8
   --select-on-mass-drop X  --min-select-interval N
+  --pin-host-threads true|false  (the engine's host threads on the cores --pt-reserved-cores-perc
+                            leaves them; the model's threads and the training thread on the rest)
   --beta1 X --beta2 X --eps X --weight-decay X --adam-mode adamw|adam
   --gradient-clipping X  --loss-scale X
   --upload whole_window|chunk_ring  --ring-slot-bytes N  --ring-slots N  --host-threads N
@@ -242,7 +244,8 @@ inline std::string setting_of_flag(const std::string& flag) {
                                                           "gradient_clipping",   "upload",
                                                           "ring_slot_bytes",     "ring_slots",
                                                           "host_threads",        "host_moments",
-                                                          "select_on_mass_drop", "min_select_interval"};
+                                                          "select_on_mass_drop", "min_select_interval",
+                                                          "pin_host_threads"};
   std::string name = flag.substr(2);
   std::replace(name.begin(), name.end(), '-', '_');
   return std::find(same_name.begin(), same_name.end(), name) != same_name.end() ? name : std::string();
@@ -441,6 +444,7 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--ring-slot-bytes", [&](S f, S v) { z.ring_slot_bytes = parse_int(f, v); }},
       {"--ring-slots", [&](S f, S v) { z.ring_slots = i32(f, v); }},
       {"--host-threads", [&](S f, S v) { z.host_threads = static_cast<unsigned>(parse_int(f, v)); }},
+      {"--pin-host-threads", [&](S f, S v) { z.pin_host_threads = detail::parse_bool(f, v); }},
   };
   for (const auto& [f, v] : flags) {
     bool known = false;

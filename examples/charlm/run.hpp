@@ -4,11 +4,14 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include <zenflow/core/placement.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #if defined(CHARLM_HAS_MPI)
 #  include <cstring>
@@ -70,6 +73,20 @@ namespace charlm {
   return hw > host ? hw - host : 1u;
 }
 
+/// The model's pool: with --pin-host-threads on the cores the engine's split reserves for training
+/// (the engine's own threads take the others), else wherever the system puts it.
+[[nodiscard]] inline zenflow::worker_pool_options model_pool_options(const options& o, unsigned threads) {
+  zenflow::worker_pool_options p;
+  p.threads = threads;
+  const std::vector<int> cores = zenflow::allowed_cores();
+  const auto n = static_cast<std::int64_t>(cores.size());
+  // A share that leaves the engine no core: its initialize() says so, naming the config key.
+  if (o.zf.pin_host_threads && zenflow::training_core_count(n, o.zf.pt_reserved_cores_perc) < n) {
+    p.confine_to = zenflow::reserve_training_cores(cores, o.zf.pt_reserved_cores_perc).training;
+  }
+  return p;
+}
+
 /// The host backend: the "device" is host memory and the model runs on `model_threads` threads;
 /// the engine's host windows run on its own threads.
 /// --init-weights starts from a weights file, --save-weights writes the trained weights;
@@ -92,7 +109,7 @@ namespace charlm {
       sets->prepare_fresh();
     }
   }
-  zenflow::worker_pool pool(model_threads(o));
+  zenflow::worker_pool pool(model_pool_options(o, model_threads(o)));
   host_charlm model(o.shape, o.seed, &pool);
   if (init) {
     model.set_weights(init->weights);
@@ -103,6 +120,7 @@ namespace charlm {
   zenflow::engine<zenflow::host_backend> opt(o.zf);
   register_params(model, opt);
   opt.initialize(nullptr);
+  (void)zenflow::pin_to_training_cores(opt.stats().placement); // the training thread: the model's cores
   train_hooks hooks;
   if (resumed) {
     opt.load(resumed->path + "/engine.zfck");

@@ -205,6 +205,7 @@ run_result train(Model& model,
     std::printf("%s | %s | %lld parameters (%.1f MB bf16) | vocab %d | eval loss %.4f\n", r.backend.c_str(),
                 r.mode.c_str(), static_cast<long long>(r.parameters),
                 static_cast<double>(r.model_bytes) / 1e6, r.vocab, r.eval_loss_initial);
+    std::printf("host threads: %s\n", opt.stats().placement.describe().c_str());
     std::printf("%8s %9s %10s %10s %11s %7s\n", "step", "loss", "ms/step", "stall ms", "PCIe MB/st",
                 "window");
   }

@@ -429,6 +429,7 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["device_staging"] = m.device_staging;
   d["device_upload"] = m.device_upload;
   d["device_scratch"] = m.device_scratch;
+  d["device_window_sum"] = m.device_window_sum;
   d["host_state"] = m.host_state;
   d["host_accumulators"] = m.host_accumulators;
   d["host_ring"] = m.host_ring;
@@ -620,6 +621,7 @@ NB_MODULE(_zenflow, mod) {
       .def_rw("ring_slot_bytes", &config::ring_slot_bytes)
       .def_rw("ring_slots", &config::ring_slots)
       .def_rw("host_threads", &config::host_threads)
+      .def_rw("pin_host_threads", &config::pin_host_threads)
       .def_prop_rw(
           "lr", [](const config& c) { return c.adam.lr; }, [](config& c, float v) { c.adam.lr = v; })
       .def_prop_rw(
@@ -686,6 +688,8 @@ NB_MODULE(_zenflow, mod) {
   ZF_PY_ENUM(cfg, host_moments, "host_moments", zenflow::moment_precision::fp32,
              zenflow::moment_precision::bf16, zenflow::moment_precision::int8);
   ZF_PY_ENUM(cfg, upload, "upload", zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring);
+  ZF_PY_ENUM(cfg, accumulate, "accumulate", zenflow::accumulation_site::host,
+             zenflow::accumulation_site::device);
 #if ZENFLOW_WITH_JSON
   cfg.def_static(
          "_from_deepspeed_json_string",
@@ -745,6 +749,17 @@ NB_MODULE(_zenflow, mod) {
       .def_ro("model_bytes", &zenflow::stats::model_bytes)
       .def_ro("max_staleness_windows", &zenflow::stats::max_staleness_windows)
       .def_prop_ro("memory", [](const zenflow::stats& s) { return memory_dict(s.memory); })
+      .def_prop_ro("placement",
+                   [](const zenflow::stats& s) {
+                     nb::dict d;
+                     d["pinned"] = s.placement.pinned;
+                     d["threads"] = s.placement.threads;
+                     d["worker_cores"] = s.placement.worker_cores;
+                     d["training_cores"] = s.placement.training_cores;
+                     d["numa_nodes"] = s.placement.numa_nodes;
+                     d["describe"] = s.placement.describe();
+                     return d;
+                   })
       .def("pcie_model_ratio", &zenflow::stats::pcie_model_ratio);
 
   // ---- Engine ----
@@ -806,6 +821,10 @@ NB_MODULE(_zenflow, mod) {
       .def_prop_ro("config", [](py_engine& e) { return e.e().configuration(); });
 
   // ---- primitives ----
+  // The training thread onto the cores the engine's placement reserved for it (Stats.placement).
+  mod.def(
+      "pin_to_training_cores",
+      [](const zenflow::stats& s) { return zenflow::pin_to_training_cores(s.placement); }, "stats"_a);
   mod.def("channel_norms", &channel_norms, "grad"_a, "layout"_a = "contiguous", "norm"_a = "sq_l2");
   mod.def("topk", &topk, "scores"_a, "k"_a);
   mod.def("adamw", &adamw, "master"_a, "m"_a, "v"_a, "grad"_a, "count"_a, "lr"_a, "beta1"_a = 0.9f,

@@ -1,5 +1,6 @@
 """zenflow.Engine and zenflow.Config against the C++ engine, and their argument errors."""
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -97,6 +98,30 @@ def test_step_report_and_stats():
     assert list(e.selected(0)) == [0, 1, 2]
     assert e.settings(0)["lr_scale"] == 1.0
     assert not np.array_equal(w, np.ones_like(w))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one allowed core: nothing to split")
+def test_placement_pins_the_host_threads_and_offers_the_rest_to_the_training_thread():
+    allowed = sorted(os.sched_getaffinity(0))
+    e, w, g = _engine(topk_ratio=0.5, update_interval=2, pin_host_threads=True, pt_reserved_cores_perc=0.5)
+    e.add_matrix(w, g)
+    e.initialize()
+    p = e.stats().placement
+    reserved = -(-len(allowed) // 2)  # DeepSpeed's ceil(0.5 x n), the first cores
+    assert p["pinned"] and p["training_cores"] == allowed[:reserved] and p["worker_cores"] == allowed[reserved:]
+    assert "pinned to cores" in p["describe"]
+    assert sorted(os.sched_getaffinity(0)) == allowed  # initialize() left the calling thread alone
+    try:
+        assert zenflow.pin_to_training_cores(e.stats())
+        assert sorted(os.sched_getaffinity(0)) == allowed[:reserved]
+    finally:
+        os.sched_setaffinity(0, allowed)
+    e.step(1e-2)
+
+
+def test_placement_that_leaves_no_core_is_rejected_by_name():
+    with pytest.raises(ValueError, match="pt_reserved_cores_perc"):
+        zenflow.Config(pin_host_threads=True, pt_reserved_cores_perc=1.0).validate()
 
 
 def test_trace(tmp_path):

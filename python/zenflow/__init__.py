@@ -15,9 +15,19 @@ import sys
 from typing import Any, Mapping, Optional, Union
 
 from . import _zenflow as _C
-from ._zenflow import Stats, StepReport, adamw, channel_norms, topk
+from ._zenflow import Stats, StepReport, adamw, channel_norms, pin_to_training_cores, topk
 
-__all__ = ["Config", "Engine", "StepReport", "Stats", "channel_norms", "topk", "adamw", "has_cuda"]
+__all__ = [
+    "Config",
+    "Engine",
+    "StepReport",
+    "Stats",
+    "channel_norms",
+    "topk",
+    "adamw",
+    "has_cuda",
+    "pin_to_training_cores",
+]
 
 has_cuda: bool = _C.has_cuda
 

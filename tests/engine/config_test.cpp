@@ -37,6 +37,7 @@ TEST(config, default_config_is_valid_and_matches_spec_defaults) {
   EXPECT_TRUE(c.overlap_step);
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
+  EXPECT_FALSE(c.pin_host_threads); // placement is asked for: several ranks on one node would share cores
   EXPECT_EQ(c.host_lr_scale, zenflow::host_lr_scaling::linear);
   EXPECT_TRUE(c.host_moments_per_step);
   EXPECT_EQ(c.importance, zenflow::channel_norm::sq_l2);
@@ -82,7 +83,7 @@ TEST(config, auto_values_and_every_extension_key_parse) {
     "zenflow_ext": {"host_lr_scale": "sqrt",
     "max_update_interval": 9, "min_update_interval": 2, "importance": "l1", "mode": "offload_sync",
     "upload": "chunk_ring", "ring_slot_bytes": 65536, "ring_slots": 3, "host_threads": 5,
-    "host_moments_per_step": false}})",
+    "host_moments_per_step": false, "accumulate": "device", "pin_host_threads": true}})",
       {.strict = true});
   EXPECT_TRUE(log.messages.empty()) << log.messages.front(); // nothing to warn about, even strict
   EXPECT_EQ(c.topk_ratio, 1.0);
@@ -100,9 +101,11 @@ TEST(config, auto_values_and_every_extension_key_parse) {
   EXPECT_EQ(c.importance, zenflow::channel_norm::l1);
   EXPECT_EQ(c.mode, zenflow::optimizer_mode::offload_sync);
   EXPECT_EQ(c.upload, zenflow::upload_policy::chunk_ring);
+  EXPECT_EQ(c.accumulate, zenflow::accumulation_site::device);
   EXPECT_EQ(c.ring_slot_bytes, 65536);
   EXPECT_EQ(c.ring_slots, 3);
   EXPECT_EQ(c.host_threads, 5u);
+  EXPECT_TRUE(c.pin_host_threads);
   EXPECT_FALSE(c.host_moments_per_step);
   EXPECT_EQ(c.select_interval_steps(), 50); // auto: once per epoch
 }
@@ -170,6 +173,7 @@ TEST(config, empty_zenflow_block_gives_deepspeeds_defaults) {
   EXPECT_FALSE(c.overlap_step); // DeepSpeed runs a file without overlap_step synchronously
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
+  EXPECT_FALSE(c.pin_host_threads); // placement is asked for: several ranks on one node would share cores
   EXPECT_EQ(c.steps_per_epoch, 0);
   // zenflow's own keys keep the C++ defaults.
   const config d;
@@ -249,9 +253,11 @@ TEST(config, round_trips_through_deepspeed_json) {
   c.gradient_clipping = 0.5f;
   c.loss_scale = 1024.0f;
   c.upload = zenflow::upload_policy::chunk_ring;
+  c.accumulate = zenflow::accumulation_site::device;
   c.ring_slot_bytes = 1 << 16;
   c.ring_slots = 4;
   c.host_threads = 3;
+  c.pin_host_threads = true;
   const nlohmann::json j = c.to_deepspeed_json();
   // DeepSpeed can read what we write: its zenflow block holds only DeepSpeed's keys.
   for (const auto& [key, v] : j["zero_optimization"]["zenflow"].items()) {
@@ -274,6 +280,8 @@ TEST(config, round_trips_through_deepspeed_json) {
   EXPECT_FALSE(r.host_moments_per_step);
   EXPECT_EQ(j["zenflow_ext"]["host_moments_per_step"], false);
   EXPECT_EQ(r.upload, zenflow::upload_policy::chunk_ring);
+  EXPECT_EQ(j["zenflow_ext"]["accumulate"], "device");
+  EXPECT_EQ(r.accumulate, zenflow::accumulation_site::device);
   EXPECT_EQ(r.ring_slot_bytes, 1 << 16);
   EXPECT_EQ(r.ring_slots, 4);
   EXPECT_FALSE(r.overlap_step);
@@ -287,6 +295,8 @@ TEST(config, round_trips_through_deepspeed_json) {
   EXPECT_FALSE(r.adam.decoupled);
   EXPECT_EQ(r.loss_scale, 1024.0f);
   EXPECT_EQ(r.host_threads, 3u);
+  EXPECT_TRUE(r.pin_host_threads);
+  EXPECT_EQ(j["zenflow_ext"]["pin_host_threads"], true);
 }
 
 TEST(config, reads_files_and_names_unreadable_ones) {
@@ -419,6 +429,8 @@ INSTANTIATE_TEST_SUITE_P(
         rejected_case{ZF_EXT_CASE(R"({"host_moments_per_step": "true"})"), ZF_EXT("host_moments_per_step")},
         rejected_case{ZF_EXT_CASE(R"({"mode": "cpu"})"), ZF_EXT("mode")},
         rejected_case{ZF_EXT_CASE(R"({"upload": "ring"})"), ZF_EXT("upload")},
+        rejected_case{ZF_EXT_CASE(R"({"accumulate": "gpu"})"), ZF_EXT("accumulate")},
+        rejected_case{ZF_EXT_CASE(R"({"accumulate": true})"), ZF_EXT("accumulate")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 100})"), ZF_EXT("ring_slot_bytes")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 4097})"), ZF_EXT("ring_slot_bytes")},
         rejected_case{ZF_EXT_CASE(R"({"ring_slot_bytes": 2147483648})"), ZF_EXT("ring_slot_bytes")},
@@ -426,6 +438,7 @@ INSTANTIATE_TEST_SUITE_P(
         rejected_case{ZF_EXT_CASE(R"({"ring_slots": 2000})"), ZF_EXT("ring_slots")},
         rejected_case{ZF_EXT_CASE(R"({"host_threads": -1})"), ZF_EXT("host_threads")},
         rejected_case{ZF_EXT_CASE(R"({"host_threads": 5000})"), ZF_EXT("host_threads")},
+        rejected_case{ZF_EXT_CASE(R"({"pin_host_threads": 1})"), ZF_EXT("pin_host_threads")},
         rejected_case{ZF_EXT_CASE(R"({"host_lr": "none"})"), ZF_EXT("host_lr")},
         rejected_case{ZF_EXT_CASE(R"({"topk_ratio": 0.2})"), ZF_EXT("topk_ratio")},
         rejected_case{ZF_EXT_CASE("3"), "zenflow_ext"},
@@ -511,10 +524,18 @@ TEST(config, validate_names_the_key_of_a_bad_struct_field) {
   expect_invalid(with([](config& c) { c.ring_slots = 1; }), ZF_EXT("ring_slots"));
   expect_invalid(with([](config& c) { c.ring_slot_bytes = 3000; }), ZF_EXT("ring_slot_bytes"));
   expect_invalid(with([](config& c) { c.host_threads = 9999; }), ZF_EXT("host_threads"));
+  // Pinned, a share of 1 leaves the host threads no core on any machine (unpinned it is fine).
+  expect_invalid(with([](config& c) {
+                   c.pin_host_threads = true;
+                   c.pt_reserved_cores_perc = 1.0;
+                 }),
+                 ZF_KEY("pt_reserved_cores_perc"));
   expect_invalid(with([](config& c) { c.mode = static_cast<zenflow::optimizer_mode>(7); }), ZF_EXT("mode"));
   expect_invalid(with([](config& c) { c.importance = static_cast<zenflow::channel_norm>(9); }),
                  ZF_EXT("importance"));
   expect_invalid(with([](config& c) { c.max_update_interval = 0; }), ZF_EXT("max_update_interval"));
+  expect_invalid(with([](config& c) { c.accumulate = static_cast<zenflow::accumulation_site>(5); }),
+                 ZF_EXT("accumulate"));
 }
 
 } // namespace

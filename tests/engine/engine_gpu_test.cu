@@ -18,6 +18,7 @@
 #include <zenflow/core/memory.hpp>
 #include <zenflow/engine/engine.cuh>
 
+#include "accumulate_cases.hpp"
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"
 #include "plan_scenarios.hpp"
@@ -147,6 +148,11 @@ INSTANTIATE_TEST_SUITE_P(cases,
 
 TEST_F(engine_gpu, baselines_equal_offload_sync_gpu_adamw_and_dense_adamw_bit_for_bit) {
   zf_engine_test::run_baseline_cases<device_driver>(2);
+}
+
+// accumulate = device (accumulate_cases.hpp): the CUDA kernels' window sums have the host's bits.
+TEST_F(engine_gpu, device_accumulation_equals_host_accumulation_bit_for_bit) {
+  zf_engine_test::run_device_accumulation_cases<device_driver>(2);
 }
 
 // The pipeline trace on the CUDA backend: its streams timed by events (every launch of the plan and

@@ -198,6 +198,29 @@ inline std::vector<plan_scenario> resume_scenarios() {
                    false,
                    {20}});
   }
+  {
+    // accumulate = device: the open window's device sums and their count are saved and restored
+    // (mid-window save points), with grad_ready() announcements (hints in this mode) and NaN steps.
+    auto c = small_config();
+    c.accumulate = zenflow::accumulation_site::device;
+    c.update_interval = 3;
+    c.gradient_clipping = 0.5f;
+    out.push_back({"device accumulation, fixed windows of 3, overlap, grad_ready",
+                   c,
+                   zenflow::dtype::f32,
+                   false,
+                   true,
+                   {11, 16}});
+    auto z = small_config();
+    z.accumulate = zenflow::accumulation_site::device;
+    z.update_interval = 0;
+    z.max_update_interval = 5;
+    z.full_warm_up_rounds = 4;
+    z.overlap_step = false;
+    z.host_moments = zenflow::moment_precision::bf16;
+    out.push_back(
+        {"device accumulation, Zen-auto, warm-up, no overlap", z, zenflow::dtype::bf16, false, false, {14}});
+  }
   for (auto& sc : out) {
     sc.steps = 40;
   }

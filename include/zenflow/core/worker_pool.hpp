@@ -170,6 +170,10 @@ struct worker_pool_options {
   /// How long an idle worker polls for the next job before it sleeps: back-to-back calls then
   /// start without a wake-up system call. 0: sleep at once.
   unsigned spin_microseconds = 50;
+  /// When not empty: every worker thread may run on any of these cores (its affinity is this
+  /// set), and `reserved_cores_perc` / `pin_threads` are ignored (the caller made the split, e.g.
+  /// `reserve_training_cores`). `threads == 0` then starts one thread per core of the set.
+  std::vector<int> confine_to = {};
 };
 
 namespace detail {
@@ -246,6 +250,10 @@ public:
   /// Pinning that the system refuses is not an error: `pinned()` says whether it was applied.
   /// @throws invalid_argument unless `0 <= options.reserved_cores_perc < 1`.
   explicit worker_pool(const worker_pool_options& options) : spin_us_(options.spin_microseconds) {
+    if (!options.confine_to.empty()) {
+      confine(options);
+      return;
+    }
     split_ = split_cores(allowed_cores(), options.reserved_cores_perc);
     start(options.threads == 0 ? static_cast<unsigned>(split_.workers.size()) : options.threads);
     if (options.pin_threads) {
@@ -280,6 +288,10 @@ public:
   /// Cores for the pool's threads.
   [[nodiscard]] const std::vector<int>& worker_cores() const noexcept {
     return split_.workers;
+  }
+  /// True when `confine_to` was given and every worker thread was confined to it.
+  [[nodiscard]] bool confined() const noexcept {
+    return confined_;
   }
   /// True when `pin_threads` was asked for and every worker thread was pinned.
   [[nodiscard]] bool pinned() const noexcept {
@@ -371,6 +383,22 @@ private:
       wait_for_workers_to_leave();
     }
     job_ = nullptr;
+  }
+
+  void confine(const worker_pool_options& options) {
+    split_.workers = options.confine_to;
+    std::sort(split_.workers.begin(), split_.workers.end());
+    split_.workers.erase(std::unique(split_.workers.begin(), split_.workers.end()), split_.workers.end());
+    split_.training = allowed_cores();
+    start(options.threads == 0 ? static_cast<unsigned>(split_.workers.size()) : options.threads);
+    confined_ = true;
+#if defined(__linux__)
+    for (auto& w : workers_) {
+      confined_ = detail::set_thread_affinity(w.native_handle(), split_.workers) && confined_;
+    }
+#else
+    confined_ = false;
+#endif
   }
 
   void start(unsigned threads) {
@@ -502,6 +530,7 @@ private:
   std::vector<std::thread> workers_;
   core_split split_;
   bool pinned_ = false;
+  bool confined_ = false;
   unsigned spin_us_ = worker_pool_options{}.spin_microseconds;
   detail::pool_job* job_ = nullptr;
   std::unique_ptr<detail::chunk_range[]> ranges_; // one per participant, reused by every job

@@ -95,6 +95,13 @@ enum class optimizer_mode : std::uint8_t {
 /// How a host window's new weights travel up. JSON: "whole_window" | "chunk_ring".
 enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 
+/// Where the unselected channels' gradients are summed over a window. JSON
+/// (`zenflow_ext.accumulate`): "host" | "device". `device` keeps fp32 window sums of the host
+/// set on the device (two: 8 bytes per unselected element) and sends one down per window instead
+/// of every step's packed gradients: no host accumulation pass, one host sum buffer instead of
+/// two, the same bits as `host` (docs/planning.md, docs/config.md). Single rank only.
+enum class accumulation_site : std::uint8_t { host, device };
+
 /// How the host keeps the Adam moments m and v of its channels; the arithmetic is fp32 either way.
 /// JSON (`zenflow_ext.host_moments`): "fp32" | "bf16" | "int8". bf16 halves them (8 instead of 12
 /// bytes of host state, 20 instead of 28 bytes moved per parameter per host update), stored with
@@ -169,11 +176,17 @@ struct config {
 
   // --- transport (zenflow_ext too) ---
   upload_policy upload = upload_policy::whole_window;
-  std::int64_t ring_slot_bytes = 4 << 20; ///< [4 KiB, 1 GiB], a multiple of 256
+  accumulation_site accumulate = accumulation_site::host; ///< "host" | "device"
+  std::int64_t ring_slot_bytes = 4 << 20;                 ///< [4 KiB, 1 GiB], a multiple of 256
   /// [2, 1024] slots of the D2H ring and the device staging, or 0 (auto): the host ring holds two
   /// steps of D2H and the staging one, so that step() need not wait for PCIe (docs/config.md).
   std::int32_t ring_slots = 0;
   unsigned host_threads = 0; ///< 0 = derived from pt_reserved_cores_perc; <= 4096
+  /// true: the engine's host threads (pools, consumer, window executor) run only on the cores
+  /// pt_reserved_cores_perc leaves them, the last of the process's allowed cores (as DeepSpeed's
+  /// ZenFlow binds its optimizer process); the training thread is left as it is
+  /// (pin_to_training_cores). false: the threads run wherever the system puts them.
+  bool pin_host_threads = false;
 
   /// Selection interval used when `select = automatic` and no epoch length is known: "once per
   /// epoch" (docs/design.md) needs an epoch; rather than never re-selecting (DeepSpeed's bug) we
@@ -277,6 +290,7 @@ struct config_sources {
 [[nodiscard]] std::string_view to_string(host_lr_scaling v) noexcept;
 [[nodiscard]] std::string_view to_string(optimizer_mode v) noexcept;
 [[nodiscard]] std::string_view to_string(upload_policy v) noexcept;
+[[nodiscard]] std::string_view to_string(accumulation_site v) noexcept;
 [[nodiscard]] std::string_view to_string(moment_precision v) noexcept;
 
 ZF_NAMESPACE_END

@@ -169,6 +169,21 @@ struct device_primitives {
     }
     return cudaGetLastError();
   }
+  static cudaError_t add_window_sum(const window_sum_args& a, dtype type, cudaStream_t s) {
+    if (a.n > 0) {
+      // Grid-stride: at most 2^20 blocks cover any window sum.
+      const auto grid =
+          static_cast<unsigned>(std::min<std::int64_t>((a.n + 255) / 256, std::int64_t{1} << 20));
+      dispatch_dtype(type, [&](auto tag) {
+        engine_kernels::add_window_sum_kernel<decltype(tag)><<<grid, 256, 0, s>>>(a);
+      });
+    }
+    return cudaGetLastError();
+  }
+  static cudaError_t count_window_step(const float* record, std::uint32_t* steps, cudaStream_t s) {
+    engine_kernels::count_window_step_kernel<<<1, 1, 0, s>>>(record, steps);
+    return cudaGetLastError();
+  }
   static cudaError_t iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
     if (n > 0) {
       engine_kernels::iota_kernel<<<blocks(n), 256, 0, s>>>(out, n);

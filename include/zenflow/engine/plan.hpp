@@ -6,11 +6,12 @@
 ///
 /// The byte counts follow the engine's own allocations (engine::initialize, device_plan::setup,
 /// detail::resolve_d2h_slots is called as is); the bound is the pipeline benchmark's
-/// (`pipeline_bound`, which bench/engine/pipeline_report.hpp calls: one implementation). One
-/// option is modelled but not implemented by the engine yet, and `plan_result::not_implemented`
-/// names it when used: accumulation of the window's gradient sum on the device
-/// (`plan_accumulation::device`: the fp32 sum goes down once per window); so is an int8 block
-/// other than the engine's 64. docs/planning.md.
+/// (`pipeline_bound`, which bench/engine/pipeline_report.hpp calls: one implementation).
+/// Accumulation of the window's gradient sum on the device (`plan_accumulation::device`,
+/// config::accumulate: the fp32 sum goes down once per window) is the engine's on one rank, and
+/// 8-bit host moments (`plan_moments::int8`) are the engine's. Modelled but not implemented by the
+/// engine yet, and named in `plan_result::not_implemented` when used: device accumulation with
+/// data parallel (`gpus` > 1) and an int8 block other than the engine's 64. docs/planning.md.
 ///
 ///   zenflow::plan_model m = zenflow::plan_model::preset("7b");
 ///   zenflow::plan_hardware hw{.host_bytes_per_s = 300e9, .pcie_bytes_per_s = 25e9, .step_s = 1.5};
@@ -86,7 +87,7 @@ struct plan_hardware {
 
 /// How the host keeps the Adam moments (config::host_moments).
 enum class plan_moments : std::uint8_t { fp32, bf16, int8 };
-/// Where a window's unselected gradients are summed. device: modelled, not implemented.
+/// Where a window's unselected gradients are summed (config::accumulate; device: one rank only).
 enum class plan_accumulation : std::uint8_t { host, device };
 
 /// The settings the planner reads.
@@ -143,7 +144,7 @@ struct plan_device_bytes {
   double staging = 0;
   double upload = 0;
   double scratch = 0;      ///< scores, host sets, selection lists, migration stage (the larger parts)
-  double accumulators = 0; ///< device accumulation's fp32 window sum (modelled)
+  double accumulators = 0; ///< device accumulation's two fp32 window sums and its count of steps
   [[nodiscard]] double engine() const noexcept {
     return selected_state + vector_state + staging + upload + scratch + accumulators;
   }
@@ -189,7 +190,7 @@ struct plan_result {
 /// The first feasible configuration (stall-free, within both memories), changing as little as it
 /// can: the smallest S in [1, max_interval] with the given moments, upload and accumulation
 /// (possibly smaller than the given S); else the upload through the ring (chunk_ring: less device
-/// memory), bf16 moments, then int8, then device accumulation (modelled) with each,
+/// memory), bf16 moments, then int8, then device accumulation (device memory) with each,
 /// each at its smallest S. Modes other than zenflow: the plan of the given configuration, found
 /// when it is feasible.
 struct plan_suggestion {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/placement.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -17,13 +18,15 @@ struct memory_usage {
   std::size_t device_staging = 0;        ///< pack staging ring (gradients on their way down)
   std::size_t device_upload = 0;         ///< upload buffer (new weights of the unselected channels)
   std::size_t device_scratch = 0;        ///< norms, scores, top-k temporaries, per-step scalars
+  std::size_t device_window_sum = 0;     ///< accumulate = device: the two fp32 window sums of the host sets
   std::size_t host_state = 0;            ///< fp32 master, m/v (fp32, bf16, int8 + scales), counts
   std::size_t host_accumulators = 0;     ///< fp32 gradient accumulators (two when overlapping)
   std::size_t host_ring = 0;             ///< pinned D2H ring
   std::size_t host_upload = 0;           ///< pinned upload buffer
   std::size_t host_landing = 0; ///< gradients announced by grad_ready() until their step's coef (lazy)
   [[nodiscard]] std::size_t device_total() const noexcept {
-    return device_selected_state + device_vector_state + device_staging + device_upload + device_scratch;
+    return device_selected_state + device_vector_state + device_staging + device_upload + device_scratch +
+           device_window_sum;
   }
   [[nodiscard]] std::size_t host_total() const noexcept {
     return host_state + host_accumulators + host_ring + host_upload + host_landing;
@@ -74,6 +77,9 @@ struct stats {
   std::uint64_t model_bytes = 0;          ///< working-precision bytes of every registered parameter
   std::int64_t max_staleness_windows = 0; ///< most windows a host job's result was applied after its close
   memory_usage memory{};
+  /// Where the host threads run (config pin_host_threads): set by initialize(); `describe()`
+  /// prints it, `pin_to_training_cores(placement)` pins the training thread to the rest.
+  host_placement placement{};
 
   /// Mean PCIe bytes per step (both directions) as a multiple of the model size.
   [[nodiscard]] double pcie_model_ratio() const noexcept {

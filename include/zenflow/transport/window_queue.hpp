@@ -25,6 +25,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -75,6 +77,18 @@ public:
   }
   window_queue(const window_queue&) = delete;
   window_queue& operator=(const window_queue&) = delete;
+
+  /// Confines the executor thread to `cores` (its affinity becomes that set; Linux). Returns
+  /// false, with nothing changed, where the system refuses, a core id is invalid or the platform
+  /// has no thread affinity.
+  bool confine_executor(std::span<const int> cores) {
+#if defined(__linux__)
+    return detail::set_thread_affinity(executor_.native_handle(), cores);
+#else
+    (void)cores;
+    return false;
+#endif
+  }
 
   /// Shuts down as chosen at construction. A destructor cannot throw: an error nobody collected
   /// is reported through the log hook (core/log.hpp) (call `drain()` or `shutdown()` first to receive it).
@@ -174,7 +188,9 @@ public:
     return window < completed_;
   }
 
-  [[nodiscard]] std::int64_t bound() const noexcept { return bound_; }
+  [[nodiscard]] std::int64_t bound() const noexcept {
+    return bound_;
+  }
   /// Windows submitted and not finished yet.
   [[nodiscard]] std::int64_t in_flight() const {
     std::lock_guard lock(mutex_);

@@ -155,6 +155,16 @@ inline std::string_view to_string(upload_policy v) noexcept {
   return "?";
 }
 
+inline std::string_view to_string(accumulation_site v) noexcept {
+  switch (v) {
+  case accumulation_site::host:
+    return "host";
+  case accumulation_site::device:
+    return "device";
+  }
+  return "?";
+}
+
 inline std::string_view to_string(moment_precision v) noexcept {
   switch (v) {
   case moment_precision::fp32:
@@ -333,6 +343,8 @@ inline void config::validate() const {
   // Transport.
   check(upload == upload_policy::whole_window || upload == upload_policy::chunk_ring, ext_key("upload"),
         "is not a valid upload_policy");
+  check(accumulate == accumulation_site::host || accumulate == accumulation_site::device,
+        ext_key("accumulate"), "is not a valid accumulation_site (\"host\" or \"device\")");
   check(ring_slot_bytes >= 4096 && ring_slot_bytes <= (std::int64_t{1} << 30) && ring_slot_bytes % 256 == 0,
         ext_key("ring_slot_bytes"),
         "must be a multiple of 256 in [4096, 2^30], got " + std::to_string(ring_slot_bytes));
@@ -340,6 +352,11 @@ inline void config::validate() const {
         "must be 0 (auto) or in [2, 1024], got " + std::to_string(ring_slots));
   check(host_threads <= 4096, ext_key("host_threads"),
         "must be in [0, 4096] (0 = derived), got " + std::to_string(host_threads));
+  // ceil(1.0 x n) = n: whatever the cores, pinning would leave the host threads none.
+  check(!pin_host_threads || pt_reserved_cores_perc < 1.0, zenflow_key("pt_reserved_cores_perc"),
+        "must be < 1 with zenflow_ext.pin_host_threads (1 reserves every core for training and leaves "
+        "the host threads none), got " +
+            value_text(pt_reserved_cores_perc));
 }
 
 ZF_NAMESPACE_END

@@ -151,12 +151,17 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
   } else if (name == "upload") {
     c.upload = json_enum<upload_policy>(
         v, key, {{"whole_window", upload_policy::whole_window}, {"chunk_ring", upload_policy::chunk_ring}});
+  } else if (name == "accumulate") {
+    c.accumulate = json_enum<accumulation_site>(
+        v, key, {{"host", accumulation_site::host}, {"device", accumulation_site::device}});
   } else if (name == "ring_slot_bytes") {
     c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
   } else if (name == "ring_slots") {
     c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 0, 1024)); // 1: validate() rejects it
   } else if (name == "host_threads") {
     c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
+  } else if (name == "pin_host_threads") {
+    c.pin_host_threads = json_bool(v, key);
   } else if (name == "param_groups") {
     c.param_groups = read_param_groups(v, key);
   } else {
@@ -243,7 +248,8 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
                            did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
                            " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
                            "host_moments_per_step, host_moments, mode, upload, ring_slot_bytes, ring_slots, "
-                           "host_threads, param_groups, select_on_mass_drop, min_select_interval)");
+                           "host_threads, pin_host_threads, param_groups, select_on_mass_drop, "
+                           "min_select_interval)");
     }
     if (name == "mode") {
       r.mode_key = key;

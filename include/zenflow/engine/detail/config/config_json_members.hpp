@@ -186,9 +186,11 @@ inline nlohmann::json config::to_deepspeed_json() const {
   ext["select_on_mass_drop"] = select_on_mass_drop;
   ext["min_select_interval"] = min_select_interval;
   ext["upload"] = std::string(to_string(upload));
+  ext["accumulate"] = std::string(to_string(accumulate));
   ext["ring_slot_bytes"] = ring_slot_bytes;
   ext["ring_slots"] = ring_slots;
   ext["host_threads"] = host_threads;
+  ext["pin_host_threads"] = pin_host_threads;
   if (!param_groups.empty()) {
     nlohmann::json groups = nlohmann::json::array();
     for (const param_group& g : param_groups) {

@@ -102,6 +102,10 @@ public:
   /// the same parameter list (else every rank throws the same invalid_argument, naming which and
   /// the ranks that differ; never a hang). Returns the bytes this rank sent.
   std::uint64_t verify(const config& cfg, const std::vector<param_info>& params, cudaStream_t stream) {
+    // Each rank owns a block of the host rows and receives only those; a device sum of every
+    // host-set row per rank is not what data parallel's byte budget is built on: one rank only.
+    require(cfg.accumulate == accumulation_site::host, "zenflow::engine::initialize", "accumulate",
+            "\"device\" is single-rank only (data parallel accumulates on the host)");
     comm_.verify_same(stable_hash{}.add_string(cfg.describe()).value(), "the configuration", stream);
     stable_hash h;
     h.add_u64(params.size());

@@ -7,6 +7,7 @@
 /// accumulation is spread over a pool of the consumer's own.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -51,9 +52,15 @@ public:
   /// The consumer's own pool for the accumulation (`threads` threads, the consumer's included;
   /// 1: none). Its own, because the window job uses the engine's pool at the same time and a
   /// pool has one caller at a time. Rows are split across threads and each row is added by one
-  /// thread, so the accumulator has the same bits for any thread count. Before start().
-  void set_threads(unsigned threads) {
-    pool_ = threads > 1 ? std::make_unique<worker_pool>(threads) : nullptr;
+  /// thread, so the accumulator has the same bits for any thread count. `cores` not empty: the
+  /// pool's threads and the consumer thread run on those cores only (core/placement.hpp). Before
+  /// start().
+  void set_threads(unsigned threads, const std::vector<int>& cores = {}) {
+    worker_pool_options o;
+    o.threads = threads;
+    o.confine_to = cores;
+    pool_ = threads > 1 ? std::make_unique<worker_pool>(o) : nullptr;
+    cores_ = cores;
   }
 
   /// Spans of the consumer go to `t` (nullptr: none). Before start().
@@ -96,6 +103,11 @@ public:
         ring.close();
       }
     });
+#if defined(__linux__)
+    if (!cores_.empty()) { // settled when start() returns, whatever the new thread is doing
+      (void)set_thread_affinity(thread_.native_handle(), cores_);
+    }
+#endif
   }
   /// Joins the consumer thread (close its ring first).
   void stop() noexcept {
@@ -106,7 +118,9 @@ public:
 
   /// The skip flag of the last step record consumed (host backend: the step just taken; the
   /// consumer's own thread otherwise).
-  [[nodiscard]] bool last_skip() const noexcept { return last_skip_; }
+  [[nodiscard]] bool last_skip() const noexcept {
+    return last_skip_;
+  }
 
 private:
   /// What the host does with one landed slot (its data valid until the slot is released).
@@ -187,6 +201,9 @@ private:
       }
       return;
     }
+    case window_sum_slot:
+      land_window_sum(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
+      return;
     default:
       if (!skip_) {
         accumulate(a, static_cast<std::size_t>(s.meta.matrix), s.data, s.meta.begin, s.meta.end);
@@ -203,10 +220,28 @@ private:
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
       check(host::accumulate_channels<T>(
-                h.acc[a].data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
+                h.sum(a).data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
                 h.shard.rows.data() + (begin - h.shard.pos), end - begin, coef_, pool_.get(), mode),
             "zenflow::engine: accumulate_channels");
     });
+  }
+
+  /// accumulate = device: elements [begin, end) of `p`'s window sum (host-set order) into the
+  /// accumulator's rows (row c = channel c), bit for bit.
+  void
+  land_window_sum(std::size_t a, std::size_t p, const std::byte* data, std::int64_t begin, std::int64_t end) {
+    auto& h = (*host_)[p];
+    const std::int64_t L = (*params_)[p].channel_len;
+    float* acc = h.sum(a).data();
+    const auto* src = reinterpret_cast<const float*>(data);
+    for (std::int64_t i = begin; i < end;) {
+      const std::int64_t r = i / L;
+      const std::int64_t j = i - r * L;
+      const std::int64_t n = std::min(end - i, L - j);
+      std::memcpy(acc + h.shard.rows[static_cast<std::size_t>(r - h.shard.pos)] * L + j, src + (i - begin),
+                  static_cast<std::size_t>(n) * 4);
+      i += n;
+    }
   }
 
   const config* cfg_;
@@ -217,6 +252,7 @@ private:
   std::int64_t matrices_ = 0;
   pipeline_trace* trace_ = nullptr;
   std::unique_ptr<worker_pool> pool_; // the accumulation's threads
+  std::vector<int> cores_;            // where the consumer's threads run (empty: anywhere)
 
   // the step being consumed
   float coef_ = 1.0f;

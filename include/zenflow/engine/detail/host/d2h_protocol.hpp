@@ -24,6 +24,12 @@
 ///                          parameters with a non-empty host set, in parameter order),
 ///                          record_last_slot
 ///
+///   accumulate = device:   after warm-up a step pushes its records only (its gradients go into
+///                          the device's window sum); the step that closes a window then pushes
+///                          window_sum_slot x (each host-side parameter with a non-empty host set,
+///                          in parameter order): `begin`, `end` are element offsets into the
+///                          parameter's fp32 sum, host-set order, any cut (a row may span slots)
+///
 /// record_first_slot is the step record's header (step_record_layout::header_bytes(): coef_t and
 /// the skip flag); record_last_slot the whole record (step_record_layout::bytes(): the header and
 /// every matrix's crit and rest L1 mass, unscaled). The early gradients land before the header
@@ -46,6 +52,7 @@ enum slot_tag : std::int32_t {
   record_first_slot = 1, ///< the step record's header, before the step's gradients
   record_last_slot = 2,  ///< the whole record after them, with the Zen-auto masses
   grad_early_slot = 3,   ///< gradients packed by grad_ready(): landed, added once coef is known
+  window_sum_slot = 4,   ///< accumulate = device: a closed window's fp32 sum, elements [begin, end)
 };
 
 /// A slot's kind in words (the pipeline trace's consumer spans); "slot" for an unknown tag.
@@ -59,6 +66,8 @@ enum slot_tag : std::int32_t {
     return "record (masses)";
   case grad_early_slot:
     return "grads (grad_ready)";
+  case window_sum_slot:
+    return "window sum";
   default:
     return "slot";
   }

@@ -156,9 +156,21 @@ private:
 /// window's last slot consumed, and the consumer does not write it again before the training
 /// thread has drained that job (the next window of a is pushed after). Checkpoints (training
 /// thread) read and restore them with every slot consumed and no job running.
+///
+/// With accumulate = device the consumer writes no step into them: each closed window's sum
+/// lands from the device (window_sum_slot) into acc[0] alone (acc[1] stays empty). One buffer is
+/// enough because the sum of window w goes down only after the job of window w - 1, which read
+/// it, is done (host_jobs::close_window); it keeps the accumulators' layout (row c = channel c,
+/// full size: warm-up steps accumulate every channel into it) so the window job and checkpoints
+/// read it as they read a host accumulator.
 struct window_accumulators {
   /// sum over the window's good steps of coef * g of the host channels (this rank's rows).
   std::vector<float> acc[2];
+  /// The buffer of accumulator `a`: acc[a], or acc[0] where acc[1] is not kept.
+  [[nodiscard]] std::vector<float>& sum(std::size_t a) noexcept { return acc[acc[1].empty() ? 0 : a]; }
+  [[nodiscard]] const std::vector<float>& sum(std::size_t a) const noexcept {
+    return acc[acc[1].empty() ? 0 : a];
+  }
   /// Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
   /// rest mass); host_lr_scale "snr" compares it with |acc|_1. The window job resets it.
   double rest_l1[2] = {0.0, 0.0};

@@ -20,6 +20,7 @@
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host/handover.hpp>
 #include <zenflow/engine/detail/host/host_param.hpp>
+#include <zenflow/engine/detail/host/thread_placement.hpp>
 #include <zenflow/engine/detail/host/window_job.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/trace/pipeline_trace.hpp>
@@ -48,8 +49,11 @@ public:
 
   // ---- the consumer (host/consumer.hpp) ---------------------------------------------------------
 
-  /// The consumer's own accumulation pool (d2h_consumer::set_threads). Before start_consumer().
-  void set_consumer_threads(unsigned threads) { consumer_.set_threads(threads); }
+  /// The consumer's own accumulation pool (d2h_consumer::set_threads): `place.threads` threads,
+  /// they and the consumer's on `place.pinned_cores()`. Before start_consumer().
+  void set_consumer_threads(const host_placement& place) {
+    consumer_.set_threads(place.threads, place.pinned_cores());
+  }
   /// Spans of the consumer go to `t` (nullptr: none).
   void set_trace(pipeline_trace* t) noexcept { consumer_.set_trace(t); }
   /// Consumes, on the calling thread, every slot of `ring` that has landed (host backend).

@@ -91,7 +91,7 @@ double run_host_window(const config& cfg,
     // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
     adamw_hparams hp = pi.hparams(cfg.adam, lr);
     const double coherence = cfg.host_lr_scale == host_lr_scaling::snr
-                                 ? rows_l1_norm(h.acc[a], h.shard.rows, pi.channel_len, pool) / rest_l1
+                                 ? rows_l1_norm(h.sum(a), h.shard.rows, pi.channel_len, pool) / rest_l1
                                  : 1.0;
     hp.lr =
         static_cast<float>(static_cast<double>(hp.lr) * host_lr_factor(cfg.host_lr_scale, n_w, coherence));
@@ -103,7 +103,7 @@ double run_host_window(const config& cfg,
       dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
         check(host::adamw_window<T, T, M>(
-                  st, h.acc[a].data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
+                  st, h.sum(a).data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
                   nullptr, 1.0f, n_w, hp,
                   reinterpret_cast<T*>(h.upload.data()) + (h.shard.pos - h.upload_origin()) * pi.channel_len,
                   pool, host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1,

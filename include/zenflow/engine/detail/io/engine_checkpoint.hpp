@@ -29,6 +29,7 @@
 /// size and the selections' values; only then is anything changed.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -68,6 +69,7 @@ struct engine_checkpoint {
       out.section("engine/trigger", &tr, sizeof tr);
     }
     const bool upload = s.pending != 0 && s.job_produced != 0;
+    window_sums(e, a, stream, true);
     for (std::size_t p = 0; p < e.params.size(); ++p) {
       save_host_rows(out, p, e.params[p], e.host[p], a, upload);
       save_device_rows(out, e.plan, p, stream);
@@ -116,6 +118,7 @@ struct engine_checkpoint {
     restore_voter(in, e.voter);
     e.host.restore_n_w(a, static_cast<std::int32_t>(s.n_w));
     e.host.restore_n_w(a ^ 1u, 0);
+    window_sums(e, a, stream, false, static_cast<std::uint32_t>(s.n_w));
     e.host.restore_skipped(s.skipped);
     restore_schedule(e.sched, e.trigger, e.stats, s, tr, a);
     if (s.pending != 0) {
@@ -143,6 +146,38 @@ private:
     require(!path.empty(), fn, "path", "must not be empty");
     require(!core.announcements_pending(), fn, "this",
             "has grad_ready() announcements for the coming step (save and load between steps)");
+  }
+
+  /// accumulate = device: the open window's sums are state, saved in the accumulator's section
+  /// (the same file as the host mode's: row c = channel c) with its n_w. `to_host`: the device's
+  /// sums into accumulator `a`'s host-set rows (the job that read that buffer is done: settled);
+  /// else those rows up into the device's sums, `n_w` good steps in the window. Blocking.
+  static void window_sums(parts& e, std::size_t a, cudaStream_t stream, bool to_host, std::uint32_t n_w = 0) {
+    auto& sums = e.d2h.window_sum();
+    if (!sums.on()) {
+      return;
+    }
+    for (std::size_t p = 0; p < e.params.size(); ++p) {
+      auto& h = e.host[p];
+      const std::int64_t L = e.params[p].channel_len;
+      const auto rows = static_cast<std::int64_t>(h.host_set.size());
+      if (!e.params[p].host_side || rows == 0 || rows * L > sums.elements(p)) {
+        continue; // larger: no selection yet (warm-up), nothing in the device's sum
+      }
+      std::vector<float> packed(static_cast<std::size_t>(rows * L));
+      float* acc = h.sum(a).data();
+      if (to_host) {
+        (void)sums.read(e.plan.backend(), p, packed.data(), rows * L, stream);
+      }
+      for (std::int64_t r = 0; r < rows; ++r) { // one rank: shard.rows is the host set
+        float* row = acc + static_cast<std::int64_t>(h.shard.rows[static_cast<std::size_t>(r)]) * L;
+        float* pr = packed.data() + r * L;
+        std::copy(to_host ? pr : row, (to_host ? pr : row) + L, to_host ? row : pr);
+      }
+      if (!to_host) {
+        sums.write(e.plan.backend(), p, packed.data(), rows * L, n_w, stream);
+      }
+    }
   }
 
   /// The host job in flight finished, every pushed slot consumed (no thread touches the state).

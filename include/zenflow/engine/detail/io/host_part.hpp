@@ -130,7 +130,7 @@ void save_host_rows(checkpoint_writer& out,
     out.section(ckpt_tag(p, "v_scale"), h.moments.scales(1), h.moments.scale_count() * 4);
   }
   out.section(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
-  out.section(ckpt_tag(p, "acc"), h.acc[a].data(), n * 4);
+  out.section(ckpt_tag(p, "acc"), h.sum(a).data(), n * 4);
   out.section(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
   if (upload && !h.host_set.empty()) {
     out.section(ckpt_tag(p, "upload"), h.upload.data(),
@@ -207,7 +207,7 @@ void restore_host_rows(const checkpoint_reader& in,
   }
   in.read(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
   std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
-  in.read(ckpt_tag(p, "acc"), h.acc[a].data(), n * 4);
+  in.read(ckpt_tag(p, "acc"), h.sum(a).data(), n * 4);
   in.read(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
   h.rest_l1[a ^ 1u] = 0.0;
   h.set_host_set(complement(h.sel, pi.channels));

@@ -18,8 +18,11 @@
 #include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
+#include <zenflow/optim/detail/cpu_simd.hpp>
+#include <zenflow/optim/detail/host_grain.hpp>
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
 
@@ -146,6 +149,33 @@ struct host_primitives {
   }
   static cudaError_t adopt_early_mass(float* early, float* rest, int n, exec_type) {
     host_adopt_early_mass(early, rest, n);
+    return cudaSuccess;
+  }
+  /// Device accumulation (window_sum.hpp): a step's packed rows of working type `type` into the
+  /// window sum, then, once per step, the window's count of good steps. The host twin is the host
+  /// accumulation's own SIMD spans (element-wise fma, so the same bits as the body on any path and
+  /// any chunking), spread over the pool.
+  static cudaError_t add_window_sum(const window_sum_args& a, dtype type, exec_type on) {
+    if (a.n == 0 || *step_record_layout::skip(a.record) != 0) {
+      return cudaSuccess;
+    }
+    const float coef = a.record[step_record_layout::coef_word];
+    const bool first = *a.steps == 0;
+    dispatch_dtype(type, [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = static_cast<const T*>(a.rows);
+      parallel_for(on, a.n, cpu_grain, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+        if (first) {
+          cpu::assign_span<T>(a.sum + lo, g + lo, coef, hi - lo);
+        } else {
+          cpu::accumulate_span<T>(a.sum + lo, g + lo, coef, hi - lo);
+        }
+      });
+    });
+    return cudaSuccess;
+  }
+  static cudaError_t count_window_step(const float* record, std::uint32_t* steps, exec_type) {
+    window_sum_count(record, steps);
     return cudaSuccess;
   }
   static cudaError_t iota(std::int32_t* out, std::int64_t n, exec_type) {

@@ -13,6 +13,7 @@
 #include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
+#include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/math/norms.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -62,6 +63,21 @@ ZF_KERNEL void adopt_early_mass_kernel(float* early, float* rest, int n) {
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
     adopt_early_mass_at(early, rest, i);
   }
+}
+
+/// Device accumulation (window_sum.hpp), grid-stride over the elements.
+template <class T>
+ZF_KERNEL void __launch_bounds__(256) add_window_sum_kernel(window_sum_args a) {
+  const auto stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < a.n;
+       i += stride) {
+    window_sum_at<T>(a, i);
+  }
+}
+
+template <int = 0>
+ZF_KERNEL void count_window_step_kernel(const float* record, std::uint32_t* steps) {
+  window_sum_count(record, steps);
 }
 
 template <int = 0>

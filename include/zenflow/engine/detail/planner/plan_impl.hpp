@@ -101,7 +101,8 @@ inline plan_config plan_config::of(const config& c) noexcept {
   p.moments = c.host_moments == moment_precision::bf16
                   ? plan_moments::bf16
                   : (c.host_moments == moment_precision::int8 ? plan_moments::int8 : plan_moments::fp32);
-  p.accumulate = plan_accumulation::host;
+  p.accumulate =
+      c.accumulate == accumulation_site::device ? plan_accumulation::device : plan_accumulation::host;
   p.upload = c.upload;
   p.ring_slot_bytes = c.ring_slot_bytes;
   p.ring_slots = c.ring_slots;
@@ -341,8 +342,11 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
                       : n * (4.0 + 2.0 * mb) + channels * 4.0;
     const double rows = zen ? (channels - cap) * len : n;
     if (device_acc) {
-      host.accumulators += rows * 4.0; // the landed window sum
-      dev.accumulators += rows * 4.0;
+      // The window sum lands in one host buffer of the accumulators' layout (full size: the
+      // warm-up accumulates every channel into it); the device sums the host set's rows, in two
+      // sums (the closed window's goes down beside the next).
+      host.accumulators += n * 4.0;
+      dev.accumulators += rows * 8.0;
     } else {
       host.accumulators += n * 4.0 * (zen && cfg.overlap_step ? 2.0 : 1.0);
     }
@@ -352,6 +356,7 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     unselected += rows;
   }
   dev.vector_state += std::max(dense, 1.0) * 4.0; // the vectors' update counts
+  dev.accumulators += device_acc ? 4.0 : 0.0;     // the window's count of good steps
   dev.upload += cfg.upload == upload_policy::chunk_ring ? slot : 0.0;
   dev.staging = static_cast<double>(slots.staging) * slot;
   dev.scratch += (sets + lists) * 4.0 + 3.0 * max_cap_elems * 4.0 + max_rows * 4.0 + mass_rows * 4.0;
@@ -380,9 +385,9 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     r.not_implemented.push_back("int8 host moments with an fp32 scale per " + std::to_string(cfg.int8_block) +
                                 " elements (the engine's blocks are 64)");
   }
-  if (device_acc) {
-    r.not_implemented.push_back(
-        "device accumulation (modelled: the window's fp32 sum goes down once per window)");
+  if (device_acc && N > 1) {
+    r.not_implemented.push_back("device accumulation with data parallel (modelled: the engine runs it on "
+                                "one rank, the window's fp32 sum down once per window)");
   }
   return r;
 }
@@ -402,8 +407,8 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
     plan_accumulation accumulate;
     upload_policy upload;
   };
-  // The implemented changes first (the upload through the ring, bf16 then int8 moments), then
-  // the modelled one (device accumulation).
+  // The changes that cost no device memory first (the upload through the ring, bf16 moments, then
+  // int8), then device accumulation (8 B per unselected element on the device) with each.
   std::vector<choice> tries;
   for (const plan_accumulation a : {cfg.accumulate, plan_accumulation::device}) {
     for (const plan_moments m : {cfg.moments, plan_moments::bf16, plan_moments::int8}) {

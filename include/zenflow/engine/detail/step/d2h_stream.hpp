@@ -13,6 +13,13 @@
 /// packs of a step whose host sets are known wait for the gradients only, not the prologue; the
 /// step record's header (coef_t, the skip flag), which does, goes down on a third stream, so that
 /// the gradients' copies wait for their packs only.
+///
+/// With `accumulate = device` the windows' steps send no gradients: each slot's pack goes on, on
+/// the pack stream, into the device's window sum (plan/device_window_sum.hpp) instead of the ring,
+/// and the sum goes down once, at the window's close (window_sum_slot). The packs are kept as
+/// they are because they compute the rest masses that Zen-auto and the trigger read every step,
+/// with the same slot boundaries, so the masses keep their bits; the add needs the step's coef,
+/// so those packs start after the prologue.
 #pragma once
 
 #include <algorithm>
@@ -28,9 +35,11 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/backend.hpp>
+#include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_window_sum.hpp>
 #include <zenflow/engine/detail/plan/step_record.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/detail/step/call_cost.hpp>
@@ -53,14 +62,23 @@ public:
       : plan_(plan), params_(params), host_(host) {}
 
   /// Allocates the ring (`ring_slots` x `slot_bytes`, pinned), the copy stream, the pack stream
-  /// and the headers' stream; returns the ring's host footprint in bytes.
-  std::size_t open(std::size_t ring_slots, std::size_t slot_bytes) {
+  /// and the headers' stream, and with `site` device the window sums; counts them in `mem`.
+  void open(std::size_t ring_slots, std::size_t slot_bytes, accumulation_site site, memory_usage& mem) {
     ring_ = std::make_unique<ring_type>(ring_slots, slot_bytes, plan_.backend().copier());
     copies_ = std::make_unique<stream_type>(plan_.backend().copier());
     packs_ = std::make_unique<stream_type>(plan_.backend().copier());
     headers_ = std::make_unique<stream_type>(plan_.backend().copier());
-    return ring_->footprint_bytes();
+    mem.host_ring += ring_->footprint_bytes();
+    if (site == accumulation_site::device) {
+      mem.device_window_sum += sum_.setup(plan_.backend(), params_);
+      for (auto& s : sum_sent_) { // after headers_: the emulated device numbers streams in order
+        s = std::make_unique<stream_type>(plan_.backend().copier());
+      }
+    }
   }
+  /// The windows' gradients are summed on the device (accumulate = device).
+  [[nodiscard]] bool sums_on_device() const noexcept { return sum_.on(); }
+  [[nodiscard]] device_window_sum<Backend>& window_sum() noexcept { return sum_; }
 
   // ---- the pack stream and the gradient release ------------------------------------------------
 
@@ -215,12 +233,21 @@ public:
   }
 
   /// push_gradients() of every host-side parameter in step(), those grad_ready() already pushed
-  /// (`announced[p] == streamed`) excepted; after begin_packs().
+  /// (`announced[p] == streamed`) excepted; after begin_packs(). A step of a window (`window`)
+  /// with the sums on the device adds them there instead (after the prologue: it reads coef).
   void push_all_gradients(std::int64_t t,
                           const std::vector<announcement>& announced,
                           std::size_t acc,
                           cudaStream_t stream,
-                          call_cost& cost) {
+                          call_cost& cost,
+                          bool window = false) {
+    if (window && sum_.on()) {
+      for (std::size_t p = 0; p < params_.size(); ++p) {
+        sum_gradients(p);
+      }
+      sum_.count_step(plan_.backend(), plan_.record(), packs_->get());
+      return;
+    }
     for (std::size_t p = 0; p < params_.size(); ++p) {
       if (announced[p] != announcement::streamed) {
         push_gradients(t, p, grad_slot, acc, stream, cost);
@@ -228,8 +255,68 @@ public:
     }
   }
 
+  /// The window of accumulator `acc` closes at step `t`: with the sums on the device they go
+  /// down now (window_sum_slot, after the window's last adds) while the next window fills the
+  /// other sums (after the copies of the close before, which sent those: long done). Returns the
+  /// slots pushed so far.
+  std::uint64_t close_window(std::int64_t t, std::size_t acc, call_cost& cost) {
+    if (!sum_.on()) {
+      return pushed_;
+    }
+    copies_->wait_for(packs_->get());
+    const auto per_slot = static_cast<std::int64_t>(ring_->slot_bytes() / 4);
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      std::int64_t n = static_cast<std::int64_t>(host_[p].host_set.size()) * params_[p].channel_len;
+      n = n <= sum_.elements(p) ? n : 0; // larger: no selection yet, every step skipped (sum_gradients)
+      for (std::int64_t b = 0; params_[p].host_side && b < n; b += per_slot) {
+        ring_meta meta{};
+        meta.step = t;
+        meta.matrix = static_cast<std::int32_t>(p);
+        meta.tag = window_sum_slot;
+        meta.begin = b;
+        meta.end = std::min(n, b + per_slot);
+        meta.user = static_cast<std::uint64_t>(acc);
+        const auto bytes = static_cast<std::size_t>(meta.end - b) * 4;
+        push_slot(sum_.rows(p) + b, bytes, meta, copies_->get(), cost);
+        pushed(bytes, cost);
+      }
+    }
+    // These copies' end, marked: the next close makes the packs wait for it before the window
+    // after writes these sums again. Now the packs wait for the last close's copies (the sums the
+    // next window writes), one window old: done in the common case.
+    sum_sent_[cur_sum_]->wait_for(copies_->get());
+    sum_.flip();
+    cur_sum_ ^= 1u;
+    sum_sent_[cur_sum_]->join_into(packs_->get());
+    sum_.reset(plan_.backend(), packs_->get());
+    return pushed_;
+  }
+
 private:
   using stream_type = copy_stream<typename Backend::copy_backend_type>;
+
+  /// The packs of `p`'s host set, slot by slot as push_gradients() cuts them (the same rest
+  /// masses), each added into the window sum instead of pushed.
+  void sum_gradients(std::size_t p) {
+    const auto& pi = params_[p];
+    const auto n = static_cast<std::int64_t>(host_[p].host_set.size());
+    if (!pi.host_side || n == 0) {
+      return;
+    }
+    // A host set larger than the sum (every channel: no selection made yet) only in a step whose
+    // pending selection waits for finite gradients: a skipped step, which adds nothing.
+    const bool adds = n * pi.channel_len <= sum_.elements(p);
+    const cudaStream_t on = packs_->get();
+    const std::int64_t per_slot = pi.rows_per_slot(ring_->slot_bytes());
+    for (std::int64_t b = 0; b < n; b += per_slot) {
+      const std::int64_t e = std::min(n, b + per_slot);
+      std::byte* staging = plan_.staging(staging_next_++ % plan_.staging_slots(), on);
+      plan_.pack(p, b, e, staging, false, on);
+      if (adds) {
+        sum_.add(plan_.backend(), pi, p, b, e, staging, plan_.record(), on);
+      }
+    }
+  }
 
   /// Packs enqueued from now on start after the work enqueued on `stream` so far.
   void after(cudaStream_t stream) {
@@ -292,6 +379,9 @@ private:
   bool begun_ = false;    // begin_packs() ran in this step
   std::size_t staging_next_ = 0;
   std::uint64_t pushed_ = 0;
+  device_window_sum<Backend> sum_;           // accumulate = device: the windows' sums (else empty)
+  std::unique_ptr<stream_type> sum_sent_[2]; // per sum: waits for the copies of its last close
+  std::size_t cur_sum_ = 0;
 };
 
 } // namespace detail

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/placement.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
@@ -89,6 +89,7 @@ public:
   void initialize(cudaStream_t stream) {
     require(life_ == lifecycle::registering, "zenflow::engine::initialize", "this", "is already initialized");
     require(!params_.empty(), "zenflow::engine::initialize", "params", "none registered");
+    stats_.placement = resolve_host_placement(cfg_); // may throw: before anything is set up
     stats_.comm_bytes += par_.verify(cfg_, params_, stream);
     const bool zen = cfg_.mode == optimizer_mode::zenflow;
     const bool gpu = cfg_.mode == optimizer_mode::gpu_adamw;
@@ -116,9 +117,10 @@ public:
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
     plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
-    stats_.memory.host_ring += d2h_.open(slots.ring, slot_bytes);
+    d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
+    std::optional<scoped_thread_affinity> first_touch(std::in_place, stats_.placement.pinned_cores());
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& pi = params_[p];
@@ -136,7 +138,7 @@ public:
         h.moments.assign(n, cfg_.host_moments, static_cast<std::size_t>(pi.channel_len));
         h.counts.assign(static_cast<std::size_t>(h.shard.channels), 0);
         h.acc[0].assign(n, 0.0f);
-        if (overlap) {
+        if (overlap && !d2h_.sums_on_device()) { // device: one buffer receives each window's sum
           h.acc[1].assign(n, 0.0f);
         }
         // A device communicator gathers a window's shares on the device: this rank's share of the
@@ -156,13 +158,13 @@ public:
         h.sel = {0};
       }
     }
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    host_.set_consumer_threads(cfg_.resolved_host_threads(hw)); // the window job's pool is jobs_' own
+    first_touch.reset(); // the host state above was first touched on the host cores (NUMA); no thread started
+    host_.set_consumer_threads(stats_.placement); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
       host_.start_consumer(d2h_.ring(), [this] { plan_.enter_engine_thread(); });
     }
-    jobs_.start(cfg_.resolved_host_threads(hw), overlap);
+    jobs_.start(stats_.placement, overlap);
     if (par_.gathers_windows()) { // each rank's share of a window's weights, gathered at the boundary
       jobs_.set_gather(par_.gathers_on_device() ? window_gather::device_buffers : window_gather::host_buffers,
                        [this](cudaStream_t s) { return par_.gather_window(s); });
@@ -350,10 +352,10 @@ private:
   /// parallel, whose mean exists once step() made it); the packs start before the prologue
   /// (unless the policy completes gradient rows and the rest masses around it).
   [[nodiscard]] bool early_stream_step() const {
-    return sched_.host_sets_known(cfg_) && par_.streams_early();
+    return sched_.host_sets_known(cfg_) && par_.streams_early() && !d2h_.sums_on_device();
   }
-  [[nodiscard]] bool packs_before_prologue() const {
-    return sched_.host_sets_known(cfg_) && par_.packs_before_norms();
+  [[nodiscard]] bool packs_before_prologue() const { // device sums: the adds read the prologue's coef
+    return sched_.host_sets_known(cfg_) && par_.packs_before_norms() && !d2h_.sums_on_device();
   }
 
   void drain(cudaStream_t stream, call_cost& cost) {
@@ -400,7 +402,7 @@ private:
     d2h_.push_record(t, record_first_slot, sched_.accumulator, stream, cost);
     d2h_.begin_packs(stream, early_any_);
     plan_.update(lr, cfg_.adam, stream);
-    d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
+    d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost, true);
     // Data parallel: the rest masses of the other blocks' rows, over the packs' (their stream).
     par_.write_rest(stream, d2h_.pack_stream(), [&] { d2h_.packs_after(stream); });
     d2h_.push_record(t, record_last_slot, sched_.accumulator, stream, cost);
@@ -410,7 +412,8 @@ private:
     // Zen-auto, select_on_mass_drop or the fixed length (semantics, 5 and 7).
     if (window_closes_after({cfg_, sched_, voter_, trigger_, pushed_before_prev_step_}, host_, t, length,
                             cost)) {
-      jobs_.close_window(sched_, cfg_.overlap_step, lr, d2h_.pushed(), stream, cost);
+      jobs_.close_window(sched_, cfg_.overlap_step, lr, stream, cost,
+                         [&](std::size_t a) { return d2h_.close_window(t, a, cost); });
       rep.window_closed = true;
     }
   }

@@ -19,6 +19,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/placement.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/detail/host/host_side.hpp>
@@ -53,12 +54,20 @@ public:
             pipeline_trace& trace)
       : plan_(plan), params_(params), host_(host), stats_(stats), trace_(trace) {}
 
-  /// The pool of `threads` threads the window's AdamW runs on, and with `overlap` the queue that
-  /// runs the jobs one window behind (staleness bound 1).
-  void start(unsigned threads, bool overlap) {
-    pool_ = std::make_unique<worker_pool>(threads);
+  /// The pool of `place.threads` threads the window's AdamW runs on, and with `overlap` the queue
+  /// that runs the jobs one window behind (staleness bound 1); the pool's threads and the queue's
+  /// executor on `place.pinned_cores()` (empty: anywhere).
+  void start(const host_placement& place, bool overlap) {
+    const std::vector<int> cores = place.pinned_cores();
+    worker_pool_options o;
+    o.threads = place.threads;
+    o.confine_to = cores;
+    pool_ = std::make_unique<worker_pool>(o);
     if (overlap) {
       queue_ = std::make_unique<window_queue>(1);
+      if (!cores.empty()) {
+        (void)queue_->confine_executor(cores); // before its first job: no job runs elsewhere
+      }
     }
   }
 
@@ -149,18 +158,25 @@ public:
 
   /// Closes the open window of `sched` at the end of a step (docs/engine-semantics.md, 6): without
   /// overlap it runs now; with it the previous job is drained and this one submitted (it waits for
-  /// the window's last slots, the first `pushed`, itself, so the training thread does not), and
-  /// the next window fills the other accumulator.
-  void close_window(
-      schedule& sched, bool overlap, float lr, std::uint64_t pushed, cudaStream_t stream, call_cost& cost) {
+  /// the window's last slots, the first `push_window(a)`, itself, so the training thread does
+  /// not), and the next window fills the other accumulator. `push_window(a)` (the D2H stream's
+  /// close_window) runs once the previous job is done: what it sends down (accumulate = device:
+  /// the window's sum) may land in the buffer that job read. It returns the slots pushed so far.
+  template <class PushWindow>
+  void close_window(schedule& sched,
+                    bool overlap,
+                    float lr,
+                    cudaStream_t stream,
+                    call_cost& cost,
+                    PushWindow&& push_window) {
     const std::size_t a = sched.accumulator;
     const open_window window = *sched.window;
     const std::int64_t w = sched.windows_closed++;
     if (!overlap) {
-      run_now(a, lr, pushed, stream, cost);
+      run_now(a, lr, push_window(a), stream, cost);
     } else {
       drain(sched.job, sched.windows_closed, stream, cost);
-      const std::int64_t qw = submit(a, lr, pushed);
+      const std::int64_t qw = submit(a, lr, push_window(a));
       sched.job = submitted_job{qw, w, window.start, window.start + window.length - 1};
       sched.accumulator ^= 1u;
     }
