@@ -357,51 +357,31 @@ public:
       return read_whole_state(*plan_, p, pi, h, stream);
     }
     return h.moments.visit([&](auto hm, auto hv) {
-      using M = moment_of_t<decltype(hm)>;
-      {
-        plan_->wait_migration(); // a selection's leaving rows are home in this rank's block
-        const auto L = static_cast<std::size_t>(pi.channel_len);
-        std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
-        // A device communicator's staging for a whole matrix's state: allocated and freed here (a
-        // state read is rare and blocking; stage_ holds only a device set's rows).
-        dbuf<std::byte> stage;
-        auto gather = [&](const auto* mine, auto& all, std::size_t per_channel) {
-          for (int r = 0; r < comm_.size(); ++r) {
-            sizes[static_cast<std::size_t>(r)] =
-                static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
-          }
-          all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(all[0]));
-          gather_host_blocks(plan_->backend(), comm_, mine, all.data(), sizes, stage,
-                             stream); // collectives.hpp
-        };
-        std::vector<float> master;
-        std::vector<std::int32_t> counts;
-        gather(h.master.data(), master, L * 4);
-        gather(h.counts.data(), counts, 4);
-        if constexpr (std::is_same_v<M, int8_moment>) { // the codes, then the scales of each row
-          std::vector<std::uint8_t> mc, vc;
-          std::vector<float> ms, vs;
-          const auto nb = static_cast<std::size_t>(q8_blocks(pi.channel_len));
-          gather(hm.code, mc, L);
-          gather(hv.code, vc, L);
-          gather(hm.scale, ms, nb * 4);
-          gather(hv.scale, vs, nb * 4);
-          const basic_channel_state<M> rows{master.data(),
-                                            {mc.data(), ms.data(), pi.channel_len, moment_m},
-                                            {vc.data(), vs.data(), pi.channel_len, moment_v},
-                                            counts.data(),
-                                            pi.channels,
-                                            pi.channel_len};
-          return plan_->read_full_state(p, &rows, stream);
-        } else {
-          std::vector<M> m, v;
-          gather(hm, m, L * sizeof(M));
-          gather(hv, v, L * sizeof(M));
-          const basic_channel_state<M> rows{master.data(), m.data(),    v.data(),
-                                            counts.data(), pi.channels, pi.channel_len};
-          return plan_->read_full_state(p, &rows, stream);
+      using W = wire_moment_t<moment_of_t<decltype(hm)>>; // int8: each block widened (exact) first
+      plan_->wait_migration(); // a selection's leaving rows are home in this rank's block
+      const auto L = static_cast<std::size_t>(pi.channel_len);
+      std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
+      // A device communicator's staging for a whole matrix's state: allocated and freed here (a
+      // state read is rare and blocking; stage_ holds only a device set's rows).
+      dbuf<std::byte> stage;
+      auto gather = [&](const auto* mine, auto& all, std::size_t per_channel) {
+        for (int r = 0; r < comm_.size(); ++r) {
+          sizes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(block(p, pi, r).second) * per_channel;
         }
-      }
+        all.resize(static_cast<std::size_t>(pi.channels) * per_channel / sizeof(all[0]));
+        gather_host_blocks(plan_->backend(), comm_, mine, all.data(), sizes, stage,
+                           stream); // collectives.hpp
+      };
+      std::vector<float> master, wm, wv;
+      std::vector<W> m, v;
+      std::vector<std::int32_t> counts;
+      gather(h.master.data(), master, L * 4);
+      gather(widened(hm, h.master.size(), wm), m, L * sizeof(W));
+      gather(widened(hv, h.master.size(), wv), v, L * sizeof(W));
+      gather(h.counts.data(), counts, 4);
+      const basic_channel_state<W> rows{master.data(), m.data(),    v.data(),
+                                        counts.data(), pi.channels, pi.channel_len};
+      return plan_->read_full_state(p, &rows, stream);
     });
   }
 

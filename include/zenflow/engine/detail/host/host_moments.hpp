@@ -36,15 +36,15 @@ namespace detail {
 [[nodiscard]] constexpr std::size_t host_state_bytes(moment_precision p) noexcept {
   return 4 + 2 * moment_bytes(p);
 }
-/// Bytes of the host state of `channels` rows of `channel_len`: host_state_bytes per element, and
-/// with int8 moments two fp32 scales per block of each row.
+/// Bytes of the host state of `channels` rows of `channel_len` (stats().memory.host_state):
+/// host_state_bytes per element, with int8 moments two fp32 scales per block of each row, and the
+/// rows' int32 counts.
 [[nodiscard]] constexpr std::size_t
-host_state_bytes(moment_precision p, std::size_t channels, std::size_t channel_len) noexcept {
+host_state_bytes(moment_precision p, std::size_t channels, std::int64_t channel_len) noexcept {
+  const auto len = static_cast<std::size_t>(channel_len);
   const std::size_t scales =
-      p == moment_precision::int8
-          ? 2 * 4 * static_cast<std::size_t>(q8_blocks(static_cast<std::int64_t>(channel_len)))
-          : 0;
-  return channels * (channel_len * host_state_bytes(p) + scales);
+      p == moment_precision::int8 ? 8 * static_cast<std::size_t>(q8_blocks(channel_len)) : 0;
+  return channels * (len * host_state_bytes(p) + scales + 4);
 }
 
 /// m and v of one parameter, fp32, bf16 or int8.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/moment_q8.hpp>
@@ -51,6 +52,17 @@ using wire_moment_t = std::conditional_t<std::is_same_v<M, int8_moment>, float, 
 /// `n` elements of int8 moments widened to fp32 (whole rows).
 inline void load_moment_row(float* dst, q8_ptr src, std::size_t n) {
   q8_load_rows(dst, src, static_cast<std::int64_t>(n));
+}
+
+/// `n` moments as wire_moment_t: `p` itself, or int8's widened into `buf` (exact).
+template <class M>
+const M* widened(M* p, std::size_t, std::vector<float>&) {
+  return p;
+}
+inline const float* widened(q8_ptr p, std::size_t n, std::vector<float>& buf) {
+  buf.resize(n);
+  load_moment_row(buf.data(), p, n);
+  return buf.data();
 }
 
 /// Row `n` of fp32 m and v into moments at `m`, `v` (M* of float or bfloat16, or int8's q8_ptr:

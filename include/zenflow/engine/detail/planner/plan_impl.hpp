@@ -98,9 +98,7 @@ inline plan_config plan_config::of(const config& c) noexcept {
   p.mode = c.mode;
   p.topk_ratio = c.topk_ratio;
   p.update_interval = c.update_interval > 0 ? c.update_interval : c.min_update_interval;
-  p.moments = c.host_moments == moment_precision::bf16
-                  ? plan_moments::bf16
-                  : (c.host_moments == moment_precision::int8 ? plan_moments::int8 : plan_moments::fp32);
+  p.moments = static_cast<plan_moments>(c.host_moments); // the same three, in the same order
   p.accumulate =
       c.accumulate == accumulation_site::device ? plan_accumulation::device : plan_accumulation::host;
   p.upload = c.upload;
@@ -335,11 +333,9 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     }
     // Host: the full-size state (partitioned over the ranks: the node holds one copy), the
     // accumulators, and each rank's upload buffer.
-    // int8: two fp32 scales per block of each row (blocks never straddle rows).
-    host.state += cfg.moments == plan_moments::int8
-                      ? channels * (len * 6.0 + 8.0 * std::ceil(len / static_cast<double>(cfg.int8_block))) +
-                            channels * 4.0
-                      : n * (4.0 + 2.0 * mb) + channels * 4.0;
+    const double q8 = cfg.moments == plan_moments::int8; // int8: two fp32 scales per 64 of a row
+    host.state += q8 * channels * 8.0 * std::ceil(len / static_cast<double>(cfg.int8_block)) +
+                  n * (4.0 + 2.0 * (q8 ? 1.0 : mb)) + channels * 4.0;
     const double rows = zen ? (channels - cap) * len : n;
     if (device_acc) {
       // The window sum lands in one host buffer of the accumulators' layout (full size: the

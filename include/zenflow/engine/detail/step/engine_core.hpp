@@ -146,9 +146,7 @@ public:
         h.upload_share = par_.gathers_windows() && par_.gathers_on_device();
         h.upload = typename Backend::template host_buffer<std::byte>(
             static_cast<std::size_t>(h.upload_share ? h.shard.channels : pi.channels) * pi.channel_bytes());
-        stats_.memory.host_state +=
-            host_state_bytes(cfg_.host_moments, h.counts.size(), static_cast<std::size_t>(pi.channel_len)) +
-            h.counts.size() * 4;
+        stats_.memory.host_state += host_state_bytes(cfg_.host_moments, h.counts.size(), pi.channel_len);
         stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
         stats_.memory.host_upload += h.upload.size();
         (void)plan_.set_host_set(p, h.host_set, stream);
