@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The effect of bf16 host moments (zenflow_ext.host_moments) on the loss, on examples/charlm.
+"""The effect of bf16 and int8 host moments (zenflow_ext.host_moments) on the loss, on examples/charlm.
 
-For each seed and regime, five runs on the same data, seed and starting weights: dense AdamW
-(gpu-adamw), ZenFlow with fp32 and with bf16 host moments (every other setting the library's
-default: topk_ratio 0.1, Zen-auto windows of at most 2, overlap, "linear"), and offload-sync (every
-parameter's AdamW on the host, every step) with fp32 and with bf16 host moments.
+For each seed and regime, runs on the same data, seed and starting weights: dense AdamW
+(gpu-adamw), ZenFlow with each host-moment precision of --precisions (fp32 and the others; every
+other setting the library's default: topk_ratio 0.1, Zen-auto windows of at most 2, overlap,
+"linear"), and offload-sync (every parameter's AdamW on the host, every step) with each.
 The model and the two regimes are those of docs/defaults.md (host_lr_sweep.py's CHARLM_MODEL):
 
   finetune   400 dense AdamW steps on the prose corpus saved with --save-weights, then 200 steps
@@ -14,9 +14,9 @@ The model and the two regimes are those of docs/defaults.md (host_lr_sweep.py's 
              300 dense pretraining steps, then 300 steps on the shifted corpus)
 
 Writes every run (final and initial eval loss, the training-loss curve) and a summary (per seed:
-bf16 / fp32 and each / dense; the mean over seeds) to --out as JSON, and prints the table.
+each precision / fp32 and each / dense; the mean over seeds) to --out as JSON, and prints the table.
 
-  bench/engine/host_moments_loss.py --build build/cpu --seeds 1 2 3
+  bench/engine/host_moments_loss.py --build build/cpu --seeds 1 2 3 --precisions fp32 bf16 int8
 """
 import argparse
 import json
@@ -35,11 +35,20 @@ REGIMES = {"finetune": (CHARLM_MODEL, CHARLM_STEPS["finetune"], 400),
            "demo": (DEMO_MODEL, 300, 300)}
 # offload_sync: every parameter's moments on the host, one AdamW update per step (beta2 = 0.999
 # moves v by 0.1% per update, below half a bf16 ulp): where the rounding matters most.
-RUNS = {"dense": ["--optimizer", "gpu-adamw"],
-        "fp32": ["--optimizer", "zenflow", "--host-moments", "fp32"],
-        "bf16": ["--optimizer", "zenflow", "--host-moments", "bf16"],
-        "sync_fp32": ["--optimizer", "offload-sync", "--host-moments", "fp32"],
-        "sync_bf16": ["--optimizer", "offload-sync", "--host-moments", "bf16"]}
+PRECISIONS = ["fp32", "bf16", "int8"]
+
+
+def runs_of(precisions):
+    """The runs of one seed: dense, then ZenFlow and offload-sync with each precision."""
+    out = {"dense": ["--optimizer", "gpu-adamw"]}
+    for p in precisions:
+        out[p] = ["--optimizer", "zenflow", "--host-moments", p]
+    for p in precisions:
+        out["sync_" + p] = ["--optimizer", "offload-sync", "--host-moments", p]
+    return out
+
+
+RUNS = runs_of(PRECISIONS)
 
 
 def run(binary, seed, regime, kind, workdir):
@@ -71,9 +80,15 @@ def main():
     ap.add_argument("--build", default=os.path.join(root, "build", "cpu"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
-    ap.add_argument("--out", default=os.path.join(root, "bench", "results", "2026-11-24-cpu",
+    ap.add_argument("--precisions", nargs="+", default=PRECISIONS, choices=PRECISIONS)
+    ap.add_argument("--out", default=os.path.join(root, "bench", "results", "2026-11-28-cpu",
                                                   "host_moments_loss.json"))
     args = ap.parse_args()
+    if "fp32" not in args.precisions:
+        ap.error("--precisions must include fp32 (the ratios' base)")
+    RUNS.clear()
+    RUNS.update(runs_of(args.precisions))
+    others = [p for p in args.precisions if p != "fp32"]
     binary = os.path.join(args.build, "examples", "charlm_train")
     results = []
     with tempfile.TemporaryDirectory() as work:
@@ -88,23 +103,34 @@ def main():
         rows = []
         for seed in args.seeds:
             by = {r["run"]: r["loss_final"] for r in results if r["regime"] == regime and r["seed"] == seed}
-            rows.append({"seed": seed, "dense": by["dense"], "fp32": by["fp32"], "bf16": by["bf16"],
-                         "bf16_vs_fp32": by["bf16"] / by["fp32"], "fp32_vs_dense": by["fp32"] / by["dense"],
-                         "bf16_vs_dense": by["bf16"] / by["dense"], "sync_fp32": by["sync_fp32"],
-                         "sync_bf16": by["sync_bf16"], "sync_bf16_vs_fp32": by["sync_bf16"] / by["sync_fp32"]})
+            row = {"seed": seed, "dense": by["dense"], "fp32": by["fp32"], "fp32_vs_dense": by["fp32"] / by["dense"],
+                   "sync_fp32": by["sync_fp32"]}
+            for p in others:
+                row[p] = by[p]
+                row[p + "_vs_fp32"] = by[p] / by["fp32"]
+                row[p + "_vs_dense"] = by[p] / by["dense"]
+                row["sync_" + p] = by["sync_" + p]
+                row["sync_" + p + "_vs_fp32"] = by["sync_" + p] / by["sync_fp32"]
+            rows.append(row)
         mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0] if k != "seed"}
         summary.append({"regime": regime, "seeds": rows, "mean": mean})
     with open(args.out, "w") as f:
         json.dump({"regimes": {k: {"model": m, "steps": n, "pretrain_steps": p} for k, (m, n, p) in REGIMES.items()},
                    "runs": results, "summary": summary}, f, indent=1)
-    print("| regime | seed | dense | zenflow fp32 moments | zenflow bf16 moments | bf16 / fp32 | bf16 / dense | "
-          "offload-sync fp32 | offload-sync bf16 | bf16 / fp32 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    head = "| regime | seed | dense | zenflow fp32 |"
+    for p in others:
+        head += f" zenflow {p} | {p} / fp32 | {p} / dense |"
+    head += " offload-sync fp32 |" + "".join(f" offload-sync {p} | {p} / fp32 |" for p in others)
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
     for g in summary:
         for r in g["seeds"] + [dict(g["mean"], seed="mean")]:
-            print(f"| {g['regime']} | {r['seed']} | {r['dense']:.4f} | {r['fp32']:.4f} | {r['bf16']:.4f} | "
-                  f"{r['bf16_vs_fp32']:.4f} | {r['bf16_vs_dense']:.4f} | {r['sync_fp32']:.4f} | "
-                  f"{r['sync_bf16']:.4f} | {r['sync_bf16_vs_fp32']:.4f} |")
+            line = f"| {g['regime']} | {r['seed']} | {r['dense']:.4f} | {r['fp32']:.4f} |"
+            for p in others:
+                line += f" {r[p]:.4f} | {r[p + '_vs_fp32']:.4f} | {r[p + '_vs_dense']:.4f} |"
+            line += f" {r['sync_fp32']:.4f} |" + "".join(
+                f" {r['sync_' + p]:.4f} | {r['sync_' + p + '_vs_fp32']:.4f} |" for p in others)
+            print(line)
 
 
 if __name__ == "__main__":

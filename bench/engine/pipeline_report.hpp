@@ -78,7 +78,7 @@ inline void usage(const char* program) {
       "    [--pcie-gbps B] [--host-threads N] [--device-threads N] [--ring-slots N]\n"
       "    [--ring-slot-bytes N]\n"
       "    [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
-      "    [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16] [--accumulate host|device]\n"
+      "    [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16|int8] [--accumulate host|device]\n"
       "    [--release-by-caller]\n"
       "    [--only LABEL-SUBSTRING]\n"
       "    [--trace FILE [--trace-mode LABEL]] [--json FILE]\n",
@@ -165,10 +165,12 @@ inline int parse_options(int argc, char** argv, options& o) {
       } else if (a == "--backward-share") {
         o.backward_share = real();
       } else if (a == "--host-moments") {
-        if (v != "fp32" && v != "bf16") {
-          return refuse("--host-moments: expected fp32 or bf16, got '" + v + "'");
+        if (v != "fp32" && v != "bf16" && v != "int8") {
+          return refuse("--host-moments: expected fp32, bf16 or int8, got '" + v + "'");
         }
-        o.host_moments = v == "bf16" ? zenflow::moment_precision::bf16 : zenflow::moment_precision::fp32;
+        o.host_moments = v == "bf16"   ? zenflow::moment_precision::bf16
+                         : v == "int8" ? zenflow::moment_precision::int8
+                                       : zenflow::moment_precision::fp32;
       } else if (a == "--accumulate") {
         if (v != "host" && v != "device") {
           return refuse("--accumulate: expected host or device, got '" + v + "'");

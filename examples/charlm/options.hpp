@@ -144,7 +144,7 @@ usage: charlm_train [options]
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none|capped|snr
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
-  --host-moments-per-step true|false  --host-moments fp32|bf16
+  --host-moments-per-step true|false  --host-moments fp32|bf16|int8
   --select-on-mass-drop X  --min-select-interval N
   --pin-host-threads true|false  (the engine's host threads on the cores --pt-reserved-cores-perc
                             leaves them; the model's threads and the training thread on the rest)
@@ -423,8 +423,11 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--host-moments-per-step", [&](S f, S v) { z.host_moments_per_step = detail::parse_bool(f, v); }},
       {"--host-moments",
        [&](S f, S v) {
-         z.host_moments = detail::parse_enum<zenflow::moment_precision>(
-             f, v, {{"fp32", zenflow::moment_precision::fp32}, {"bf16", zenflow::moment_precision::bf16}});
+         z.host_moments =
+             detail::parse_enum<zenflow::moment_precision>(f, v,
+                                                           {{"fp32", zenflow::moment_precision::fp32},
+                                                            {"bf16", zenflow::moment_precision::bf16},
+                                                            {"int8", zenflow::moment_precision::int8}});
        }},
       {"--importance",
        [&](S f, S v) {

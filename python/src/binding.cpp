@@ -686,7 +686,7 @@ NB_MODULE(_zenflow, mod) {
              zenflow::host_lr_scaling::sqrt, zenflow::host_lr_scaling::none, zenflow::host_lr_scaling::capped,
              zenflow::host_lr_scaling::snr);
   ZF_PY_ENUM(cfg, host_moments, "host_moments", zenflow::moment_precision::fp32,
-             zenflow::moment_precision::bf16);
+             zenflow::moment_precision::bf16, zenflow::moment_precision::int8);
   ZF_PY_ENUM(cfg, upload, "upload", zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring);
   ZF_PY_ENUM(cfg, accumulate, "accumulate", zenflow::accumulation_site::host,
              zenflow::accumulation_site::device);

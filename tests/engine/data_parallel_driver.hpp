@@ -115,7 +115,7 @@ struct byte_ledger {
   int n = 1;
   int rank = 0;
   std::vector<std::vector<std::int32_t>> prev_sel; // the device sets at the start of the step
-  std::uint64_t state_per_element = 12;            // fp32 master + m and v as the host keeps them
+  std::uint64_t state_per_element = 12;            // fp32 master + m and v as they cross (int8: fp32)
   std::uint64_t others_bytes = 0;                  // down: what this rank does not copy
   std::uint64_t wire = 0;                          // summed over the ranks
   std::int64_t steps = 0;
@@ -125,6 +125,15 @@ struct byte_ledger {
   byte_ledger(const zenflow::config& c, std::vector<zf_engine_test::shape> s, bool dev, int ranks, int r)
       : cfg(c), shapes(std::move(s)), device_comm(dev), n(ranks), rank(r), prev_sel(shapes.size()),
         state_per_element(c.host_moments == zenflow::moment_precision::bf16 ? 8 : 12) {}
+
+  /// Host memory of one row of `len` as the host keeps it: master, m, v (int8: a byte each and
+  /// two fp32 scales per block of 64) and the count.
+  [[nodiscard]] std::uint64_t host_row_bytes(std::uint64_t len) const {
+    if (cfg.host_moments == zenflow::moment_precision::int8) {
+      return 6 * len + 8 * ((len + 63) / 64) + 4;
+    }
+    return state_per_element * len + 4;
+  }
 
   [[nodiscard]] bool zen() const { return cfg.mode == zenflow::optimizer_mode::zenflow; }
 
@@ -247,12 +256,12 @@ struct byte_ledger {
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
       if (!shapes[p].matrix) {
-        vec_state += vectors_on_host ? state_per_element * len + 4 : 0;
+        vec_state += vectors_on_host ? host_row_bytes(len) : 0;
         vec_acc += vectors_on_host ? len * 4 * accs : 0;
         continue;
       }
       const auto own = static_cast<std::uint64_t>(part.count(m, rank));
-      state += own * (state_per_element * len + 4);
+      state += own * host_row_bytes(len);
       acc += own * len * 4 * accs;
       const auto c = shapes[p].channels;
       all_host += static_cast<std::uint64_t>(c) * len * sizeof(T);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -279,12 +280,16 @@ namespace {
 /// configuration"), both ways, and the engine is unchanged.
 TEST(engine_checkpoint, other_host_moments_are_named_and_change_nothing) {
   const std::string file = temp_path("moments");
-  for (const auto saved : {zenflow::moment_precision::bf16, zenflow::moment_precision::fp32}) {
+  using zenflow::moment_precision;
+  const std::pair<moment_precision, moment_precision> pairs[] = {
+      {moment_precision::bf16, moment_precision::fp32}, {moment_precision::fp32, moment_precision::bf16},
+      {moment_precision::int8, moment_precision::fp32}, {moment_precision::fp32, moment_precision::int8},
+      {moment_precision::int8, moment_precision::bf16}, {moment_precision::bf16, moment_precision::int8}};
+  for (const auto& [saved, loading] : pairs) {
     auto cs = small_config();
     cs.host_moments = saved;
     auto cl = cs;
-    cl.host_moments = saved == zenflow::moment_precision::bf16 ? zenflow::moment_precision::fp32
-                                                               : zenflow::moment_precision::bf16;
+    cl.host_moments = loading;
     model<float> a(kPlanShapes, 31), b(kPlanShapes, 32);
     trained(a, cs, 13)->save(file);
     auto eb = trained(b, cl, 13);

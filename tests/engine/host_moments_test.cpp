@@ -1,8 +1,8 @@
-// host_moments "bf16" (zenflow_ext.host_moments): the key (read, written back, described, bad
-// values named), the host bytes it saves (counted from the engine's memory report against the
-// registered sizes), and its results independent of the host thread count. Its values against the
-// float64 reference: reference_cases.hpp ("bf16_host_moments_..."); save/load: resume_cases.hpp
-// and engine_checkpoint_test.cpp.
+// host_moments "bf16" and "int8" (zenflow_ext.host_moments): the key (read, written back,
+// described, bad values named), the host bytes they save (counted from the engine's memory report
+// against the registered sizes), and their results independent of the host thread count. Their
+// values against the float64 reference: reference_cases.hpp ("bf16_host_moments_...",
+// "int8_host_moments_..."); save/load: resume_cases.hpp and engine_checkpoint_test.cpp.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -40,8 +40,23 @@ TEST(host_moments_config, default_is_fp32_and_bf16_is_read_written_and_described
   EXPECT_NE(text.find("zenflow_ext.host_moments"), std::string::npos) << text; // where it came from
 }
 
+TEST(host_moments_config, int8_is_read_written_and_described) {
+  zenflow::config_sources src;
+  const auto c = zenflow::config::from_deepspeed_json_string(
+      R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1}},
+          "zenflow_ext": {"host_moments": "int8"}})",
+      {}, &src);
+  EXPECT_EQ(c.host_moments, moment_precision::int8);
+  const nlohmann::json j = c.to_deepspeed_json();
+  EXPECT_EQ(j["zenflow_ext"]["host_moments"], "int8");
+  EXPECT_EQ(zenflow::config::from_deepspeed_json(j).host_moments, moment_precision::int8);
+  const std::string text = c.describe(&src);
+  EXPECT_NE(text.find("int8"), std::string::npos) << text;
+  EXPECT_NE(text.find("zenflow_ext.host_moments"), std::string::npos) << text;
+}
+
 TEST(host_moments_config, bad_values_are_rejected_by_name) {
-  for (const char* v : {R"("fp16")", R"("BF16")", "16", "true", "null"}) {
+  for (const char* v : {R"("fp16")", R"("BF16")", R"("INT8")", R"("int4")", "16", "8", "true", "null"}) {
     SCOPED_TRACE(v);
     expect_invalid(
         [&] {
@@ -87,6 +102,31 @@ TEST(host_moments_engine, host_state_is_8_bytes_per_parameter_instead_of_12) {
   }
 }
 
+/// int8: a byte per moment and two fp32 scales per block of 64 of each row (rows of 150: three
+/// blocks, the last partial; rows of 5: one).
+TEST(host_moments_engine, int8_host_state_is_6_bytes_per_parameter_and_the_block_scales) {
+  const std::vector<shape> shapes = {{true, 40, 150}, {false, 1, 5}, {true, 13, 16}, {false, 1, 70}};
+  for (const auto mode : {zenflow::optimizer_mode::zenflow, zenflow::optimizer_mode::offload_sync}) {
+    auto cfg = small_config();
+    cfg.mode = mode;
+    cfg.host_moments = moment_precision::int8;
+    model<float> m(shapes, 5);
+    host_driver<float> d(m);
+    auto eng = d.make_engine(cfg);
+    std::size_t want = 0;
+    for (std::size_t p = 0; p < shapes.size(); ++p) {
+      (void)d.add(*eng, p);
+      if (shapes[p].matrix || mode == zenflow::optimizer_mode::offload_sync) {
+        const auto rows = static_cast<std::size_t>(shapes[p].channels);
+        const auto len = static_cast<std::size_t>(shapes[p].len);
+        want += rows * (6 * len + 8 * ((len + 63) / 64) + 4);
+      }
+    }
+    d.initialize(*eng);
+    EXPECT_EQ(eng->stats().memory.host_state, want);
+  }
+}
+
 /// Same inputs, same bits whatever the host threads: the stochastic rounding's bits come from
 /// (element, count, moment), never from which thread rounded.
 TEST(host_moments_engine, bit_identical_across_host_thread_counts) {
@@ -99,6 +139,12 @@ TEST(host_moments_engine, bit_identical_across_host_thread_counts) {
     three.host_threads = 3;
     expect_identical<host_driver, zenflow::bfloat16>(one, three, 24, zf_test::base_seed() + 40);
     expect_identical<emulated_driver, float>(one, three, 24, zf_test::base_seed() + 41);
+    one.host_moments = moment_precision::int8;
+    three.host_moments = moment_precision::int8;
+    auto two = one;
+    two.host_threads = 2;
+    expect_identical<host_driver, zenflow::bfloat16>(one, three, 24, zf_test::base_seed() + 42);
+    expect_identical<emulated_driver, float>(one, two, 24, zf_test::base_seed() + 43);
   }
 }
 

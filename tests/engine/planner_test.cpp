@@ -102,7 +102,7 @@ TEST(planner, bf16_int8_moments_device_accumulation_and_two_gpus) {
   expect_rel(r.traffic.d2h_per_step, unsel * 2 / 2, "each rank its block");
   expect_rel(r.traffic.host_window_per_step, unsel * 26 / 2, "bf16 window: 26 B");
 
-  cfg.moments = plan_moments::int8; // modelled: 1 B + 4 B per 64 elements per moment
+  cfg.moments = plan_moments::int8; // 1 B + 4 B per 64 elements of a row per moment
   cfg.accumulate = plan_accumulation::device;
   const auto q = zenflow::plan(m, hw, cfg);
   const double mb = 1.0 + 4.0 / 64;
@@ -112,11 +112,14 @@ TEST(planner, bf16_int8_moments_device_accumulation_and_two_gpus) {
   expect_rel(q.traffic.d2h_per_step, unsel * 4 / 2 / 2, "the fp32 sum once per window, each rank its block");
   expect_rel(q.traffic.accumulate_per_step, 0, "nothing accumulated on the host");
   expect_rel(q.traffic.host_window_per_step, unsel * (4 + 2 * (4 + 2 * mb) + 2) / 2, "no zeroing");
-  ASSERT_EQ(q.not_implemented.size(), 2u);
-  EXPECT_NE(q.not_implemented[0].find("int8"), std::string::npos);
-  EXPECT_NE(q.not_implemented[1].find("device accumulation with data parallel"), std::string::npos);
+  ASSERT_EQ(q.not_implemented.size(), 1u); // int8 moments are implemented
+  EXPECT_NE(q.not_implemented[0].find("device accumulation with data parallel"), std::string::npos);
   hw.gpus = 1; // one rank: the engine's
-  EXPECT_EQ(zenflow::plan(m, hw, cfg).not_implemented.size(), 1u);
+  EXPECT_TRUE(zenflow::plan(m, hw, cfg).not_implemented.empty());
+  cfg.int8_block = 128; // the engine's blocks are 64: another size is modelled only
+  const auto q128 = zenflow::plan(m, hw, cfg);
+  ASSERT_EQ(q128.not_implemented.size(), 1u);
+  EXPECT_NE(q128.not_implemented[0].find("128"), std::string::npos);
 }
 
 TEST(planner, baselines) {
@@ -164,11 +167,13 @@ zenflow::memory_usage engine_memory(const zenflow::plan_model& m, const zenflow:
 }
 
 TEST(planner, byte_counts_are_the_engines) {
-  const auto m = small_model();
+  auto m = small_model();
+  m.matrices.push_back({30, 100, 1}); // rows of 100: int8's last block of a row is partial
   const auto hw = small_machine();
   for (const auto mode : {zenflow::optimizer_mode::zenflow, zenflow::optimizer_mode::offload_sync,
                           zenflow::optimizer_mode::gpu_adamw}) {
-    for (const auto moments : {zenflow::moment_precision::fp32, zenflow::moment_precision::bf16}) {
+    for (const auto moments : {zenflow::moment_precision::fp32, zenflow::moment_precision::bf16,
+                               zenflow::moment_precision::int8}) {
       for (const auto upload : {zenflow::upload_policy::whole_window, zenflow::upload_policy::chunk_ring})
         for (const auto site : {zenflow::accumulation_site::host, zenflow::accumulation_site::device}) {
           zenflow::config cfg;

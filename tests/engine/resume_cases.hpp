@@ -185,6 +185,20 @@ inline std::vector<plan_scenario> resume_scenarios() {
                    {20}});
   }
   {
+    // int8 host moments: codes and block scales saved and loaded as they are (bit-exact resume).
+    auto c = small_config();
+    c.host_moments = zenflow::moment_precision::int8;
+    c.full_warm_up_rounds = 4;
+    c.update_interval = 3;
+    c.select_interval = 6;
+    out.push_back({"int8 host moments, warm-up, fixed windows of 3, overlap",
+                   c,
+                   zenflow::dtype::bf16,
+                   false,
+                   false,
+                   {20}});
+  }
+  {
     // accumulate = device: the open window's device sums and their count are saved and restored
     // (mid-window save points), with grad_ready() announcements (hints in this mode) and NaN steps.
     auto c = small_config();

@@ -46,6 +46,8 @@
 ///    rounded double -> float (nearest) -> bf16 stochastically with the documented hash of (element
 ///    index in the parameter, the update's count, 0 for m / 1 for v); a row leaving the device set
 ///    rounds float -> bf16 to nearest; the device holds what it gets (exact widening).
+///  - host_moments "int8": the same places, a whole row at a time in blocks of 64
+///    (tests/support/int8_moments_reference.hpp).
 #pragma once
 
 #include <algorithm>
@@ -62,6 +64,7 @@
 #include <zenflow/engine/config.hpp>
 
 #include "support/bf16_moments_reference.hpp"
+#include "support/int8_moments_reference.hpp"
 #include "support/reference_math.hpp"
 
 namespace zf_test {
@@ -371,6 +374,18 @@ private:
         }
         p.w[u] = round_to_dtype(p.master[u], p.dt);
       }
+      if (host) {
+        store_host_row(p, j, c, true);
+      }
+    }
+  }
+
+  /// Row j's moments as the host stores them with int8 moments (whole blocks: after the row's
+  /// update of count `c`, or to nearest when it comes home from the device).
+  void store_host_row(param& p, std::int64_t j, std::int32_t c, bool stochastic) const {
+    if (cfg_.host_moments == zenflow::moment_precision::int8) {
+      const auto o = static_cast<std::size_t>(j * p.len);
+      host_row_int8(p.m.data() + o, p.v.data() + o, p.len, o, static_cast<std::uint32_t>(c), stochastic);
     }
   }
 
@@ -396,6 +411,9 @@ private:
         p.is_sel[static_cast<std::size_t>(j)] = 1;
       }
       for (std::int64_t j = 0; j < p.channels; ++j) { // rows going home narrow to the host's moments
+        if (was[static_cast<std::size_t>(j)] != 0 && p.is_sel[static_cast<std::size_t>(j)] == 0) {
+          store_host_row(p, j, 0, false);
+        }
         if (was[static_cast<std::size_t>(j)] != 0 && p.is_sel[static_cast<std::size_t>(j)] == 0 &&
             cfg_.host_moments == zenflow::moment_precision::bf16) {
           for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
@@ -539,6 +557,7 @@ private:
             store_host_moments(p, u, c);
             job.w[i][u] = round_to_dtype(p.master[u], p.dt);
           }
+          store_host_row(p, j, c, true);
         }
       }
       if (job.any) {

@@ -103,10 +103,13 @@ enum class upload_policy : std::uint8_t { whole_window, chunk_ring };
 enum class accumulation_site : std::uint8_t { host, device };
 
 /// How the host keeps the Adam moments m and v of its channels; the arithmetic is fp32 either way.
-/// JSON (`zenflow_ext.host_moments`): "fp32" | "bf16". bf16 halves them (8 instead of 12 bytes
-/// of host state, 20 instead of 28 bytes moved per parameter per host update), stored with
-/// stochastic rounding (docs/primitives.md, "Fewer bytes per parameter"); the device keeps fp32.
-enum class moment_precision : std::uint8_t { fp32, bf16 };
+/// JSON (`zenflow_ext.host_moments`): "fp32" | "bf16" | "int8". bf16 halves them (8 instead of 12
+/// bytes of host state, 20 instead of 28 bytes moved per parameter per host update), stored with
+/// stochastic rounding (docs/primitives.md, "Fewer bytes per parameter"); int8 keeps a byte each
+/// plus an fp32 scale per 64 elements of a row (6.125 bytes of host state; block-wise absmax,
+/// v as sqrt(v): core/detail/moment_q8.hpp). The device keeps fp32. int8 is single-rank only
+/// for now (data parallel's owner partition refuses it).
+enum class moment_precision : std::uint8_t { fp32, bf16, int8 };
 
 /// Per-parameter hyper-parameters for the parameters whose registration name matches `match`
 /// (`zenflow_ext.param_groups`; docs/config.md). `match` with a `*` or `?` is a glob over

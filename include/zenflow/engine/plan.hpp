@@ -8,10 +8,10 @@
 /// detail::resolve_d2h_slots is called as is); the bound is the pipeline benchmark's
 /// (`pipeline_bound`, which bench/engine/pipeline_report.hpp calls: one implementation).
 /// Accumulation of the window's gradient sum on the device (`plan_accumulation::device`,
-/// config::accumulate: the fp32 sum goes down once per window) is the engine's on one rank.
-/// Modelled but not implemented by the engine yet, and named in `plan_result::not_implemented`
-/// when used: 8-bit host moments (`plan_moments::int8`: 1 B per moment plus an fp32 scale per
-/// block) and device accumulation with data parallel (`gpus` > 1). docs/planning.md.
+/// config::accumulate: the fp32 sum goes down once per window) is the engine's on one rank, and
+/// 8-bit host moments (`plan_moments::int8`) are the engine's. Modelled but not implemented by the
+/// engine yet, and named in `plan_result::not_implemented` when used: device accumulation with
+/// data parallel (`gpus` > 1) and an int8 block other than the engine's 64. docs/planning.md.
 ///
 ///   zenflow::plan_model m = zenflow::plan_model::preset("7b");
 ///   zenflow::plan_hardware hw{.host_bytes_per_s = 300e9, .pcie_bytes_per_s = 25e9, .step_s = 1.5};
@@ -85,7 +85,7 @@ struct plan_hardware {
   std::int64_t gpus = 1;          ///< data-parallel ranks sharing the host (docs/data-parallel.md)
 };
 
-/// How the host keeps the Adam moments. int8: modelled, not implemented by the engine.
+/// How the host keeps the Adam moments (config::host_moments).
 enum class plan_moments : std::uint8_t { fp32, bf16, int8 };
 /// Where a window's unselected gradients are summed (config::accumulate; device: one rank only).
 enum class plan_accumulation : std::uint8_t { host, device };
@@ -101,7 +101,7 @@ struct plan_config {
   std::int64_t ring_slot_bytes = 4 << 20;
   std::int32_t ring_slots = 0;  ///< 0: the engine's automatic sizing
   bool overlap_step = true;     ///< two host accumulators (the window job runs beside the next window)
-  std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (modelled)
+  std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (the engine's: 64)
 
   /// The settings of an engine config (`update_interval` 0, Zen-auto, becomes min_update_interval).
   [[nodiscard]] static plan_config of(const config& c) noexcept;
@@ -190,7 +190,7 @@ struct plan_result {
 /// The first feasible configuration (stall-free, within both memories), changing as little as it
 /// can: the smallest S in [1, max_interval] with the given moments, upload and accumulation
 /// (possibly smaller than the given S); else the upload through the ring (chunk_ring: less device
-/// memory), bf16 moments, then int8 (modelled), then device accumulation (device memory) with each,
+/// memory), bf16 moments, then int8, then device accumulation (device memory) with each,
 /// each at its smallest S. Modes other than zenflow: the plan of the given configuration, found
 /// when it is feasible.
 struct plan_suggestion {

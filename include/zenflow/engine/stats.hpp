@@ -19,7 +19,7 @@ struct memory_usage {
   std::size_t device_upload = 0;         ///< upload buffer (new weights of the unselected channels)
   std::size_t device_scratch = 0;        ///< norms, scores, top-k temporaries, per-step scalars
   std::size_t device_window_sum = 0;     ///< accumulate = device: the two fp32 window sums of the host sets
-  std::size_t host_state = 0;            ///< fp32 master, m/v (fp32 or bf16: host_moments), counts
+  std::size_t host_state = 0;            ///< fp32 master, m/v (fp32, bf16, int8 + scales), counts
   std::size_t host_accumulators = 0;     ///< fp32 gradient accumulators (two when overlapping)
   std::size_t host_ring = 0;             ///< pinned D2H ring
   std::size_t host_upload = 0;           ///< pinned upload buffer

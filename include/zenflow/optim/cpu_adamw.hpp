@@ -100,8 +100,9 @@ template <class G, class T = float, class M = float>
 ///   upload[r] = new master rounded to T (RNE);   acc[c] = 0 (unless `after == window_acc::keep`)
 /// Channels not listed (the selected ones) are not touched.
 ///
-/// @param state  full-size host state (master, m, v, counts) of the matrix; fp32 or bf16 moments
-///               (bf16: stochastic rounding hashed from the whole-matrix element index
+/// @param state  full-size host state (master, m, v, counts) of the matrix; fp32, bf16 or int8
+///               moments (int8: block-wise, core/detail/moment_q8.hpp; bf16 and int8: stochastic
+///               rounding hashed from the whole-matrix element index
 ///               (c + first_channel) * channel_len + j and the new count counts[c] + moment_steps).
 /// @param acc    fp32 accumulator, `channels x channel_len`.
 /// @param steps  n_w, the non-skipped steps summed into acc (>= 0). With 0 there is nothing to
@@ -132,16 +133,26 @@ template <class S, class T, class M = float>
                                        std::int32_t moment_steps = 1,
                                        std::int64_t first_channel = 0) {
   static_assert(is_working_type_v<S> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
-  static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16>,
-                "zenflow: moments are float or bfloat16");
+  static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16> || std::is_same_v<M, int8_moment>,
+                "zenflow: moments are float, bfloat16 or int8_moment");
   constexpr std::string_view fn = "zenflow::host::adamw_window";
   const std::int64_t L = state.channel_len;
   ZF_EXPECT_ARG(state.channels >= 0, fn, "state.channels", "must be >= 0");
   ZF_EXPECT_ARG(L >= 0, fn, "state.channel_len", "must be >= 0");
   const bool has_rows = state.channels > 0 && L > 0;
   ZF_EXPECT_ARG(state.master != nullptr || !has_rows, fn, "state.master", "must not be null");
-  ZF_EXPECT_ARG(state.m != nullptr || !has_rows, fn, "state.m", "must not be null");
-  ZF_EXPECT_ARG(state.v != nullptr || !has_rows, fn, "state.v", "must not be null");
+  if constexpr (std::is_same_v<M, int8_moment>) {
+    ZF_EXPECT_ARG((state.m.code != nullptr && state.m.scale != nullptr) || !has_rows, fn, "state.m",
+                  "must not be null");
+    ZF_EXPECT_ARG((state.v.code != nullptr && state.v.scale != nullptr) || !has_rows, fn, "state.v",
+                  "must not be null");
+    ZF_EXPECT_ARG(state.m.row_len == L && state.v.row_len == L && state.m.which == detail::moment_m &&
+                      state.v.which == detail::moment_v,
+                  fn, "state.m", "int8 moments must have row_len == channel_len (m, then v)");
+  } else {
+    ZF_EXPECT_ARG(state.m != nullptr || !has_rows, fn, "state.m", "must not be null");
+    ZF_EXPECT_ARG(state.v != nullptr || !has_rows, fn, "state.v", "must not be null");
+  }
   ZF_EXPECT_ARG(state.counts != nullptr || state.channels == 0, fn, "state.counts", "must not be null");
   ZF_EXPECT_ARG(acc != nullptr || !has_rows, fn, "acc", "must not be null");
   ZF_EXPECT_ARG(count >= 0 && count <= state.channels, fn, "count", "must be in [0, channels]");
@@ -172,10 +183,17 @@ template <class S, class T, class M = float>
       }
       const std::int32_t t = state.counts[c] + moment_steps;
       const adam_constants k = make_window_constants(hp, t, moment_steps);
-      detail::cpu::window_span<S, T, M>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
-                                        last_coef, state.master + off, state.m + off, state.v + off,
-                                        upload + r * L, L, k, scale, (c + first_channel) * L,
-                                        static_cast<std::uint32_t>(t), after == window_acc::keep);
+      if constexpr (std::is_same_v<M, int8_moment>) {
+        detail::cpu::window_row_q8<S, T>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
+                                         last_coef, state.master + off, state.m + off, state.v + off,
+                                         upload + r * L, L, k, scale, (c + first_channel) * L,
+                                         static_cast<std::uint32_t>(t), after == window_acc::keep);
+      } else {
+        detail::cpu::window_span<S, T, M>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
+                                          last_coef, state.master + off, state.m + off, state.v + off,
+                                          upload + r * L, L, k, scale, (c + first_channel) * L,
+                                          static_cast<std::uint32_t>(t), after == window_acc::keep);
+      }
       state.counts[c] = t;
     }
   });

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/detail/moment_q8.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/math/adam.hpp>
@@ -100,15 +102,40 @@ ZF_HOST_DEVICE adamw_hparams item_hparams(adamw_hparams hp, const Item& it) {
 /// Largest tensor a dense call accepts (2^40 elements).
 inline constexpr std::int64_t max_dense_tensor_size = std::int64_t{1} << 40;
 
+/// Where moments of type M live: M*, or for int8_moment a detail::q8_ptr (codes and scales).
+template <class M>
+struct moment_ptr {
+  using type = M*;
+};
+template <>
+struct moment_ptr<int8_moment> {
+  using type = detail::q8_ptr;
+};
+template <class M>
+using moment_ptr_t = typename moment_ptr<M>::type;
+
+/// The moment type M of a moment_ptr_t<M> (the inverse of moment_ptr_t).
+template <class P>
+struct moment_of {
+  using type = std::remove_cv_t<std::remove_pointer_t<P>>;
+};
+template <>
+struct moment_of<detail::q8_ptr> {
+  using type = int8_moment;
+};
+template <class P>
+using moment_of_t = typename moment_of<std::remove_cv_t<P>>::type;
+
 /// The full-size host optimizer state of one matrix parameter: `channels x channel_len` fp32
 /// master, m and v (row c = channel c, contiguous) and one Adam update count per channel.
-/// Moments M are float, or bfloat16 on the host (`host_moments = bf16`: 8 instead of 12 bytes of
-/// host state per parameter; arithmetic stays fp32, see core/detail/moment_rounding.hpp).
+/// Moments M are float, or on the host bfloat16 (`host_moments = bf16`: 8 instead of 12 bytes of
+/// host state per parameter; arithmetic stays fp32, see core/detail/moment_rounding.hpp) or
+/// int8_moment (codes and block scales: core/detail/moment_q8.hpp).
 template <class M>
 struct basic_channel_state {
   float* master = nullptr;
-  M* m = nullptr;
-  M* v = nullptr;
+  moment_ptr_t<M> m{};
+  moment_ptr_t<M> v{};
   std::int32_t* counts = nullptr;
   std::int64_t channels = 0;
   std::int64_t channel_len = 0;

@@ -55,6 +55,12 @@ struct ops {
   static ZF_FORCEINLINE reg sqrt(reg a) { return std::sqrt(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }
   static ZF_FORCEINLINE reg abs(reg a) { return std::fabs(a); }
+  /// a > b ? a : b, lane by lane (b where either is NaN, as maxps).
+  static ZF_FORCEINLINE reg max(reg a, reg b) { return a > b ? a : b; }
+  static ZF_FORCEINLINE reg sub(reg a, reg b) { return a - b; }
+  static ZF_FORCEINLINE reg floor(reg a) { return std::floor(a); }
+  /// a + 1 where x > t (false for NaN), else a.
+  static ZF_FORCEINLINE reg add_one_if_greater(reg a, reg x, reg t) { return x > t ? a + 1.0f : a; }
 };
 } // namespace detail::simd_scalar
 
@@ -122,6 +128,12 @@ struct ops {
   static ZF_FORCEINLINE reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
   static ZF_FORCEINLINE reg sqrt(reg a) { return _mm256_sqrt_ps(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static ZF_FORCEINLINE reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static ZF_FORCEINLINE reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  static ZF_FORCEINLINE reg floor(reg a) { return _mm256_floor_ps(a); }
+  static ZF_FORCEINLINE reg add_one_if_greater(reg a, reg x, reg t) {
+    return _mm256_add_ps(a, _mm256_and_ps(_mm256_cmp_ps(x, t, _CMP_GT_OQ), _mm256_set1_ps(1.0f)));
+  }
   static ZF_FORCEINLINE reg abs(reg a) {
     return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
   }
@@ -189,6 +201,14 @@ struct ops {
   static ZF_FORCEINLINE reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
   static ZF_FORCEINLINE reg sqrt(reg a) { return _mm512_sqrt_ps(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static ZF_FORCEINLINE reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static ZF_FORCEINLINE reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  static ZF_FORCEINLINE reg floor(reg a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  }
+  static ZF_FORCEINLINE reg add_one_if_greater(reg a, reg x, reg t) {
+    return _mm512_mask_add_ps(a, _mm512_cmp_ps_mask(x, t, _CMP_GT_OQ), a, _mm512_set1_ps(1.0f));
+  }
   static ZF_FORCEINLINE reg abs(reg a) {
     return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7fffffff)));
   }

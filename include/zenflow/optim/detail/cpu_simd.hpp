@@ -15,6 +15,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/cpu_simd.hpp>
+#include <zenflow/core/detail/moment_q8.hpp>
 #include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/detail/simd_ops.hpp>
 #include <zenflow/core/dtype.hpp>
@@ -101,6 +102,24 @@ void window_span(float* acc,
                  bool keep_acc = false) {
   ZF_CPU_DISPATCH(
       window_span<S, T, M>(acc, slot, coef, master, m, v, out, n, c, scale, index0, count, keep_acc))
+}
+
+template <class S, class T>
+void window_row_q8(float* acc,
+                   const S* slot,
+                   float coef,
+                   float* master,
+                   q8_ptr m,
+                   q8_ptr v,
+                   T* out,
+                   std::int64_t n,
+                   const adam_constants& c,
+                   float scale,
+                   std::int64_t index0,
+                   std::uint32_t count,
+                   bool keep_acc) {
+  ZF_CPU_DISPATCH(
+      window_row_q8<S, T>(acc, slot, coef, master, m, v, out, n, c, scale, index0, count, keep_acc))
 }
 
 template <class S>

@@ -179,6 +179,110 @@ void window_span(float* acc,
   }
 }
 
+/// window_span on one whole row of `n` elements with int8 moments at the
+/// row's start: acc += coef * slot (slot nullable), AdamW with acc times `scale` as the gradient,
+/// new weights to `out`, acc zeroed unless `keep_acc`. `index0` is the row's first whole-matrix
+/// element index and `count` this update's count (the rounding hash's inputs). Scalar code over
+/// scalar math (math/adam.hpp, core/detail/moment_q8.hpp: exact IEEE operations), compiled per
+/// target so that fma, floor and the loops use the target's instructions: the same bits on every
+/// path, as the tails of the loops above.
+template <class S, class T>
+void window_row_q8(float* acc,
+                   const S* slot,
+                   float coef,
+                   float* master,
+                   q8_ptr m,
+                   q8_ptr v,
+                   T* out,
+                   std::int64_t n,
+                   const adam_constants& c,
+                   float scale,
+                   std::int64_t index0,
+                   std::uint32_t count,
+                   bool keep_acc) {
+  const vconsts k = broadcast(c, scale);
+  const ops::reg kc = ops::set1(coef);
+  const ops::reg zero = ops::set1(0.0f);
+  alignas(64) float mf[q8_block], vf[q8_block], uf[q8_block], tm[q8_block], tu[q8_block];
+  alignas(64) float lanes[2][ops::width];
+  for (std::int64_t b = 0; b * q8_block < n; ++b) {
+    const std::int64_t o = b * q8_block;
+    const int nb = static_cast<int>(n - o < q8_block ? n - o : q8_block);
+    const float sm = q8_step(m.scale[b], q8_m_levels), su = q8_step(v.scale[b], q8_u_levels);
+    for (int j = 0; j < nb; ++j) { // dequantize
+      mf[j] = q8_m_value(m.code[o + j], sm);
+      const float u = q8_u_value(v.code[o + j], su);
+      vf[j] = mul_f(u, u);
+    }
+    // The update in lanes (zenflow::adam_update's operations, as window_span), the new u = sqrt(v)
+    // and both absmax (max ignores NaN lanes alike on every path).
+    ops::reg am = zero, au = zero;
+    int j = 0;
+    for (; j + ops::width <= nb; j += ops::width) {
+      const std::int64_t i = o + j;
+      ops::reg g = ops::load(acc + i);
+      if (slot != nullptr) {
+        g = ops::fma(kc, ops::load(slot + i), g);
+      }
+      ops::reg p = ops::load(master + i);
+      ops::reg mm = ops::load(mf + j);
+      ops::reg vv = ops::load(vf + j);
+      update(p, mm, vv, g, k);
+      const ops::reg uu = ops::sqrt(vv);
+      ops::store(master + i, p);
+      ops::store(out + i, p);
+      ops::store(mf + j, mm);
+      ops::store(uf + j, uu);
+      am = ops::max(ops::abs(mm), am);
+      au = ops::max(uu, au);
+      if (!keep_acc) {
+        ops::store(acc + i, zero);
+      }
+    }
+    ops::store(lanes[0], am);
+    ops::store(lanes[1], au);
+    float amax = 0.0f, umax = 0.0f;
+    for (int l = 0; l < ops::width; ++l) {
+      amax = lanes[0][l] > amax ? lanes[0][l] : amax;
+      umax = lanes[1][l] > umax ? lanes[1][l] : umax;
+    }
+    for (; j < nb; ++j) { // a partial block's tail
+      const std::int64_t i = o + j;
+      float g = acc[i];
+      if (slot != nullptr) {
+        g = accumulate_value(g, coef, to_float(slot[i]));
+      }
+      out[i] = from_float<T>(adam_update(master[i], mf[j], vf[j], g, scale, c));
+      uf[j] = sqrt_f(vf[j]);
+      const float a = std::fabs(mf[j]);
+      amax = a > amax ? a : amax;
+      umax = uf[j] > umax ? uf[j] : umax;
+      if (!keep_acc) {
+        acc[i] = 0.0f;
+      }
+    }
+    m.scale[b] = amax;
+    v.scale[b] = umax;
+    // Requantize: the stochastic rounding in lanes (q8_round_stochastic's operations), then the
+    // codes (q8_quantize_block's steps).
+    q8_thresholds(static_cast<std::uint64_t>(index0 + o), nb, count, tm, tu);
+    const float im = q8_inverse(amax, q8_m_levels), iu = q8_inverse(umax, q8_u_levels);
+    const ops::reg vim = ops::set1(im), viu = ops::set1(iu);
+    j = 0;
+    for (; j + ops::width <= nb; j += ops::width) {
+      const ops::reg qm = ops::mul(ops::load(mf + j), vim), qu = ops::mul(ops::load(uf + j), viu);
+      const ops::reg fm = ops::floor(qm), fu = ops::floor(qu);
+      ops::store(mf + j, ops::add_one_if_greater(fm, ops::sub(qm, fm), ops::load(tm + j)));
+      ops::store(uf + j, ops::add_one_if_greater(fu, ops::sub(qu, fu), ops::load(tu + j)));
+    }
+    for (; j < nb; ++j) {
+      mf[j] = q8_round_stochastic(mul_f(mf[j], im), tm[j]);
+      uf[j] = q8_round_stochastic(mul_f(uf[j], iu), tu[j]);
+    }
+    q8_codes(mf, uf, nb, umax > 0.0f, m.code + o, v.code + o);
+  }
+}
+
 /// acc = coef * slot over n elements, as accumulate_span would compute it into a zeroed acc
 /// (the same fma with +0, so the same bits), without reading acc.
 template <class S>

@@ -171,6 +171,8 @@ inline std::string_view to_string(moment_precision v) noexcept {
     return "fp32";
   case moment_precision::bf16:
     return "bf16";
+  case moment_precision::int8:
+    return "int8";
   }
   return "?";
 }
@@ -334,8 +336,9 @@ inline void config::validate() const {
           "must be finite and >= 0, got " + value_text(g.weight_decay.value_or(0)));
   }
 
-  check(host_moments == moment_precision::fp32 || host_moments == moment_precision::bf16,
-        ext_key("host_moments"), "is not a valid moment_precision (\"fp32\" or \"bf16\")");
+  check(host_moments == moment_precision::fp32 || host_moments == moment_precision::bf16 ||
+            host_moments == moment_precision::int8,
+        ext_key("host_moments"), "is not a valid moment_precision (\"fp32\", \"bf16\" or \"int8\")");
 
   // Transport.
   check(upload == upload_policy::whole_window || upload == upload_policy::chunk_ring, ext_key("upload"),

@@ -136,8 +136,10 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
   } else if (name == "min_select_interval") {
     c.min_select_interval = json_integer_in(v, key, 1, config::max_steps_value);
   } else if (name == "host_moments") {
-    c.host_moments = json_enum<moment_precision>(
-        v, key, {{"fp32", moment_precision::fp32}, {"bf16", moment_precision::bf16}});
+    c.host_moments = json_enum<moment_precision>(v, key,
+                                                 {{"fp32", moment_precision::fp32},
+                                                  {"bf16", moment_precision::bf16},
+                                                  {"int8", moment_precision::int8}});
   } else if (name == "importance") {
     c.importance =
         json_enum<channel_norm>(v, key, {{"sq_l2", channel_norm::sq_l2}, {"l1", channel_norm::l1}});

@@ -306,8 +306,8 @@ public:
     if (h.shard.whole(pi.channels)) {
       return migrate_whole(*plan_, p, pi, h, new_sel, stream);
     }
-    return h.moments.visit([&](auto* hm, auto* hv) {
-      using M = std::remove_pointer_t<decltype(hm)>;
+    return h.moments.visit([&](auto hm, auto hv) {
+      using M = moment_of_t<decltype(hm)>;
       const auto bytes = migrate_partitioned<M>(
           *plan_, comm_, p, pi, h, hm, hv, new_sel, [&](int r) { return block(p, pi, r); }, stage_, pending_,
           stream);
@@ -356,8 +356,8 @@ public:
     if (!pi.host_side || h.shard.whole(pi.channels)) {
       return read_whole_state(*plan_, p, pi, h, stream);
     }
-    return h.moments.visit([&](auto* hm, auto* hv) {
-      using M = std::remove_pointer_t<decltype(hm)>;
+    return h.moments.visit([&](auto hm, auto hv) {
+      using W = wire_moment_t<moment_of_t<decltype(hm)>>; // int8: each block widened (exact) first
       plan_->wait_migration(); // a selection's leaving rows are home in this rank's block
       const auto L = static_cast<std::size_t>(pi.channel_len);
       std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
@@ -372,14 +372,14 @@ public:
         gather_host_blocks(plan_->backend(), comm_, mine, all.data(), sizes, stage,
                            stream); // collectives.hpp
       };
-      std::vector<float> master;
-      std::vector<M> m, v;
+      std::vector<float> master, wm, wv;
+      std::vector<W> m, v;
       std::vector<std::int32_t> counts;
       gather(h.master.data(), master, L * 4);
-      gather(hm, m, L * sizeof(M));
-      gather(hv, v, L * sizeof(M));
+      gather(widened(hm, h.master.size(), wm), m, L * sizeof(W));
+      gather(widened(hv, h.master.size(), wv), v, L * sizeof(W));
       gather(h.counts.data(), counts, 4);
-      const basic_channel_state<M> rows{master.data(), m.data(),    v.data(),
+      const basic_channel_state<W> rows{master.data(), m.data(),    v.data(),
                                         counts.data(), pi.channels, pi.channel_len};
       return plan_->read_full_state(p, &rows, stream);
     });

@@ -22,6 +22,7 @@
 #include <deque>
 #include <iterator>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/moment_rows.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/optim/types.hpp>
 
@@ -81,7 +83,8 @@ struct partitioned_migration_bytes {
 
 /// device_plan::migrate() of matrix `p` (device set h.sel -> new_sel) with its host state split
 /// by owner: `h` holds this rank's block (h.shard.first, h.shard.channels; moments hm, hv of type M),
-/// `block_of(r)` is rank r's {first channel, channels}. `stage` (device memory) holds the
+/// `block_of(r)` is rank r's {first channel, channels}. Entering rows cross as wire_moment_t<M>
+/// (int8 rows widened to fp32 by their owner: the device keeps fp32). `stage` (device memory) holds the
 /// matrix's entering rows, at most its device capacity x (12 x channel_len + 4) bytes. A
 /// collective: every rank calls it with the same sets.
 template <class M, class Backend, class Comm, class HostParam, class BlockOf, class Stage>
@@ -90,20 +93,21 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
                                                 std::size_t p,
                                                 const param_info& pi,
                                                 HostParam& h,
-                                                M* hm,
-                                                M* hv,
+                                                moment_ptr_t<M> hm,
+                                                moment_ptr_t<M> hv,
                                                 const std::vector<std::int32_t>& new_sel,
                                                 BlockOf&& block_of,
                                                 Stage& stage,
                                                 selection_staging<Backend>& pending,
                                                 cudaStream_t stream) {
+  using W = wire_moment_t<M>;
   const basic_channel_state<M> rows_here{h.master.data(), hm, hv, h.counts.data(), h.shard.channels,
                                          pi.channel_len};
   std::vector<std::int32_t> enter;
   std::set_difference(new_sel.begin(), new_sel.end(), h.sel.begin(), h.sel.end(), std::back_inserter(enter));
   if (enter.empty()) { // the same on every rank (the same sets): no rank gathers
     const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows_here, h.shard.first,
-                                         static_cast<const entering_rows<M>*>(nullptr), stream);
+                                         static_cast<const entering_rows<W>*>(nullptr), stream);
     return {down, up, 0};
   }
   const auto L = static_cast<std::size_t>(pi.channel_len);
@@ -118,13 +122,13 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   // Rows of the owners before this rank: where this rank's block starts in each array.
   const std::size_t before =
       std::accumulate(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(me), std::size_t{0});
-  // n rows as [master n x L fp32 | m n x L | v n x L (type M) | n counts]: each array's byte
+  // n rows as [master n x L fp32 | m n x L | v n x L (type W) | n counts]: each array's byte
   // offset, and the total.
   const auto layout = [L](std::size_t n) {
-    return std::array<std::size_t, 5>{0, n * L * 4, n * L * (4 + sizeof(M)), n * L * (4 + 2 * sizeof(M)),
-                                      n * (L * (4 + 2 * sizeof(M)) + 4)};
+    return std::array<std::size_t, 5>{0, n * L * 4, n * L * (4 + sizeof(W)), n * L * (4 + 2 * sizeof(W)),
+                                      n * (L * (4 + 2 * sizeof(W)) + 4)};
   };
-  const std::array<std::size_t, 4> width = {L * 4, L * sizeof(M), L * sizeof(M), 4}; // one row's
+  const std::array<std::size_t, 4> width = {L * 4, L * sizeof(W), L * sizeof(W), 4}; // one row's
   const std::size_t mine = rows[me];
   const auto all_at = layout(enter.size());
   const auto own_at = layout(mine);
@@ -133,8 +137,14 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   for (std::size_t e = 0; e < mine; ++e) {
     const auto c = static_cast<std::size_t>(enter[before + e] - h.shard.first);
     std::memcpy(own + own_at[0] + e * width[0], h.master.data() + c * L, width[0]);
-    std::memcpy(own + own_at[1] + e * width[1], hm + c * L, width[1]);
-    std::memcpy(own + own_at[2] + e * width[2], hv + c * L, width[2]);
+    if constexpr (std::is_same_v<M, int8_moment>) { // widened by the owner (4-byte aligned rows)
+      const auto at = static_cast<std::int64_t>(c * L);
+      load_moment_row(reinterpret_cast<float*>(own + own_at[1] + e * width[1]), hm + at, L);
+      load_moment_row(reinterpret_cast<float*>(own + own_at[2] + e * width[2]), hv + at, L);
+    } else {
+      std::memcpy(own + own_at[1] + e * width[1], hm + c * L, width[1]);
+      std::memcpy(own + own_at[2] + e * width[2], hv + c * L, width[2]);
+    }
     std::memcpy(own + own_at[3] + e * width[3], &h.counts[c], width[3]);
   }
   std::byte* const staged = stage.data();
@@ -158,9 +168,9 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   if constexpr (!Comm::is_device) {
     plan.backend().copy_h2d(staged, gathered_host, all_at[4], stream);
   }
-  const entering_rows<M> entering{reinterpret_cast<const float*>(staged + all_at[0]),
-                                  reinterpret_cast<const M*>(staged + all_at[1]),
-                                  reinterpret_cast<const M*>(staged + all_at[2]),
+  const entering_rows<W> entering{reinterpret_cast<const float*>(staged + all_at[0]),
+                                  reinterpret_cast<const W*>(staged + all_at[1]),
+                                  reinterpret_cast<const W*>(staged + all_at[2]),
                                   reinterpret_cast<const std::int32_t*>(staged + all_at[3])};
   const auto [down, up] = plan.migrate(p, h.sel, new_sel, rows_here, h.shard.first, &entering, stream);
   // Up: the lists, and the rows: this rank's own (device communicator) or all of them.

@@ -96,8 +96,8 @@ double run_host_window(const config& cfg,
     hp.lr =
         static_cast<float>(static_cast<double>(hp.lr) * host_lr_factor(cfg.host_lr_scale, n_w, coherence));
     // This rank's share only (data parallel: its block; the others' weights come by all-gather).
-    h.moments.visit([&](auto* m, auto* v) {
-      using M = std::remove_pointer_t<decltype(m)>;
+    h.moments.visit([&](auto m, auto v) {
+      using M = moment_of_t<decltype(m)>;
       const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.shard.channels,
                                       pi.channel_len};
       dispatch_dtype(pi.type, [&](auto tag) {

@@ -17,7 +17,8 @@
 ///     engine/trigger   select_on_mass_drop's state (only with the trigger on): ckpt_trigger
 ///     p<i>/sel         the device set the engine reports (int32, ascending)
 ///     p<i>/master, m, v, counts, acc, rest_l1    host state and the open window (host-side only);
-///                      m and v as the host stores them: fp32, or bf16 with host_moments "bf16"
+///                      m and v as the host stores them: fp32, bf16 or int8 (host_moments)
+///     p<i>/m_scale, v_scale                       int8 host moments only: the fp32 block scales
 ///     p<i>/upload      the pending host job's new weights, host-set order (overlap, pending only;
 ///                      a rank over a device communicator: its share)
 ///     p<i>/dev_sel, dev_rows, dev_counts         the device rows (master | m | v), k rows each

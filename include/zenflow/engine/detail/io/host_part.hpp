@@ -3,7 +3,7 @@
 /// device set as the engine reports it (p<i>/sel) and, host-side parameters, this rank's host
 /// rows (master, m, v, counts), the open window's accumulator and rest mass, and the pending job's
 /// new weights (upload); and the Zen-auto masses of the last two steps (engine/masses). m and v
-/// are saved as the host stores them (fp32, or bf16 with host_moments "bf16").
+/// are saved as the host stores them (fp32, bf16 or int8 with its block scales: host_moments).
 #pragma once
 
 #include <algorithm>
@@ -78,8 +78,8 @@ void restore_masses(const checkpoint_reader& in, Host& host, std::size_t matrice
   }
 }
 
-/// A file whose host moments have the other precision (its first host-side parameter's m holds
-/// 2 bytes per element where this engine keeps 4, or the reverse) was saved under the other
+/// A file whose host moments have another precision (its first host-side parameter's m holds
+/// 1, 2 or 4 bytes per element where this engine keeps another) was saved under another
 /// host_moments: say so by name (the config hash alone would only say "another configuration").
 template <class Host>
 void same_host_moments(const checkpoint_reader& in,
@@ -93,9 +93,11 @@ void same_host_moments(const checkpoint_reader& in,
     }
     const auto n = static_cast<std::uint64_t>(host[p].master.size()); // data parallel: the block
     const moment_precision mine = cfg.host_moments;
-    const moment_precision other =
-        mine == moment_precision::fp32 ? moment_precision::bf16 : moment_precision::fp32;
-    if (n > 0 && s->bytes == n * moment_bytes(other)) {
+    for (const moment_precision other :
+         {moment_precision::fp32, moment_precision::bf16, moment_precision::int8}) {
+      if (other == mine || n == 0 || s->bytes != n * moment_bytes(other)) {
+        continue;
+      }
       checkpoint::fail(
           checkpoint_errc::other_config, in.name(),
           "holds " + std::string(to_string(other)) + " host moments (saved with zenflow_ext.host_moments \"" +
@@ -123,6 +125,10 @@ void save_host_rows(checkpoint_writer& out,
   out.section(ckpt_tag(p, "master"), h.master.data(), n * 4);
   out.section(ckpt_tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
   out.section(ckpt_tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
+  if (h.moments.scale_count() > 0) { // int8's block scales (fp32 and bf16 files have none)
+    out.section(ckpt_tag(p, "m_scale"), h.moments.scales(0), h.moments.scale_count() * 4);
+    out.section(ckpt_tag(p, "v_scale"), h.moments.scales(1), h.moments.scale_count() * 4);
+  }
   out.section(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
   out.section(ckpt_tag(p, "acc"), h.sum(a).data(), n * 4);
   out.section(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
@@ -164,6 +170,11 @@ void check_host_rows(const checkpoint_reader& in,
   for (const char* t : {"m", "v"}) {
     ckpt_need(in, ckpt_tag(p, t), n * h.moments.element_bytes());
   }
+  if (h.moments.scale_count() > 0) {
+    for (const char* t : {"m_scale", "v_scale"}) {
+      ckpt_need(in, ckpt_tag(p, t), h.moments.scale_count() * 4);
+    }
+  }
   ckpt_need(in, ckpt_tag(p, "counts"), h.counts.size() * 4);
   ckpt_need(in, ckpt_tag(p, "rest_l1"), 8);
   const std::size_t rows = upload_rows_after(pi, h, sel);
@@ -190,6 +201,10 @@ void restore_host_rows(const checkpoint_reader& in,
   in.read(ckpt_tag(p, "master"), h.master.data(), n * 4);
   in.read(ckpt_tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
   in.read(ckpt_tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
+  if (h.moments.scale_count() > 0) {
+    in.read(ckpt_tag(p, "m_scale"), h.moments.scales(0), h.moments.scale_count() * 4);
+    in.read(ckpt_tag(p, "v_scale"), h.moments.scales(1), h.moments.scale_count() * 4);
+  }
   in.read(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
   std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
   in.read(ckpt_tag(p, "acc"), h.sum(a).data(), n * 4);

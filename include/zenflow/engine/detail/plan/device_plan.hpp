@@ -173,14 +173,15 @@ public:
   /// `stream` (host_task), so the host reads them only after the stream has passed that point
   /// (the consumer's slots of this step, wait_migration()). Returns {device->host, host->device}
   /// bytes (the latter without the rows of `on_device`). Host moments M may be bf16
-  /// (host_moments.hpp): leaving rows round to nearest, entering rows widen exactly.
-  template <class M>
+  /// (host_moments.hpp): leaving rows round to nearest, entering rows widen exactly. `on_device`
+  /// has moments of type W (int8 host moments cross as fp32: W = float).
+  template <class M, class W = M>
   std::pair<std::size_t, std::size_t> migrate(std::size_t p,
                                               const std::vector<std::int32_t>& old_sel,
                                               const std::vector<std::int32_t>& new_sel,
                                               const basic_channel_state<M>& host_rows,
                                               std::int64_t host_first,
-                                              const entering_rows<M>* on_device,
+                                              const entering_rows<W>* on_device,
                                               cudaStream_t stream);
   /// Installs `p`'s ascending host-set channels (stream-ordered). Returns the bytes copied up.
   std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);
@@ -307,10 +308,10 @@ private:
   /// Kept rows move to their new positions, in place.
   void move_kept_rows(const migration_lists& l, cudaStream_t stream);
   /// Entering rows installed: from the host rows (staged by a host task) or from `on_device`.
-  template <class M>
+  template <class M, class W>
   void install_entering_rows(migration_lists& l,
                              const basic_channel_state<M>& host_rows,
-                             const entering_rows<M>* on_device,
+                             const entering_rows<W>* on_device,
                              cudaStream_t stream);
 
   struct dev_param {

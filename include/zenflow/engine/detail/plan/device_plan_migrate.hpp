@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -140,13 +141,13 @@ struct migration_lists {
 };
 
 template <class Backend>
-template <class M>
+template <class M, class W>
 std::pair<std::size_t, std::size_t> device_plan<Backend>::migrate(std::size_t p,
                                                                   const std::vector<std::int32_t>& old_sel,
                                                                   const std::vector<std::int32_t>& new_sel,
                                                                   const basic_channel_state<M>& host_rows,
                                                                   std::int64_t host_first,
-                                                                  const entering_rows<M>* on_device,
+                                                                  const entering_rows<W>* on_device,
                                                                   cudaStream_t stream) {
   auto& d = dev_[p];
   migration_lists l = index_lists(old_sel, new_sel, host_rows.channels, host_first);
@@ -250,8 +251,8 @@ void device_plan<Backend>::rows_home(migration_lists& l,
                  for (std::int64_t r = 0; r < nl; ++r) {
                    const std::int64_t c = leave_ch[static_cast<std::size_t>(r)];
                    std::memcpy(host_rows.master + c * L, hs + r * L, row_bytes);
-                   store_moment_row(host_rows.m + c * L, hs + (nl + r) * L, static_cast<std::size_t>(L));
-                   store_moment_row(host_rows.v + c * L, hs + (2 * nl + r) * L, static_cast<std::size_t>(L));
+                   store_moment_rows(host_rows.m + c * L, host_rows.v + c * L, hs + (nl + r) * L,
+                                     hs + (2 * nl + r) * L, static_cast<std::size_t>(L));
                    host_rows.counts[c] = hc[r];
                  }
                });
@@ -276,10 +277,10 @@ void device_plan<Backend>::move_kept_rows(const migration_lists& l, cudaStream_t
 }
 
 template <class Backend>
-template <class M>
+template <class M, class W>
 void device_plan<Backend>::install_entering_rows(migration_lists& l,
                                                  const basic_channel_state<M>& host_rows,
-                                                 const entering_rows<M>* on_device,
+                                                 const entering_rows<W>* on_device,
                                                  cudaStream_t stream) {
   const std::int64_t ne = l.ne;
   const std::int64_t L = l.len;

@@ -98,7 +98,7 @@ inline plan_config plan_config::of(const config& c) noexcept {
   p.mode = c.mode;
   p.topk_ratio = c.topk_ratio;
   p.update_interval = c.update_interval > 0 ? c.update_interval : c.min_update_interval;
-  p.moments = c.host_moments == moment_precision::bf16 ? plan_moments::bf16 : plan_moments::fp32;
+  p.moments = static_cast<plan_moments>(c.host_moments); // the same three, in the same order
   p.accumulate =
       c.accumulate == accumulation_site::device ? plan_accumulation::device : plan_accumulation::host;
   p.upload = c.upload;
@@ -333,7 +333,9 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     }
     // Host: the full-size state (partitioned over the ranks: the node holds one copy), the
     // accumulators, and each rank's upload buffer.
-    host.state += n * (4.0 + 2.0 * mb) + channels * 4.0;
+    const double q8 = cfg.moments == plan_moments::int8; // int8: two fp32 scales per 64 of a row
+    host.state += q8 * channels * 8.0 * std::ceil(len / static_cast<double>(cfg.int8_block)) +
+                  n * (4.0 + 2.0 * (q8 ? 1.0 : mb)) + channels * 4.0;
     const double rows = zen ? (channels - cap) * len : n;
     if (device_acc) {
       // The window sum lands in one host buffer of the accumulators' layout (full size: the
@@ -375,9 +377,9 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   r.stall_free = zen ? stages <= t.compute * (1.0 + 1e-12) : !sync;
   r.fits_host = hw.host_memory_bytes == 0 || host.total() <= hw.host_memory_bytes;
   r.fits_device = hw.device_memory_bytes == 0 || dev.total() <= hw.device_memory_bytes;
-  if (zen && cfg.moments == plan_moments::int8) {
-    r.not_implemented.push_back("int8 host moments (modelled: 1 B per moment + an fp32 scale per " +
-                                std::to_string(cfg.int8_block) + " elements)");
+  if (zen && cfg.moments == plan_moments::int8 && cfg.int8_block != 64) {
+    r.not_implemented.push_back("int8 host moments with an fp32 scale per " + std::to_string(cfg.int8_block) +
+                                " elements (the engine's blocks are 64)");
   }
   if (device_acc && N > 1) {
     r.not_implemented.push_back("device accumulation with data parallel (modelled: the engine runs it on "
@@ -402,7 +404,7 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
     upload_policy upload;
   };
   // The changes that cost no device memory first (the upload through the ring, bf16 moments, then
-  // int8, modelled), then device accumulation (8 B per unselected element on the device) with each.
+  // int8), then device accumulation (8 B per unselected element on the device) with each.
   std::vector<choice> tries;
   for (const plan_accumulation a : {cfg.accumulate, plan_accumulation::device}) {
     for (const plan_moments m : {cfg.moments, plan_moments::bf16, plan_moments::int8}) {

@@ -20,6 +20,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/moment_rows.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/param_state.hpp>
 
@@ -63,8 +64,8 @@ std::size_t init_whole_rows(
 /// f(rows) with `h`'s host rows of every channel as a basic_channel_state of its moment type.
 template <class HostParam, class F>
 decltype(auto) with_whole_rows(const param_info& pi, HostParam& h, F&& f) {
-  return h.moments.visit([&](auto* hm, auto* hv) -> decltype(auto) {
-    using M = std::remove_pointer_t<decltype(hm)>;
+  return h.moments.visit([&](auto hm, auto hv) -> decltype(auto) {
+    using M = moment_of_t<decltype(hm)>;
     const basic_channel_state<M> rows{h.master.data(), hm, hv, h.counts.data(), pi.channels, pi.channel_len};
     return f(rows);
   });
@@ -80,8 +81,9 @@ std::pair<std::size_t, std::size_t> migrate_whole(device_plan<Backend>& plan,
                                                   const std::vector<std::int32_t>& new_sel,
                                                   cudaStream_t stream) {
   return with_whole_rows(pi, h, [&](const auto& rows) {
-    using M = std::remove_cv_t<std::remove_pointer_t<decltype(rows.m)>>;
-    return plan.migrate(p, h.sel, new_sel, rows, 0, static_cast<const entering_rows<M>*>(nullptr), stream);
+    using M = moment_of_t<decltype(rows.m)>;
+    return plan.migrate(p, h.sel, new_sel, rows, 0,
+                        static_cast<const entering_rows<wire_moment_t<M>>*>(nullptr), stream);
   });
 }
 
