@@ -19,12 +19,15 @@
 /// The hand-overs are bases, so that the fields keep their names for the engine's other parts.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/handover.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
+#include <zenflow/engine/stats.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -41,6 +44,31 @@ struct host_param : window_accumulators, channel_sets {
   /// shares are gathered on the device), sized for its block; else every host-set position.
   bool upload_share = false;
   landing_buffer land; ///< gradients announced early, until the step's coef arrives
+
+  /// initialize(), after its rows (master, shard, host set) are set: zeroed moments (`cfg`'s
+  /// precision) and counts, the accumulators (`two`: the window job runs beside the next window's
+  /// sums), the upload buffer (`share`: this rank's share only) of `channel_bytes` per row of its
+  /// `channels`; their bytes added to `mem`.
+  void allocate_state(const config& cfg,
+                      std::int64_t channel_len,
+                      std::int64_t channels,
+                      std::size_t channel_bytes,
+                      bool two,
+                      bool share,
+                      memory_usage& mem) {
+    const std::size_t n = master.size();
+    moments.assign(n, cfg.host_moments, static_cast<std::size_t>(channel_len));
+    counts.assign(static_cast<std::size_t>(shard.channels), 0);
+    acc[0].assign(n, 0.0f);
+    if (two) {
+      acc[1].assign(n, 0.0f);
+    }
+    upload_share = share;
+    upload = HostBuffer(static_cast<std::size_t>(share ? shard.channels : channels) * channel_bytes);
+    mem.host_state += host_state_bytes(cfg.host_moments, counts.size(), channel_len);
+    mem.host_accumulators += (acc[0].size() + acc[1].size()) * 4;
+    mem.host_upload += upload.size();
+  }
 
   /// The host-set position of `upload`'s first row.
   [[nodiscard]] std::int64_t upload_origin() const noexcept { return upload_share ? shard.pos : 0; }

@@ -245,6 +245,18 @@ void device_plan<Backend>::pack(
 }
 
 template <class Backend>
+void device_plan<Backend>::wait_host_reads() noexcept {
+  try {
+    wait_upload_done();
+  } catch (...) { // NOLINT(bugprone-empty-catch): a failed device has nothing left to copy
+  }
+  try {
+    wait_migration();
+  } catch (...) { // NOLINT(bugprone-empty-catch): as above
+  }
+}
+
+template <class Backend>
 void device_plan<Backend>::wait_own_work() noexcept {
   if (!upload_.stream_created) {
     return; // never set up: nothing was enqueued

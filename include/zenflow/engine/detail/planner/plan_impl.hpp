@@ -15,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include <zenflow/comm/partition.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
@@ -236,34 +235,6 @@ inline std::vector<param_info> plan_params(const plan_model& model, const config
   return out;
 }
 
-/// Data parallel over `ranks` GPUs: each rank's D2H slots, sized by its owner block of every
-/// host-side matrix (owner_partition::kept_channels, the engine's partition rule).
-inline std::vector<d2h_slots>
-rank_slots(const config& e, const std::vector<param_info>& params, std::size_t slot_bytes, int ranks) {
-  if (ranks <= 1) {
-    return {resolve_d2h_slots(e, params, slot_bytes)};
-  }
-  std::vector<partition_matrix> list;
-  std::vector<std::int64_t> index(params.size(), -1);
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    if (params[p].matrix && params[p].host_side) {
-      index[p] = static_cast<std::int64_t>(list.size());
-      // Every element holds the same state, so the bytes per element only scale the partition.
-      list.push_back({params[p].channels, static_cast<std::uint64_t>(params[p].channel_len)});
-    }
-  }
-  std::vector<d2h_slots> out;
-  const channel_partition part = list.empty() ? channel_partition{} : partition_channels(list, ranks);
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<std::int64_t> kept(params.size());
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      kept[p] = index[p] < 0 ? params[p].channels : part.count(static_cast<std::size_t>(index[p]), r);
-    }
-    out.push_back(resolve_d2h_slots(e, params, slot_bytes, kept));
-  }
-  return out;
-}
-
 } // namespace detail
 
 inline plan_result plan(const plan_model& model, const plan_hardware& hw, const plan_config& cfg) {
@@ -280,8 +251,8 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   const auto params = detail::plan_params(model, e);
   const auto slot = static_cast<double>(cfg.ring_slot_bytes);
   // Per rank (data parallel over hw.gpus: each rank's block); the largest is one GPU's staging.
-  const auto per_rank =
-      detail::rank_slots(e, params, static_cast<std::size_t>(cfg.ring_slot_bytes), static_cast<int>(hw.gpus));
+  const auto per_rank = detail::resolve_rank_d2h_slots(
+      e, params, static_cast<std::size_t>(cfg.ring_slot_bytes), static_cast<int>(hw.gpus));
   detail::d2h_slots slots{};
   double ring_slots_node = 0;
   for (const auto& rs : per_rank) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <zenflow/comm/partition.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
@@ -151,6 +152,36 @@ inline d2h_slots resolve_d2h_slots(const config& cfg,
   }
   const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, 1024);
   return {ring, std::clamp<std::size_t>(step, 8, ring)};
+}
+
+/// resolve_d2h_slots of each of `ranks` data-parallel ranks, sized by its owner block of every
+/// host-side matrix (the partition owner_partition::kept_channels reads): what the planner counts.
+inline std::vector<d2h_slots> resolve_rank_d2h_slots(const config& e,
+                                                     const std::vector<param_info>& params,
+                                                     std::size_t slot_bytes,
+                                                     int ranks) {
+  if (ranks <= 1) {
+    return {resolve_d2h_slots(e, params, slot_bytes)};
+  }
+  std::vector<partition_matrix> list;
+  std::vector<std::int64_t> index(params.size(), -1);
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (params[p].matrix && params[p].host_side) {
+      index[p] = static_cast<std::int64_t>(list.size());
+      // Every element holds the same state, so the bytes per element only scale the partition.
+      list.push_back({params[p].channels, static_cast<std::uint64_t>(params[p].channel_len)});
+    }
+  }
+  std::vector<d2h_slots> out;
+  const channel_partition part = list.empty() ? channel_partition{} : partition_channels(list, ranks);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<std::int64_t> kept(params.size());
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      kept[p] = index[p] < 0 ? params[p].channels : part.count(static_cast<std::size_t>(index[p]), r);
+    }
+    out.push_back(resolve_d2h_slots(e, params, slot_bytes, kept));
+  }
+  return out;
 }
 
 /// The device-dense parameters (vectors) in the order of their slots in one contiguous array of

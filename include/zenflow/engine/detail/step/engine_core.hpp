@@ -134,21 +134,11 @@ public:
       }
       if (pi.host_side) {
         (void)par_.init_host_rows(p, stream); // data parallel: this rank's block
-        const std::size_t n = h.master.size();
-        h.moments.assign(n, cfg_.host_moments, static_cast<std::size_t>(pi.channel_len));
-        h.counts.assign(static_cast<std::size_t>(h.shard.channels), 0);
-        h.acc[0].assign(n, 0.0f);
-        if (overlap && !d2h_.sums_on_device()) { // device: one buffer receives each window's sum
-          h.acc[1].assign(n, 0.0f);
-        }
-        // A device communicator gathers a window's shares on the device: this rank's share of the
-        // new weights is all that passes through its host upload buffer.
-        h.upload_share = par_.gathers_windows() && par_.gathers_on_device();
-        h.upload = typename Backend::template host_buffer<std::byte>(
-            static_cast<std::size_t>(h.upload_share ? h.shard.channels : pi.channels) * pi.channel_bytes());
-        stats_.memory.host_state += host_state_bytes(cfg_.host_moments, h.counts.size(), pi.channel_len);
-        stats_.memory.host_accumulators += (h.acc[0].size() + h.acc[1].size()) * 4;
-        stats_.memory.host_upload += h.upload.size();
+        // Device accumulation: one buffer receives each window's sum. A device communicator
+        // gathers a window's shares on the device: this rank's share is all its upload holds.
+        h.allocate_state(cfg_, pi.channel_len, pi.channels, pi.channel_bytes(),
+                         overlap && !d2h_.sums_on_device(),
+                         par_.gathers_windows() && par_.gathers_on_device(), stats_.memory);
         (void)plan_.set_host_set(p, h.host_set, stream);
       } else if (pi.device_dense) {
         // A vector without warm-up starts on the device: its master comes from its weights.
