@@ -10,6 +10,7 @@
 //                  1024-element channels, every channel unselected (36 B per parameter)
 //   zf_window_keep  the same leaving the accumulator as it is (32 B; the next window assigns it)
 //   zf_window_bf16m the same as zf_window_keep with bf16 moments (24 B per parameter)
+//   zf_window_int8m the same with int8 moments (20 B per parameter, + an fp32 scale per 64 each)
 //   zf_accumulate  host::accumulate_channels, bf16 slot into fp32 (10 B per parameter)
 //   zf_assign      the same on a window's first step: acc written, not read (6 B per parameter)
 //   ds_adamw_bf16   DeepSpeed's CPU Adam on bf16 params, grads and moments (14 B; no fp32 master)
@@ -334,6 +335,26 @@ int main(int argc, char** argv) {
                                  bstate, acc.data(), idx.data(), channels, slot.data(), 0.5f, 4, hp,
                                  upload.data(), &pool, zenflow::host::window_acc::keep),
                              "adamw_window bf16 moments");
+                     }});
+    // int8 moments (host_moments "int8"): a byte per moment and an fp32 scale per 64 of a row.
+    const auto blocks =
+        static_cast<std::size_t>(zenflow::detail::q8_blocks(L)) * static_cast<std::size_t>(channels);
+    std::vector<std::uint8_t> qm(N, 0), qv(N, 0);
+    std::vector<float> qms(blocks, 0.0f), qvs(blocks, 0.0f);
+    std::vector<float> wpq(p);
+    std::vector<std::int32_t> counts_q(counts);
+    const zenflow::basic_channel_state<zenflow::int8_moment> qstate{
+        wpq.data(),
+        {qm.data(), qms.data(), L, zenflow::detail::moment_m},
+        {qv.data(), qvs.data(), L, zenflow::detail::moment_v},
+        counts_q.data(),
+        channels,
+        L};
+    cases.push_back({"zf_window_int8m", 20.0, [&] {
+                       check(zenflow::host::adamw_window<bfloat16, bfloat16, zenflow::int8_moment>(
+                                 qstate, acc.data(), idx.data(), channels, slot.data(), 0.5f, 4, hp,
+                                 upload.data(), &pool, zenflow::host::window_acc::keep),
+                             "adamw_window int8 moments");
                      }});
     cases.push_back({"zf_assign", 6.0, [&] {
                        check(zenflow::host::accumulate_channels<bfloat16>(
