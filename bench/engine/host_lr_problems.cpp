@@ -6,6 +6,7 @@
 //                    [--interval N|auto] [--max-interval N] [--warm-up N] [--overlap true|false]
 //                    [--moments-per-step true|false] [--select-interval N|auto]
 //                    [--mass-drop F] [--min-select-interval N] [--steps N]
+//                    [--host-moments fp32|bf16|int8]
 //
 // Prints one JSON object: the held-out loss every 20 steps, its start, end and maximum.
 //
@@ -40,7 +41,8 @@ struct options {
   double mass_drop = 0.0;               // config::select_on_mass_drop (0: off)
   std::int64_t min_select_interval = 0; // 0: the library's default
   bool overlap = true;
-  bool moments_per_step = true; // config::host_moments_per_step
+  bool moments_per_step = true;      // config::host_moments_per_step
+  std::string host_moments = "fp32"; // config::host_moments
 };
 
 constexpr std::int64_t in = 64, out = 16, batch = 32, eval_rows = 2048, eval_every = 20;
@@ -171,6 +173,8 @@ options parse(int argc, char** argv) {
       o.overlap = v == "true";
     } else if (f == "--moments-per-step" && (v == "true" || v == "false")) {
       o.moments_per_step = v == "true";
+    } else if (f == "--host-moments" && (v == "fp32" || v == "bf16" || v == "int8")) {
+      o.host_moments = v;
     } else if (f == "--steps") {
       o.steps = std::stoll(v);
     } else {
@@ -196,6 +200,9 @@ nlohmann::json run(const options& o) {
   cfg.full_warm_up_rounds = o.warm_up;
   cfg.overlap_step = o.overlap;
   cfg.host_moments_per_step = o.moments_per_step;
+  cfg.host_moments = o.host_moments == "int8"   ? zenflow::moment_precision::int8
+                     : o.host_moments == "bf16" ? zenflow::moment_precision::bf16
+                                                : zenflow::moment_precision::fp32;
   if (o.select_interval > 0) {
     cfg.select = zenflow::select_strategy::step;
     cfg.select_interval = o.select_interval;
@@ -270,6 +277,7 @@ nlohmann::json run(const options& o) {
   j["warm_up"] = o.warm_up;
   j["overlap"] = o.overlap;
   j["moments_per_step"] = o.moments_per_step;
+  j["host_moments"] = o.host_moments;
   j["steps"] = o.steps;
   j["loss_start"] = start;
   j["loss_final"] = final_loss;
