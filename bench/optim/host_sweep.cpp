@@ -269,10 +269,24 @@ int main(int argc, char** argv) {
     std::mt19937 gen(static_cast<unsigned>(n));
     std::normal_distribution<float> dist(0.0f, 1.0f);
     const auto N = static_cast<std::size_t>(n);
-    std::vector<float> p(N), m(N, 0.0f), v(N, 0.0f), g(N), dp(N), dm(N, 0.0f), dv(N, 0.0f), dg(N);
+    const auto wanted = [&](const char* name) {
+      return o.cases.empty() || std::find(o.cases.begin(), o.cases.end(), name) != o.cases.end();
+    };
+    // Each case's own buffers only when it runs (--cases), so that larger sizes fit with fewer cases.
+    std::vector<float> p(N), g(N), m, v, dp, dm, dv, dg;
     for (std::size_t i = 0; i < N; ++i) {
-      p[i] = dp[i] = dist(gen);
-      g[i] = dg[i] = 1e-2f * dist(gen);
+      p[i] = dist(gen);
+      g[i] = 1e-2f * dist(gen);
+    }
+    if (wanted("zf_adamw")) {
+      m.assign(N, 0.0f);
+      v.assign(N, 0.0f);
+    }
+    if (with_ds && wanted("ds_adamw")) {
+      dp = p;
+      dg = g;
+      dm.assign(N, 0.0f);
+      dv.assign(N, 0.0f);
     }
     const std::int64_t L = 1024;
     const std::int64_t channels = n / L;
@@ -285,8 +299,29 @@ int main(int argc, char** argv) {
     for (std::size_t c = 0; c < idx.size(); ++c) {
       idx[c] = static_cast<std::int32_t>(c);
     }
-    std::vector<float> wp(p), wm(N, 0.0f), wv(N, 0.0f), wpk(p), wmk(N, 0.0f), wvk(N, 0.0f), wpb(p), pb(p);
-    std::vector<bfloat16> mb(N, zenflow::from_float<bfloat16>(0.0f)), vb(mb), wmb(mb), wvb(mb);
+    const bfloat16 zero16 = zenflow::from_float<bfloat16>(0.0f);
+    std::vector<float> wp, wm, wv, wpk, wmk, wvk, wpb, pb;
+    std::vector<bfloat16> mb, vb, wmb, wvb;
+    if (wanted("zf_window")) {
+      wp = p;
+      wm.assign(N, 0.0f);
+      wv.assign(N, 0.0f);
+    }
+    if (wanted("zf_window_keep")) {
+      wpk = p;
+      wmk.assign(N, 0.0f);
+      wvk.assign(N, 0.0f);
+    }
+    if (wanted("zf_window_bf16m")) {
+      wpb = p;
+      wmb.assign(N, zero16);
+      wvb.assign(N, zero16);
+    }
+    if (wanted("zf_adamw_bf16m")) {
+      pb = p;
+      mb.assign(N, zero16);
+      vb.assign(N, zero16);
+    }
     std::vector<std::int32_t> counts_k(counts), counts_b(counts);
     std::int32_t count_b = 0;
     std::int32_t count = 0;
@@ -339,9 +374,10 @@ int main(int argc, char** argv) {
     // int8 moments (host_moments "int8"): a byte per moment and an fp32 scale per 64 of a row.
     const auto blocks =
         static_cast<std::size_t>(zenflow::detail::q8_blocks(L)) * static_cast<std::size_t>(channels);
-    std::vector<std::uint8_t> qm(N, 0), qv(N, 0);
-    std::vector<float> qms(blocks, 0.0f), qvs(blocks, 0.0f);
-    std::vector<float> wpq(p);
+    const bool int8m = wanted("zf_window_int8m");
+    std::vector<std::uint8_t> qm(int8m ? N : 0, 0), qv(int8m ? N : 0, 0);
+    std::vector<float> qms(int8m ? blocks : 0, 0.0f), qvs(int8m ? blocks : 0, 0.0f);
+    std::vector<float> wpq = int8m ? p : std::vector<float>{};
     std::vector<std::int32_t> counts_q(counts);
     const zenflow::basic_channel_state<zenflow::int8_moment> qstate{
         wpq.data(),
@@ -368,9 +404,6 @@ int main(int argc, char** argv) {
                              "accumulate_channels");
                      }});
 
-    const auto wanted = [&](const char* name) {
-      return o.cases.empty() || std::find(o.cases.begin(), o.cases.end(), name) != o.cases.end();
-    };
     // bf16 DeepSpeed (AVX-512 builds: the driver refuses otherwise, and the case is left out).
     std::vector<bfloat16> bp, bg, bm, bv, bp2;
     std::vector<float> bm2, bv2;
