@@ -1,7 +1,7 @@
 // zf_bench_dp_wire: bytes on the wire per step, data parallel (docs/data-parallel-design.md, "Bytes on
 // the wire"). Run under mpiexec (any N >= 1); rank 0 prints one JSON object:
 //
-//   mpiexec -np 2 build/cpu/bench/engine/zf_bench_dp_wire [--steps 24] > dp_wire.json
+//   mpiexec -np 2 build/cpu/bench/engine/zf_bench_dp_wire [--steps 24] [--json FILE] > dp_wire.json
 //
 // "computed": for our shape lists (charlm's presets, a LLaMA-7B-like list) and N in {2, 8}, the
 // selection traffic (one fp32 score per channel) against gathering the gradients, and the
@@ -29,14 +29,31 @@
 //   deepspeed_stage3    the same with ZeRO 3's selection (engine_stage3.py): an all-gather of the
 //                       per-column sums (model dtype, bf16) instead of the index broadcast (the per-layer
 //                       parameter all-gathers of ZeRO 3's forward and backward are not counted).
+//   zero3_engine, zero3_trainer, zero3_total  the sharded engine (ZeRO-3, dp_zero3.hpp): the
+//                       vectors' fp32 all-reduce, one fp32 score per channel all-gathered, the
+//                       flags; the trainer's reduce-scatter of the gradients (fp32) and
+//                       all-gather of the working weights (bf16) once per step (a trainer that
+//                       gathers a layer again for its backward adds 2 P (N-1)/N).
+// "computed_memory": per rank, ZeRO-2 (owner_partition, NCCL's path) against ZeRO-3 (sharded),
+// the largest rank's bytes per parameter of the whole model by term (dp_shapes.hpp's
+// memory_formula), for LLaMA-7B in bf16 and charlm "cpu" in fp32, N in {1, 2, 8}.
 // "measured": the engine (host backend, mpi_communicator) on charlm's "cpu" shapes with random
 // gradients: each rank's comm_bytes and d2h_bytes from stats() per step, against the formulas.
 // "measured_device_communicator": the same on the emulated backend over a device communicator
 // (emulated_device_communicator: the path NCCL takes): the same reduce-scatter by owner, the
 // per-channel numbers summed over the ranks instead of gathered ("device_split_step_input").
+// Each also has this rank's stats().memory against memory_formula ("memory", "memory_formula",
+// "memory_per_param").
+// "measured_zero3", "measured_zero3_device_communicator": the sharded engine the same two ways,
+// fed by the trainer's reduce_scatter_shard and followed by all_gather_shard: every step's
+// comm_bytes against the formula, the trainer's bytes computed, the memory as above.
+// A measured figure that differs from its formula is printed on stderr ("MISMATCH", listed under
+// "mismatches") and the exit status is 1 (cpu.bench.dp_wire_np2 runs it).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
+#include <fstream>
 #include <mpi.h>
 #include <random>
 #include <string>
@@ -53,46 +70,12 @@
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
+#include "dp_shapes.hpp"
+#include "dp_zero3.hpp"
+
 namespace {
 
-struct tensor {
-  std::int64_t channels = 1, len = 0; // a vector: 1 x len
-  bool matrix = false;
-};
-
-// charlm's parameter list (examples/charlm/model.hpp's param_table): emb V x E, layer 0 C*E x H,
-// layers 1.. H x H, w_out H x V, a bias per layer and the output. V = 48 (the corpus sets it).
-std::vector<tensor> charlm(std::int64_t context, std::int64_t embed, std::int64_t hidden, int layers) {
-  const std::int64_t vocab = 48;
-  std::vector<tensor> t{{vocab, embed, true}};
-  for (int l = 0; l < layers; ++l) {
-    t.push_back({l == 0 ? context * embed : hidden, hidden, true});
-    t.push_back({1, hidden, false});
-  }
-  t.push_back({hidden, vocab, true});
-  t.push_back({1, vocab, false});
-  return t;
-}
-
-// LLaMA-7B's shapes: 32 blocks of q, k, v, o (4096 x 4096), gate and up (4096 -> 11008), down
-// (11008 -> 4096), two RMSNorm vectors; the embedding and the output head (32000 x 4096). A
-// matrix's channels are its inputs (nn.Linear [out, in] stored transposed).
-std::vector<tensor> llama7b() {
-  std::vector<tensor> t{{32000, 4096, true}};
-  for (int l = 0; l < 32; ++l) {
-    for (int i = 0; i < 4; ++i) {
-      t.push_back({4096, 4096, true});
-    }
-    t.push_back({4096, 11008, true});
-    t.push_back({4096, 11008, true});
-    t.push_back({11008, 4096, true});
-    t.push_back({1, 4096, false});
-    t.push_back({1, 4096, false});
-  }
-  t.push_back({4096, 32000, true});
-  t.push_back({1, 4096, false});
-  return t;
-}
+using namespace zf_bench_dp;
 
 nlohmann::json computed(const std::string& name,
                         const std::vector<tensor>& list,
@@ -141,6 +124,15 @@ nlohmann::json computed(const std::string& name,
       {"deepspeed_stage3",
        ring * 2 * all + ring * 2 * (KL + V) + ring * 2 * C / select_every + ring * 2 * all / window},
   };
+  // ZeRO-3 (the sharded engine, dp_zero3.hpp): the engine's vectors' mean, scores and flags (the
+  // rescans only past fp32's range), nothing per window; the trainer's reduce-scatter of the
+  // gradients (fp32) and all-gather of the working weights (bf16), once each per step.
+  const double flags = static_cast<double>(list.size());
+  const double zero3_engine = 2 * ring * 4 * V + ring * 4 * C + 2 * ring * 4 * flags;
+  const double zero3_trainer = ring * 4 * P + ring * 2 * P;
+  j["per_step_sent"]["zero3_engine"] = zero3_engine;
+  j["per_step_sent"]["zero3_trainer"] = zero3_trainer;
+  j["per_step_sent"]["zero3_total"] = zero3_engine + zero3_trainer;
   j["dense_allreduce_bf16"] = 2 * ring * 2 * all; // plain data parallel, for scale
   return j;
 }
@@ -289,6 +281,26 @@ nlohmann::json measured(int steps) {
                 {"d2h_bytes", e.stats().d2h_bytes},
                 {"host_state_bytes", e.stats().memory.host_state},
                 {"host_jobs", e.stats().host_jobs}};
+  // Memory per rank against the arithmetic (dp_shapes.hpp's memory_formula).
+  const nlohmann::json mem = memory_measured(e.stats().memory);
+  const nlohmann::json mem_formula = memory_formula(list, e.partition(), rank, cfg, 4, false, Device);
+  j["memory"] = mem;
+  j["memory_formula"] = mem_formula;
+  j["memory_per_param"] = per_param(mem, mem_formula, static_cast<double>(elements));
+  std::vector<std::string> mismatches;
+  for (const auto& s : memory_mismatches(mem, mem_formula)) {
+    mismatches.push_back("zero2 memory " + s);
+  }
+  // A plain step's bytes (one rank sends nothing: the engine is a one-rank engine).
+  const std::uint64_t want =
+      n == 1 ? 0 : j["formula"][Device ? "device_split_step_input" : "split_step_input"].get<std::uint64_t>();
+  for (const std::uint64_t got : plain) {
+    if (got != want) {
+      mismatches.push_back("zero2 plain step: comm_bytes " + std::to_string(got) + ", formula " +
+                           std::to_string(want));
+    }
+  }
+  j["mismatches"] = mismatches;
   j["summed_over_ranks"] = {{"comm_bytes", summed.comm_bytes},
                             {"d2h_bytes", summed.d2h_bytes},
                             {"host_state_bytes", summed.memory.host_state}};
@@ -301,10 +313,30 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int steps = 24;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--steps") {
-      steps = std::stoi(argv[i + 1]);
+  std::string json; // --json FILE: rank 0's JSON there instead of on stdout
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool valued = (a == "--steps" || a == "--json") && i + 1 < argc;
+    int parsed = 0;
+    if (valued && a == "--steps") {
+      try {
+        parsed = std::stoi(argv[i + 1]);
+      } catch (const std::exception&) {
+        parsed = 0;
+      }
     }
+    if (!valued || (a == "--steps" && parsed < 1)) {
+      std::fprintf(stderr, "zf_bench_dp_wire: bad option '%s' (use --steps N >= 1, --json FILE)\n",
+                   a.c_str());
+      MPI_Finalize();
+      return 2;
+    }
+    if (a == "--steps") {
+      steps = parsed;
+    } else {
+      json = argv[i + 1];
+    }
+    ++i;
   }
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -320,8 +352,16 @@ int main(int argc, char** argv) {
     }
   }
   // Every rank's measured figures, gathered to rank 0 as JSON text.
-  const std::string mine =
-      nlohmann::json{{"host", measured<false>(steps)}, {"device", measured<true>(steps)}}.dump();
+  out["computed_memory"] = nlohmann::json::array();
+  for (const int ranks : {1, 2, 8}) {
+    out["computed_memory"].push_back(computed_memory("llama-7b, bf16", llama7b(), ranks, 2));
+    out["computed_memory"].push_back(computed_memory("charlm cpu, fp32", charlm(8, 16, 512, 4), ranks, 4));
+  }
+  const std::string mine = nlohmann::json{{"host", measured<false>(steps)},
+                                          {"device", measured<true>(steps)},
+                                          {"zero3_host", measured_zero3<false>(steps)},
+                                          {"zero3_device", measured_zero3<true>(steps)}}
+                               .dump();
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
   MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -332,18 +372,36 @@ int main(int argc, char** argv) {
   }
   std::string all(static_cast<std::size_t>(rank == 0 ? total : 0), '\0');
   MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  int mismatches = 0; // measured against the formulas, every rank's (rank 0 counts them)
   if (rank == 0) {
     out["measured"] = nlohmann::json::array();
     out["measured_device_communicator"] = nlohmann::json::array();
+    out["measured_zero3"] = nlohmann::json::array();
+    out["measured_zero3_device_communicator"] = nlohmann::json::array();
     for (int i = 0; i < n; ++i) {
       const auto both =
           nlohmann::json::parse(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(i)]),
                                            static_cast<std::size_t>(lens[static_cast<std::size_t>(i)])));
       out["measured"].push_back(both["host"]);
       out["measured_device_communicator"].push_back(both["device"]);
+      out["measured_zero3"].push_back(both["zero3_host"]);
+      out["measured_zero3_device_communicator"].push_back(both["zero3_device"]);
+      for (const char* run : {"host", "device", "zero3_host", "zero3_device"}) {
+        for (const auto& m : both[run]["mismatches"]) {
+          std::fprintf(stderr, "zf_bench_dp_wire: MISMATCH rank %d, %s: %s\n", i, run,
+                       m.get<std::string>().c_str());
+          ++mismatches;
+        }
+      }
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    out["mismatches"] = mismatches;
+    if (json.empty()) {
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      std::ofstream(json) << out.dump(2) << "\n";
+    }
   }
+  MPI_Bcast(&mismatches, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Finalize();
-  return 0;
+  return mismatches == 0 ? 0 : 1;
 }
