@@ -44,6 +44,7 @@ check --upload --preset 7b --machine workstation --step-ms 10 --upload sometimes
 check --ring-slot-bytes --preset 7b --machine workstation --step-ms 10 --ring-slot-bytes 1000
 check "ring_slot_bytes" --params 1e8 --layers 1 --hidden 2 --machine workstation --step-ms 10 --ring-slot-bytes 4096
 check --tokens --preset 7b --machine workstation --tokens 8192 --step-ms 10
+check --zero --preset 7b --machine workstation --step-ms 10 --zero 1
 # shellcheck disable=SC2086
 if ! "$prog" $good > /dev/null; then
   echo "FAILED: $good did not exit 0"; fails=$((fails + 1))
@@ -51,6 +52,11 @@ fi
 # shellcheck disable=SC2086
 if ! "$prog" $good --json | python3 -c "import json, sys; json.load(sys.stdin)"; then
   echo "FAILED: $good --json is not JSON"; fails=$((fails + 1))
+fi
+# shellcheck disable=SC2086
+if ! "$prog" $good --gpus 8 --zero 3 --json |
+  python3 -c "import json, sys; j = json.load(sys.stdin); sys.exit(0 if j['plan']['zero'] == 3 else 1)"; then
+  echo "FAILED: $good --gpus 8 --zero 3 --json does not plan ZeRO-3"; fails=$((fails + 1))
 fi
 [ "$fails" -eq 0 ] && echo "check_plan_options: every bad option refused by name, nothing planned"
 exit "$fails"

@@ -47,8 +47,10 @@
 // "measured_zero3", "measured_zero3_device_communicator": the sharded engine the same two ways,
 // fed by the trainer's reduce_scatter_shard and followed by all_gather_shard: every step's
 // comm_bytes against the formula, the trainer's bytes computed, the memory as above.
-// A measured figure that differs from its formula is printed on stderr ("MISMATCH", listed under
-// "mismatches") and the exit status is 1 (cpu.bench.dp_wire_np2 runs it).
+// "planner": zenflow::plan (zf_plan --zero 2|3) on the same shapes over N GPUs, its buffers
+// against the runs' (one GPU: the largest rank's; the node: the sum over the ranks).
+// A measured figure that differs from its formula or the planner's is printed on stderr
+// ("MISMATCH", counted under "mismatches") and the exit status is 1 (cpu.bench.dp_wire_np3).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -57,6 +59,7 @@
 #include <mpi.h>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -393,6 +396,21 @@ int main(int argc, char** argv) {
           ++mismatches;
         }
       }
+    }
+    // The planner against the same runs (ZeRO-2 and ZeRO-3, both communicators).
+    out["planner"] = nlohmann::json::array();
+    std::vector<std::string> planner;
+    for (const auto& [key, sharded, device] :
+         {std::tuple{"measured", false, false}, std::tuple{"measured_device_communicator", false, true},
+          std::tuple{"measured_zero3", true, false},
+          std::tuple{"measured_zero3_device_communicator", true, true}}) {
+      auto p = planner_check(out[key], sharded, device, planner);
+      p["runs"] = key;
+      out["planner"].push_back(p);
+    }
+    for (const auto& m : planner) {
+      std::fprintf(stderr, "zf_bench_dp_wire: MISMATCH %s\n", m.c_str());
+      ++mismatches;
     }
     out["mismatches"] = mismatches;
     if (json.empty()) {

@@ -31,6 +31,7 @@
 #include <zenflow/core/emulated_device.hpp>
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/plan.hpp>
 #include <zenflow/engine/sharded.hpp>
 
 #include "dp_shapes.hpp"
@@ -237,6 +238,67 @@ computed_memory(const std::string& name, const std::vector<tensor>& list, int n,
     j[sharded ? "zero3_bytes_per_param" : "zero2_bytes_per_param"] = most;
   }
   return j;
+}
+
+/// The planner (zenflow::plan, `zf_plan --zero 2|3`) on the measured run's shapes and settings
+/// over `runs.size()` ranks, against every rank's measurement: one GPU's buffers against the
+/// largest rank's, the node's host buffers against the sum over the ranks (the upload buffer only
+/// over a device communicator: over a host one every rank holds the whole window). Adds what
+/// differs to `mismatches`; returns the planner's figures.
+inline nlohmann::json planner_check(const nlohmann::json& runs,
+                                    bool sharded,
+                                    bool device_comm,
+                                    std::vector<std::string>& mismatches) {
+  zenflow::plan_model model;
+  model.name = "charlm cpu";
+  model.elem_bytes = 4;
+  for (const auto& t : charlm(8, 16, 512, 4)) {
+    if (t.matrix) {
+      model.matrices.push_back({t.channels, t.len, 1});
+    } else {
+      model.vectors.push_back({t.len, 1});
+    }
+  }
+  zenflow::plan_hardware hw{.host_bytes_per_s = 1e10, .pcie_bytes_per_s = 1e9, .step_s = 1e-2};
+  hw.gpus = static_cast<std::int64_t>(runs.size());
+  zenflow::plan_config pc = zenflow::plan_config::of(zero3_config());
+  pc.sharded = sharded;
+  const zenflow::plan_result r = zenflow::plan(model, hw, pc);
+  const auto most = [&](const char* key, const char* term) {
+    double v = 0;
+    for (const auto& run : runs) {
+      v = std::max(v, run[key][term].get<double>());
+    }
+    return v;
+  };
+  const auto sum = [&](const char* term) {
+    double v = 0;
+    for (const auto& run : runs) {
+      v += run["memory"][term].get<double>();
+    }
+    return v;
+  };
+  std::vector<std::pair<std::string, std::pair<double, double>>> terms = {
+      {"device weights_and_grads", {r.device.weights_and_grads, most("memory_formula", "weights_grads")}},
+      {"device selected_state", {r.device.selected_state, most("memory", "device_selected")}},
+      {"device vector_state", {r.device.vector_state, most("memory", "device_vector")}},
+      {"device upload", {r.device.upload, most("memory", "device_upload")}},
+      {"device staging", {r.device.staging, most("memory", "device_staging")}},
+      {"host state", {r.host.state, sum("host_state")}},
+      {"host accumulators", {r.host.accumulators, sum("host_accumulators")}},
+      {"host ring", {r.host.ring, sum("host_ring")}}};
+  if (device_comm) {
+    terms.push_back({"host upload", {r.host.upload, sum("host_upload")}});
+  }
+  nlohmann::json out{{"zero", sharded ? 3 : 2}, {"gpus", hw.gpus}};
+  for (const auto& [name, v] : terms) {
+    out[name] = {{"planner", v.first}, {"measured", v.second}};
+    if (v.first != v.second) {
+      mismatches.push_back("planner " + name + ": planner " + std::to_string(v.first) + ", measured " +
+                           std::to_string(v.second));
+    }
+  }
+  return out;
 }
 
 } // namespace zf_bench_dp

@@ -31,11 +31,13 @@ void usage(const char* program) {
       "    [--host-mem-gb G] [--gpu-mem-gb G] (--step-ms C | --tokens T [--tflops F])\n"
       "    [--mode zenflow|offload_sync|gpu_adamw] [--topk-ratio R] [--update-interval S]\n"
       "    [--moments fp32|bf16|int8] [--accumulate host|device] [--upload whole_window|chunk_ring]\n"
-      "    [--ring-slot-bytes B] [--max-interval S] [--json]\n"
+      "    [--ring-slot-bytes B] [--max-interval S] [--zero 2|3] [--json]\n"
       "  --machine: dgx-h100 = 8 GPUs of 80 GB, 2 TB host, 600 GB/s host (2 sockets x 300), 25 GB/s PCIe,\n"
       "             400 TFLOP/s achieved per GPU; workstation = 1 GPU of 80 GB, 128 GB host, 100 GB/s host,\n"
       "             25 GB/s PCIe, 400 TFLOP/s. Explicit options override it.\n"
-      "  --tokens T: C = 6 x params x T / (TFLOP/s), T tokens per GPU per step.\n",
+      "  --tokens T: C = 6 x params x T / (TFLOP/s), T tokens per GPU per step.\n"
+      "  --zero 3: the sharded engine (ZeRO-3) over --gpus ranks: each GPU its shard; 2 (default):\n"
+      "            owner_partition, each GPU the whole model.\n",
       program);
 }
 
@@ -70,12 +72,12 @@ int parse(int argc, char** argv, cli& c) {
       c.json = true;
       continue;
     }
-    static const char* const valued[] = {"--preset",      "--params",     "--layers",     "--hidden",
-                                         "--machine",     "--host-gbps",  "--pcie-gbps",  "--gpus",
-                                         "--host-mem-gb", "--gpu-mem-gb", "--step-ms",    "--tokens",
-                                         "--tflops",      "--mode",       "--topk-ratio", "--update-interval",
-                                         "--moments",     "--accumulate", "--upload",     "--ring-slot-bytes",
-                                         "--max-interval"};
+    static const char* const valued[] = {
+        "--preset",          "--params",    "--layers",     "--hidden",      "--machine",
+        "--host-gbps",       "--pcie-gbps", "--gpus",       "--host-mem-gb", "--gpu-mem-gb",
+        "--step-ms",         "--tokens",    "--tflops",     "--mode",        "--topk-ratio",
+        "--update-interval", "--moments",   "--accumulate", "--upload",      "--ring-slot-bytes",
+        "--max-interval",    "--zero"};
     bool known = false;
     for (const char* v : valued) {
       known = known || a == v;
@@ -184,6 +186,10 @@ int parse(int argc, char** argv, cli& c) {
       c.cfg.upload =
           v == "chunk_ring" ? zenflow::upload_policy::chunk_ring : zenflow::upload_policy::whole_window;
       why = "expected whole_window or chunk_ring";
+    } else if (a == "--zero") {
+      ok = v == "2" || v == "3";
+      c.cfg.sharded = v == "3";
+      why = "expected 2 or 3";
     } else { // --ring-slot-bytes
       ok = integer(c.cfg.ring_slot_bytes, 4096) && c.cfg.ring_slot_bytes <= (std::int64_t{1} << 30) &&
            c.cfg.ring_slot_bytes % 256 == 0;
@@ -231,11 +237,11 @@ void print(const cli& c,
               hw.host_memory_bytes > 0 ? gb(hw.host_memory_bytes).c_str() : "(unchecked)",
               hw.device_memory_bytes > 0 ? gb(hw.device_memory_bytes).c_str() : "(unchecked)");
   const auto& k = r.config;
-  std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, upload %s\n\n",
+  std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, upload %s, ZeRO-%d\n\n",
               std::string(zenflow::to_string(k.mode)).c_str(), k.topk_ratio,
               static_cast<long long>(k.update_interval), std::string(zenflow::to_string(k.moments)).c_str(),
               std::string(zenflow::to_string(k.accumulate)).c_str(),
-              std::string(zenflow::to_string(k.upload)).c_str());
+              std::string(zenflow::to_string(k.upload)).c_str(), k.sharded ? 3 : 2);
   std::printf("%-34s %9s %10s\n", "host (the node)", "B/param", "GB");
   const auto row = [&](const char* what, double bytes) {
     std::printf("  %-32s %9.2f %10s\n", what, bytes / P, gb(bytes).c_str());
@@ -308,7 +314,7 @@ std::string json_plan(const zenflow::plan_result& r) {
   o << "{\"mode\": \"" << zenflow::to_string(k.mode) << "\", \"topk_ratio\": " << k.topk_ratio
     << ", \"update_interval\": " << k.update_interval << ", \"moments\": \"" << zenflow::to_string(k.moments)
     << "\", \"accumulate\": \"" << zenflow::to_string(k.accumulate) << "\", \"upload\": \""
-    << zenflow::to_string(k.upload) << "\", \"params\": " << r.params
+    << zenflow::to_string(k.upload) << "\", \"zero\": " << (k.sharded ? 3 : 2) << ", \"params\": " << r.params
     << ", \"host_bytes\": {\"state\": " << r.host.state << ", \"accumulators\": " << r.host.accumulators
     << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload << ", \"total\": " << r.host.total()
     << "}, \"host_bytes_per_param\": " << r.host_bytes_per_param()

@@ -2,6 +2,7 @@
 // float64 written here from the formulas of docs/planning.md; the byte counts against the engine's
 // own stats().memory for the same model and settings; the suggestions at their boundaries; bad
 // inputs refused by name; the presets' parameter counts (LLaMA's published totals).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <zenflow/comm/partition.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
@@ -120,6 +122,60 @@ TEST(planner, bf16_int8_moments_device_accumulation_and_two_gpus) {
   const auto q128 = zenflow::plan(m, hw, cfg);
   ASSERT_EQ(q128.not_implemented.size(), 1u);
   EXPECT_NE(q128.not_implemented[0].find("128"), std::string::npos);
+}
+
+// ZeRO-3 (plan_config::sharded): one GPU's weights, gradients, device state and upload buffer
+// are its shard's (the largest rank's), as the sharded engine allocates them (its engine check:
+// zf_bench_dp_wire under cpu.bench.dp_wire_np3); the host and the PCIe traffic are ZeRO-2's.
+TEST(planner, zero3_shards_the_device_buffers) {
+  const auto m = small_model();
+  auto hw = small_machine();
+  zenflow::plan_config cfg;
+  for (const std::int64_t gpus : {2, 3, 16}) {
+    SCOPED_TRACE("gpus " + std::to_string(gpus));
+    hw.gpus = gpus;
+    cfg.sharded = false;
+    const auto z2 = zenflow::plan(m, hw, cfg);
+    cfg.sharded = true;
+    const auto z3 = zenflow::plan(m, hw, cfg);
+    // Each rank's owner block of every matrix (partition.hpp, tested with the communicators).
+    const std::vector<zenflow::partition_matrix> list = {{1000, 512}, {1000, 512}, {256, 1024}};
+    const auto part = zenflow::partition_channels(list, static_cast<int>(gpus));
+    const double len[] = {512, 512, 1024}, k[] = {100, 100, 25};
+    double wg = 0, sel = 0, up = 0, tiled = 0;
+    for (int r = 0; r < gpus; ++r) {
+      double w = 2.0 * 2 * 3 * 512, s = 0, u = 0; // the vectors whole, bf16
+      for (std::size_t i = 0; i < 3; ++i) {
+        const auto rows = static_cast<double>(part.count(i, r));
+        const double cap = std::min(k[i], rows);
+        w += 2.0 * 2 * rows * len[i];
+        s += cap * (12 * len[i] + 8);
+        u += 2 * rows * len[i];
+        tiled += rows * len[i];
+      }
+      wg = std::max(wg, w);
+      sel = std::max(sel, s);
+      up = std::max(up, u);
+    }
+    EXPECT_EQ(tiled, 2.0 * 1000 * 512 + 256.0 * 1024) << "the shards tile every matrix";
+    expect_rel(z3.device.weights_and_grads, wg, "its shard's weights and gradients, the vectors whole");
+    expect_rel(z3.device.selected_state, sel, "min(k, its rows) of each matrix");
+    expect_rel(z3.device.upload, up, "its shard's rows");
+    EXPECT_LT(z3.device.weights_and_grads, z2.device.weights_and_grads / gpus * 1.2 + 2.0 * 2 * 3 * 512);
+    if (gpus <= 8) { // N <= 1/r: every shard holds at least k rows of each matrix
+      expect_rel(z3.device.selected_state, z2.device.selected_state, "reserved as ZeRO-2's");
+    } else {
+      EXPECT_LT(z3.device.selected_state, z2.device.selected_state);
+    }
+    expect_rel(z3.device.vector_state, z2.device.vector_state, "vectors");
+    expect_rel(z3.device.staging, z2.device.staging, "its block's D2H");
+    expect_rel(z3.host.total(), z2.host.total(), "the host is ZeRO-2's (over NCCL)");
+    expect_rel(z3.traffic.d2h_per_step, z2.traffic.d2h_per_step, "down");
+    expect_rel(z3.traffic.h2d_per_step, z2.traffic.h2d_per_step, "up");
+    ASSERT_FALSE(z3.not_implemented.empty());
+    EXPECT_NE(z3.not_implemented[0].find("ZeRO-3 on a GPU"), std::string::npos);
+    EXPECT_TRUE(z2.not_implemented.empty());
+  }
 }
 
 TEST(planner, baselines) {

@@ -11,7 +11,9 @@
 /// config::accumulate: the fp32 sum goes down once per window) is the engine's on one rank, and
 /// 8-bit host moments (`plan_moments::int8`) are the engine's. Modelled but not implemented by the
 /// engine yet, and named in `plan_result::not_implemented` when used: device accumulation with
-/// data parallel (`gpus` > 1) and an int8 block other than the engine's 64. docs/planning.md.
+/// data parallel (`gpus` > 1), an int8 block other than the engine's 64, and ZeRO-3
+/// (`plan_config::sharded`) on a GPU (the sharded engine runs on the host and emulated backends
+/// only so far) or with device accumulation. docs/planning.md.
 ///
 ///   zenflow::plan_model m = zenflow::plan_model::preset("7b");
 ///   zenflow::plan_hardware hw{.host_bytes_per_s = 300e9, .pcie_bytes_per_s = 25e9, .step_s = 1.5};
@@ -102,6 +104,10 @@ struct plan_config {
   std::int32_t ring_slots = 0;  ///< 0: the engine's automatic sizing
   bool overlap_step = true;     ///< two host accumulators (the window job runs beside the next window)
   std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (the engine's: 64)
+  /// ZeRO-3 over plan_hardware::gpus ranks (the sharded engine, docs/data-parallel.md): each GPU
+  /// holds its shard of the weights, gradients and upload buffer (the largest rank's), the device
+  /// state of min(k, its rows) of each matrix; host and PCIe as owner_partition's. Off: ZeRO-2.
+  bool sharded = false;
 
   /// The settings of an engine config (`update_interval` 0, Zen-auto, becomes min_update_interval).
   [[nodiscard]] static plan_config of(const config& c) noexcept;

@@ -19,6 +19,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/planner/plan_sharded.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/plan.hpp> // the declarations; plan.hpp includes this file at its end
 
@@ -328,6 +329,13 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   dev.staging = static_cast<double>(slots.staging) * slot;
   dev.scratch += (sets + lists) * 4.0 + 3.0 * max_cap_elems * 4.0 + max_rows * 4.0 + mass_rows * 4.0;
   host.ring = ring_slots_node * slot;
+  if (cfg.sharded) { // one GPU's shard-sized buffers (the host side is owner_partition's)
+    const auto shard = detail::plan_sharded_device(params, eb, static_cast<int>(hw.gpus),
+                                                   cfg.upload == upload_policy::whole_window);
+    dev.weights_and_grads = shard.weights_and_grads;
+    dev.selected_state = shard.selected_state;
+    dev.upload = shard.upload + (cfg.upload == upload_policy::chunk_ring ? slot : 0.0);
+  }
 
   // Per step: over one GPU's link its block's share (docs/data-parallel.md); through the host's
   // memory every rank's.
@@ -352,7 +360,11 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     r.not_implemented.push_back("int8 host moments with an fp32 scale per " + std::to_string(cfg.int8_block) +
                                 " elements (the engine's blocks are 64)");
   }
-  if (device_acc && N > 1) {
+  if (cfg.sharded) {
+    r.not_implemented.push_back(
+        "ZeRO-3 on a GPU (the sharded engine runs on the host and emulated backends)");
+  }
+  if (device_acc && (N > 1 || cfg.sharded)) {
     r.not_implemented.push_back("device accumulation with data parallel (modelled: the engine runs it on "
                                 "one rank, the window's fp32 sum down once per window)");
   }
