@@ -131,6 +131,7 @@ TEST(planner, zero3_shards_the_device_buffers) {
   const auto m = small_model();
   auto hw = small_machine();
   zenflow::plan_config cfg;
+  const double n = 2.0 * 1000 * 512 + 256.0 * 1024, P = n + 3.0 * 512;
   for (const std::int64_t gpus : {2, 3, 16}) {
     SCOPED_TRACE("gpus " + std::to_string(gpus));
     hw.gpus = gpus;
@@ -157,7 +158,7 @@ TEST(planner, zero3_shards_the_device_buffers) {
       sel = std::max(sel, s);
       up = std::max(up, u);
     }
-    EXPECT_EQ(tiled, 2.0 * 1000 * 512 + 256.0 * 1024) << "the shards tile every matrix";
+    EXPECT_EQ(tiled, n) << "the shards tile every matrix";
     expect_rel(z3.device.weights_and_grads, wg, "its shard's weights and gradients, the vectors whole");
     expect_rel(z3.device.selected_state, sel, "min(k, its rows) of each matrix");
     expect_rel(z3.device.upload, up, "its shard's rows");
@@ -168,6 +169,14 @@ TEST(planner, zero3_shards_the_device_buffers) {
       EXPECT_LT(z3.device.selected_state, z2.device.selected_state);
     }
     expect_rel(z3.device.vector_state, z2.device.vector_state, "vectors");
+    // ZeRO-2's mean on every GPU: a bf16 mean copy and an fp32 buffer of every gradient, and (over
+    // NCCL) its block's fp32 mean and four numbers a channel; ZeRO-3 has neither.
+    auto one = hw;
+    one.gpus = 1;
+    cfg.sharded = false;
+    const double single = zenflow::plan(m, one, cfg).device.scratch;
+    expect_rel(z2.device.scratch - single, P * 6 + n * 4.0 / gpus + 2256 * 16.0, "ZeRO-2's mean buffers");
+    EXPECT_LT(z3.device.scratch, single * 1.5);
     expect_rel(z3.device.staging, z2.device.staging, "its block's D2H");
     expect_rel(z3.host.total(), z2.host.total(), "the host is ZeRO-2's (over NCCL)");
     expect_rel(z3.traffic.d2h_per_step, z2.traffic.d2h_per_step, "down");

@@ -19,7 +19,7 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/planner/plan_sharded.hpp>
+#include <zenflow/engine/detail/planner/plan_parallel.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/plan.hpp> // the declarations; plan.hpp includes this file at its end
 
@@ -329,12 +329,14 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   dev.staging = static_cast<double>(slots.staging) * slot;
   dev.scratch += (sets + lists) * 4.0 + 3.0 * max_cap_elems * 4.0 + max_rows * 4.0 + mass_rows * 4.0;
   host.ring = ring_slots_node * slot;
-  if (cfg.sharded) { // one GPU's shard-sized buffers (the host side is owner_partition's)
-    const auto shard = detail::plan_sharded_device(params, eb, static_cast<int>(hw.gpus),
-                                                   cfg.upload == upload_policy::whole_window);
-    dev.weights_and_grads = shard.weights_and_grads;
-    dev.selected_state = shard.selected_state;
-    dev.upload = shard.upload + (cfg.upload == upload_policy::chunk_ring ? slot : 0.0);
+  const auto dp = detail::plan_data_parallel_device(
+      params, cfg.sharded, cfg.mode == optimizer_mode::gpu_adamw, cfg.upload == upload_policy::whole_window,
+      eb, static_cast<int>(hw.gpus));
+  dev.scratch += dp.scratch;
+  if (dp.sharded) { // one GPU's shard-sized buffers (the host side is owner_partition's)
+    dev.weights_and_grads = dp.weights_and_grads;
+    dev.selected_state = dp.selected_state;
+    dev.upload = dp.upload + (cfg.upload == upload_policy::chunk_ring ? slot : 0.0);
   }
 
   // Per step: over one GPU's link its block's share (docs/data-parallel.md); through the host's
