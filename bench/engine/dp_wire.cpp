@@ -33,7 +33,8 @@
 //                       vectors' fp32 all-reduce, one fp32 score per channel all-gathered, the
 //                       flags; the trainer's reduce-scatter of the gradients (fp32) and
 //                       all-gather of the working weights (bf16) once per step (a trainer that
-//                       gathers a layer again for its backward adds 2 P (N-1)/N).
+//                       gathers a layer again for its backward adds 2 P (N-1)/N); Zen-auto and
+//                       select_on_mass_drop add one float per channel, not here.
 // "computed_memory": per rank, ZeRO-2 (owner_partition, NCCL's path) against ZeRO-3 (sharded),
 // the largest rank's bytes per parameter of the whole model by term (dp_shapes.hpp's
 // memory_formula), for LLaMA-7B in bf16 and charlm "cpu" in fp32, N in {1, 2, 8}.

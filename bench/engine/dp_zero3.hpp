@@ -7,7 +7,9 @@
 // per parameter ORed (4 B each); the fp64 rescans (8 B per channel of every matrix) only when a
 // score is not finite, over a host communicator (a device communicator's are stream-ordered and
 // always cross). One rank: the scores only. Nothing per window (every host row is the rank's own),
-// nothing more at a selection with sq_l2 importance (L1 gathers the scores once more).
+// nothing more at a selection with sq_l2 importance (L1 gathers the scores once more). With
+// Zen-auto or select_on_mass_drop (on here, as in the ZeRO-2 run) every step adds its rows' L1
+// masses and its device-set counts (4 B each per matrix), one all-gather.
 // The trainer's bytes per step (the helpers report none: computed from the layout), in the
 // engine's way of counting (a collective's input): reduce_scatter_shard's whole fp32 matrix
 // (4 P) and all_gather_shard's own shard of the working weights (s x its elements); on a ring
@@ -39,8 +41,8 @@
 
 namespace zf_bench_dp {
 
-/// The sharded engine's settings here: dp_wire's ZeRO-2 run's, without what the sharded engine
-/// refuses (select_on_mass_drop; the interval is fixed).
+/// The sharded engine's settings here: dp_wire's ZeRO-2 run's (select_on_mass_drop at its
+/// default: the row masses cross every step).
 inline zenflow::config zero3_config() {
   zenflow::config cfg;
   cfg.topk_ratio = 0.1;
@@ -48,7 +50,6 @@ inline zenflow::config zero3_config() {
   cfg.select_interval = 8;
   cfg.update_interval = 4;
   cfg.overlap_step = true;
-  cfg.select_on_mass_drop = 0.0;
   return cfg;
 }
 
@@ -134,8 +135,11 @@ nlohmann::json measured_zero3(int steps) {
     ++m;
   }
   const bool active = n > 1;
+  // Zen-auto or the mass trigger: every rank's row masses and device-set counts, one all-gather.
+  const std::uint64_t masses =
+      active && (cfg.auto_update() || cfg.mass_trigger()) ? 4 * (own_channels + matrices.size()) : 0;
   const std::uint64_t engine_step = (active ? 4 * vector_elems + 4 * list.size() : 0) + 4 * own_channels +
-                                    (Device && active ? 8 * all_channels : 0);
+                                    (Device && active ? 8 * all_channels : 0) + masses;
   std::mt19937_64 ggen(100 + static_cast<std::uint64_t>(rank)); // every rank its own gradients
   nlohmann::json per_step = nlohmann::json::array();
   std::vector<std::string> mismatches;
@@ -205,6 +209,7 @@ nlohmann::json measured_zero3(int steps) {
                   {"scores_allgather_input", 4 * own_channels},
                   {"flags_input", active ? 4 * list.size() : 0},
                   {"rescans_input", Device && active ? 8 * all_channels : 0},
+                  {"masses_input", masses},
                   {"trainer_reduce_scatter_input", 4 * matrix_elems},
                   {"trainer_all_gather_input", 4 * own_elems},
                   {"trainer_reduce_scatter_ring_sent", ring * 4 * static_cast<double>(matrix_elems)},
