@@ -343,7 +343,6 @@ TEST_F(sharded_nccl_gpu, a_shard_that_does_not_start_at_channel_0_is_refused_by_
   for (std::size_t p = 0; p < kModel.size(); ++p) {
     before.push_back(r.weights(p, true));
   }
-  r.ref->initialize();
   zf_engine_test::expect_invalid([&] { r.e->initialize(r.s); }, "options.shard' of parameter 0 ('p0')");
   zf_engine_test::expect_invalid([&] { r.e->initialize(r.s); }, "rank 0 must start at 0");
   EXPECT_FALSE(r.e->initialized());
