@@ -125,7 +125,6 @@ struct sharded_cuda_run {
   std::vector<std::vector<T>> ref_w, ref_g;
   std::vector<zenflow::device_buffer<T>> w, g;   // the model's full weights and gradients
   std::vector<zenflow::device_buffer<T>> ws, gs; // the matrices' shards (the engine's)
-  std::vector<std::int64_t> first;               // per parameter: the registered shard's first channel
   zenflow::device_buffer<float> staging;
   std::vector<zenflow::param_id> ref_id, id;
   std::unique_ptr<zenflow::engine<zenflow::host_backend>> ref;
@@ -164,13 +163,11 @@ struct sharded_cuda_run {
       if (!sh.matrix) {
         ws.emplace_back();
         gs.emplace_back();
-        first.push_back(0);
         id.push_back(e->add_vector(w[p].data(), g[p].data(), sh.len, {.name = name}));
         continue;
       }
       const std::int64_t f = layout.first(m, 0) + shift;
       const std::int64_t n = layout.count(m, 0) - shift;
-      first.push_back(f);
       ws.emplace_back(static_cast<std::size_t>(n * sh.len), s);
       gs.emplace_back(static_cast<std::size_t>(n * sh.len), s);
       ZF_CUDA_TRY(cudaMemcpyAsync(ws[p].data(), w[p].data() + f * sh.len, ws[p].bytes(),
