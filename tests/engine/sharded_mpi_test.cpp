@@ -7,10 +7,10 @@
 // weights, its selections and the skipped steps, and at the end the state (masters, moments,
 // counts), must equal that engine's rows bit for bit, on the host backend, the emulated backend,
 // and the emulated backend over emulated_device_communicator (stream-ordered collectives), in
-// fp32, bf16 (bf16 host moments), fp16 with clipping, L1 importance, gpu_adamw, overflowing
-// scores; one rank's NaN skips the step on every rank; a checkpoint per rank resumes its shard. Misconfigured
-// shards, a differing list, and what the policy does not support yet: the same invalid_argument on every
-// rank, nothing set up.
+// fp32, bf16 (bf16 host moments), bf16 with Zen-auto, the mass trigger, fp16 with clipping, L1
+// importance, gpu_adamw, overflowing scores; one rank's NaN skips the step on every rank; a checkpoint per
+// rank resumes its shard. Misconfigured shards, a differing list, and what the policy does not support yet:
+// the same invalid_argument on every rank, nothing set up.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +28,7 @@
 #include <zenflow/comm/mpi_communicator.hpp>
 #include <zenflow/comm/shard.hpp>
 #include <zenflow/core/emulated_device.hpp>
+#include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
@@ -48,8 +49,10 @@ struct pshape {
   bool matrix;
   std::int64_t channels, len;
 };
-// Two matrices whose shards differ in size, a vector between them.
-const std::vector<pshape> kModel = {{true, 40, 8}, {false, 1, 6}, {true, 23, 16}};
+// Two matrices whose shards differ in size, a vector between them; a matrix of long rows whose
+// host set goes down in several packs (2 fp32 rows, 4 bf16 rows per 4 KiB slot: the rest masses
+// are added per pack call).
+const std::vector<pshape> kModel = {{true, 40, 8}, {false, 1, 6}, {true, 23, 16}, {true, 12, 512}};
 
 zenflow::mpi_communicator make_comm() {
   return zenflow::mpi_communicator(MPI_COMM_WORLD, {10s});
@@ -60,17 +63,24 @@ zenflow::mpi_communicator make_comm() {
 /// in the last rank's first matrix; `huge`: three channels of the second matrix whose fp32 squared
 /// norms overflow (their fp64 rescans decide the clip norm and their rank in the top-k).
 template <class T>
-std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan, bool huge) {
+std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan, bool huge, bool drift = false) {
   const auto& sh = kModel[p];
   std::mt19937_64 gen(zf_test::base_seed() + 7919u * static_cast<std::uint64_t>(t) + 131u * p +
                       static_cast<std::uint64_t>(r) * 1000003u);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
   std::vector<T> g(static_cast<std::size_t>(sh.channels * sh.len));
+  // `drift`: the channels' magnitudes, the same on every rank, change every 6 steps (the device
+  // set's share of the mass drops then) and fall with the channel index (the top-k gathers in the
+  // first shards: each shard's own masses would vote otherwise than the whole matrix's); else each
+  // step's and rank's own.
+  std::mt19937_64 pattern(zf_test::base_seed() + 31u * p + 7u * static_cast<std::uint64_t>(t / 6));
   float scale = 1.0f;
   for (std::size_t e = 0; e < g.size(); ++e) {
     if (e % static_cast<std::size_t>(sh.len) == 0) {
-      scale = std::exp(4.0f * ud(gen)) * 0.05f;
+      const auto c = static_cast<float>(e / static_cast<std::size_t>(sh.len));
+      scale = drift ? std::exp(4.0f * ud(pattern) - 3.0f * c / static_cast<float>(sh.channels)) * 0.05f
+                    : std::exp(4.0f * ud(gen)) * 0.05f;
     }
     const float x = scale * nd(gen);
     g[e] = zenflow::from_float<T>(x == 0.0f ? 1e-3f : x);
@@ -226,13 +236,13 @@ struct sharded_run {
 
   /// Step `t`: every rank's gradients, the reference fed their mean, this rank's shard from the
   /// trainer's reduce-scatter; both engines step and flush. Then the checks of the step.
-  void step(std::int64_t t, bool nan = false, bool huge = false) {
+  void step(std::int64_t t, bool nan = false, bool huge = false, bool drift = false) {
     std::size_t m = 0;
     for (std::size_t p = 0; p < kModel.size(); ++p) {
       const auto& sh = kModel[p];
       std::vector<std::vector<T>> all;
       for (int r = 0; r < world_size(); ++r) {
-        all.push_back(grad_of<T>(r, p, t, nan, huge));
+        all.push_back(grad_of<T>(r, p, t, nan, huge, drift));
       }
       const std::vector<T> mean = mean_of(all);
       std::copy(mean.begin(), mean.end(), ref_g[p].begin()); // in place: the engine reads ref_g[p].data()
@@ -278,7 +288,39 @@ struct sharded_run {
         ++m;
       }
     }
-    ASSERT_EQ(e->stats().skipped_steps, ref->stats().skipped_steps);
+    const auto a = e->stats();
+    const auto b = ref->stats();
+    ASSERT_EQ(a.skipped_steps, b.skipped_steps);
+    // Zen-auto's and the mass trigger's decisions: the masses' bits.
+    ASSERT_EQ(a.windows_closed, b.windows_closed);
+    ASSERT_EQ(a.last_window_length, b.last_window_length);
+    ASSERT_EQ(a.selections, b.selections);
+    ASSERT_EQ(a.mass_drop_selections, b.mass_drop_selections);
+  }
+
+  /// Zen-auto's and the trigger's state in both engines' checkpoints, byte for byte: the last two
+  /// steps' masses (crit and rest per matrix, as floats), the voter's sums and the trigger's.
+  void check_masses(std::int64_t t) {
+    SCOPED_TRACE("masses at step " + std::to_string(t) + ", rank " + std::to_string(me));
+    const std::string base = ::testing::TempDir() + "zf_sharded_masses_" + std::to_string(world_size());
+    const std::string ref_path = base + "_ref_rank" + std::to_string(me) + ".ckpt";
+    ref->save(ref_path);
+    e->save(base + ".ckpt", s);
+    const zenflow::checkpoint_reader a(zenflow::checkpoint_rank_path(base + ".ckpt", me, world_size()));
+    const zenflow::checkpoint_reader b(ref_path);
+    for (const char* tag : {"engine/masses", "engine/voter", "engine/trigger"}) {
+      const auto* want = b.find(tag);
+      const auto* got = a.find(tag);
+      ASSERT_EQ(got == nullptr, want == nullptr) << tag;
+      if (want == nullptr) {
+        continue;
+      }
+      ASSERT_EQ(got->bytes, want->bytes) << tag;
+      std::vector<std::byte> x(got->bytes), y(want->bytes);
+      a.read(tag, x.data(), x.size());
+      b.read(tag, y.data(), y.size());
+      EXPECT_EQ(x, y) << tag;
+    }
   }
 
   void check_state() {
@@ -304,24 +346,34 @@ struct sharded_run {
 };
 
 template <class T, bool Emulated, bool DeviceComm>
-void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, bool huge = false) {
+zenflow::stats run(const zenflow::config& cfg,
+                   std::int64_t steps,
+                   std::int64_t nan_step = -1,
+                   bool huge = false,
+                   bool drift = false) {
   sharded_run<T, Emulated, DeviceComm> r(cfg);
   r.add();
   r.initialize();
+  const bool masses =
+      cfg.mode == zenflow::optimizer_mode::zenflow && (cfg.auto_update() || cfg.mass_trigger());
   for (std::int64_t t = 0; t < steps; ++t) {
-    r.step(t, t == nan_step, huge);
+    r.step(t, t == nan_step, huge, drift);
+    if (masses && (t % 5 == 4 || t + 1 == steps)) {
+      r.check_masses(t);
+    }
     // Every rank stops together after a failure on any (the next collectives would wait for it).
     int failed = ::testing::Test::HasFatalFailure() ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (failed != 0) {
       ADD_FAILURE() << "a rank failed at step " << t;
-      return;
+      return {};
     }
   }
   r.check_state();
   if (nan_step >= 0) {
     EXPECT_EQ(r.e->stats().skipped_steps, 1);
   }
+  return r.ref->stats();
 }
 
 zenflow::config base() {
@@ -380,6 +432,32 @@ TYPED_TEST(sharded_mpi, gpu_adamw_with_clipping_rows_equal_one_rank) {
   c.mode = zenflow::optimizer_mode::gpu_adamw;
   c.gradient_clipping = 0.05f;
   run<float, TypeParam::emulated, TypeParam::device_comm>(c, 6);
+}
+
+// Zen-auto: the windows close on the masses of the whole matrices, which every rank adds in one
+// rank's order from the gathered row masses; windows of varied lengths, a NaN step among them.
+TYPED_TEST(sharded_mpi, bf16_zen_auto_rows_and_windows_equal_one_rank) {
+  auto c = base();
+  c.update_interval = 0; // Zen-auto
+  c.max_update_interval = 5;
+  c.min_update_interval = 1;
+  c.auto_ratio = 0.6;
+  c.host_moments = zenflow::moment_precision::bf16;
+  const auto st = run<zenflow::bfloat16, TypeParam::emulated, TypeParam::device_comm>(c, 24, 13, false, true);
+  EXPECT_GE(st.windows_closed, 4); // the masses decided something
+}
+
+// select_on_mass_drop (with Zen-auto): re-selections fired by the device set's share of the mass.
+TYPED_TEST(sharded_mpi, the_mass_trigger_fires_as_one_rank) {
+  auto c = base();
+  c.select = zenflow::select_strategy::automatic; // the trigger's selections alone after step 0
+  c.select_interval = 0;
+  c.update_interval = 0;
+  c.max_update_interval = 2;
+  c.select_on_mass_drop = 0.9;
+  c.min_select_interval = 2;
+  const auto st = run<float, TypeParam::emulated, TypeParam::device_comm>(c, 24, -1, false, true);
+  EXPECT_GT(st.mass_drop_selections, 0);
 }
 
 TYPED_TEST(sharded_mpi, a_nan_on_one_rank_skips_the_step_everywhere) {
@@ -508,13 +586,7 @@ TEST(sharded_mpi_checks, a_rank_with_another_list_is_refused_on_every_rank) {
       r, [&] { r.e->initialize(); }, "the parameter list");
 }
 
-TEST(sharded_mpi_checks, zen_auto_snr_and_device_accumulation_are_refused_on_every_rank) {
-  auto c = base();
-  c.update_interval = 0; // Zen-auto
-  sharded_run<float, false> r(c);
-  r.add();
-  expect_refused_everywhere(
-      r, [&] { r.e->initialize(); }, "update_interval");
+TEST(sharded_mpi_checks, snr_and_device_accumulation_are_refused_on_every_rank) {
   auto d = base();
   d.host_lr_scale = zenflow::host_lr_scaling::snr;
   sharded_run<float, false> q(d);

@@ -148,6 +148,20 @@ struct device_primitives {
     }
     return cudaGetLastError();
   }
+  /// Sharded matrices' record masses from the ranks' gathered row masses (l1_mass.hpp).
+  static cudaError_t shard_masses(const shard_mass_item* items,
+                                  int n,
+                                  const float* gathered,
+                                  const std::uint32_t* skip,
+                                  float* crit,
+                                  float* rest,
+                                  cudaStream_t s) {
+    if (n > 0) {
+      engine_kernels::shard_masses_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(
+          items, n, gathered, skip, crit, rest);
+    }
+    return cudaGetLastError();
+  }
   /// Rows of a table of matrices to or from packed fp32 (row_copies.hpp; `items` in device
   /// memory, their `block_begin` from row_copy_blocks, `blocks` its total): one launch.
   static cudaError_t copy_rows_batched(

@@ -60,13 +60,6 @@ inline bool split_by_owner(const config& cfg) {
   return cfg.mode != optimizer_mode::gpu_adamw;
 }
 
-/// Zen-auto and select_on_mass_drop read step t's rest masses (zen_auto_lag steps later), so every
-/// rank needs the one-rank masses, not its own block's part.
-inline bool reads_rest_masses(const config& cfg, std::int64_t t) {
-  return cfg.mode == optimizer_mode::zenflow && (cfg.auto_update() || cfg.mass_trigger()) &&
-         t >= cfg.full_warm_up_rounds;
-}
-
 template <class Backend, class Comm, class Host>
 class parallel_side<Backend, owner_partition<Comm>, Host> {
   template <class T>

@@ -15,10 +15,11 @@
 ///   of scores per matrix crosses the wire, never an index at a time.
 /// Everything else is the shard's own: its host rows are all this rank's (no window gather, no
 /// owner reduction), and the host moments' stochastic rounding hashes the whole matrix's element
-/// indices (row_shard::origin). Not supported yet (initialize() refuses them, naming the key):
-/// Zen-auto and select_on_mass_drop (their masses would need the one-rank sums across the
-/// shards), host_lr_scale "snr". Over a device communicator (the emulated device's; NCCL or
-/// local_device_communicator on the CUDA backend) every collective is stream-ordered.
+/// indices (row_shard::origin). Zen-auto's and select_on_mass_drop's masses: each rank's row
+/// masses gathered and added in one rank's order by every rank (shard_masses.hpp). Not supported
+/// yet (initialize() refuses it, naming the key): host_lr_scale "snr". Over a device
+/// communicator (the emulated device's; NCCL or local_device_communicator on the CUDA backend)
+/// every collective is stream-ordered.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +41,7 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/dp/collectives.hpp>
 #include <zenflow/engine/detail/dp/mean_gradients.hpp>
+#include <zenflow/engine/detail/dp/shard_masses.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/policy/parallel_side.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
@@ -159,11 +161,6 @@ public:
     constexpr const char* fn = "zenflow::engine::initialize";
     require(cfg.host_lr_scale != host_lr_scaling::snr, fn, "host_lr_scale",
             "\"snr\" is not supported sharded (use \"linear\", \"sqrt\" or \"none\")");
-    require(!(cfg.mode == optimizer_mode::zenflow && cfg.auto_update()), fn, "update_interval",
-            "Zen-auto is not supported sharded yet (its masses need one rank's sums over the shards): "
-            "give a fixed interval");
-    require(!(cfg.mode == optimizer_mode::zenflow && cfg.mass_trigger()), fn, "select_on_mass_drop",
-            "is not supported sharded yet (its masses need one rank's sums over the shards)");
     require(cfg.accumulate == accumulation_site::host, fn, "accumulate",
             "\"device\" is single-rank only (a sharded engine accumulates on the host)");
     return sent;
@@ -175,7 +172,7 @@ public:
                     device_plan<Backend>& plan,
                     std::vector<param_info>& params,
                     Host& host,
-                    std::size_t /*slot_bytes*/,
+                    std::size_t slot_bytes,
                     cudaStream_t stream) {
     plan_ = &plan;
     params_ = &params;
@@ -198,6 +195,10 @@ public:
         params[vector_of[i]].step_grads = vectors[i].step_grads;
       }
       has_vectors_ = true;
+    }
+    cfg_ = &cfg;
+    if (active() && cfg.mode == optimizer_mode::zenflow && (cfg.auto_update() || cfg.mass_trigger())) {
+      bytes += masses_.setup(b, comm_, params, host, counts_, slot_bytes);
     }
     sums_ = dbuf<double>(stats_summed_counters);
     inputs_.whole.assign(params.size(), {});
@@ -251,8 +252,9 @@ public:
   [[nodiscard]] static constexpr bool packs_before_norms() noexcept { return true; }
 
   /// At the start of a step: the vectors' gradients replaced by their mean over the ranks.
-  void reduce_gradients(std::int64_t /*t*/, cudaStream_t stream) {
+  void reduce_gradients(std::int64_t t, cudaStream_t stream) {
     bind_scores();
+    masses_step_ = active() && reads_rest_masses(*cfg_, t);
     if (!has_vectors_) {
       return;
     }
@@ -286,8 +288,14 @@ public:
               cudaStream_t stream) {
     return plan_->select_all(kind, sets, d2h, stream, hooks(0));
   }
+  /// After the packs of a step that reads the masses: the one-rank crit and rest masses over the
+  /// record's (shard_masses.hpp).
   template <class Order>
-  void write_rest(cudaStream_t /*stream*/, cudaStream_t /*pack_stream*/, Order&& /*order*/) {}
+  void write_rest(cudaStream_t stream, cudaStream_t pack_stream, Order&& order) {
+    if (masses_step_) {
+      sent_ += masses_.write(*plan_, stream, pack_stream, order);
+    }
+  }
   [[nodiscard]] std::uint64_t take_sent() noexcept { return std::exchange(sent_, 0); }
 
   std::pair<std::size_t, std::size_t>
@@ -382,6 +390,7 @@ private:
   };
 
   Comm comm_;
+  const config* cfg_ = nullptr;
   device_plan<Backend>* plan_ = nullptr;
   std::vector<param_info>* params_ = nullptr;
   Host* host_ = nullptr;
@@ -398,6 +407,8 @@ private:
   std::int64_t rescan_max_ = 0;
   bool bound_ = false;
   dbuf<double> sums_;
+  shard_masses<Backend, Comm, Host> masses_;
+  bool masses_step_ = false; // this step reads the masses (reduce_gradients)
   std::uint64_t sent_ = 0;
 };
 

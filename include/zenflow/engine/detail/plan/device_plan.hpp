@@ -153,8 +153,13 @@ public:
     [[nodiscard]] float* scores(std::size_t p) const noexcept { return plan->dev_[p].scores.data(); }
     /// The NaN/Inf flags, one word per parameter (after_norms).
     [[nodiscard]] std::uint32_t* flags() const noexcept { return plan->flags_.data(); }
-    /// The current record's rest masses, one float per matrix (after the step's packs).
+    /// The current record's rest masses, one float per matrix (after the step's packs), its crit
+    /// masses (after the update) and skip flag (after the prologue).
     [[nodiscard]] float* record_rest() const noexcept { return plan->layout_.rest(plan->record_words(), 0); }
+    [[nodiscard]] float* record_crit() const noexcept { return plan->layout_.crit(plan->record_words(), 0); }
+    [[nodiscard]] const std::uint32_t* record_skip() const noexcept {
+      return step_record_layout::skip(plan->record_words());
+    }
     /// `p`'s device upload buffer (whole_window; null with chunk_ring): its host-set positions in
     /// order, after a window's copies up and before its apply.
     [[nodiscard]] std::byte* upload_buffer(std::size_t p) const noexcept {

@@ -137,6 +137,19 @@ struct host_primitives {
     }
     return cudaSuccess;
   }
+  /// Sharded matrices' record masses from the ranks' gathered row masses (l1_mass.hpp).
+  static cudaError_t shard_masses(const shard_mass_item* items,
+                                  int n,
+                                  const float* gathered,
+                                  const std::uint32_t* skip,
+                                  float* crit,
+                                  float* rest,
+                                  exec_type) {
+    for (int i = 0; i < n; ++i) {
+      shard_masses_of(items[i], gathered, skip, crit, rest);
+    }
+    return cudaSuccess;
+  }
   /// Rows of a table of matrices to or from packed fp32 (row_copies.hpp): the host twins of
   /// gather_channels / scatter_channels item by item.
   static cudaError_t copy_rows_batched(

@@ -162,6 +162,20 @@ ZF_KERNEL void l1_add_rows_batched_kernel(const l1_mass_args* calls, int n) {
   l1_add_rows(a);
 }
 
+/// One thread per sharded matrix: its record masses from the gathered row masses.
+template <int = 0>
+ZF_KERNEL void shard_masses_kernel(const shard_mass_item* items,
+                                   int n,
+                                   const float* gathered,
+                                   const std::uint32_t* skip,
+                                   float* crit,
+                                   float* rest) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) {
+    shard_masses_of(items[i], gathered, skip, crit, rest);
+  }
+}
+
 /// One thread: the rows in order, that sum into the mass (the host twins' order).
 template <int = 0>
 ZF_KERNEL void l1_add_rows_kernel(l1_mass_args a) {

@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/plan/moment_rows.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
@@ -47,6 +48,13 @@ namespace detail {
 /// - read_state(p, stream), summed(stats, stream): collectives with more than one rank.
 template <class Backend, class Policy, class Host>
 class parallel_side;
+
+/// Zen-auto and select_on_mass_drop read step t's masses (zen_auto_lag steps later), so with more
+/// than one rank every rank needs the one-rank masses, not its own rows' part.
+inline bool reads_rest_masses(const config& cfg, std::int64_t t) {
+  return cfg.mode == optimizer_mode::zenflow && (cfg.auto_update() || cfg.mass_trigger()) &&
+         t >= cfg.full_warm_up_rounds;
+}
 
 /// A host-side parameter whose rows this rank keeps all of: its shard is the whole matrix, its
 /// host set every channel, its fp32 masters its working weights (blocking). Returns the bytes

@@ -98,8 +98,10 @@ public:
       if (pi.matrix) {
         pi.device_capacity = gpu ? pi.channels : (zen ? pi.zenflow_capacity(cfg_) : 0);
         pi.host_side = !gpu;
-        ks.push_back(std::max<std::int64_t>(pi.device_capacity, 1));
-        cs.push_back(pi.channels);
+        // Zen-auto votes on the whole matrix's masses (a shard's too: the sharded policy's record
+        // holds the one-rank masses), so on its whole k and channels.
+        ks.push_back(std::max<std::int64_t>(zen ? cfg_.topk(pi.whole_channels()) : pi.device_capacity, 1));
+        cs.push_back(pi.whole_channels());
       } else {
         pi.device_capacity = cfg_.mode == optimizer_mode::offload_sync ? 0 : 1;
         pi.device_dense = pi.device_capacity == 1;
