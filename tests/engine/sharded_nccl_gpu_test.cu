@@ -267,8 +267,10 @@ zenflow::config base() {
   return c;
 }
 
+/// Returns the CUDA engine's stats at the end.
 template <class T>
-void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, bool huge = false) {
+zenflow::stats
+run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, bool huge = false) {
   sharded_cuda_run<T> r(cfg);
   r.add();
   r.initialize();
@@ -276,13 +278,14 @@ void run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step =
   for (std::int64_t t = 0; t < steps; ++t) {
     r.step(t, t == nan_step, huge);
     if (::testing::Test::HasFatalFailure()) {
-      return;
+      return r.e->stats();
     }
   }
   r.check_state();
   if (nan_step >= 0) {
     EXPECT_EQ(r.e->stats().skipped_steps, 1);
   }
+  return r.e->stats();
 }
 
 class sharded_nccl_gpu : public zf_test::gpu_test {};
@@ -318,6 +321,31 @@ TEST_F(sharded_nccl_gpu, gpu_adamw_with_clipping_equals_the_host_engine) {
   c.mode = zenflow::optimizer_mode::gpu_adamw;
   c.gradient_clipping = 0.05f;
   run<float>(c, 6);
+}
+
+// Zen-auto's windows and select_on_mass_drop's re-selections decided on the shard's masses (one
+// rank: its own), with the whole matrix's k.
+TEST_F(sharded_nccl_gpu, bf16_zen_auto_windows_equal_the_host_engine) {
+  auto c = base();
+  c.update_interval = 0; // Zen-auto
+  c.max_update_interval = 5;
+  c.min_update_interval = 1;
+  c.auto_ratio = 0.6;
+  c.host_moments = zenflow::moment_precision::bf16;
+  const auto st = run<zenflow::bfloat16>(c, 24, 13);
+  EXPECT_GE(st.windows_closed, 4); // the masses decided something
+}
+
+TEST_F(sharded_nccl_gpu, the_mass_trigger_fires_as_on_the_host) {
+  auto c = base();
+  c.select = zenflow::select_strategy::automatic; // the trigger's selections alone after step 0
+  c.select_interval = 0;
+  c.update_interval = 0;
+  c.max_update_interval = 2;
+  c.select_on_mass_drop = 0.9;
+  c.min_select_interval = 2;
+  const auto st = run<float>(c, 24);
+  EXPECT_GT(st.mass_drop_selections, 0);
 }
 
 TEST_F(sharded_nccl_gpu, a_nan_skips_the_step_as_on_the_host) {
