@@ -39,10 +39,6 @@ inline int main_data_parallel(int argc, char** argv) {
                                       "host backend only");
     }
 #  endif
-    if (o.zero == 3 && o.backend == "cuda") {
-      throw zenflow::invalid_argument("--zero 3: the host backend only (the sharded engine takes a host "
-                                      "communicator)");
-    }
     zenflow::set_log_handler(zenflow::stderr_log_handler, o.log_level);
     if (rank == 0 && !o.quiet) {
       std::fputs(o.zf.describe(&o.zf_sources).c_str(), stdout);

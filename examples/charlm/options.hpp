@@ -96,8 +96,8 @@ usage: charlm_train [options]
                             DeepSpeed file's choice)
   --backend B               host | cuda | auto (default auto: cuda when a device is usable)
   --zero N                  under mpirun: 2 (default: every rank holds the whole model, the host
-                            state split) | 3 (each rank trains its shard of every matrix; host
-                            backend, a fixed update interval)
+                            state split) | 3 (each rank trains its shard of every matrix; with
+                            --backend cuda over NCCL)
   --size S                  model preset: tiny | cpu (default) | gpu | h200; the model flags below
                             override it
   --context N --embed N --hidden N --layers N     model shape

@@ -1,8 +1,10 @@
 // run_cuda: the trainer on the CUDA backend (cuBLAS model, zenflow::engine<cuda_backend>);
-// run_cuda_mpi: the same under mpirun, one rank per GPU over NCCL.
+// run_cuda_mpi: the same under mpirun, one rank per GPU over NCCL (`--zero 3`: a sharded engine,
+// sharded_optimizer.hpp, the trainer's collectives on a second NCCL communicator).
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <zenflow/core/error.hpp>
@@ -14,6 +16,7 @@
 #  include <nccl.h>
 
 #  include <zenflow/comm/nccl_communicator.cuh>
+#  include <zenflow/comm/shard.cuh>
 #endif
 
 #include "cuda_charlm.cuh"
@@ -101,14 +104,27 @@ run_result run_cuda_mpi(options o, bool& replicas_same) {
   dataset data = make_dataset(o);     // the same batches on every rank
   zenflow::stream st;
   cuda_charlm model(o.shape, o.seed, st); // the same seed: the replicas start equal
-  zenflow::engine<zenflow::cuda_backend, zenflow::nccl_communicator> opt(
-      o.zf, zenflow::cuda_backend{}, zenflow::nccl_communicator(nccl.get()));
-  register_params(model, opt);
-  opt.initialize(st);
-  run_result r = train(model, opt, data, o, st.get(), rank, ranks);
-  const zenflow::stats all = opt.stats_over_ranks(st.get()); // every rank calls it
+  const auto train_with = [&](auto& opt) {
+    register_params(model, opt);
+    opt.initialize(st);
+    run_result res = train(model, opt, data, o, st.get(), rank, ranks);
+    res.comm_bytes = opt.stats().comm_bytes;
+    return std::pair{res, opt.stats_over_ranks(st.get())}; // every rank calls it
+  };
+  auto [r, all] = [&] {
+    if (o.zero == 3) { // each rank's shard of every matrix (sharded_optimizer.hpp)
+      // The trainer's reduce-scatters and gathers on a communicator of their own: an
+      // nccl_communicator's watchdog serializes only its own calls on its ncclComm_t.
+      const world_nccl trainer_nccl(rank, ranks);
+      sharded_optimizer<cuda_charlm::weight_t, zenflow::cuda_backend, zenflow::nccl_communicator> opt(
+          o.zf, zenflow::nccl_communicator(nccl.get()), zenflow::nccl_communicator(trainer_nccl.get()));
+      return train_with(opt);
+    }
+    zenflow::engine<zenflow::cuda_backend, zenflow::nccl_communicator> opt(
+        o.zf, zenflow::cuda_backend{}, zenflow::nccl_communicator(nccl.get()));
+    return train_with(opt);
+  }();
   r.ranks = ranks;
-  r.comm_bytes = opt.stats().comm_bytes;
   r.comm_bytes_all = all.comm_bytes;
   r.host_memory_all = all.memory.host_total();
   replicas_same = replicas_identical(model.all_weights());

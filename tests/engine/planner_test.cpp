@@ -181,8 +181,7 @@ TEST(planner, zero3_shards_the_device_buffers) {
     expect_rel(z3.host.total(), z2.host.total(), "the host is ZeRO-2's (over NCCL)");
     expect_rel(z3.traffic.d2h_per_step, z2.traffic.d2h_per_step, "down");
     expect_rel(z3.traffic.h2d_per_step, z2.traffic.h2d_per_step, "up");
-    ASSERT_FALSE(z3.not_implemented.empty());
-    EXPECT_NE(z3.not_implemented[0].find("ZeRO-3 on a GPU"), std::string::npos);
+    EXPECT_TRUE(z3.not_implemented.empty()); // the sharded engine on CUDA over NCCL: compiled
     EXPECT_TRUE(z2.not_implemented.empty());
   }
 }

@@ -36,8 +36,8 @@ struct owner_partition {
 };
 
 /// Sharded weights over `Comm` (ZeRO-3; docs/data-parallel.md): local/mpi_communicator on the
-/// host and emulated backends, emulated_device_communicator on the emulated backend (not yet NCCL
-/// and the CUDA backend).
+/// host and emulated backends, emulated_device_communicator on the emulated backend,
+/// local_device/nccl_communicator on the CUDA backend.
 template <communicator Comm>
 struct sharded {
   using communicator_type = Comm;

@@ -11,9 +11,8 @@
 /// config::accumulate: the fp32 sum goes down once per window) is the engine's on one rank, and
 /// 8-bit host moments (`plan_moments::int8`) are the engine's. Modelled but not implemented by the
 /// engine yet, and named in `plan_result::not_implemented` when used: device accumulation with
-/// data parallel (`gpus` > 1), an int8 block other than the engine's 64, and ZeRO-3
-/// (`plan_config::sharded`) on a GPU (the sharded engine runs on the host and emulated backends
-/// only so far) or with device accumulation. docs/planning.md.
+/// data parallel (`gpus` > 1 or ZeRO-3) and an int8 block other than the engine's 64.
+/// docs/planning.md.
 ///
 ///   zenflow::plan_model m = zenflow::plan_model::preset("7b");
 ///   zenflow::plan_hardware hw{.host_bytes_per_s = 300e9, .pcie_bytes_per_s = 25e9, .step_s = 1.5};

@@ -17,9 +17,9 @@
 /// owner reduction), and the host moments' stochastic rounding hashes the whole matrix's element
 /// indices (row_shard::origin). Zen-auto's and select_on_mass_drop's masses: each rank's row
 /// masses gathered and added in one rank's order by every rank (shard_masses.hpp). Not supported
-/// yet (initialize() refuses it, naming the key): host_lr_scale "snr"; and (at compile time) NCCL
-/// and the CUDA backend. Over the emulated device's communicator every collective is
-/// stream-ordered.
+/// yet (initialize() refuses it, naming the key): host_lr_scale "snr". Over a device
+/// communicator (the emulated device's; NCCL or local_device_communicator on the CUDA backend)
+/// every collective is stream-ordered.
 #pragma once
 
 #include <algorithm>
@@ -83,14 +83,15 @@ template <class Backend, class Comm, class Host>
 class parallel_side<Backend, sharded<Comm>, Host> {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
-  // A device communicator's collectives are stream-ordered (no host wait); the emulated
-  // device's is the one this side runs over (NCCL on the CUDA backend: not built yet).
+  // A device communicator's collectives are stream-ordered (no host wait): the emulated
+  // device's, or NCCL's on the CUDA backend (device memory: nothing here reads it on the host).
   static constexpr bool device_comm = Comm::is_device;
-  static_assert(std::is_base_of_v<host_memory, Backend> &&
-                    (!Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)),
+  static_assert(std::is_base_of_v<host_memory, Backend>
+                    ? !Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)
+                    : Comm::is_device && !emulates_device_memory<Comm>,
                 "zenflow::engine: sharded<Comm> takes local/mpi_communicator on the host or emulated "
-                "backend, or emulated_device_communicator on the emulated backend (NCCL and the CUDA "
-                "backend are not supported yet)");
+                "backend (or, on the emulated backend, emulated_device_communicator), "
+                "local_device/nccl_communicator on the CUDA backend");
 
 public:
   using argument_type = Comm;
@@ -125,9 +126,16 @@ public:
     std::uint64_t sent = 2u * 8u + mine.size() * 8u;
     const auto n = static_cast<std::size_t>(comm_.size());
     std::vector<std::int64_t> all(mine.size() * n);
-    all_gather(comm_, mine.data(), all.data(), mine.size(), stream);
-    if constexpr (device_comm) {
-      comm_.device().synchronize_stream(stream); // the verdict is read here
+    if constexpr (device_comm && !emulates_device_memory<Comm>) {
+      // Device memory (CUDA): the lists through a device buffer on `stream`, read here (it waits).
+      const std::vector<std::size_t> bytes(n, mine.size() * 8);
+      dbuf<std::byte> stage(all.size() * 8, stream);
+      gather_host_blocks(Backend{}, comm_, mine.data(), all.data(), bytes, stage, stream);
+    } else {
+      all_gather(comm_, mine.data(), all.data(), mine.size(), stream);
+      if constexpr (device_comm) {
+        comm_.device().synchronize_stream(stream); // the verdict is read here
+      }
     }
     std::size_t m = 0;
     for (std::size_t p = 0; p < params.size(); ++p) {
@@ -361,7 +369,8 @@ private:
     if (!active()) {
       return sent;
     }
-    comm_.all_reduce_or(plan_->exposed().flags(), params_->size(), stream);
+    // 0/1 flags: the max is the or, and NCCL's needs no scratch (nor a bound on the count).
+    comm_.all_reduce_max(plan_->exposed().flags(), params_->size(), stream);
     sent += params_->size() * 4;
     // Over a host communicator every rank holds the same whole scores now: the rescans cross the
     // wire only when one of them is not finite, which every rank sees alike. A device

@@ -362,10 +362,6 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     r.not_implemented.push_back("int8 host moments with an fp32 scale per " + std::to_string(cfg.int8_block) +
                                 " elements (the engine's blocks are 64)");
   }
-  if (cfg.sharded) {
-    r.not_implemented.push_back(
-        "ZeRO-3 on a GPU (the sharded engine runs on the host and emulated backends)");
-  }
   if (device_acc && (N > 1 || cfg.sharded)) {
     r.not_implemented.push_back("device accumulation with data parallel (modelled: the engine runs it on "
                                 "one rank, the window's fp32 sum down once per window)");
