@@ -533,6 +533,62 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
   }
 }
 
+// ZeRO-3's masses (dp/shard_masses.hpp): the kernel adds the ranks' gathered row masses in the
+// host body's order, subnormal and zero rows included, for every matrix of a batch, with and
+// without the skip flag.
+TEST_F(engine_gpu, sharded_masses_are_bit_identical_to_the_host_body) {
+  using zenflow::detail::shard_mass_item;
+  using zenflow::detail::shard_mass_part;
+  std::mt19937_64 rng(zf_test::base_seed() + 900);
+  const int ranks = 3, matrices = 4;
+  std::vector<float> gathered;
+  std::vector<shard_mass_part> parts;
+  std::vector<std::int64_t> per_slot = {1, 7, 64, 1000};
+  for (int m = 0; m < matrices; ++m) {
+    for (int r = 0; r < ranks; ++r) {
+      const auto rows = static_cast<std::int64_t>(rng() % 300);
+      const auto k = static_cast<std::int32_t>(rows == 0 ? 0 : rng() % static_cast<std::uint64_t>(rows));
+      float word = 0.0f;
+      std::memcpy(&word, &k, 4);
+      gathered.push_back(word);
+      const auto at = static_cast<std::int64_t>(gathered.size());
+      for (std::int64_t j = 0; j < rows; ++j) {
+        const std::uint64_t u = rng();
+        gathered.push_back(u % 50 == 0   ? 1e-40f
+                           : u % 51 == 0 ? 0.0f
+                                         : static_cast<float>(u % 100000) * 0.37f);
+      }
+      parts.push_back({at - 1, at, rows});
+    }
+  }
+  zenflow::device_buffer<float> d_gathered(gathered.size());
+  zenflow::device_buffer<shard_mass_part> d_parts(parts.size());
+  ZF_CUDA_TRY(cudaMemcpy(d_gathered.data(), gathered.data(), gathered.size() * 4, cudaMemcpyHostToDevice));
+  ZF_CUDA_TRY(cudaMemcpy(d_parts.data(), parts.data(), parts.size() * sizeof(shard_mass_part),
+                         cudaMemcpyHostToDevice));
+  std::vector<shard_mass_item> host_items, dev_items;
+  for (int m = 0; m < matrices; ++m) {
+    host_items.push_back({parts.data() + m * ranks, ranks, per_slot[static_cast<std::size_t>(m)], m});
+    dev_items.push_back({d_parts.data() + m * ranks, ranks, per_slot[static_cast<std::size_t>(m)], m});
+  }
+  zenflow::device_buffer<shard_mass_item> d_items(dev_items.size());
+  ZF_CUDA_TRY(cudaMemcpy(d_items.data(), dev_items.data(), d_items.bytes(), cudaMemcpyHostToDevice));
+  zenflow::device_buffer<float> d_masses(2 * matrices);
+  zenflow::device_buffer<std::uint32_t> d_skip(1);
+  for (const std::uint32_t skip : {0u, 1u}) {
+    ZF_CUDA_TRY(cudaMemcpy(d_skip.data(), &skip, 4, cudaMemcpyHostToDevice));
+    ZF_CUDA_TRY(zenflow::detail::device_primitives::shard_masses(d_items.data(), matrices, d_gathered.data(),
+                                                                 d_skip.data(), d_masses.data(),
+                                                                 d_masses.data() + matrices, nullptr));
+    std::vector<float> want(2 * matrices, -1.0f), got(2 * matrices);
+    ZF_CUDA_TRY(zenflow::detail::host_primitives::shard_masses(
+        host_items.data(), matrices, gathered.data(), &skip, want.data(), want.data() + matrices, nullptr));
+    ZF_CUDA_TRY(cudaMemcpy(got.data(), d_masses.data(), got.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "skip " << skip;
+    EXPECT_GT(want[static_cast<std::size_t>(matrices)], 0.0f); // a real mass, not zeros
+  }
+}
+
 // ---- the 300-step scenarios: the host backend's bits and counters ------------------------------
 
 // ---- save / load: a resumed run is bit-identical (as on the host and emulated backends) -------

@@ -3,7 +3,9 @@
 // computes for its block and the ranks sum with zeros elsewhere. Here, on the host primitives
 // (the CUDA kernels call the same bodies): the rescans of non-finite scores, summed over three
 // owners in every order, give sq_totals the bits it computes from the whole gradient, and the
-// float64 norm; the batched masses, per D2H slot then per matrix, give the packs' bits.
+// float64 norm; the batched masses, per D2H slot then per matrix, give the packs' bits; a sharded
+// matrix's masses from its ranks' gathered row masses (shard_masses) give one rank's update and
+// packs' bits.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -188,6 +190,106 @@ TEST(owner_sums, per_slot_then_per_matrix_masses_give_the_packs_bits) {
   one.l1 = &flat;
   ASSERT_EQ(host_primitives::l1_add_rows_batched(&one, 1, nullptr), cudaSuccess);
   EXPECT_NE(bits(flat), bits(mass)) << "inputs too tame: the slots' order did not show";
+}
+
+// ZeRO-3 (dp/shard_masses.hpp): three ranks hold contiguous shards of a bf16 matrix (one of a
+// single channel); each computes its rows' masses (its device set, then its host set, ascending)
+// into its part of the gathered buffer after its device-set count. shard_masses then gives the
+// bits of one rank holding the whole matrix: the crit mass of the update's one call over the
+// device set, the rest mass of the packs (gather_channels' host twin, one call per D2H slot).
+TEST(owner_sums, a_sharded_matrixs_gathered_row_masses_give_one_ranks_crit_and_rest) {
+  const std::uint64_t seed = zf_test::base_seed() + 4;
+  SCOPED_TRACE(zf_test::seed_note(seed));
+  const std::int64_t channels = 600, len = 37, per_slot = 50;
+  auto g = zf_test::random_values<zenflow::bfloat16>(static_cast<std::size_t>(channels * len), seed);
+  const channel_matrix<const zenflow::bfloat16> gm{g.data(), channels, len, len, channel_layout::contiguous};
+  std::mt19937_64 gen(seed);
+  std::vector<std::int32_t> sel, host_set;
+  for (std::int32_t c = 0; c < channels; ++c) {
+    (gen() % 5 == 0 ? sel : host_set).push_back(c);
+  }
+  // One rank: the update's one call over the device set, the packs over the host set.
+  float crit = 0.0f;
+  std::vector<float> scratch(static_cast<std::size_t>(channels));
+  zenflow::detail::l1_mass_args whole{g.data(), zenflow::dtype::bf16,       channels, len,
+                                      len,      channel_layout::contiguous, true};
+  whole.idx = sel.data();
+  whole.count = static_cast<std::int64_t>(sel.size());
+  whole.row_l1 = scratch.data();
+  whole.l1 = &crit;
+  zenflow::detail::host_l1_mass(whole);
+  float rest = 0.0f;
+  const auto n = static_cast<std::int64_t>(host_set.size());
+  std::vector<zenflow::bfloat16> staging(static_cast<std::size_t>(per_slot * len));
+  for (std::int64_t s = 0; s < n; s += per_slot) {
+    ASSERT_EQ(zenflow::host::gather_channels(gm, host_set.data() + s, std::min(n, s + per_slot) - s,
+                                             staging.data(), &rest, nullptr),
+              cudaSuccess);
+  }
+  // Three ranks: shards [0, 250), [250, 251), [251, 600), gathered as the engine lays them out.
+  const std::array<std::int32_t, 4> first{0, 250, 251, static_cast<std::int32_t>(channels)};
+  std::vector<float> gathered;
+  std::vector<zenflow::detail::shard_mass_part> parts;
+  for (std::size_t r = 0; r < 3; ++r) {
+    const auto lo = first[r];
+    const auto hi = first[r + 1];
+    std::vector<std::int32_t> rows; // shard indices: its device set, then its host set
+    for (const auto c : sel) {
+      if (c >= lo && c < hi) {
+        rows.push_back(c - lo);
+      }
+    }
+    const auto k = static_cast<std::int32_t>(rows.size());
+    for (const auto c : host_set) {
+      if (c >= lo && c < hi) {
+        rows.push_back(c - lo);
+      }
+    }
+    float count_word = 0.0f;
+    std::memcpy(&count_word, &k, 4);
+    gathered.push_back(count_word);
+    const auto at = static_cast<std::int64_t>(gathered.size());
+    gathered.resize(gathered.size() + rows.size());
+    float junk = 0.0f;
+    zenflow::detail::l1_mass_args a{g.data() + static_cast<std::size_t>(lo * len),
+                                    zenflow::dtype::bf16,
+                                    hi - lo,
+                                    len,
+                                    len,
+                                    channel_layout::contiguous,
+                                    true};
+    a.idx = rows.data();
+    a.count = static_cast<std::int64_t>(rows.size());
+    a.row_l1 = gathered.data() + at;
+    a.l1 = &junk;
+    ASSERT_EQ(host_primitives::l1_mass_batched(&a, 1, a.count, nullptr), cudaSuccess);
+    parts.push_back({at - 1, at, static_cast<std::int64_t>(rows.size())});
+  }
+  const zenflow::detail::shard_mass_item item{parts.data(), 3, per_slot, 1};
+  std::array<float, 2> got_crit{-1.0f, -1.0f}, got_rest{-1.0f, -1.0f};
+  const std::uint32_t go = 0, skip = 1;
+  ASSERT_EQ(host_primitives::shard_masses(&item, 1, gathered.data(), &go, got_crit.data(), got_rest.data(),
+                                          nullptr),
+            cudaSuccess);
+  EXPECT_EQ(bits(got_crit[1]), bits(crit)) << got_crit[1] << " vs " << crit;
+  EXPECT_EQ(bits(got_rest[1]), bits(rest)) << got_rest[1] << " vs " << rest;
+  EXPECT_EQ(got_crit[0], -1.0f); // matrix 0's words untouched
+  double ref_crit = 0.0, ref_rest = 0.0;
+  for (std::int32_t c = 0; c < channels; ++c) {
+    double row = 0.0;
+    for (std::int64_t i = 0; i < len; ++i) {
+      row += std::fabs(static_cast<double>(zenflow::to_float(gm(c, i))));
+    }
+    (std::binary_search(sel.begin(), sel.end(), c) ? ref_crit : ref_rest) += row;
+  }
+  EXPECT_NEAR(got_crit[1], ref_crit, 1e-5 * ref_crit);
+  EXPECT_NEAR(got_rest[1], ref_rest, 1e-5 * ref_rest);
+  // A skipped step: no crit mass (the update adds none), the rest mass all the same (the packs').
+  ASSERT_EQ(host_primitives::shard_masses(&item, 1, gathered.data(), &skip, got_crit.data(), got_rest.data(),
+                                          nullptr),
+            cudaSuccess);
+  EXPECT_EQ(got_crit[1], 0.0f);
+  EXPECT_EQ(bits(got_rest[1]), bits(rest));
 }
 
 } // namespace
