@@ -20,131 +20,15 @@
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
-#include <zenflow/optim/cpu_adamw.hpp>
-#include <zenflow/select/channel_norms.hpp>
-#include <zenflow/select/topk.hpp>
 
+#include "arrays.hpp"
 #include "engine_iface.hpp"
+#include "primitives.hpp"
 
-namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace zenflow_py {
 namespace {
-
-using array = nb::ndarray<>;
-
-[[noreturn]] void bad(const std::string& fn, const std::string& arg, const std::string& what) {
-  throw nb::value_error((fn + ": '" + arg + "' " + what).c_str());
-}
-
-cudaStream_t to_stream(std::uintptr_t s) {
-  return reinterpret_cast<cudaStream_t>(s);
-} // NOLINT
-
-std::string dtype_name(nb::dlpack::dtype t) {
-  const char* kind = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)    ? "float"
-                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
-                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int)    ? "int"
-                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)   ? "uint"
-                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool)   ? "bool"
-                                                                                           : "complex";
-  return std::string(kind) + std::to_string(t.bits);
-}
-
-std::optional<elem> elem_of(nb::dlpack::dtype t) {
-  if (t.lanes != 1) {
-    return std::nullopt;
-  }
-  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 32) {
-    return elem::f32;
-  }
-  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && t.bits == 16) {
-    return elem::f16;
-  }
-  if (t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) {
-    return elem::bf16;
-  }
-  return std::nullopt;
-}
-
-std::string device_name(const array& a) {
-  switch (a.device_type()) {
-  case nb::device::cpu::value:
-    return "cpu";
-  case nb::device::cuda::value:
-    return "cuda:" + std::to_string(a.device_id());
-  case nb::device::cuda_host::value:
-    return "cuda_host (pinned cpu)";
-  case nb::device::cuda_managed::value:
-    return "cuda_managed";
-  default:
-    return "device type " + std::to_string(a.device_type());
-  }
-}
-
-/// Where a backend's "device" arrays live.
-enum class where : std::uint8_t { host, cuda };
-
-bool on_host(const array& a) {
-  return a.device_type() == nb::device::cpu::value || a.device_type() == nb::device::cuda_host::value;
-}
-
-/// The checks every array argument of the engine gets, naming the argument.
-void check_place(const std::string& fn, const char* name, const array& a, where w, int device) {
-  if (w == where::host && !on_host(a)) {
-    bad(fn, name, "is on " + device_name(a) + ", but this engine's backend takes host (cpu) memory");
-  }
-  if (w == where::cuda &&
-      !(a.device_type() == nb::device::cuda::value || a.device_type() == nb::device::cuda_managed::value)) {
-    bad(fn, name, "is on " + device_name(a) + ", but this engine's backend (cuda) takes CUDA device memory");
-  }
-  if (w == where::cuda && a.device_type() == nb::device::cuda::value && device >= 0 &&
-      a.device_id() != device) {
-    bad(fn, name, "is on " + device_name(a) + ", but this engine runs on cuda:" + std::to_string(device));
-  }
-}
-
-/// The leading dimension of a 2-D array whose last dimension is dense, or of a dense array.
-struct shape2 {
-  std::int64_t rows = 0, cols = 0, ld = 0;
-};
-
-bool dense(const array& a) {
-  std::int64_t expect = 1;
-  for (std::size_t d = a.ndim(); d-- > 0;) {
-    if (a.shape(d) != 1 && a.stride(d) != expect) {
-      return false;
-    }
-    expect *= a.shape(d);
-  }
-  return true;
-}
-
-shape2 matrix_shape(const std::string& fn, const char* name, const array& a) {
-  if (a.ndim() < 2) {
-    bad(fn, name, "must have 2 (or more) dimensions, it has " + std::to_string(a.ndim()));
-  }
-  shape2 s;
-  s.rows = a.shape(0);
-  if (a.ndim() == 2) {
-    s.cols = a.shape(1);
-    s.ld = a.stride(0);
-    if (a.stride(1) != 1 && s.cols != 1) {
-      bad(fn, name, "must be contiguous in its last dimension (stride " + std::to_string(a.stride(1)) + ")");
-    }
-    if (s.cols == 1) {
-      s.ld = std::max<std::int64_t>(s.ld, 1);
-    }
-    return s;
-  }
-  if (!dense(a)) {
-    bad(fn, name, "has more than 2 dimensions and is not contiguous");
-  }
-  s.cols = static_cast<std::int64_t>(a.size()) / std::max<std::int64_t>(s.rows, 1);
-  s.ld = s.cols;
-  return s;
-}
 
 struct options_in {
   std::optional<float> lr_scale;
@@ -189,26 +73,6 @@ elem check_pair(const std::string& fn, const array& w, const array& g, where wh,
     bad(fn, "weights", "is empty");
   }
   return *t;
-}
-
-zenflow::channel_layout parse_layout(const std::string& fn, const std::string& s) {
-  if (s == "contiguous") {
-    return zenflow::channel_layout::contiguous;
-  }
-  if (s == "strided") {
-    return zenflow::channel_layout::strided;
-  }
-  bad(fn, "layout", "must be \"contiguous\" or \"strided\", not \"" + s + "\"");
-}
-
-// ---- numpy results -------------------------------------------------------------------------
-
-template <class T>
-nb::ndarray<nb::numpy, T> to_numpy(std::vector<T> v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  const std::size_t n = heap->size();
-  return nb::ndarray<nb::numpy, T>(heap->data(), {n}, owner);
 }
 
 // ---- Engine ------------------------------------------------------------------------------
@@ -438,135 +302,6 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["device_total"] = m.device_total();
   d["host_total"] = m.host_total();
   return d;
-}
-
-// ---- primitives (host arrays) ------------------------------------------------------------
-
-void check_cuda(cudaError_t e, const char* fn) {
-  if (e != cudaSuccess) {
-    const std::string& msg = zenflow::last_error_message();
-    throw nb::value_error(msg.empty() ? fn : msg.c_str());
-  }
-}
-
-template <class T>
-std::vector<float>
-norms_of(const T* g, const shape2& s, zenflow::channel_layout layout, zenflow::channel_norm norm) {
-  const std::int64_t ch = layout == zenflow::channel_layout::contiguous ? s.rows : s.cols;
-  const std::int64_t len = layout == zenflow::channel_layout::contiguous ? s.cols : s.rows;
-  std::vector<float> out(static_cast<std::size_t>(ch));
-  std::size_t bytes = 0;
-  auto run = [&](void* tmp) {
-    return norm == zenflow::channel_norm::sq_l2
-               ? zenflow::host::channel_norms<zenflow::channel_norm::sq_l2>(tmp, bytes, g, ch, len, s.ld,
-                                                                            layout, out.data())
-               : zenflow::host::channel_norms<zenflow::channel_norm::l1>(tmp, bytes, g, ch, len, s.ld, layout,
-                                                                         out.data());
-  };
-  check_cuda(run(nullptr), "zenflow.channel_norms");
-  std::vector<std::byte> tmp(std::max<std::size_t>(bytes, 1));
-  check_cuda(run(tmp.data()), "zenflow.channel_norms");
-  return out;
-}
-
-nb::ndarray<nb::numpy, float>
-channel_norms(const array& g, const std::string& layout_s, const std::string& norm_s) {
-  const std::string fn = "zenflow.channel_norms";
-  const auto layout = parse_layout(fn, layout_s);
-  if (norm_s != "sq_l2" && norm_s != "l1") {
-    bad(fn, "norm", "must be \"sq_l2\" or \"l1\", not \"" + norm_s + "\"");
-  }
-  const auto norm = norm_s == "sq_l2" ? zenflow::channel_norm::sq_l2 : zenflow::channel_norm::l1;
-  if (!on_host(g)) {
-    bad(fn, "grad", "is on " + device_name(g) + "; the primitives' binding takes host (cpu) arrays");
-  }
-  const auto t = elem_of(g.dtype());
-  if (!t) {
-    bad(fn, "grad", "has dtype " + dtype_name(g.dtype()) + "; float32, float16 or bfloat16");
-  }
-  const shape2 s = matrix_shape(fn, "grad", g);
-  std::vector<float> out;
-  {
-    nb::gil_scoped_release nogil;
-    switch (*t) {
-    case elem::f32:
-      out = norms_of(static_cast<const float*>(g.data()), s, layout, norm);
-      break;
-    case elem::f16:
-      out = norms_of(static_cast<const zenflow::half*>(g.data()), s, layout, norm);
-      break;
-    case elem::bf16:
-      out = norms_of(static_cast<const zenflow::bfloat16*>(g.data()), s, layout, norm);
-      break;
-    }
-  }
-  return to_numpy(std::move(out));
-}
-
-nb::ndarray<nb::numpy, std::int32_t> topk(const array& scores, std::int64_t k) {
-  const std::string fn = "zenflow.topk";
-  if (!on_host(scores)) {
-    bad(fn, "scores", "is on " + device_name(scores) + "; the primitives' binding takes host (cpu) arrays");
-  }
-  if (!(elem_of(scores.dtype()) == elem::f32) || scores.ndim() != 1 || !dense(scores)) {
-    bad(fn, "scores", "must be a contiguous 1-D float32 array");
-  }
-  const auto n = static_cast<std::int64_t>(scores.size());
-  if (k < 0 || k > n) {
-    bad(fn, "k", "must be in [0, " + std::to_string(n) + "], not " + std::to_string(k));
-  }
-  std::vector<std::int32_t> idx(static_cast<std::size_t>(k));
-  {
-    nb::gil_scoped_release nogil;
-    std::size_t bytes = 0;
-    const auto* p = static_cast<const float*>(scores.data());
-    check_cuda(zenflow::host::topk(nullptr, bytes, p, n, k, idx.data()), "zenflow.topk");
-    std::vector<std::byte> tmp(std::max<std::size_t>(bytes, 1));
-    check_cuda(zenflow::host::topk(tmp.data(), bytes, p, n, k, idx.data()), "zenflow.topk");
-  }
-  return to_numpy(std::move(idx));
-}
-
-void adamw(const array& master,
-           const array& m,
-           const array& v,
-           const array& grad,
-           std::int32_t count,
-           float lr,
-           float beta1,
-           float beta2,
-           float eps,
-           float weight_decay,
-           bool decoupled,
-           float grad_scale,
-           std::optional<array> out) {
-  const std::string fn = "zenflow.adamw";
-  const auto n = static_cast<std::int64_t>(master.size());
-  auto f32 = [&](const char* name, const array& a) {
-    if (!on_host(a)) {
-      bad(fn, name, "is on " + device_name(a) + "; the primitives' binding takes host (cpu) arrays");
-    }
-    if (!(elem_of(a.dtype()) == elem::f32) || !dense(a)) {
-      bad(fn, name, "must be a contiguous float32 array");
-    }
-    if (static_cast<std::int64_t>(a.size()) != n) {
-      bad(fn, name, "has " + std::to_string(a.size()) + " elements, 'master' " + std::to_string(n));
-    }
-  };
-  f32("master", master);
-  f32("m", m);
-  f32("v", v);
-  f32("grad", grad);
-  if (out) {
-    f32("out", *out);
-  }
-  const zenflow::adamw_hparams hp{lr, beta1, beta2, eps, weight_decay, decoupled};
-  nb::gil_scoped_release nogil;
-  check_cuda(zenflow::host::adamw_span<float, float, float>(
-                 static_cast<float*>(master.data()), static_cast<float*>(m.data()),
-                 static_cast<float*>(v.data()), static_cast<const float*>(grad.data()),
-                 out ? static_cast<float*>(out->data()) : nullptr, n, count, hp, grad_scale, nullptr),
-             "zenflow.adamw");
 }
 
 } // namespace
@@ -825,9 +560,5 @@ NB_MODULE(_zenflow, mod) {
   mod.def(
       "pin_to_training_cores",
       [](const zenflow::stats& s) { return zenflow::pin_to_training_cores(s.placement); }, "stats"_a);
-  mod.def("channel_norms", &channel_norms, "grad"_a, "layout"_a = "contiguous", "norm"_a = "sq_l2");
-  mod.def("topk", &topk, "scores"_a, "k"_a);
-  mod.def("adamw", &adamw, "master"_a, "m"_a, "v"_a, "grad"_a, "count"_a, "lr"_a, "beta1"_a = 0.9f,
-          "beta2"_a = 0.999f, "eps"_a = 1e-8f, "weight_decay"_a = 0.0f, "decoupled"_a = true,
-          "grad_scale"_a = 1.0f, "out"_a = nb::none());
+  bind_primitives(mod);
 }

@@ -10,13 +10,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def engine_driver():
-    """tests/engine_driver.cpp compiled once (cached by the source's mtime under build/python-test)."""
+    """tests/engine_driver.cpp compiled once (cached under build/python-test by the newest mtime of
+    the source and the library's headers, so that a changed engine rebuilds it)."""
     src = ROOT / "python" / "tests" / "engine_driver.cpp"
     out_dir = pathlib.Path(os.environ.get("ZENFLOW_PY_TEST_BUILD", ROOT / "build" / "python-test"))
     out_dir.mkdir(parents=True, exist_ok=True)
     exe = out_dir / "engine_driver"
     stamp = out_dir / "engine_driver.stamp"
-    key = f"{src.stat().st_mtime_ns}"
+    key = str(max([src.stat().st_mtime_ns] + [h.stat().st_mtime_ns for h in (ROOT / "include").rglob("*.h*")]))
     if exe.exists() and stamp.exists() and stamp.read_text() == key:
         return exe
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
