@@ -2,52 +2,43 @@
 /// An independent float64 reference of ZenFlow's step (docs/design.md), for the engine's tests.
 ///
 /// Written from the design (docs/design.md: "One step", "Zen-auto", "host_lr_scale", and every row
-/// of "What zenflow does differently from DeepSpeed"), not from the engine's code: it
-/// uses no zenflow internals except the config struct (and its schedule helpers) and the dtype
-/// rounding. Every quantity is a double: masters, moments, the accumulator, the gradient
-/// coefficient, the Zen-auto statistics. Working weights are the masters rounded
-/// double -> float -> dtype, written exactly when the engine writes them.
-///
-/// The semantics where the design leaves a choice open (all of them in docs/engine-semantics.md, which
-/// the engine follows too):
-///  - t counts every step() call, skipped ones included. A bad step (a NaN/Inf anywhere) changes
-///    no weight, moment, count, accumulator or Zen-auto statistic, but counts toward warm-up, the
-///    selection schedule and the window's length; the boundary actions of its step number (close,
-///    apply/submit jobs, drain) still happen.
+/// of "What zenflow does differently from DeepSpeed"), not from the engine's code: no zenflow
+/// internals but the config struct (and its schedule helpers) and the dtype rounding. Every
+/// quantity is a double (masters, moments, accumulator, coefficient, Zen-auto statistics); working
+/// weights are the masters rounded double -> float -> dtype, written when the engine writes them.
+/// Where the design leaves a choice open (docs/engine-semantics.md, which the engine follows too):
+///  - t counts every step() call, skipped ones included. A bad step (a NaN/Inf anywhere: the norm
+///    is a double, finite gradients never overflow it) changes no weight, moment, count,
+///    accumulator or Zen-auto statistic, but counts toward warm-up, the selection schedule and the
+///    window's length; the boundary actions of its step number (close, jobs, drain) still happen.
 ///  - coef_t = min(1, clip / (||G_t|| / loss_scale + 1e-6)) / loss_scale (global norm over all
-///    parameters), applied on every path (device, host accumulator, warm-up, vectors, baselines).
-///    Only NaN/Inf elements make a step bad (the norm is a double: finite gradients never overflow).
-///  - Parameter groups: each parameter's lr is the step's lr times its lr_scale on every path (the
-///    host window's lr too, before host_lr_scale's factor), its weight decay its own.
+///    parameters), on every path (device, host accumulator, warm-up, vectors, baselines).
+///  - Parameter groups: lr x lr_scale on every path (the host window's before host_lr_scale's).
 ///  - Selection steps: t >= W and (t - W) % config::select_interval_steps() == 0. At one, first
 ///    the previous window has closed (at t - 1), then every host job is drained and applied, then
 ///    the top-k of step t's raw gradient scores is taken (k = config::topk, ties to the lower
 ///    index, indices ascending); state moves, it is never reset. A bad selection step leaves the
-///    selection pending until the next good step. The new window starts at the selection step and
-///    step t is its first step, with the new set.
+///    selection pending until the next good step. The new window starts at the selection step, t
+///    its first step, with the new set.
 ///  - A window closes at the end of step t when t + 1 is a selection step, or after S steps
 ///    (fixed), or by Zen-auto; its job averages the accumulator over its n_w non-skipped steps,
 ///    with lr of step t times n_w (linear) / sqrt(n_w) / 1; n_w = 0 means no job at all.
 ///  - overlap: at a close, job w-1's weights are written, then job w is computed and held; its
-///    weights are written at the next close or drain (selection step, flush). flush() does not
-///    close the open window.
+///    weights are written at the next close or drain (selection step, flush; flush() does not
+///    close the open window).
 ///  - Zen-auto: per matrix, mean = (sum of crit_s over good steps since the last selection, up to
 ///    t-2) / (count x k), sum = (sum of rest_s over the window's good steps up to t-2) / (c - k),
-///    masses are L1 of coef_s * G_s; a matrix votes when it has a mean sample and sum >= mean (a
-///    matrix with k == c always votes); close when len >= max_update_interval, or
-///    len >= min_update_interval and double(votes) / double(matrices) >= auto_ratio (1 with no
-///    matrix).
+///    masses are L1 of coef_s * G_s; a matrix votes when it has a mean sample and sum >= mean (k ==
+///    c: always); close when len >= max_update_interval, or len >= min_update_interval and
+///    double(votes) / double(matrices) >= auto_ratio (1 with no matrix).
 ///  - select_on_mass_drop f > 0: at the end of step t (set current, t+1 not scheduled, t+1 - the
 ///    last selection step >= min_select_interval), t+1 is a selection step when the good steps s
 ///    after the last selection with s <= t-2 make >= 2 blocks of 4 and the last complete block's
 ///    sum crit / sum (crit + rest) (every matrix) < f x the first block's (both sums > 0).
-///  - host_moments "bf16" (docs/primitives.md, "Fewer bytes per parameter"): a moment stored on the
-///    host is a bf16 value. After each host update (host window, warm-up, offload_sync) m and v are
-///    rounded double -> float (nearest) -> bf16 stochastically with the documented hash of (element
-///    index in the parameter, the update's count, 0 for m / 1 for v); a row leaving the device set
-///    rounds float -> bf16 to nearest; the device holds what it gets (exact widening).
-///  - host_moments "int8": the same places, a whole row at a time in blocks of 64
-///    (tests/support/int8_moments_reference.hpp).
+///  - host_moments "bf16" and "int8" (docs/primitives.md, "Fewer bytes per parameter"): m and v are
+///    rounded where the host stores them, after each host update and when a row leaves the device
+///    set; the device holds what it gets (tests/support/bf16_moments_reference.hpp,
+///    int8_moments_reference.hpp say how).
 #pragma once
 
 #include <algorithm>
@@ -69,8 +60,8 @@
 
 namespace zf_test {
 
-/// A parameter's own hyper-parameters (a parameter group): its learning rate is the step's lr
-/// times `lr_scale` on every path, its weight decay `weight_decay` (unset: the config's).
+/// A parameter's own hyper-parameters (a parameter group): lr = the step's x `lr_scale` on every
+/// path, weight decay `weight_decay` (unset: the config's).
 struct param_hyper {
   double lr_scale = 1.0;
   std::optional<double> weight_decay;
