@@ -35,6 +35,7 @@
 #include <zenflow/engine/sharded.hpp>
 
 #include "engine_harness.hpp"
+#include "sharded_cases.hpp"
 #include "support/mpi_checks.hpp"
 #include "support/mpi_gtest_main.hpp"
 #include "support/random.hpp"
@@ -42,92 +43,12 @@
 namespace {
 
 using namespace std::chrono_literals;
+using namespace zf_sharded_test;
 using zf_test::world_rank;
 using zf_test::world_size;
 
-struct pshape {
-  bool matrix;
-  std::int64_t channels, len;
-};
-// Two matrices whose shards differ in size, a vector between them; a matrix of long rows whose
-// host set goes down in several packs (2 fp32 rows, 4 bf16 rows per 4 KiB slot: the rest masses
-// are added per pack call).
-const std::vector<pshape> kModel = {{true, 40, 8}, {false, 1, 6}, {true, 23, 16}, {true, 12, 512}};
-
 zenflow::mpi_communicator make_comm() {
   return zenflow::mpi_communicator(MPI_COMM_WORLD, {10s});
-}
-
-/// Rank `r`'s gradient of parameter `p` at step `t`: every rank can make every rank's. Skewed
-/// channel magnitudes (so that each rank's top-k differs from the mean's), no zeros; `nan`: a NaN
-/// in the last rank's first matrix; `huge`: three channels of the second matrix whose fp32 squared
-/// norms overflow (their fp64 rescans decide the clip norm and their rank in the top-k).
-template <class T>
-std::vector<T> grad_of(int r, std::size_t p, std::int64_t t, bool nan, bool huge, bool drift = false) {
-  const auto& sh = kModel[p];
-  std::mt19937_64 gen(zf_test::base_seed() + 7919u * static_cast<std::uint64_t>(t) + 131u * p +
-                      static_cast<std::uint64_t>(r) * 1000003u);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-  std::vector<T> g(static_cast<std::size_t>(sh.channels * sh.len));
-  // `drift`: the channels' magnitudes, the same on every rank, change every 6 steps (the device
-  // set's share of the mass drops then) and fall with the channel index (the top-k gathers in the
-  // first shards: each shard's own masses would vote otherwise than the whole matrix's); else each
-  // step's and rank's own.
-  std::mt19937_64 pattern(zf_test::base_seed() + 31u * p + 7u * static_cast<std::uint64_t>(t / 6));
-  float scale = 1.0f;
-  for (std::size_t e = 0; e < g.size(); ++e) {
-    if (e % static_cast<std::size_t>(sh.len) == 0) {
-      const auto c = static_cast<float>(e / static_cast<std::size_t>(sh.len));
-      scale = drift ? std::exp(4.0f * ud(pattern) - 3.0f * c / static_cast<float>(sh.channels)) * 0.05f
-                    : std::exp(4.0f * ud(gen)) * 0.05f;
-    }
-    const float x = scale * nd(gen);
-    g[e] = zenflow::from_float<T>(x == 0.0f ? 1e-3f : x);
-  }
-  if (nan && p == 0 && r == world_size() - 1) {
-    g[5] = zenflow::from_float<T>(NAN);
-  }
-  if (huge && p == 2) { // fp32: channels whose squares overflow the fp32 score, in different shards
-    for (const std::int64_t c : {3, 17, 20}) {
-      for (std::int64_t i = 0; i < sh.len; ++i) {
-        g[static_cast<std::size_t>(c * sh.len + i)] =
-            zenflow::from_float<T>(1e20f * static_cast<float>(c + i));
-      }
-    }
-  }
-  return g;
-}
-
-/// The float64 rank-order mean, rounded once to fp32 then to T (mpi_communicator's).
-template <class T>
-std::vector<T> mean_of(const std::vector<std::vector<T>>& all) {
-  std::vector<T> out(all[0].size());
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    double s = 0.0;
-    for (const auto& g : all) {
-      s += static_cast<double>(zenflow::to_float(g[i]));
-    }
-    out[i] = zenflow::from_float<T>(static_cast<float>(s / static_cast<double>(all.size())));
-  }
-  return out;
-}
-
-template <class T>
-std::vector<T> initial(std::size_t p) {
-  std::mt19937_64 gen(zf_test::base_seed() + 17u + p); // the same on every rank
-  std::normal_distribution<float> nd(0.0f, 0.5f);
-  std::vector<T> w(static_cast<std::size_t>(kModel[p].channels * kModel[p].len));
-  for (auto& x : w) {
-    x = zenflow::from_float<T>(nd(gen));
-  }
-  return w;
-}
-
-template <class A, class B>
-bool same_bits(const A* a, const B* b, std::size_t n) {
-  static_assert(sizeof(A) == sizeof(B));
-  return std::memcmp(a, b, n * sizeof(A)) == 0;
 }
 
 std::uint32_t state_bytes(const zenflow::config& cfg) {
@@ -242,7 +163,7 @@ struct sharded_run {
       const auto& sh = kModel[p];
       std::vector<std::vector<T>> all;
       for (int r = 0; r < world_size(); ++r) {
-        all.push_back(grad_of<T>(r, p, t, nan, huge, drift));
+        all.push_back(grad_of<T>(r, world_size(), p, t, nan, huge, drift));
       }
       const std::vector<T> mean = mean_of(all);
       std::copy(mean.begin(), mean.end(), ref_g[p].begin()); // in place: the engine reads ref_g[p].data()
@@ -376,14 +297,6 @@ zenflow::stats run(const zenflow::config& cfg,
   return r.ref->stats();
 }
 
-zenflow::config base() {
-  auto c = zf_engine_test::small_config();
-  c.select_interval = 4;
-  c.update_interval = 2;
-  c.full_warm_up_rounds = 2;
-  return c;
-}
-
 template <class P>
 class sharded_mpi : public ::testing::Test {};
 struct on_host {
@@ -437,26 +350,15 @@ TYPED_TEST(sharded_mpi, gpu_adamw_with_clipping_rows_equal_one_rank) {
 // Zen-auto: the windows close on the masses of the whole matrices, which every rank adds in one
 // rank's order from the gathered row masses; windows of varied lengths, a NaN step among them.
 TYPED_TEST(sharded_mpi, bf16_zen_auto_rows_and_windows_equal_one_rank) {
-  auto c = base();
-  c.update_interval = 0; // Zen-auto
-  c.max_update_interval = 5;
-  c.min_update_interval = 1;
-  c.auto_ratio = 0.6;
-  c.host_moments = zenflow::moment_precision::bf16;
-  const auto st = run<zenflow::bfloat16, TypeParam::emulated, TypeParam::device_comm>(c, 24, 13, false, true);
-  EXPECT_GE(st.windows_closed, 4); // the masses decided something
+  const auto st = run<zenflow::bfloat16, TypeParam::emulated, TypeParam::device_comm>(
+      zen_auto_case(), zen_auto_steps, zen_auto_nan_step, false, true);
+  EXPECT_GE(st.windows_closed, zen_auto_min_windows); // the masses decided something
 }
 
 // select_on_mass_drop (with Zen-auto): re-selections fired by the device set's share of the mass.
 TYPED_TEST(sharded_mpi, the_mass_trigger_fires_as_one_rank) {
-  auto c = base();
-  c.select = zenflow::select_strategy::automatic; // the trigger's selections alone after step 0
-  c.select_interval = 0;
-  c.update_interval = 0;
-  c.max_update_interval = 2;
-  c.select_on_mass_drop = 0.9;
-  c.min_select_interval = 2;
-  const auto st = run<float, TypeParam::emulated, TypeParam::device_comm>(c, 24, -1, false, true);
+  const auto st = run<float, TypeParam::emulated, TypeParam::device_comm>(
+      mass_trigger_case(), mass_trigger_steps, -1, false, true);
   EXPECT_GT(st.mass_drop_selections, 0);
 }
 

@@ -31,65 +31,13 @@
 #include <zenflow/engine/sharded.hpp>
 
 #include "engine_harness.hpp"
+#include "sharded_cases.hpp"
 #include "support/gpu.hpp"
 #include "support/random.hpp"
 
 namespace {
 
-struct pshape {
-  bool matrix;
-  std::int64_t channels, len;
-};
-// Two matrices, a vector between them (sharded_mpi_test.cpp's model).
-const std::vector<pshape> kModel = {{true, 40, 8}, {false, 1, 6}, {true, 23, 16}};
-
-/// The gradient of parameter `p` at step `t`: skewed channel magnitudes, no zeros; `nan`: a NaN in
-/// the first matrix; `huge`: three channels of the second matrix whose fp32 squared norms overflow.
-template <class T>
-std::vector<T> grad_of(std::size_t p, std::int64_t t, bool nan, bool huge) {
-  const auto& sh = kModel[p];
-  std::mt19937_64 gen(zf_test::base_seed() + 7919u * static_cast<std::uint64_t>(t) + 131u * p);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
-  std::vector<T> g(static_cast<std::size_t>(sh.channels * sh.len));
-  float scale = 1.0f;
-  for (std::size_t e = 0; e < g.size(); ++e) {
-    if (e % static_cast<std::size_t>(sh.len) == 0) {
-      scale = std::exp(4.0f * ud(gen)) * 0.05f;
-    }
-    const float x = scale * nd(gen);
-    g[e] = zenflow::from_float<T>(x == 0.0f ? 1e-3f : x);
-  }
-  if (nan && p == 0) {
-    g[5] = zenflow::from_float<T>(NAN);
-  }
-  if (huge && p == 2) {
-    for (const std::int64_t c : {3, 17, 20}) {
-      for (std::int64_t i = 0; i < sh.len; ++i) {
-        g[static_cast<std::size_t>(c * sh.len + i)] =
-            zenflow::from_float<T>(1e20f * static_cast<float>(c + i));
-      }
-    }
-  }
-  return g;
-}
-
-template <class T>
-std::vector<T> initial(std::size_t p) {
-  std::mt19937_64 gen(zf_test::base_seed() + 17u + p);
-  std::normal_distribution<float> nd(0.0f, 0.5f);
-  std::vector<T> w(static_cast<std::size_t>(kModel[p].channels * kModel[p].len));
-  for (auto& x : w) {
-    x = zenflow::from_float<T>(nd(gen));
-  }
-  return w;
-}
-
-template <class A, class B>
-bool same_bits(const A* a, const B* b, std::size_t n) {
-  static_assert(sizeof(A) == sizeof(B));
-  return std::memcmp(a, b, n * sizeof(A)) == 0;
-}
+using namespace zf_sharded_test;
 
 template <class T>
 void put(zenflow::device_buffer<T>& d, const std::vector<T>& h, cudaStream_t s) {
@@ -186,11 +134,11 @@ struct sharded_cuda_run {
   /// Step `t`: the gradients up, each matrix's shard of them reduce-scattered (one rank: the
   /// gradient, through the widen and narrow kernels), both engines step and flush, the shards
   /// gathered back into the full weights. Then the checks of the step.
-  void step(std::int64_t t, bool nan = false, bool huge = false) {
+  void step(std::int64_t t, bool nan = false, bool huge = false, bool drift = false) {
     std::size_t m = 0;
     for (std::size_t p = 0; p < kModel.size(); ++p) {
       const auto& sh = kModel[p];
-      const std::vector<T> grad = grad_of<T>(p, t, nan, huge);
+      const std::vector<T> grad = grad_of<T>(0, 1, p, t, nan, huge, drift);
       std::copy(grad.begin(), grad.end(), ref_g[p].begin()); // in place: the reference reads ref_g[p].data()
       put(g[p], ref_g[p], s);
       if (sh.matrix) {
@@ -259,24 +207,19 @@ struct sharded_cuda_run {
   }
 };
 
-zenflow::config base() {
-  auto c = zf_engine_test::small_config(2);
-  c.select_interval = 4;
-  c.update_interval = 2;
-  c.full_warm_up_rounds = 2;
-  return c;
-}
-
 /// Returns the CUDA engine's stats at the end.
 template <class T>
-zenflow::stats
-run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, bool huge = false) {
+zenflow::stats run(const zenflow::config& cfg,
+                   std::int64_t steps,
+                   std::int64_t nan_step = -1,
+                   bool huge = false,
+                   bool drift = false) {
   sharded_cuda_run<T> r(cfg);
   r.add();
   r.initialize();
   EXPECT_EQ(r.e->comm().size(), 1);
   for (std::int64_t t = 0; t < steps; ++t) {
-    r.step(t, t == nan_step, huge);
+    r.step(t, t == nan_step, huge, drift);
     if (::testing::Test::HasFatalFailure()) {
       return r.e->stats();
     }
@@ -291,25 +234,25 @@ run(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1, 
 class sharded_nccl_gpu : public zf_test::gpu_test {};
 
 TEST_F(sharded_nccl_gpu, fp32_equals_the_host_engine_bit_for_bit) {
-  run<float>(base(), 14);
+  run<float>(base(2), 14);
 }
 
 TEST_F(sharded_nccl_gpu, bf16_with_bf16_host_moments_equals_the_host_engine) {
-  auto c = base();
+  auto c = base(2);
   c.host_moments = zenflow::moment_precision::bf16;
   c.ring_slots = 0; // auto: sized from the shard's channels
   run<zenflow::bfloat16>(c, 12);
 }
 
 TEST_F(sharded_nccl_gpu, fp16_with_clipping_equals_the_host_engine) {
-  auto c = base();
+  auto c = base(2);
   c.gradient_clipping = 0.05f;
   c.loss_scale = 4.0f;
   run<zenflow::half>(c, 12);
 }
 
 TEST_F(sharded_nccl_gpu, l1_importance_without_overlap_equals_the_host_engine) {
-  auto c = base();
+  auto c = base(2);
   c.importance = zenflow::channel_norm::l1;
   c.overlap_step = false;
   c.full_warm_up_rounds = 0;
@@ -317,7 +260,7 @@ TEST_F(sharded_nccl_gpu, l1_importance_without_overlap_equals_the_host_engine) {
 }
 
 TEST_F(sharded_nccl_gpu, gpu_adamw_with_clipping_equals_the_host_engine) {
-  auto c = base();
+  auto c = base(2);
   c.mode = zenflow::optimizer_mode::gpu_adamw;
   c.gradient_clipping = 0.05f;
   run<float>(c, 6);
@@ -326,34 +269,21 @@ TEST_F(sharded_nccl_gpu, gpu_adamw_with_clipping_equals_the_host_engine) {
 // Zen-auto's windows and select_on_mass_drop's re-selections decided on the shard's masses (one
 // rank: its own), with the whole matrix's k.
 TEST_F(sharded_nccl_gpu, bf16_zen_auto_windows_equal_the_host_engine) {
-  auto c = base();
-  c.update_interval = 0; // Zen-auto
-  c.max_update_interval = 5;
-  c.min_update_interval = 1;
-  c.auto_ratio = 0.6;
-  c.host_moments = zenflow::moment_precision::bf16;
-  const auto st = run<zenflow::bfloat16>(c, 24, 13);
-  EXPECT_GE(st.windows_closed, 4); // the masses decided something
+  const auto st = run<zenflow::bfloat16>(zen_auto_case(2), zen_auto_steps, zen_auto_nan_step, false, true);
+  EXPECT_GE(st.windows_closed, zen_auto_min_windows); // the masses decided something
 }
 
 TEST_F(sharded_nccl_gpu, the_mass_trigger_fires_as_on_the_host) {
-  auto c = base();
-  c.select = zenflow::select_strategy::automatic; // the trigger's selections alone after step 0
-  c.select_interval = 0;
-  c.update_interval = 0;
-  c.max_update_interval = 2;
-  c.select_on_mass_drop = 0.9;
-  c.min_select_interval = 2;
-  const auto st = run<float>(c, 24);
+  const auto st = run<float>(mass_trigger_case(2), mass_trigger_steps, -1, false, true);
   EXPECT_GT(st.mass_drop_selections, 0);
 }
 
 TEST_F(sharded_nccl_gpu, a_nan_skips_the_step_as_on_the_host) {
-  run<float>(base(), 10, 5); // a selection step (select_interval 4, warm-up 2)
+  run<float>(base(2), 10, 5); // a selection step (select_interval 4, warm-up 2)
 }
 
 TEST_F(sharded_nccl_gpu, overflowing_scores_clip_and_rank_by_their_rescans_as_on_the_host) {
-  auto c = base();
+  auto c = base(2);
   c.gradient_clipping = 1.0f;
   run<float>(c, 10, -1, true);
 }
@@ -362,7 +292,7 @@ TEST_F(sharded_nccl_gpu, overflowing_scores_clip_and_rank_by_their_rescans_as_on
 // at channel 1 is refused naming options.shard, and nothing is set up (the engine's weights
 // untouched).
 TEST_F(sharded_nccl_gpu, a_shard_that_does_not_start_at_channel_0_is_refused_by_name) {
-  sharded_cuda_run<float> r(base());
+  sharded_cuda_run<float> r(base(2));
   r.add(1);
   std::vector<std::vector<float>> before;
   for (std::size_t p = 0; p < kModel.size(); ++p) {
