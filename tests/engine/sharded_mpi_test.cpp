@@ -8,263 +8,32 @@
 // counts), must equal that engine's rows bit for bit, on the host backend, the emulated backend,
 // and the emulated backend over emulated_device_communicator (stream-ordered collectives), in
 // fp32, bf16 (bf16 host moments), bf16 with Zen-auto, the mass trigger, fp16 with clipping, L1
-// importance, gpu_adamw, overflowing scores; one rank's NaN skips the step on every rank; a checkpoint per
-// rank resumes its shard. Misconfigured shards, a differing list, and what the policy does not support yet:
-// the same invalid_argument on every rank, nothing set up.
-#include <algorithm>
-#include <chrono>
-#include <cmath>
+// importance, gpu_adamw, overflowing scores; one rank's NaN skips the step on every rank.
+// Misconfigured shards, a differing list, and what the policy does not support yet: the same
+// invalid_argument on every rank, nothing set up. Checkpoints: sharded_mpi_checkpoint_test.cpp;
+// the harness (sharded_run): sharded_mpi_run.hpp.
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mpi.h>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include <zenflow/comm/emulated_device_communicator.hpp>
-#include <zenflow/comm/mpi_communicator.hpp>
-#include <zenflow/comm/shard.hpp>
-#include <zenflow/core/emulated_device.hpp>
-#include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 #include <zenflow/engine/sharded.hpp>
 
 #include "engine_harness.hpp"
 #include "sharded_cases.hpp"
+#include "sharded_mpi_run.hpp"
 #include "support/mpi_checks.hpp"
 #include "support/mpi_gtest_main.hpp"
-#include "support/random.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
 using namespace zf_sharded_test;
-using zf_test::world_rank;
-using zf_test::world_size;
-
-zenflow::mpi_communicator make_comm() {
-  return zenflow::mpi_communicator(MPI_COMM_WORLD, {10s});
-}
-
-std::uint32_t state_bytes(const zenflow::config& cfg) {
-  return cfg.host_moments == zenflow::moment_precision::bf16 ? 8u : 12u;
-}
-
-zenflow::shard_layout layout_for(const zenflow::config& cfg) {
-  std::vector<zenflow::shard_matrix> list;
-  for (const auto& sh : kModel) {
-    if (sh.matrix) {
-      list.push_back({sh.channels, sh.len, state_bytes(cfg)});
-    }
-  }
-  return zenflow::shard_channels(list, world_size());
-}
-
-/// The sharded engine on `Backend` (host_backend, emulated_backend) and the one-rank reference.
-template <class T, bool Emulated, bool DeviceComm = false>
-struct sharded_run {
-  using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
-  using comm_type = std::conditional_t<DeviceComm,
-                                       zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
-                                       zenflow::mpi_communicator>;
-  using engine_type = zenflow::engine<backend, zenflow::sharded<comm_type>>;
-
-  zenflow::config cfg;
-  zenflow::shard_layout layout = layout_for(cfg);
-  int me = world_rank();
-  zenflow::mpi_communicator trainer = make_comm(); // the trainer's reduce-scatter
-  zenflow::emulated_device device{};
-  cudaStream_t s = Emulated ? device.create_stream() : nullptr;
-  std::vector<std::vector<T>> ref_w, ref_g, w, g;
-  std::vector<float> staging;
-  std::vector<zenflow::param_id> ref_id, id;
-  std::unique_ptr<zenflow::engine<zenflow::host_backend>> ref;
-  std::unique_ptr<engine_type> e;
-
-  explicit sharded_run(const zenflow::config& c) : cfg(c) {
-    std::size_t most = 1;
-    for (std::size_t m = 0; m < layout.matrices(); ++m) {
-      most = std::max(most, zenflow::shard_staging_floats(layout, m, me));
-    }
-    staging.resize(most);
-    ref = std::make_unique<zenflow::engine<zenflow::host_backend>>(cfg);
-    if constexpr (DeviceComm) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
-                                        comm_type(device, make_comm()));
-    } else if constexpr (Emulated) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device}, make_comm());
-    } else {
-      e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, make_comm());
-    }
-  }
-
-  [[nodiscard]] std::int64_t first(std::size_t m) const {
-    return m < firsts_.size() ? firsts_[m] : layout.first(m, me);
-  }
-  [[nodiscard]] std::int64_t count(std::size_t m) const {
-    return m < counts_.size() ? counts_[m] : layout.count(m, me);
-  }
-  std::vector<std::int64_t> firsts_, counts_; // per matrix: the registered shard
-
-  /// Registers the model on both engines. `shift`: this rank's shards start that many channels
-  /// off (a misconfiguration); `moved`: every boundary between ranks one channel earlier (a valid
-  /// tiling, not the layout's).
-  void add(std::int64_t shift = 0, bool moved = false) {
-    for (auto* v : {&ref_w, &ref_g, &w, &g}) {
-      v->reserve(kModel.size()); // the engines keep pointers into them
-    }
-    std::size_t m = 0;
-    for (std::size_t p = 0; p < kModel.size(); ++p) {
-      const auto& sh = kModel[p];
-      ref_w.push_back(initial<T>(p));
-      ref_g.push_back(std::vector<T>(ref_w.back().size()));
-      const std::string name = "p" + std::to_string(p);
-      if (!sh.matrix) {
-        w.push_back(ref_w.back());
-        g.push_back(ref_g.back());
-        ref_id.push_back(ref->add_vector(ref_w[p].data(), ref_g[p].data(), sh.len, {.name = name}));
-        id.push_back(e->add_vector(w[p].data(), g[p].data(), sh.len, {.name = name}));
-        continue;
-      }
-      if (moved) {
-        const bool last = me == world_size() - 1;
-        firsts_.push_back(first(m) - (me > 0 ? 1 : 0));
-        counts_.push_back(count(m) + (me > 0 ? 1 : 0) - (last ? 0 : 1));
-      } else {
-        firsts_.push_back(std::clamp<std::int64_t>(first(m) + shift, 0, sh.channels - count(m)));
-        counts_.push_back(count(m));
-      }
-      const std::int64_t f = firsts_.back();
-      const std::int64_t n = counts_.back();
-      w.emplace_back(ref_w[p].begin() + f * sh.len, ref_w[p].begin() + (f + n) * sh.len);
-      g.push_back(std::vector<T>(w.back().size()));
-      ref_id.push_back(
-          ref->add_matrix(ref_w[p].data(), ref_g[p].data(), sh.channels, sh.len, {.name = name}));
-      id.push_back(e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
-                                 {.name = name, .shard = zenflow::shard_range{f, sh.channels}}));
-      ++m;
-    }
-  }
-  void initialize() {
-    ref->initialize();
-    e->initialize(s);
-  }
-
-  /// Step `t`: every rank's gradients, the reference fed their mean, this rank's shard from the
-  /// trainer's reduce-scatter; both engines step and flush. Then the checks of the step.
-  void step(std::int64_t t, bool nan = false, bool huge = false, bool drift = false) {
-    std::size_t m = 0;
-    for (std::size_t p = 0; p < kModel.size(); ++p) {
-      const auto& sh = kModel[p];
-      std::vector<std::vector<T>> all;
-      for (int r = 0; r < world_size(); ++r) {
-        all.push_back(grad_of<T>(r, world_size(), p, t, nan, huge, drift));
-      }
-      const std::vector<T> mean = mean_of(all);
-      std::copy(mean.begin(), mean.end(), ref_g[p].begin()); // in place: the engine reads ref_g[p].data()
-      if (!sh.matrix) {
-        std::copy(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end(),
-                  g[p].begin());
-        continue;
-      }
-      const zenflow::channel_matrix<const T> mine{all[static_cast<std::size_t>(me)].data(), sh.channels,
-                                                  sh.len, sh.len, zenflow::channel_layout::contiguous};
-      const zenflow::channel_matrix<T> out{g[p].data(), count(m), sh.len, sh.len,
-                                           zenflow::channel_layout::contiguous};
-      zenflow::reduce_scatter_shard(trainer, layout, m, mine, out, std::span<float>(staging), nullptr);
-      ++m;
-    }
-    const float lr = 1e-2f;
-    (void)ref->step(lr);
-    (void)e->step(lr, s);
-    ref->flush();
-    e->flush(s);
-    if constexpr (Emulated) {
-      device.synchronize_stream(s);
-    }
-    check("step " + std::to_string(t));
-  }
-
-  void check(const std::string& when) {
-    SCOPED_TRACE(when + ", rank " + std::to_string(me) + ", " + zf_test::seed_note(zf_test::base_seed()));
-    std::size_t m = 0;
-    for (std::size_t p = 0; p < kModel.size(); ++p) {
-      const auto& sh = kModel[p];
-      const std::int64_t f = sh.matrix ? first(m) : 0;
-      const std::int64_t n = sh.matrix ? count(m) : 1;
-      ASSERT_TRUE(same_bits(w[p].data(), ref_w[p].data() + f * sh.len, w[p].size())) << "weights of p" << p;
-      if (sh.matrix) { // the reference's top-k channels in this shard, as shard indices
-        std::vector<std::int32_t> want;
-        for (const std::int32_t c : ref->selected(ref_id[p])) {
-          if (c >= f && c < f + n) {
-            want.push_back(static_cast<std::int32_t>(c - f));
-          }
-        }
-        ASSERT_EQ(e->selected(id[p]), want) << "selection of p" << p;
-        ++m;
-      }
-    }
-    const auto a = e->stats();
-    const auto b = ref->stats();
-    ASSERT_EQ(a.skipped_steps, b.skipped_steps);
-    // Zen-auto's and the mass trigger's decisions: the masses' bits.
-    ASSERT_EQ(a.windows_closed, b.windows_closed);
-    ASSERT_EQ(a.last_window_length, b.last_window_length);
-    ASSERT_EQ(a.selections, b.selections);
-    ASSERT_EQ(a.mass_drop_selections, b.mass_drop_selections);
-  }
-
-  /// Zen-auto's and the trigger's state in both engines' checkpoints, byte for byte: the last two
-  /// steps' masses (crit and rest per matrix, as floats), the voter's sums and the trigger's.
-  void check_masses(std::int64_t t) {
-    SCOPED_TRACE("masses at step " + std::to_string(t) + ", rank " + std::to_string(me));
-    const std::string base = ::testing::TempDir() + "zf_sharded_masses_" + std::to_string(world_size());
-    const std::string ref_path = base + "_ref_rank" + std::to_string(me) + ".ckpt";
-    ref->save(ref_path);
-    e->save(base + ".ckpt", s);
-    const zenflow::checkpoint_reader a(zenflow::checkpoint_rank_path(base + ".ckpt", me, world_size()));
-    const zenflow::checkpoint_reader b(ref_path);
-    for (const char* tag : {"engine/masses", "engine/voter", "engine/trigger"}) {
-      const auto* want = b.find(tag);
-      const auto* got = a.find(tag);
-      ASSERT_EQ(got == nullptr, want == nullptr) << tag;
-      if (want == nullptr) {
-        continue;
-      }
-      ASSERT_EQ(got->bytes, want->bytes) << tag;
-      std::vector<std::byte> x(got->bytes), y(want->bytes);
-      a.read(tag, x.data(), x.size());
-      b.read(tag, y.data(), y.size());
-      EXPECT_EQ(x, y) << tag;
-    }
-  }
-
-  void check_state() {
-    SCOPED_TRACE("state, rank " + std::to_string(me));
-    std::size_t m = 0;
-    for (std::size_t p = 0; p < kModel.size(); ++p) {
-      const auto& sh = kModel[p];
-      const std::int64_t f = sh.matrix ? first(m) : 0;
-      const std::int64_t n = sh.matrix ? count(m) : 1;
-      m += sh.matrix ? 1 : 0;
-      const auto a = e->state(id[p], s);
-      const auto b = ref->state(ref_id[p]);
-      const auto L = static_cast<std::size_t>(sh.len);
-      ASSERT_EQ(a.master.size(), static_cast<std::size_t>(n) * L);
-      EXPECT_TRUE(same_bits(a.master.data(), b.master.data() + f * sh.len, a.master.size()))
-          << "master p" << p;
-      EXPECT_TRUE(same_bits(a.m.data(), b.m.data() + f * sh.len, a.m.size())) << "m p" << p;
-      EXPECT_TRUE(same_bits(a.v.data(), b.v.data() + f * sh.len, a.v.size())) << "v p" << p;
-      ASSERT_EQ(a.counts.size(), static_cast<std::size_t>(n));
-      EXPECT_TRUE(std::equal(a.counts.begin(), a.counts.end(), b.counts.begin() + f)) << "counts p" << p;
-    }
-  }
-};
+using namespace zf_sharded_mpi;
 
 template <class T, bool Emulated, bool DeviceComm>
 zenflow::stats run(const zenflow::config& cfg,
@@ -299,19 +68,6 @@ zenflow::stats run(const zenflow::config& cfg,
 
 template <class P>
 class sharded_mpi : public ::testing::Test {};
-struct on_host {
-  static constexpr bool emulated = false;
-  static constexpr bool device_comm = false;
-};
-struct on_emulated {
-  static constexpr bool emulated = true;
-  static constexpr bool device_comm = false;
-};
-struct on_emulated_device_comm { // stream-ordered collectives: the path a device communicator takes
-  static constexpr bool emulated = true;
-  static constexpr bool device_comm = true;
-};
-using paths = ::testing::Types<on_host, on_emulated, on_emulated_device_comm>;
 TYPED_TEST_SUITE(sharded_mpi, paths);
 
 TYPED_TEST(sharded_mpi, fp32_rows_equal_one_rank_on_the_mean) {
@@ -371,50 +127,6 @@ TYPED_TEST(sharded_mpi, overflowing_scores_clip_and_rank_by_their_rescans_as_one
   auto c = base();
   c.gradient_clipping = 1.0f;
   run<float, TypeParam::emulated, TypeParam::device_comm>(c, 10, -1, true);
-}
-
-// Each rank saves its shard's state (one file per rank); an engine registered with the same
-// shards resumes from it, bit for bit the uninterrupted run (and its reference) from then on; an
-// engine whose shards tile differently refuses the files (checkpoint_error, nothing changed).
-TYPED_TEST(sharded_mpi, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
-  const auto cfg = base();
-  sharded_run<float, TypeParam::emulated, TypeParam::device_comm> r(cfg);
-  r.add();
-  r.initialize();
-  EXPECT_EQ(r.e->comm().rank(), world_rank());
-  const std::int64_t half = 7, steps = 12;
-  for (std::int64_t t = 0; t < half; ++t) {
-    r.step(t);
-  }
-  const std::string dir = ::testing::TempDir() + "zf_sharded_" + std::to_string(world_size());
-  const std::string ref_path = dir + "_ref_rank" + std::to_string(world_rank()) + ".ckpt";
-  r.ref->save(ref_path);
-  r.e->save(dir + ".ckpt", r.s);
-  sharded_run<float, TypeParam::emulated, TypeParam::device_comm> q(cfg);
-  q.add();
-  for (std::size_t p = 0; p < q.w.size(); ++p) {
-    std::copy(r.w[p].begin(), r.w[p].end(), q.w[p].begin());
-    std::copy(r.ref_w[p].begin(), r.ref_w[p].end(), q.ref_w[p].begin());
-  }
-  q.initialize();
-  q.ref->load(ref_path);
-  q.e->load(dir + ".ckpt", q.s);
-  for (std::int64_t t = half; t < steps; ++t) {
-    r.step(t);
-    q.step(t); // checks q's shards against its own resumed reference
-    for (std::size_t p = 0; p < q.w.size(); ++p) {
-      ASSERT_EQ(q.w[p], r.w[p]) << "step " << t << ", p" << p;
-    }
-  }
-  q.check_state();
-  if (world_size() > 1) {
-    sharded_run<float, TypeParam::emulated, TypeParam::device_comm> moved(cfg);
-    moved.add(0, true);
-    moved.initialize();
-    const auto before = moved.w;
-    EXPECT_THROW(moved.e->load(dir + ".ckpt", moved.s), zenflow::checkpoint_error);
-    EXPECT_EQ(moved.w, before);
-  }
 }
 
 /// initialize() throws invalid_argument naming `names` on every rank, and nothing is set up: the

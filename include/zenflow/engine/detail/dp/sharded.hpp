@@ -95,6 +95,8 @@ class parallel_side<Backend, sharded<Comm>, Host> {
 
 public:
   using argument_type = Comm;
+  /// load() takes another world's files, or other shards', re-sharded (io/reshard_part.hpp).
+  static constexpr bool reshards_checkpoints = true;
 
   explicit parallel_side(Comm comm) : comm_(std::move(comm)) {}
   parallel_side(const parallel_side&) = delete;

@@ -6,7 +6,8 @@
 /// scalars, voter and trigger (schedule_part.hpp), the host state its rows and masses
 /// (host_part.hpp), the device plan its device rows (plan_part.hpp); the data-parallel policy
 /// names the rank's file. This file composes them over the engine's parts
-/// (engine_core::checkpoint_parts()).
+/// (engine_core::checkpoint_parts()). A sharded engine whose own file does not fit loads the
+/// saving world's files re-sharded (reshard_part.hpp) through the same checks and restores.
 ///
 /// Sections (little-endian; `p<i>` is the parameter of registration index i):
 ///
@@ -32,7 +33,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -44,6 +48,7 @@
 #include <zenflow/engine/detail/io/host_part.hpp>
 #include <zenflow/engine/detail/io/plan_part.hpp>
 #include <zenflow/engine/detail/io/registry_part.hpp>
+#include <zenflow/engine/detail/io/reshard_part.hpp>
 #include <zenflow/engine/detail/io/schedule_part.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -80,10 +85,41 @@ struct engine_checkpoint {
   static void load(Core& core, const std::string& path, cudaStream_t stream) {
     between_steps(core, "zenflow::engine::load", path);
     auto e = core.checkpoint_parts();
-    const checkpoint_reader in(rank_path(e, path)); // structure and checksums
-    same_host_moments(in, e.cfg, e.params, e.host); // before the config hash: an error that names the setting
-    in.expect(identity(e));
+    const std::string own = rank_path(e, path);
+    std::unique_ptr<checkpoint_reader> in;
+    if (!reshards || ckpt_file_exists(own)) {
+      in = std::make_unique<checkpoint_reader>(own); // structure and checksums
+    }
+    if constexpr (reshards) {
+      // A sharded engine whose own file is absent or was written for other shards or another
+      // world size: its shard's state assembled from every file of the world that saved
+      // (reshard_part.hpp). A damaged own file, or one of another configuration, stays an error
+      // of that file (below: one that names a host_moments setting).
+      const checkpoint_identity mine = identity(e);
+      if (!in || (in->identity().config_hash == mine.config_hash && !same_identity(in->identity(), mine))) {
+        in.reset();
+        const ckpt_image img = reshard_image(e.cfg, e.params, e.host, e.par.rank(), e.par.ranks(), path,
+                                             e.voter.matrices(), e.jobs.overlapped());
+        load_from(e, img, stream);
+        return;
+      }
+    }
+    // Before the config hash: an error that names the setting.
+    same_host_moments(*in, e.cfg, e.params, e.host);
+    in->expect(identity(e));
+    load_from(e, *in, stream);
+  }
 
+private:
+  using parts = typename Core::checkpoint_parts_type;
+  /// The sharded policy's engines load another world's files (parallel_side::reshards_checkpoints).
+  static constexpr bool reshards = requires {
+    requires std::remove_cvref_t<decltype(std::declval<parts>().par)>::reshards_checkpoints;
+  };
+
+  /// `in`: this engine's own file, its identity checked, or a re-sharded image.
+  template <class In>
+  static void load_from(parts& e, const In& in, cudaStream_t stream) {
     // 1. Check everything; change nothing.
     const auto M = static_cast<std::int64_t>(e.voter.matrices());
     const ckpt_scalars s = read_scalars(in, M, e.jobs.overlapped());
@@ -128,9 +164,6 @@ struct engine_checkpoint {
       e.sched.job = submitted_job{qw, s.pending_window, s.pending_first, s.pending_last};
     }
   }
-
-private:
-  using parts = typename Core::checkpoint_parts_type;
 
   /// The hashes a file must match (registry_part.hpp), for this rank.
   static checkpoint_identity identity(const parts& e) {

@@ -55,8 +55,8 @@ void save_masses(checkpoint_writer& out, Host& host, std::int64_t step, std::siz
   out.end_section();
 }
 
-template <class Host>
-void restore_masses(const checkpoint_reader& in, Host& host, std::size_t matrices) {
+template <class In, class Host>
+void restore_masses(const In& in, Host& host, std::size_t matrices) {
   std::vector<std::byte> masses(masses_bytes(matrices));
   in.read("engine/masses", masses.data(), masses.size());
   const std::byte* at = masses.data();
@@ -153,8 +153,8 @@ upload_rows_after(const param_info& pi, const HostParam& h, const std::vector<st
 
 /// Checks that the host rows of `p` are all there at this engine's sizes (`sel`: its saved
 /// device set); changes nothing.
-template <class HostParam>
-void check_host_rows(const checkpoint_reader& in,
+template <class In, class HostParam>
+void check_host_rows(const In& in,
                      std::size_t p,
                      const param_info& pi,
                      const HostParam& h,
@@ -185,8 +185,8 @@ void check_host_rows(const checkpoint_reader& in,
 
 /// Restores `p`'s device set `sel` and, host-side, its rows into accumulator `a` (the other one
 /// empty, as after its job) and its host set. The caller installs the host set on the device.
-template <class HostParam>
-void restore_host_rows(const checkpoint_reader& in,
+template <class In, class HostParam>
+void restore_host_rows(const In& in,
                        std::size_t p,
                        const param_info& pi,
                        HostParam& h,

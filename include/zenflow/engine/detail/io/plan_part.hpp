@@ -35,8 +35,8 @@ void save_device_rows(checkpoint_writer& out, Plan& plan, std::size_t p, cudaStr
 }
 
 /// `p`'s saved device set, with its rows and counts checked present at its size; changes nothing.
-inline std::vector<std::int32_t>
-check_device_rows(const checkpoint_reader& in, std::size_t p, const param_info& pi) {
+template <class In>
+std::vector<std::int32_t> check_device_rows(const In& in, std::size_t p, const param_info& pi) {
   std::vector<std::int32_t> sel = ckpt_read_set(in, ckpt_tag(p, "dev_sel"), pi);
   const std::size_t k = sel.size();
   ckpt_need(in, ckpt_tag(p, "dev_rows"), 3 * k * static_cast<std::size_t>(pi.channel_len) * 4);
@@ -45,8 +45,8 @@ check_device_rows(const checkpoint_reader& in, std::size_t p, const param_info& 
 }
 
 /// Writes `p`'s saved device rows (set `sel`, from check_device_rows) into the plan (blocking).
-template <class Plan>
-void restore_device_rows(const checkpoint_reader& in,
+template <class In, class Plan>
+void restore_device_rows(const In& in,
                          Plan& plan,
                          std::size_t p,
                          const param_info& pi,

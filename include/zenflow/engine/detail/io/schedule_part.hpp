@@ -92,7 +92,8 @@ inline ckpt_scalars scalars_of(const schedule& sched,
 }
 
 /// engine/scalars, checked against this engine: `matrices` in its voter, `overlap` its jobs.
-inline ckpt_scalars read_scalars(const checkpoint_reader& in, std::int64_t matrices, bool overlap) {
+template <class In>
+ckpt_scalars read_scalars(const In& in, std::int64_t matrices, bool overlap) {
   ckpt_scalars s{};
   ckpt_need(in, "engine/scalars", sizeof s);
   in.read("engine/scalars", &s, sizeof s);
@@ -133,7 +134,8 @@ inline ckpt_trigger trigger_of(const mass_trigger& t, const schedule& sched, con
 }
 
 /// engine/trigger, checked against the scalars `s` it was saved with.
-inline ckpt_trigger read_trigger(const checkpoint_reader& in, const ckpt_scalars& s) {
+template <class In>
+ckpt_trigger read_trigger(const In& in, const ckpt_scalars& s) {
   ckpt_trigger tr{};
   ckpt_need(in, "engine/trigger", sizeof tr);
   in.read("engine/trigger", &tr, sizeof tr);
@@ -164,7 +166,8 @@ inline void save_voter(checkpoint_writer& out, const zen_auto_voter& voter) {
   out.write(voter.rest_sums().data(), M * 8);
   out.end_section();
 }
-inline void restore_voter(const checkpoint_reader& in, zen_auto_voter& voter) {
+template <class In>
+void restore_voter(const In& in, zen_auto_voter& voter) {
   const std::size_t M = voter.matrices();
   std::vector<std::byte> bytes(voter_bytes(M));
   in.read("engine/voter", bytes.data(), bytes.size());

@@ -67,6 +67,13 @@ struct param_info {
   [[nodiscard]] std::int64_t zenflow_capacity(const config& cfg) const {
     return std::min(cfg.topk(whole_channels()), channels);
   }
+  /// A matrix's device rows in `cfg`'s mode (initialize() sets device_capacity to it): every
+  /// channel in gpu_adamw, the top-k's in zenflow, none in offload_sync.
+  [[nodiscard]] std::int64_t matrix_capacity(const config& cfg) const {
+    return cfg.mode == optimizer_mode::gpu_adamw
+               ? channels
+               : (cfg.mode == optimizer_mode::zenflow ? zenflow_capacity(cfg) : 0);
+  }
 
   /// The hyper-parameters of this parameter's updates in a step with learning rate `lr`.
   [[nodiscard]] adamw_hparams hparams(const adamw_hparams& base, float lr) const noexcept {

@@ -96,7 +96,7 @@ public:
     std::vector<std::int64_t> ks, cs;
     for (auto& pi : params_) {
       if (pi.matrix) {
-        pi.device_capacity = gpu ? pi.channels : (zen ? pi.zenflow_capacity(cfg_) : 0);
+        pi.device_capacity = pi.matrix_capacity(cfg_);
         pi.host_side = !gpu;
         // Zen-auto votes on the whole matrix's masses (a shard's too: the sharded policy's record
         // holds the one-rank masses), so on its whole k and channels.

@@ -1,0 +1,205 @@
+// The sharded engine's (ZeRO-3) checkpoints under mpiexec with 1, 2 and 3 ranks (in the binary of
+// sharded_mpi_test.cpp, harness sharded_mpi_run.hpp): one file per rank resumes its shard bit for
+// bit; engines of other shards or another world size load the same files re-sharded, bit for bit
+// an engine of their shards that never stopped (against their one-rank references resumed from the
+// one-rank checkpoint); what cannot be re-sharded is refused naming the file, nothing changed.
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <mpi.h>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <zenflow/engine/checkpoint_file.hpp>
+
+#include "sharded_cases.hpp"
+#include "sharded_mpi_run.hpp"
+#include "support/mpi_checks.hpp"
+
+namespace {
+
+using namespace zf_sharded_test;
+using namespace zf_sharded_mpi;
+
+template <class P>
+class sharded_mpi_checkpoint : public ::testing::Test {};
+TYPED_TEST_SUITE(sharded_mpi_checkpoint, paths);
+
+// Each rank saves its shard's state (one file per rank); an engine registered with the same
+// shards resumes from it, bit for bit the uninterrupted run (and its reference) from then on.
+// Engines of other shards load the same files re-sharded and continue bit for bit against their
+// own references resumed from the one-rank checkpoint: every boundary moved (same world size), a
+// world of this rank alone (N ranks' files into one), and N ranks from the one-rank engine's file.
+// `pending`: saved with a host job's new weights not yet applied (no flush since its window).
+template <class P>
+void resume_everywhere(const zenflow::config& cfg, bool pending, const std::string& tag) {
+  SCOPED_TRACE(tag + (pending ? ", a job pending" : ", no job pending"));
+  using run_type = sharded_run<float, P::emulated, P::device_comm>;
+  run_type r(cfg);
+  r.add();
+  r.initialize();
+  EXPECT_EQ(r.e->comm().rank(), world_rank());
+  // Saved mid-window; `pending`: after the last step of a window, unflushed since the one before.
+  const std::int64_t half = pending ? 8 : 7, steps = 12;
+  for (std::int64_t t = 0; t < half; ++t) {
+    r.step(t, false, false, false, !pending || t + 4 < half);
+  }
+  const std::string dir = ::testing::TempDir() + "zf_sharded_" + std::to_string(world_size()) + "_" + tag +
+                          (pending ? "_pending" : "");
+  const std::string ref_path = dir + "_ref_rank" + std::to_string(world_rank()) + ".ckpt";
+  r.ref->save(ref_path);
+  r.e->save(dir + ".ckpt", r.s);
+  const auto whole = r.ref_w; // the weights at the checkpoint
+  run_type q(cfg);
+  q.add();
+  for (std::size_t p = 0; p < q.w.size(); ++p) {
+    std::copy(r.w[p].begin(), r.w[p].end(), q.w[p].begin());
+    std::copy(r.ref_w[p].begin(), r.ref_w[p].end(), q.ref_w[p].begin());
+  }
+  q.initialize();
+  q.ref->load(ref_path);
+  q.e->load(dir + ".ckpt", q.s);
+  for (std::int64_t t = half; t < steps; ++t) {
+    r.step(t);
+    q.step(t); // checks q's shards against its own resumed reference
+    for (std::size_t p = 0; p < q.w.size(); ++p) {
+      ASSERT_EQ(q.w[p], r.w[p]) << "step " << t << ", p" << p;
+    }
+  }
+  q.check_state();
+  // `x` (registered, not initialized) loads `path`, its reference the one-rank checkpoint; its
+  // state and then every step must equal its reference's rows.
+  const auto resume = [&](run_type& x, const std::string& path, const std::string& what) {
+    SCOPED_TRACE(what);
+    x.set_weights(whole);
+    x.initialize();
+    x.ref->load(ref_path);
+    x.e->load(path, x.s);
+    x.check("after the load");
+    x.check_state();
+    for (std::int64_t t = half; t < steps && !::testing::Test::HasFatalFailure(); ++t) {
+      x.step(t);
+    }
+    x.check_state();
+  };
+  if (world_size() > 1) {
+    run_type moved(cfg);
+    moved.add(0, true);
+    resume(moved, dir + ".ckpt", "every shard boundary one channel earlier");
+  }
+  run_type alone(cfg, true);
+  alone.add();
+  resume(alone, dir + ".ckpt", "one rank from " + std::to_string(world_size()) + " ranks' files");
+  run_type from_one(cfg);
+  from_one.add();
+  resume(from_one, ref_path, std::to_string(world_size()) + " ranks from the one-rank engine's file");
+}
+
+TYPED_TEST(sharded_mpi_checkpoint, a_checkpoint_per_rank_resumes_its_shard_bit_for_bit) {
+  resume_everywhere<TypeParam>(base(), false, "fp32");
+  resume_everywhere<TypeParam>(base(), true, "fp32");
+  auto q8 = base(); // int8 host moments: their block scales re-sharded row by row
+  q8.host_moments = zenflow::moment_precision::int8;
+  resume_everywhere<TypeParam>(q8, true, "int8");
+  // Zen-auto (bf16 host moments): the one-rank masses and the voter, equal in every file.
+  resume_everywhere<TypeParam>(zen_auto_case(), true, "zen_auto");
+  auto gpu = base(); // every row on the device: the shards read from the device rows
+  gpu.mode = zenflow::optimizer_mode::gpu_adamw;
+  resume_everywhere<TypeParam>(gpu, false, "gpu_adamw");
+}
+
+/// `f` throws checkpoint_error of `kind` whose text names `file`.
+template <class F>
+void expect_refused(F&& f, zenflow::checkpoint_errc kind, const std::string& file) {
+  try {
+    f();
+    ADD_FAILURE() << "no checkpoint_error (expected one naming " << file << ")";
+  } catch (const zenflow::checkpoint_error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+  }
+}
+
+// What cannot be re-sharded is refused before anything changes, naming the file: no file of any
+// world, the files of two worlds, a parameter list that differs from the files' whole list,
+// another configuration, a damaged file of another rank.
+TEST(sharded_mpi_checkpoint_checks, a_checkpoint_it_cannot_reshard_is_refused_naming_the_file) {
+  const auto cfg = base();
+  const std::string N = std::to_string(world_size());
+  const std::string mine =
+      ::testing::TempDir() + "zf_reshard_bad_" + N + "_rank" + std::to_string(world_rank());
+  sharded_run<float, false> r(cfg);
+  r.add();
+  r.initialize();
+  for (std::int64_t t = 0; t < 3; ++t) {
+    r.step(t);
+  }
+  const std::string saved = ::testing::TempDir() + "zf_reshard_ok_" + N + ".ckpt";
+  r.e->save(saved, r.s);
+  MPI_Barrier(MPI_COMM_WORLD); // every rank's file is there
+
+  sharded_run<float, false> x(cfg, true); // a world of one: every file of the N ranks is read
+  x.add();
+  x.initialize();
+  const auto w_before = x.w;
+  const auto m_before = x.e->state(x.id[0], x.s).m;
+  const auto unchanged = [&] {
+    EXPECT_EQ(x.w, w_before);
+    EXPECT_EQ(x.e->state(x.id[0], x.s).m, m_before);
+  };
+  expect_refused([&] { x.e->load(mine + "_none", x.s); }, zenflow::checkpoint_errc::io, mine + "_none");
+  unchanged();
+
+  // Two other worlds' rank-0 files: which to load is not for the engine to guess.
+  for (const int n : {world_size() + 1, world_size() + 2}) {
+    std::FILE* f = std::fopen(zenflow::checkpoint_rank_path(mine + "_two", 0, n).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  expect_refused([&] { x.e->load(mine + "_two", x.s); }, zenflow::checkpoint_errc::other_rank,
+                 zenflow::checkpoint_rank_path(mine + "_two", 0, world_size() + 2));
+  unchanged();
+
+  // Another parameter list (a vector more): refused on rank 0's file of the saved world.
+  sharded_run<float, false> y(cfg, true);
+  y.add();
+  std::vector<float> extra(4, 1.0f), gx(4, 1.0f);
+  (void)y.e->add_vector(extra.data(), gx.data(), 4, {.name = "extra"});
+  y.initialize();
+  const auto y_before = y.w;
+  expect_refused([&] { y.e->load(saved, y.s); }, zenflow::checkpoint_errc::other_parameters,
+                 zenflow::checkpoint_rank_path(saved, 0, world_size()));
+  EXPECT_EQ(y.w, y_before);
+
+  // Another configuration: refused on rank 0's file of the saved world.
+  auto other = cfg;
+  other.select_interval = 5;
+  sharded_run<float, false> z(other, true);
+  z.add();
+  z.initialize();
+  const auto z_before = z.w;
+  expect_refused([&] { z.e->load(saved, z.s); }, zenflow::checkpoint_errc::other_config,
+                 zenflow::checkpoint_rank_path(saved, 0, world_size()));
+  EXPECT_EQ(z.w, z_before);
+
+  // A copy of the saved world's files, the last one damaged (one payload byte flipped).
+  const std::string copy = mine + "_copy";
+  for (int rr = 0; rr < world_size(); ++rr) {
+    std::ifstream from(zenflow::checkpoint_rank_path(saved, rr, world_size()), std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(from)), std::istreambuf_iterator<char>());
+    if (rr == world_size() - 1) {
+      bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x10);
+    }
+    std::ofstream(zenflow::checkpoint_rank_path(copy, rr, world_size()), std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  expect_refused([&] { x.e->load(copy, x.s); }, zenflow::checkpoint_errc::corrupted,
+                 zenflow::checkpoint_rank_path(copy, world_size() - 1, world_size()));
+  unchanged();
+  MPI_Barrier(MPI_COMM_WORLD); // no rank removes or rewrites `saved` while another reads it
+}
+
+} // namespace
