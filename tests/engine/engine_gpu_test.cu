@@ -3,6 +3,7 @@
 // weights come back after it, so the same float64 reference and the same comparisons apply.
 // (Not under graph capture: an engine step blocks on the host by design, in the counted stalls.)
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cstdint>
 #include <cstdio>
@@ -212,7 +213,6 @@ TEST_F(engine_gpu, bytes_meet_the_pcie_budget) {
 }
 
 // ---- the bodies shared with the cpu tests (engine_cases.hpp) ------------------------------------
-
 TEST_F(engine_gpu, param_groups_match_the_reference_in_every_mode) {
   int i = 0;
   for (const auto& [name, cfg] : zf_engine_test::all_modes(2)) {
@@ -293,7 +293,6 @@ TEST_F(engine_gpu, repeated_or_overlapping_device_buffers_are_rejected_by_name) 
 }
 
 // ---- the norm's arithmetic: the kernels and the host loops give the same bits --------------------
-
 TEST_F(engine_gpu, squared_totals_rescans_and_step_scalars_are_bit_identical_to_the_host_arithmetic) {
   using zenflow::bfloat16;
   using zenflow::detail::sq_total_item;
@@ -534,42 +533,36 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
 }
 
 // ZeRO-3's masses (dp/shard_masses.hpp): the kernel adds the ranks' gathered row masses in the
-// host body's order, subnormal and zero rows included, for every matrix of a batch, with and
-// without the skip flag.
+// host body's order (subnormal rows too), for a batch of matrices, with and without the skip flag.
 TEST_F(engine_gpu, sharded_masses_are_bit_identical_to_the_host_body) {
   using zenflow::detail::shard_mass_item;
   using zenflow::detail::shard_mass_part;
   std::mt19937_64 rng(zf_test::base_seed() + 900);
   const int ranks = 3, matrices = 4;
+  const std::int64_t per_slot[matrices] = {1, 7, 64, 1000};
   std::vector<float> gathered;
   std::vector<shard_mass_part> parts;
-  std::vector<std::int64_t> per_slot = {1, 7, 64, 1000};
   for (int m = 0; m < matrices; ++m) {
     for (int r = 0; r < ranks; ++r) {
       const auto rows = static_cast<std::int64_t>(rng() % 300);
       const auto k = static_cast<std::int32_t>(rows == 0 ? 0 : rng() % static_cast<std::uint64_t>(rows));
-      float word = 0.0f;
-      std::memcpy(&word, &k, 4);
-      gathered.push_back(word);
+      gathered.push_back(std::bit_cast<float>(k));
       const auto at = static_cast<std::int64_t>(gathered.size());
-      for (std::int64_t j = 0; j < rows; ++j) {
+      for (std::int64_t j = 0; j < rows; ++j) { // subnormal rows among them
         const std::uint64_t u = rng();
-        gathered.push_back(u % 50 == 0   ? 1e-40f
-                           : u % 51 == 0 ? 0.0f
-                                         : static_cast<float>(u % 100000) * 0.37f);
+        gathered.push_back(u % 50 == 0 ? 1e-40f : static_cast<float>(u % 100000) * 0.37f);
       }
       parts.push_back({at - 1, at, rows});
     }
   }
   zenflow::device_buffer<float> d_gathered(gathered.size());
   zenflow::device_buffer<shard_mass_part> d_parts(parts.size());
-  ZF_CUDA_TRY(cudaMemcpy(d_gathered.data(), gathered.data(), gathered.size() * 4, cudaMemcpyHostToDevice));
-  ZF_CUDA_TRY(cudaMemcpy(d_parts.data(), parts.data(), parts.size() * sizeof(shard_mass_part),
-                         cudaMemcpyHostToDevice));
+  ZF_CUDA_TRY(cudaMemcpy(d_gathered.data(), gathered.data(), d_gathered.bytes(), cudaMemcpyHostToDevice));
+  ZF_CUDA_TRY(cudaMemcpy(d_parts.data(), parts.data(), d_parts.bytes(), cudaMemcpyHostToDevice));
   std::vector<shard_mass_item> host_items, dev_items;
   for (int m = 0; m < matrices; ++m) {
-    host_items.push_back({parts.data() + m * ranks, ranks, per_slot[static_cast<std::size_t>(m)], m});
-    dev_items.push_back({d_parts.data() + m * ranks, ranks, per_slot[static_cast<std::size_t>(m)], m});
+    host_items.push_back({parts.data() + m * ranks, ranks, per_slot[m], m});
+    dev_items.push_back({d_parts.data() + m * ranks, ranks, per_slot[m], m});
   }
   zenflow::device_buffer<shard_mass_item> d_items(dev_items.size());
   ZF_CUDA_TRY(cudaMemcpy(d_items.data(), dev_items.data(), d_items.bytes(), cudaMemcpyHostToDevice));
@@ -589,14 +582,12 @@ TEST_F(engine_gpu, sharded_masses_are_bit_identical_to_the_host_body) {
   }
 }
 
-// ---- the 300-step scenarios: the host backend's bits and counters ------------------------------
-
 // ---- save / load: a resumed run is bit-identical (as on the host and emulated backends) -------
-
 TEST_F(engine_gpu, resume_from_a_checkpoint_is_bit_identical) {
   zf_engine_test::expect_resume_is_bit_identical<device_plan_driver>("cuda");
 }
 
+// ---- the 300-step scenarios: the host backend's bits and counters ------------------------------
 TEST_F(engine_gpu, three_hundred_step_scenarios_give_the_host_backends_bits_and_counters) {
   for (const auto& sc : zf_engine_test::plan_scenarios()) {
     const auto host = zf_engine_test::digest_run<zf_engine_test::host_plan_driver>(sc);
