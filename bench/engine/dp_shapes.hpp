@@ -56,6 +56,18 @@ inline std::vector<tensor> llama7b() {
   return t;
 }
 
+/// The measured runs' settings, ZeRO-2's and ZeRO-3's alike (select_on_mass_drop at its default:
+/// the sharded engine's row masses cross every step).
+inline zenflow::config measured_config() {
+  zenflow::config cfg;
+  cfg.topk_ratio = 0.1;
+  cfg.select = zenflow::select_strategy::step;
+  cfg.select_interval = 8;
+  cfg.update_interval = 4;
+  cfg.overlap_step = true;
+  return cfg;
+}
+
 inline std::uint64_t elements(const std::vector<tensor>& list) {
   std::uint64_t n = 0;
   for (const auto& t : list) {

@@ -149,12 +149,7 @@ nlohmann::json measured(int steps) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const auto list = charlm(8, 16, 512, 4); // the "cpu" preset
-  zenflow::config cfg;
-  cfg.topk_ratio = 0.1;
-  cfg.select = zenflow::select_strategy::step;
-  cfg.select_interval = 8;
-  cfg.update_interval = 4;
-  cfg.overlap_step = true;
+  const zenflow::config cfg = measured_config();
   std::vector<std::vector<float>> w, g;
   std::mt19937_64 gen(7); // the same weights on every rank
   std::normal_distribution<float> nd(0.0f, 0.1f);

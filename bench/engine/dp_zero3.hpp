@@ -41,18 +41,6 @@
 
 namespace zf_bench_dp {
 
-/// The sharded engine's settings here: dp_wire's ZeRO-2 run's (select_on_mass_drop at its
-/// default: the row masses cross every step).
-inline zenflow::config zero3_config() {
-  zenflow::config cfg;
-  cfg.topk_ratio = 0.1;
-  cfg.select = zenflow::select_strategy::step;
-  cfg.select_interval = 8;
-  cfg.update_interval = 4;
-  cfg.overlap_step = true;
-  return cfg;
-}
-
 /// `Device`: the emulated backend over emulated_device_communicator<mpi_communicator> (NCCL's
 /// path); else the host backend over mpi_communicator. The trainer's helpers run over their own
 /// mpi_communicator (host memory: the emulated device's is the process's).
@@ -62,7 +50,7 @@ nlohmann::json measured_zero3(int steps) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const auto list = charlm(8, 16, 512, 4); // the "cpu" preset
-  const zenflow::config cfg = zero3_config();
+  const zenflow::config cfg = measured_config();
   std::vector<zenflow::shard_matrix> matrices;
   for (const auto& t : list) {
     if (t.matrix) {
@@ -227,7 +215,7 @@ nlohmann::json measured_zero3(int steps) {
 /// ZeRO-2 over a device communicator (NCCL's path: the host upload buffer holds its block).
 inline nlohmann::json
 computed_memory(const std::string& name, const std::vector<tensor>& list, int n, double s) {
-  zenflow::config cfg = zero3_config();
+  zenflow::config cfg = measured_config();
   const auto part = blocks_of(list, n);
   const double params = static_cast<double>(elements(list));
   nlohmann::json j{{"shapes", name}, {"ranks", n}, {"working_bytes", s}, {"topk_ratio", cfg.topk_ratio}};
@@ -267,7 +255,7 @@ inline nlohmann::json planner_check(const nlohmann::json& runs,
   }
   zenflow::plan_hardware hw{.host_bytes_per_s = 1e10, .pcie_bytes_per_s = 1e9, .step_s = 1e-2};
   hw.gpus = static_cast<std::int64_t>(runs.size());
-  zenflow::plan_config pc = zenflow::plan_config::of(zero3_config());
+  zenflow::plan_config pc = zenflow::plan_config::of(measured_config());
   pc.sharded = sharded;
   const zenflow::plan_result r = zenflow::plan(model, hw, pc);
   const auto most = [&](const char* key, const char* term) {
