@@ -114,7 +114,7 @@ public:
     comm_.verify_same(stable_hash{}.add_string(cfg.describe()).value(), "the configuration", stream);
     stable_hash h;
     h.add_u64(params.size());
-    counts_.clear(); // a refused initialize() may have run this before
+    counts_.clear();                // a refused initialize() may have run this before
     std::vector<std::int64_t> mine; // {first, count, total} of every matrix
     for (const auto& pi : params) {
       h.add_u64(pi.matrix ? 1u : 0u).add_u64(static_cast<std::uint64_t>(pi.type));
