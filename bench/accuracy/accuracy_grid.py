@@ -83,11 +83,13 @@ BASELINE = "adamw"
 # host, an update every step: AdamW to float rounding); "adamw-late" is torch's AdamW with 90% of
 # every matrix's columns (fixed, random) updated one step late: the staleness that ZenFlow's
 # overlapped host windows add (at S = 1), without anything else of ZenFlow; "adamw-late-x0.5" the
-# same with the late columns' update halved (does a smaller host step make up for the lag?).
+# same with the late columns' update halved (does a smaller host step make up for the lag?);
+# "adamw-pairs" those columns updated in pairs of steps (synchronous windows of 2, no lag).
 CONTROLS: Dict[str, Dict[str, Any]] = {
     "dense": {"mode": "offload_sync"},
     "adamw-late": {"late_share": 0.9},
     "adamw-late-x0.5": {"late_share": 0.9, "late_scale": 0.5},
+    "adamw-pairs": {"late_share": 0.9, "hold": "pairs"},
 }
 
 
@@ -282,14 +284,21 @@ def evaluate(model: torch.nn.Module, held: torch.Tensor, batch: int = 128) -> fl
 
 
 class LateAdamW(torch.optim.AdamW):
-    """torch's AdamW with a fixed random share of every matrix's columns updated one step late: the
-    update computed at step t lands at step t + 1 (what ZenFlow's overlapped host windows do to
-    the host channels at S = 1), the other columns and the vectors on time. A control that
-    measures a problem's sensitivity to that staleness alone."""
+    """torch's AdamW with a fixed random `share` of every matrix's columns updated late, the other
+    columns and the vectors on time. A control that measures a problem's sensitivity to what
+    ZenFlow's host windows do to the host channels, without anything else of ZenFlow:
 
-    def __init__(self, params, share: float, scale: float = 1.0, seed: int = 0, **kw):
+      hold "late"   the update computed at step t lands at step t + 1 (the overlapped host windows'
+                    lag at S = 1), times `scale`
+      hold "pairs"  the late columns stand still for a step, then take both steps' updates at once
+                    (synchronous windows of 2 steps, with no lag)
+    """
+
+    def __init__(self, params, share: float, scale: float = 1.0, hold: str = "late", seed: int = 0, **kw):
         super().__init__(params, **kw)
-        self._scale = scale
+        if hold not in ("late", "pairs"):
+            raise ValueError(f"LateAdamW: 'hold' must be 'late' or 'pairs', not {hold!r}")
+        self._scale, self._hold, self._t = scale, hold, 0
         g = torch.Generator().manual_seed(seed)
         self._late = {}
         for group in self.param_groups:
@@ -302,10 +311,18 @@ class LateAdamW(torch.optim.AdamW):
     def step(self, closure=None):
         before = {p: p.detach().clone() for p in self._late}
         loss = super().step(closure)
+        self._t += 1
         for p, (mask, pending) in self._late.items():
-            new = torch.where(mask, before[p] + pending, p)  # the late columns: last step's update
-            pending.copy_(torch.where(mask, (p - before[p]) * self._scale, torch.zeros_like(p)))
-            p.copy_(new)
+            update = torch.where(mask, (p - before[p]) * self._scale, torch.zeros_like(p))
+            if self._hold == "late":  # the late columns take last step's update
+                p.copy_(torch.where(mask, before[p] + pending, p))
+                pending.copy_(update)
+            elif self._t % 2 == 1:  # "pairs": the first step of a pair holds its update
+                p.copy_(torch.where(mask, before[p], p))
+                pending.copy_(update)
+            else:  # ... the second lands both
+                p.copy_(torch.where(mask, before[p] + pending + update, p))
+                pending.zero_()
         return loss
 
     @torch.no_grad()
@@ -319,7 +336,8 @@ def make_optimizer(setting: str, opts: Dict[str, Any], params, lr: float, wd: fl
     if setting == BASELINE:
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
     if "late_share" in opts:
-        return LateAdamW(params, opts["late_share"], scale=opts.get("late_scale", 1.0), lr=lr, weight_decay=wd)
+        return LateAdamW(params, opts["late_share"], scale=opts.get("late_scale", 1.0), hold=opts.get("hold", "late"),
+                         lr=lr, weight_decay=wd)
     from zenflow.torch import ZenFlowAdamW  # noqa: PLC0415
 
     opts = dict(opts)
@@ -504,6 +522,49 @@ def tables(summary: Dict[str, Any], settings_order: List[str]) -> str:
             out.append(f"| {s} | " + " | ".join(cells) + f" | {worst:.3f} |")
         out.append("")
     return "\n".join(out)
+
+
+PLOT_SETTINGS = ["defaults", "linear", "none", "sqrt", "snr", "S1.linear", "S4.linear", "r0.25.linear",
+                 "linear.sync", "deepspeed.none", "adamw-late"]
+
+
+def plot(summary: Dict[str, Any], path: str, settings: List[str]) -> None:
+    """Eval loss / AdamW's (mean of the seeds) against the lr, one line per setting; a panel per
+    model and regime; the bound of the regime dashed."""
+    import matplotlib  # noqa: PLC0415 (only for the plot)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    rows = summary["rows"]
+    models = [m for m in MODELS if any(r["model"] == m for r in rows)]
+    fig, axes = plt.subplots(len(REGIMES), len(models), figsize=(4.2 * len(models), 7.5), squeeze=False)
+    present = [s for s in settings if any(r["setting"] == s for r in rows)]
+    cmap = plt.get_cmap("tab20")
+    for i, regime in enumerate(REGIMES):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            for k, s in enumerate(present):
+                pts = sorted((r["lr"], r["mean"]) for r in rows
+                             if r["model"] == model and r["regime"] == regime and r["setting"] == s)
+                if pts:
+                    style = dict(lw=2.5, color="black") if s == "defaults" else dict(lw=1.2, color=cmap(k % 20))
+                    ls = ":" if s.startswith("adamw") else "-"
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, marker="o", ms=3, label=s, **style)
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.axhline(BOUND[regime], color="red", lw=0.8, ls="--")
+            ax.set_xscale("log")
+            ax.set_title(f"{model}, {regime}")
+            ax.set_xlabel("lr (peak; warm-up + cosine)")
+            if j == 0:
+                ax.set_ylabel("eval loss / AdamW's (mean of seeds)")
+            ax.set_ylim(0.9, max(1.3, BOUND[regime] + 0.05))
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def write_report(out: str, settings_order: List[str], quiet: bool = False) -> Dict[str, Any]:

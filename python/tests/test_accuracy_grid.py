@@ -49,6 +49,32 @@ def test_late_adamw_lands_each_update_one_step_late_on_its_columns():
     torch.testing.assert_close(late_w, ref_w, rtol=1e-6, atol=1e-7)
 
 
+def test_late_adamw_pairs_land_two_updates_every_second_step():
+    """hold="pairs": the late columns stand still on odd steps and equal AdamW's weights on even
+    ones (the two updates summed), the others on time; a bad `hold` raises naming it."""
+    g = _grid()
+    torch.manual_seed(4)
+    w0 = torch.randn(5, 8)
+    ref_w, pair_w = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+    ref = torch.optim.AdamW([ref_w], lr=0.05, weight_decay=0.0)
+    pairs = g.LateAdamW([pair_w], 0.6, hold="pairs", seed=2, lr=0.05, weight_decay=0.0)
+    cols = pairs._late[pair_w][0][0]
+    assert 0 < int(cols.sum()) < 8
+    prev = w0.clone()
+    for t in range(6):
+        gr = torch.randn(5, 8)
+        ref_w.grad, pair_w.grad = gr.clone(), gr.clone()
+        ref.step()
+        pairs.step()
+        torch.testing.assert_close(pair_w[:, ~cols], ref_w[:, ~cols], rtol=0, atol=0)
+        expect = prev if t % 2 == 0 else ref_w.detach()
+        torch.testing.assert_close(pair_w[:, cols], expect[:, cols], rtol=1e-6, atol=1e-7)
+        if t % 2 == 1:
+            prev = ref_w.detach().clone()
+    with pytest.raises(ValueError, match="hold"):
+        g.LateAdamW([torch.zeros(2, 2, requires_grad=True)], 0.5, hold="later")
+
+
 def test_smoke_grid_runs_resumes_and_dense_equals_adamw(tmp_path):
     """CI's smoke of the harness: a few tiny cells; the control (offload_sync, every channel on the
     host every step) equals AdamW, so both see the same data, seeds and starting weights; a rerun
