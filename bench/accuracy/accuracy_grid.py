@@ -494,8 +494,10 @@ def summarize(cells: List[Dict[str, Any]]) -> Dict[str, Any]:
 BOUND = {"finetune": 1.02, "scratch": 1.05}
 
 
-def tables(summary: Dict[str, Any], settings_order: List[str]) -> str:
-    """Markdown: per regime a table of settings x (model, lr), each cell 'mean (worst seed)'."""
+def tables(summary: Dict[str, Any], settings_order: List[str], compact: bool = False) -> str:
+    """Markdown: per regime a table of settings x (model, lr), each cell 'mean (worst seed)'
+    (`compact`: the mean only, in bold where the worst seed misses the bound; then the worst seed
+    over the row and the seeds per cell)."""
     rows = summary["rows"]
     out = []
     for regime in REGIMES:
@@ -506,26 +508,30 @@ def tables(summary: Dict[str, Any], settings_order: List[str]) -> str:
         present = [s for s in settings_order if any(r["setting"] == s for r in rr)]
         present += sorted({r["setting"] for r in rr} - set(present))
         idx = {(r["model"], r["lr"], r["setting"]): r for r in rr}
-        out.append(f"### {regime}: eval loss / AdamW's, mean of the seeds (worst seed); bound {BOUND[regime]:.2f}\n")
-        out.append("| setting | " + " | ".join(f"{m} {lr:g}" for m, lr in cols) + " | worst |")
-        out.append("|---|" + "---|" * (len(cols) + 1))
+        what = "mean of the seeds, bold: the worst seed above the bound" if compact else "mean of the seeds (worst seed)"
+        out.append(f"**{regime}**: eval loss / AdamW's, {what}; bound {BOUND[regime]:.2f}\n")
+        out.append("| setting | " + " | ".join(f"{m} {lr:g}" for m, lr in cols) + " | worst seed | seeds |")
+        out.append("|---|" + "---|" * (len(cols) + 2))
         for s in present:
-            cells, worst = [], 0.0
+            cells, worst, seeds = [], 0.0, set()
             for m, lr in cols:
                 r = idx.get((m, lr, s))
                 if r is None:
                     cells.append("")
                     continue
                 worst = max(worst, r["worst"])
+                seeds.add(len(r["seeds"]))
                 mark = "**" if r["worst"] > BOUND[regime] else ""
-                cells.append(f"{mark}{r['mean']:.3f} ({r['worst']:.3f}){mark}" + (" spike" if r["spike"] else ""))
-            out.append(f"| {s} | " + " | ".join(cells) + f" | {worst:.3f} |")
+                text = f"{r['mean']:.3f}" if compact else f"{r['mean']:.3f} ({r['worst']:.3f})"
+                cells.append(f"{mark}{text}{mark}" + ("" if compact or not r["spike"] else " spike"))
+            n = f"{min(seeds)}" if len(seeds) == 1 else f"{min(seeds)}-{max(seeds)}"
+            out.append(f"| {s} | " + " | ".join(cells) + f" | {worst:.3f} | {n} |")
         out.append("")
     return "\n".join(out)
 
 
-PLOT_SETTINGS = ["defaults", "linear", "none", "sqrt", "snr", "S1.linear", "S4.linear", "r0.25.linear",
-                 "linear.sync", "deepspeed.none", "adamw-late"]
+PLOT_SETTINGS = ["defaults", "linear", "none.sync", "sqrt.sync", "snr.sync", "S1.linear.sync", "S4.linear.sync",
+                 "r0.25.linear.sync", "none", "S1.linear", "adamw-late", "adamw-pairs"]
 
 
 def plot(summary: Dict[str, Any], path: str, settings: List[str]) -> None:
@@ -574,6 +580,8 @@ def write_report(out: str, settings_order: List[str], quiet: bool = False) -> Di
     text = tables(s, settings_order)
     with open(os.path.join(out, "tables.md"), "w") as f:
         f.write(text)
+    with open(os.path.join(out, "tables-compact.md"), "w") as f:
+        f.write(tables(s, settings_order, compact=True))
     if not quiet:
         print(text)
     return s
@@ -617,6 +625,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--shard", default="0/1", metavar="I/N",
                    help="run only the (model, regime, seed) contexts whose index is I modulo N (parallel workers)")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--plot", metavar="PNG", help="also draw the ratio against the lr (PLOT_SETTINGS) into PNG")
     p.add_argument("--smoke", action="store_true",
                    help="CI: a few tiny cells (gpt2 and mlp, one lr, one seed; linear, dense, adamw-late, adamw), "
                    "then checks that dense equals AdamW and that a rerun skips every cell")
@@ -679,6 +688,8 @@ def main(argv=None) -> int:
         if not a.quiet:
             print(f"accuracy_grid: {ran} cells run")
     s = write_report(a.out, order, quiet=a.quiet)
+    if a.plot:
+        plot(s, a.plot, PLOT_SETTINGS)
     if a.smoke:
         again = run_grid(a)
         dense = [r for r in s["rows"] if r["setting"] == "dense"]
