@@ -7,8 +7,9 @@
 ///
 /// Same bits on every path: loads widen fp16/bf16 exactly, stores round to nearest even like
 /// `zenflow::from_float`, and `mul` keeps its product rounded (an empty `asm` hides it from the
-/// optimiser), so a `mul` followed by an `add` is never contracted into an FMA whatever
-/// `-ffp-contract` says; a loop that wants an FMA says `fma`.
+/// optimiser, as math/fp.hpp's mul_f does for scalars), so a `mul` followed by an `add` is never
+/// contracted into an FMA whatever `-ffp-contract` and `-march` say; a loop that wants an FMA
+/// says `fma`.
 #pragma once
 
 #include <cmath>
@@ -18,19 +19,9 @@
 #include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/math/fp.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-namespace detail {
-/// `x`, opaque to the optimiser, so that the product it holds stays rounded. (The vector paths
-/// do the same inside their own target regions, where their register types are legal.)
-ZF_FORCEINLINE float keep_rounded(float x) {
-#if ZF_CPU_X86_DISPATCH
-  __asm__("" : "+x"(x));
-#endif
-  return x;
-}
-} // namespace detail
 
 namespace detail::simd_scalar {
 struct ops {
@@ -50,7 +41,7 @@ struct ops {
     *p = from_raw_bits<bfloat16>(float_to_bf16_bits_stochastic(float_bits(x), moment_hash_mix(lo ^ key)));
   }
   static ZF_FORCEINLINE reg add(reg a, reg b) { return a + b; }
-  static ZF_FORCEINLINE reg mul(reg a, reg b) { return keep_rounded(a * b); }
+  static ZF_FORCEINLINE reg mul(reg a, reg b) { return mul_f(a, b); }
   static ZF_FORCEINLINE reg div(reg a, reg b) { return a / b; }
   static ZF_FORCEINLINE reg sqrt(reg a) { return std::sqrt(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }

@@ -11,6 +11,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/math/fp.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -58,50 +59,6 @@ struct step_record_layout {
   }
 };
 
-namespace step_scalars_ops {
-// fp64, correctly rounded and never contracted on either side (the device's _rn intrinsics), so
-// that the host and device backends compute the same coef_t.
-ZF_HOST_DEVICE ZF_FORCEINLINE double mul(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE double add(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-/// fp32 1 / x, correctly rounded and subnormals kept on the device whatever the consumer's flags
-/// (inline PTX `div.rn.f32`: no `.ftz`, unlike __fdiv_rn under -ftz=true).
-ZF_HOST_DEVICE ZF_FORCEINLINE float reciprocal(float x) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(1.0f), "f"(x));
-  return r;
-#else
-  return 1.0f / x;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE double div(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE double sqrt(double a) {
-#if ZF_DEVICE_COMPILE
-  return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-} // namespace step_scalars_ops
-
 /// coef_t and bad_t from the squared global norm and the NaN/Inf flags (docs/design.md, "One step", 1).
 /// A step is bad when an element is NaN or Inf, never because of its norm: `sum_sq` is fp64 (the
 /// fp64 sum of the per-tensor totals, see `sq_total_lane`), so a finite gradient's norm does not
@@ -113,17 +70,18 @@ ZF_HOST_DEVICE inline void finish_step_scalars(double sum_sq,
                                                float max_norm,
                                                float* coef,
                                                std::uint32_t* skip) {
-  namespace op = step_scalars_ops;
-  const float inv_scale = op::reciprocal(loss_scale);
+  // fp64 products and sums through math/fp.hpp: correctly rounded and never contracted on either
+  // side, so that the host and device backends compute the same coef_t at any flags.
+  const float inv_scale = div_f(1.0f, loss_scale);
   float c = inv_scale;
   const bool bad = nonfinite != 0;
   // The float operands widened and the result narrowed by f32_to_f64 / f64_to_f32, and the test
   // in fp64: none of them flushes a subnormal under the consumer's -ftz=true (fp64 has no ftz).
   if (f32_to_f64(max_norm) > 0.0 && !bad) {
-    const double norm = op::mul(op::sqrt(sum_sq), f32_to_f64(inv_scale));
-    const double clip = op::div(f32_to_f64(max_norm), op::add(norm, 1e-6));
+    const double norm = mul_d(sqrt_d(sum_sq), f32_to_f64(inv_scale));
+    const double clip = div_d(f32_to_f64(max_norm), add_d(norm, 1e-6));
     if (clip < 1.0) {
-      c = f64_to_f32(op::mul(f32_to_f64(inv_scale), clip));
+      c = f64_to_f32(mul_d(f32_to_f64(inv_scale), clip));
     }
   }
   *coef = c;
