@@ -18,11 +18,12 @@
 ///   compiler cannot see that an add follows it. The cost is nil in registers, but a plain loop
 ///   over these helpers is not auto-vectorised; the hot host loops are written with the SIMD ops
 ///   (core/detail/simd_ops.hpp), whose `mul` does the same per register.
-/// The host branch gives the device branch's bits, so code compiled for the emulated device by the
-/// host compiler computes what the GPU computes. scripts/check-fp-contract finds a product that
-/// is not written this way (a contraction at -O3 -march=native on the host, an `fma` that depends
-/// on -fmad in a kernel's PTX). Not covered: `-ffast-math` (it reassociates sums and flushes
-/// subnormals on the host) and x87 arithmetic (32-bit x86 without SSE).
+/// The host branch gives the device branch's bits, so kernels' code compiled by the host compiler
+/// (the host twins, an emulator) computes what the GPU computes. Two checks find a product not
+/// written this way: scripts/check-fp-contract (the host code's assembly with and without
+/// contraction) and scripts/check-ptx-ftz (the kernels' PTX under -fmad=true and false). Not
+/// covered: `-ffast-math` / `-Ofast` (they reassociate sums and flush subnormals on the host) and
+/// x87 arithmetic (32-bit x86 without SSE).
 #pragma once
 
 #include <cmath>
