@@ -11,5 +11,8 @@ template class zenflow::engine<zenflow::host_backend>;
 template class zenflow::engine<zenflow::emulated_backend>;
 template class zenflow::engine<zenflow::host_backend, zenflow::local_communicator>;
 template class zenflow::engine<zenflow::host_backend, zenflow::sharded<zenflow::local_communicator>>;
-template class zenflow::engine<zenflow::emulated_backend, zenflow::emulated_device_communicator<zenflow::local_communicator>>;
-template class zenflow::engine<zenflow::emulated_backend, zenflow::sharded<zenflow::emulated_device_communicator<zenflow::local_communicator>>>;
+template class zenflow::engine<zenflow::emulated_backend,
+                               zenflow::emulated_device_communicator<zenflow::local_communicator>>;
+template class zenflow::engine<
+    zenflow::emulated_backend,
+    zenflow::sharded<zenflow::emulated_device_communicator<zenflow::local_communicator>>>;

@@ -68,7 +68,7 @@ ZF_HOST_DEVICE double channel_sq_f64(const T* first, std::int64_t len, std::int6
   double s = 0.0;
   for (std::int64_t i = 0; i < len; ++i) {
     const double x = f32_to_f64(to_float(first[i * stride])); // cvt without .ftz
-    s = add_d(s, mul_d(x, x)); // exact square, so an fma would give these bits too: written out for the checks
+    s = add_d(s, mul_d(x, x)); // an fma would give these bits too (exact square): pinned for the checks
   }
   return s;
 }

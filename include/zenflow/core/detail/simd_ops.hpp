@@ -32,6 +32,11 @@ struct ops {
   static ZF_FORCEINLINE reg load(const float* p) { return *p; }
   static ZF_FORCEINLINE reg load(const half* p) { return to_float(*p); }
   static ZF_FORCEINLINE reg load(const bfloat16* p) { return to_float(*p); }
+  /// Bytes widened exactly: read as int8 (load_i8) or uint8 (load_u8) (int8 moments' codes).
+  static ZF_FORCEINLINE reg load_i8(const std::uint8_t* p) {
+    return static_cast<float>(static_cast<std::int8_t>(*p));
+  }
+  static ZF_FORCEINLINE reg load_u8(const std::uint8_t* p) { return static_cast<float>(*p); }
   static ZF_FORCEINLINE void store(float* p, reg x) { *p = x; }
   static ZF_FORCEINLINE void store(half* p, reg x) { *p = from_float<half>(x); }
   static ZF_FORCEINLINE void store(bfloat16* p, reg x) { *p = from_float<bfloat16>(x); }
@@ -70,6 +75,12 @@ struct ops {
   static ZF_FORCEINLINE reg load(const bfloat16* p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static ZF_FORCEINLINE reg load_i8(const std::uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static ZF_FORCEINLINE reg load_u8(const std::uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   static ZF_FORCEINLINE void store(float* p, reg x) { _mm256_storeu_ps(p, x); }
   static ZF_FORCEINLINE void store(half* p, reg x) {
@@ -146,6 +157,12 @@ struct ops {
   static ZF_FORCEINLINE reg load(const bfloat16* p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static ZF_FORCEINLINE reg load_i8(const std::uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static ZF_FORCEINLINE reg load_u8(const std::uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
   static ZF_FORCEINLINE void store(float* p, reg x) { _mm512_storeu_ps(p, x); }
   static ZF_FORCEINLINE void store(half* p, reg x) {
