@@ -255,8 +255,8 @@ struct blocking_revoke_probe {
     std::condition_variable cv;
     bool revoking = false;
     bool release = false;
-    int async_asked = 0;               // guarded by mu: async_error() entered (before the transport's lock)
-    std::atomic<int> async_polls{0};   // async_error() returned
+    int async_asked = 0;             // guarded by mu: async_error() entered (before the transport's lock)
+    std::atomic<int> async_polls{0}; // async_error() returned
   };
   std::shared_ptr<shared> s;
   void enter_thread() {}
@@ -339,8 +339,10 @@ TEST(collective_watchdog, the_asynchronous_error_poll_does_not_hold_the_watchdog
   transport.unlock();
   caller.join();
   EXPECT_TRUE(returned) << "watch() waited for the transport's lock";
-  EXPECT_EQ(polls_while_held, 0) << "the error poll was not held up by the transport's lock: nothing was tested";
-  EXPECT_TRUE(wait_until([&] { return s->async_polls.load() > 0; }, 10s)) << "the held-up poll never returned";
+  EXPECT_EQ(polls_while_held, 0)
+      << "the error poll was not held up by the transport's lock: nothing was tested";
+  EXPECT_TRUE(wait_until([&] { return s->async_polls.load() > 0; }, 10s))
+      << "the held-up poll never returned";
   EXPECT_FALSE(w.fired());
 }
 
