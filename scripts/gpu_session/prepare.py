@@ -82,7 +82,8 @@ def prebuild(s, carried_bin):
         for parent, _, names in os.walk(folder):
             if t in names and os.access(os.path.join(parent, t), os.X_OK):
                 shutil.copy2(os.path.join(parent, t), carried_bin)
-    subprocess.run(["strip", "--strip-unneeded", *map(str, carried_bin.iterdir())], stderr=subprocess.DEVNULL)
+    if shutil.which("strip"):  # smaller to carry; a binary that strip refuses stays as it is
+        subprocess.run(["strip", "--strip-unneeded", *map(str, carried_bin.iterdir())], stderr=subprocess.DEVNULL)
     if settings.source_hash(s.root) != src_hash:
         print("gpu-session prepare: a source changed during the build: run prepare again", file=sys.stderr)
         return False
