@@ -366,7 +366,7 @@ private:
       b.zero(rescans_.data(), rescans_.size() * 8, stream);
       b.run(stream, 0, "zenflow::engine: sq_rescan",
             [items = rescan_table_.data(), n = static_cast<int>(rescan_items_.size()),
-             max = rescan_max_](auto prim, auto on) { return prim.sq_rescan(items, n, max, on); });
+             max = rescan_max_](auto prim, auto on) { return prim.sq_norm_rescan(items, n, max, on); });
     }
     std::uint64_t sent = gather_scores(stream); // waits for the stream
     if (!active()) {

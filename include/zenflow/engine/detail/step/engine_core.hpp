@@ -37,14 +37,14 @@
 #include <zenflow/engine/detail/registry/registration.hpp>
 #include <zenflow/engine/detail/step/d2h_stream.hpp>
 #include <zenflow/engine/detail/step/host_jobs.hpp>
-#include <zenflow/engine/detail/step/mass_trigger.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
 #include <zenflow/engine/detail/step/selection.hpp>
 #include <zenflow/engine/detail/step/window_close.hpp>
-#include <zenflow/engine/detail/step/zen_auto.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
+#include <zenflow/schedule/mass_trigger.hpp>
+#include <zenflow/schedule/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
