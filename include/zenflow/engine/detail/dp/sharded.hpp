@@ -220,7 +220,7 @@ public:
         continue;
       }
       inputs_.whole[p] = {scores_.data() + at, rescans_.data() + at, pi.whole_channels(), pi.shard_first,
-                          cfg.mode == optimizer_mode::zenflow ? cfg.topk(pi.whole_channels()) : pi.channels};
+                          pi.selected_channels(cfg)};
       gathers_.push_back({p, at});
       // This rank's rows' rescans at their place in the whole matrix's (out[c], c a shard index).
       const sq_total_item src{pi.step_grads, nullptr,   pi.channels, pi.channel_len,

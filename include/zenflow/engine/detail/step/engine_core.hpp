@@ -99,8 +99,9 @@ public:
         pi.device_capacity = pi.matrix_capacity(cfg_);
         pi.host_side = !gpu;
         // Zen-auto votes on the whole matrix's masses (a shard's too: the sharded policy's record
-        // holds the one-rank masses), so on its whole k and channels.
-        ks.push_back(std::max<std::int64_t>(zen ? cfg_.topk(pi.whole_channels()) : pi.device_capacity, 1));
+        // holds the one-rank masses), so on its whole k and channels (at least 1: offload_sync
+        // has none on the device, and votes never).
+        ks.push_back(std::max<std::int64_t>(pi.selected_channels(cfg_), 1));
         cs.push_back(pi.whole_channels());
       } else {
         pi.device_capacity = cfg_.mode == optimizer_mode::offload_sync ? 0 : 1;
