@@ -207,7 +207,7 @@ TEST(compute_step_header, coef_skip_and_norm_match_float64_arithmetic) {
   std::uniform_real_distribution<double> mant(0.5, 2.0);
   std::uniform_int_distribution<int> expo(-60, 250);
   std::uniform_int_distribution<int> count(0, 9);
-  int clipped = 0, unclipped = 0, bad = 0;
+  int clipped = 0, unclipped = 0, bad = 0, near_one = 0;
   for (int rep = 0; rep < 400; ++rep) {
     std::vector<double> totals(static_cast<std::size_t>(count(gen)));
     for (double& t : totals) {
@@ -218,7 +218,15 @@ TEST(compute_step_header, coef_skip_and_norm_match_float64_arithmetic) {
       flags[static_cast<std::size_t>(rep) % flags.size()] = 1;
     }
     const float loss_scale = rep % 3 == 0 ? 1.0f : std::ldexp(1.0f, rep % 17);
-    const float max_norm = rep % 4 == 0 ? 0.0f : static_cast<float>(std::ldexp(mant(gen), rep % 40 - 5));
+    double sum = 0.0;
+    for (const double t : totals) {
+      sum += t;
+    }
+    // Off, far from the norm either way, or close to it (clip factors around 1: the threshold).
+    std::uniform_real_distribution<double> near(0.4, 1.6);
+    const float max_norm = rep % 4 == 0   ? 0.0f
+                           : rep % 4 == 1 ? static_cast<float>(std::sqrt(sum) / loss_scale * near(gen))
+                                          : static_cast<float>(std::ldexp(mant(gen), rep % 40 - 5));
     std::vector<float> record(4 + 6, -3.0f); // a header, then 6 masses to zero
     auto* header = reinterpret_cast<zenflow::step_header*>(record.data());
     ASSERT_EQ(zenflow::host::compute_step_header(totals.data(), static_cast<std::int64_t>(totals.size()),
@@ -238,10 +246,12 @@ TEST(compute_step_header, coef_skip_and_norm_match_float64_arithmetic) {
     bad += want.skip != 0 ? 1 : 0;
     clipped += want.skip == 0 && max_norm > 0.0f && want.coef < 1.0f / loss_scale ? 1 : 0;
     unclipped += want.skip == 0 && want.coef == 1.0f / loss_scale ? 1 : 0;
+    near_one += want.skip == 0 && max_norm > 0.0f && want.coef * loss_scale > 0.6f ? 1 : 0;
   }
   EXPECT_GT(clipped, 20);
   EXPECT_GT(unclipped, 20);
   EXPECT_GT(bad, 20);
+  EXPECT_GT(near_one, 20); // clip factors between 0.6 and 1, and not clipped where the norm is below
 }
 
 // ---- bad arguments: named, nothing written -------------------------------------------------------
