@@ -22,8 +22,9 @@
 #include <zenflow/comm/communicator.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/schedule/l1_mass.hpp>
+#include <zenflow/schedule/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
