@@ -294,6 +294,7 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["device_upload"] = m.device_upload;
   d["device_scratch"] = m.device_scratch;
   d["device_window_sum"] = m.device_window_sum;
+  d["device_reduction"] = m.device_reduction;
   d["host_state"] = m.host_state;
   d["host_accumulators"] = m.host_accumulators;
   d["host_ring"] = m.host_ring;
