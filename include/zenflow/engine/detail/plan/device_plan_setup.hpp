@@ -50,6 +50,10 @@ std::size_t device_plan<Backend>::grow_device_rows(std::size_t p, std::int64_t o
   require(old_cap > 0, "zenflow::engine", "device_capacity", "grows from zero rows (an internal error)");
   b_.synchronize(stream);
   wait_own_work(); // nothing reads the rows, the stage or the lists while they move
+  // The allocations on the plan's device (the caller's current one may be another), which is
+  // current again after (CUDA: the caller's device; the emulated device stays current).
+  const int caller = b_.current_device();
+  b_.bind_device(upload_.device);
   const auto L = static_cast<std::size_t>(pi.channel_len);
   const auto k = static_cast<std::size_t>(d.k);
   const auto grow = [&](auto& buf, std::size_t n, std::size_t keep) {
@@ -88,6 +92,7 @@ std::size_t device_plan<Backend>::grow_device_rows(std::size_t p, std::int64_t o
     batch_.row_l1 = dbuf<float>(rows);
   }
   b_.synchronize(nullptr);
+  b_.bind_device(caller);
   mem_->device_scratch += scratch;
   batch_.dirty = true; // the update's tables point at the rows
   return added + scratch;
