@@ -278,21 +278,35 @@ inline nlohmann::json planner_check(const nlohmann::json& runs,
       {"device vector_state", {r.device.vector_state, most("memory", "device_vector")}},
       {"device upload", {r.device.upload, most("memory", "device_upload")}},
       {"device staging", {r.device.staging, most("memory", "device_staging")}},
+      {"device reduction", {r.device.reduction, most("memory", "device_reduction")}},
       {"host state", {r.host.state, sum("host_state")}},
       {"host accumulators", {r.host.accumulators, sum("host_accumulators")}},
       {"host ring", {r.host.ring, sum("host_ring")}}};
-  if (device_comm) {
+  if (device_comm) { // NCCL's path: what the planner models
     terms.push_back({"host upload", {r.host.upload, sum("host_upload")}});
+    terms.push_back({"host staging", {r.host.staging, sum("host_staging")}});
+  }
+  // Every rank's device bytes (the planner's device_by_rank), term by term.
+  if (r.device_by_rank.size() == runs.size()) {
+    for (std::size_t q = 0; q < runs.size(); ++q) {
+      const auto& d = r.device_by_rank[q];
+      const auto& m = runs[q]["memory"];
+      const std::string at = " (rank " + std::to_string(q) + ")";
+      terms.push_back({"device selected_state" + at, {d.selected_state, m["device_selected"].get<double>()}});
+      terms.push_back({"device staging" + at, {d.staging, m["device_staging"].get<double>()}});
+      terms.push_back({"device upload" + at, {d.upload, m["device_upload"].get<double>()}});
+      terms.push_back({"device reduction" + at, {d.reduction, m["device_reduction"].get<double>()}});
+    }
   }
   nlohmann::json out{{"zero", sharded ? 3 : 2}, {"gpus", hw.gpus}};
-  // The scratch is modelled by its larger parts: checked (within 10%) where ZeRO-2's mean
-  // buffers make most of it, over a device communicator (NCCL's path, what the planner models).
-  // At this size the one-rank parts are ~20% above the planner's: ZeRO-3's are reported only.
+  // The scratch: the data-parallel parts counted as the engine allocates them, the one-rank
+  // parts by their larger buffers (top-k temporaries and per-step tables are not modelled):
+  // within 25% at this size (879K parameters), where they are most of it; reported.
   const double scratch = most("memory", "device_scratch");
   out["device scratch"] = {{"planner", r.device.scratch}, {"measured", scratch}};
-  if (!sharded && device_comm && hw.gpus > 1 && std::abs(r.device.scratch - scratch) > 0.1 * scratch) {
+  if (!sharded && device_comm && std::abs(r.device.scratch - scratch) > 0.25 * scratch) {
     mismatches.push_back("planner device scratch: planner " + std::to_string(r.device.scratch) +
-                         ", measured " + std::to_string(scratch) + " (more than 10% apart)");
+                         ", measured " + std::to_string(scratch) + " (more than 25% apart)");
   }
   for (const auto& [name, v] : terms) {
     out[name] = {{"planner", v.first}, {"measured", v.second}};

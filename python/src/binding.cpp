@@ -300,6 +300,7 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["host_ring"] = m.host_ring;
   d["host_upload"] = m.host_upload;
   d["host_landing"] = m.host_landing;
+  d["host_staging"] = m.host_staging;
   d["device_total"] = m.device_total();
   d["host_total"] = m.host_total();
   return d;

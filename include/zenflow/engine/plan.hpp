@@ -145,7 +145,10 @@ struct plan_host_bytes {
   double accumulators = 0; ///< fp32 window accumulators (device accumulation: the landed sum)
   double ring = 0;         ///< pinned D2H ring
   double upload = 0;       ///< pinned upload buffer
-  [[nodiscard]] double total() const noexcept { return state + accumulators + ring + upload; }
+  /// ZeRO-2 over gpus > 1: each rank's pinned staging of a selection's entering rows
+  /// (stats().memory.host_staging)
+  double staging = 0;
+  [[nodiscard]] double total() const noexcept { return state + accumulators + ring + upload + staging; }
 };
 
 /// One GPU's bytes: the user's weights and gradients plus what stats().memory.device_* counts

@@ -27,12 +27,14 @@ struct memory_usage {
   std::size_t host_ring = 0;             ///< pinned D2H ring
   std::size_t host_upload = 0;           ///< pinned upload buffer
   std::size_t host_landing = 0; ///< gradients announced by grad_ready() until their step's coef (lazy)
+  /// Data parallel (ZeRO-2): a selection's pinned staging of the entering rows' state
+  std::size_t host_staging = 0;
   [[nodiscard]] std::size_t device_total() const noexcept {
     return device_selected_state + device_vector_state + device_staging + device_upload + device_scratch +
            device_window_sum + device_reduction;
   }
   [[nodiscard]] std::size_t host_total() const noexcept {
-    return host_state + host_accumulators + host_ring + host_upload + host_landing;
+    return host_state + host_accumulators + host_ring + host_upload + host_landing + host_staging;
   }
 };
 

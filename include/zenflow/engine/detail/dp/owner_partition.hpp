@@ -156,7 +156,7 @@ public:
     // device communicator its entering rows' gradients first) at its largest, so that no selection
     // step allocates: the widest device set, fp32 moments.
     std::size_t entering = 0;
-    std::size_t staging = 0; // and the host sources of its copies up, pinned, every matrix's
+    std::size_t staging = 0; // and the host sources of its copies up, pinned: one matrix's at least
     for (const auto& pi : params) {
       const bool rows = split_ && pi.matrix && pi.host_side;
       entering = rows ? std::max(entering, static_cast<std::size_t>(pi.device_capacity) *
@@ -164,10 +164,10 @@ public:
                                                     static_cast<std::size_t>(pi.channel_len) +
                                                 4u))
                       : entering;
-      staging += rows ? selection_staging<Backend>::bound(pi, !Comm::is_device) : 0;
+      staging = std::max(staging, rows ? selection_staging<Backend>::bound(pi, !Comm::is_device) : 0);
     }
-    if (staging > 0) {
-      pending_ = selection_staging<Backend>(staging);
+    if (staging > 0) { // a bucket's worth, so that a selection seldom waits to reuse it
+      pending_ = selection_staging<Backend>(std::max(staging, static_cast<std::size_t>(cfg.reduce_bucket_bytes)));
     }
     if (entering > 0) {
       stage_ = dbuf<std::byte>(entering);
@@ -182,6 +182,8 @@ public:
   /// The device bytes of the reduction's buckets (and mean buffers), setup()'s:
   /// stats().memory.device_reduction.
   [[nodiscard]] std::size_t reduction_bytes() const noexcept { return reduction_; }
+  /// The pinned host bytes of a selection's staging (setup()'s): stats().memory.host_staging.
+  [[nodiscard]] std::size_t host_staging_bytes() const noexcept { return pending_.bytes(); }
   /// What the plan's setup takes: the owner reduction's rescans (a device communicator's).
   [[nodiscard]] plan_inputs inputs() const { return active() && split_ ? owners_.inputs() : plan_inputs{}; }
 

@@ -299,6 +299,9 @@ inline void plan_parallel_plan(plan_result& r,
     up(most.reduction, d.reduction);
   }
   r.device = most;
+  if (!cfg.sharded && !ps.gpu_adamw) { // ZeRO-2: every rank's selection staging (NCCL's)
+    r.host.staging = static_cast<double>(gpus) * owner_host_staging(params, ps.bucket_bytes, true);
+  }
 }
 
 /// DeepSpeed's bytes for the same model over `N` GPUs of one node (docs/planning.md, "DeepSpeed

@@ -72,13 +72,29 @@ inline double owner_device_scratch(const std::vector<param_info>& params, int ra
   }
   const auto one = [](std::size_t n) { return std::max<std::size_t>(n, 1); };
   const std::size_t items = one(split);
-  const std::size_t bytes = 10 * 8 + entering + (2 * one(channels) + one(all) + one(capacity)) * 4 +
+  const std::size_t bytes = 11 * 8 + entering + (2 * one(channels) + one(all) + one(capacity)) * 4 +
                             one(channels) * 8 + (2 * one(matrices) + one(slots)) * 4 +
                             items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_args)) +
                             one(slots) * sizeof(l1_mass_args) +
                             (items + one(items * static_cast<std::size_t>(std::max(ranks - 1, 1)))) *
                                 sizeof(row_copy_item);
-  return split > 0 ? static_cast<double>(bytes) : 80.0;
+  return split > 0 ? static_cast<double>(bytes) : 88.0;
+}
+
+/// The pinned host staging of a selection's entering rows of one rank (owner_partition::setup,
+/// selection_staging::bound): the largest matrix's, its device set in fp32 state (twice over a
+/// host communicator), and at least `bucket_bytes`; none without a host-side matrix.
+inline double owner_host_staging(const std::vector<param_info>& params, std::size_t bucket_bytes, bool device_comm) {
+  std::size_t most = 0;
+  for (const auto& pi : params) {
+    if (pi.matrix && pi.host_side) {
+      const std::size_t one = static_cast<std::size_t>(std::max<std::int64_t>(pi.device_capacity, 0)) *
+                                  (12 * static_cast<std::size_t>(pi.channel_len) + 4) +
+                              16;
+      most = std::max(most, device_comm ? one : 2 * one);
+    }
+  }
+  return most > 0 ? static_cast<double>(std::max(most, bucket_bytes)) : 0.0;
 }
 
 /// Every rank's bytes. `params`: plan_params' list (matrices, then vectors), their device
@@ -114,7 +130,7 @@ inline std::vector<plan_rank_bytes> plan_data_parallel_device(const std::vector<
                     static_cast<std::size_t>((outer - 1) * pi.ld + inner) * pi.elem_bytes(),
                     !s.gpu_adamw && pi.matrix && pi.host_side});
     }
-    const double scratch = s.gpu_adamw ? 80.0 : owner_device_scratch(params, N, s.slot_bytes);
+    const double scratch = s.gpu_adamw ? 88.0 : owner_device_scratch(params, N, s.slot_bytes);
     for (int r = 0; r < N; ++r) {
       std::size_t own = 0;
       for (std::size_t p = 0; p < params.size(); ++p) {

@@ -119,6 +119,7 @@ public:
         par_.setup(cfg_, plan_, params_, host_, slot_bytes, stream);
     if constexpr (requires { par_.reduction_bytes(); }) { // data parallel: the gradients' buckets
       stats_.memory.device_reduction += par_.reduction_bytes();
+      stats_.memory.host_staging += par_.host_staging_bytes(); // and a selection's staging
     }
     const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, par_.kept_channels());
     plan_.set_staging_slots(slots.staging);
