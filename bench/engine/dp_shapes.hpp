@@ -96,7 +96,7 @@ inline zenflow::channel_partition blocks_of(const std::vector<tensor>& list, int
 ///   device_selected     fp32 master, m, v of the device set + an int32 count and index per row:
 ///                       ZeRO-2 k = topk(C) rows of every matrix, ZeRO-3 its shard's share of k,
 ///                       ceil(k c / C) and shard_state_headroom of it more, at most min(k, c)
-///                       (before a selection crowds the shard: these runs' gradients do not);
+///                       (`grown`: per matrix, a selection crowded the shard: min(k, c));
 ///   device_vector       the vectors' fp32 master, m, v + count and index, + one int32 per vector;
 ///   device_upload       the window's new weights: every registered row of each matrix (s B);
 ///   host_state          fp32 master, m, v of its block + an int32 count per row (the same block
@@ -112,7 +112,8 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
                                      const zenflow::config& cfg,
                                      double s,
                                      bool sharded,
-                                     bool device_comm) {
+                                     bool device_comm,
+                                     const std::vector<char>& grown = {}) {
   double wg = 0, sel = 0, vec = 0, up = 0, state = 0, acc = 0, hup = 0, vectors = 0;
   std::size_t m = 0;
   for (const auto& t : list) {
@@ -128,7 +129,10 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
     const auto k = static_cast<double>(cfg.topk(t.channels));
     const double rows = sharded ? c : C;
     const double share = std::ceil(k * c / C);
-    const double dev = sharded ? std::min({k, c, std::max(1.0, std::ceil(share * (1.0 + cfg.shard_state_headroom)))}) : k;
+    const bool crowded = m < grown.size() && grown[m] != 0;
+    const double dev = !sharded ? k
+                       : crowded ? std::min(k, c)
+                                 : std::min({k, c, std::max(1.0, std::ceil(share * (1.0 + cfg.shard_state_headroom)))});
     wg += 2 * s * rows * len;
     sel += dev * (12 * len + 8);
     up += s * rows * len;
