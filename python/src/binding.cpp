@@ -294,11 +294,13 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["device_upload"] = m.device_upload;
   d["device_scratch"] = m.device_scratch;
   d["device_window_sum"] = m.device_window_sum;
+  d["device_reduction"] = m.device_reduction;
   d["host_state"] = m.host_state;
   d["host_accumulators"] = m.host_accumulators;
   d["host_ring"] = m.host_ring;
   d["host_upload"] = m.host_upload;
   d["host_landing"] = m.host_landing;
+  d["host_staging"] = m.host_staging;
   d["device_total"] = m.device_total();
   d["host_total"] = m.host_total();
   return d;

@@ -11,7 +11,14 @@
 //
 // Three paths (dp_path): the host backend over mpi_communicator, the emulated backend over it,
 // and the emulated backend over emulated_device_communicator<mpi_communicator> (stream-ordered
-// collectives on device buffers: the path NCCL takes on the CUDA backend).
+// collectives on device buffers: the path NCCL takes on the CUDA backend). The gradients' buckets
+// (dp/grad_buckets.hpp) differ by path, and none of it may change a bit: the host path runs the
+// defaults (one bucket, the mean in place, no announcement); the emulated path buckets of three
+// of the longest rows (matrices straddle buckets), the mean in engine buffers, every parameter
+// announced by grad_ready() in registration order (the reverse of the buckets' order: each bucket
+// launches only when its last parameter is announced); the device communicator's path the same
+// small buckets, the mean in place, and each rank announcing a different subset of the parameters
+// in its own order every step (the rest launched by step()).
 #pragma once
 
 #include <algorithm>
@@ -20,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <mpi.h>
 #include <random>
 #include <type_traits>
@@ -328,6 +336,14 @@ struct dp_driver {
       cfg.upload = zenflow::upload_policy::whole_window;
     }
     one = std::make_unique<one_rank_engine>(cfg);
+    if constexpr (emulated) { // the reduction's buckets (file comment); the one-rank engine has none
+      std::int64_t longest = 1;
+      for (const auto& sh : m.shapes) {
+        longest = std::max(longest, sh.len);
+      }
+      cfg.reduce_bucket_bytes = std::max<std::int64_t>(256, 3 * 4 * longest);
+      cfg.reduce_in_place = device_comm;
+    }
     const auto backend_of = [&] {
       if constexpr (emulated) {
         return zenflow::emulated_backend{device};
@@ -373,6 +389,7 @@ struct dp_driver {
       std::copy(mean.begin(), mean.end(), one_g[p].begin());
       nonfinite[p] = m.shapes[p].matrix ? nonfinite_rows(mean, m.shapes[p].len) : std::vector<char>{};
     }
+    announce(e);
     const auto a = e.step(lr, s);
     if constexpr (emulated) {
       device.synchronize_stream(s); // the weights are current, the gradients may be written
@@ -399,6 +416,25 @@ struct dp_driver {
     }
     ++t;
     return a;
+  }
+
+  /// grad_ready() before the step (file comment): on the emulated path every parameter in
+  /// registration order, on the device communicator's a subset in an order of this rank's and
+  /// step's own.
+  void announce(engine_type& e) {
+    if constexpr (emulated) {
+      std::vector<std::size_t> order(m.shapes.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      if constexpr (device_comm) {
+        std::mt19937_64 gen(zf_test::base_seed() + 7u * static_cast<std::uint64_t>(t) +
+                            1000003u * static_cast<std::uint64_t>(rank));
+        std::shuffle(order.begin(), order.end(), gen);
+        order.resize(order.size() - std::uniform_int_distribution<std::size_t>(0, order.size() / 2)(gen));
+      }
+      for (const std::size_t p : order) {
+        e.grad_ready(ids[p], s);
+      }
+    }
   }
 
   void flush(engine_type& e) {

@@ -182,6 +182,16 @@ struct config {
   /// [2, 1024] slots of the D2H ring and the device staging, or 0 (auto): the host ring holds two
   /// steps of D2H and the staging one, so that step() need not wait for PCIe (docs/config.md).
   std::int32_t ring_slots = 0;
+  /// Data parallel (ZeRO-2, docs/data-parallel.md): the fp32 bucket that every rank's gradients
+  /// are reduced through, a row at least ([256, 2^31), a multiple of 4; DDP's bucket_cap_mb is 25).
+  std::int64_t reduce_bucket_bytes = 25 << 20;
+  /// Data parallel: the mean gradient is written into your gradient buffers (as DDP does), where
+  /// step() reads it; false: into engine buffers of the gradients' size (yours stay your rank's).
+  bool reduce_in_place = true;
+  /// ZeRO-3 (the sharded engine): each rank reserves device state for its share of each matrix's
+  /// top-k (k x its rows / all rows) and this fraction of it more ([0, 100]); a selection that puts
+  /// more of a matrix's top-k in one shard grows that shard's state (docs/data-parallel.md).
+  double shard_state_headroom = 0.25;
   unsigned host_threads = 0; ///< 0 = derived from pt_reserved_cores_perc; <= 4096
   /// true: the engine's host threads (pools, consumer, window executor) run only on the cores
   /// pt_reserved_cores_perc leaves them, the last of the process's allowed cores (as DeepSpeed's

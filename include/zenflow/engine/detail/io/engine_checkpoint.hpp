@@ -148,6 +148,9 @@ private:
       if (pi.host_side) {
         (void)e.plan.set_host_set(p, h.host_set, stream);
       }
+      if constexpr (requires { e.par.fit_device_rows(p, std::size_t{0}, stream); }) {
+        e.par.fit_device_rows(p, dev_sels[p].size(), stream); // a crowded shard's saved rows
+      }
       restore_device_rows(in, e.plan, p, pi, dev_sels[p], stream);
     }
     restore_masses(in, e.host, static_cast<std::size_t>(M));

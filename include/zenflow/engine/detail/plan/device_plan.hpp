@@ -188,6 +188,13 @@ public:
                                               std::int64_t host_first,
                                               const entering_rows<W>* on_device,
                                               cudaStream_t stream);
+  /// A sharded engine's selection that puts more of matrix `p`'s top-k in this shard than its
+  /// device rows hold (docs/data-parallel.md, ZeRO-3's device state): the caller has raised
+  /// `info(p).device_capacity`; the device rows (and the migration's stage, index lists and the
+  /// update's per-row masses, where they are sized by it) are reallocated to it, the rows in use
+  /// kept. Waits for the plan's work first; allocates (counted in setup()'s memory_usage: its
+  /// selected state and scratch). Returns the device bytes added.
+  std::size_t grow_device_rows(std::size_t p, std::int64_t old_capacity, cudaStream_t stream);
   /// Installs `p`'s ascending host-set channels (stream-ordered). Returns the bytes copied up.
   std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);
   /// wait_upload_done() and wait_migration(), each whatever the other threw (the engine's
@@ -394,6 +401,7 @@ private:
   Backend b_;
   std::size_t slots_;
   const std::vector<param_info>* params_ = nullptr;
+  memory_usage* mem_ = nullptr; // setup()'s: grow_device_rows() counts there
   std::vector<plan_inputs::whole_matrix> whole_; // per parameter (setup's inputs)
   std::vector<dev_param> dev_;
   std::vector<std::size_t> dense_order_; // device-dense parameters in count-slot order

@@ -97,6 +97,7 @@ public:
     for (auto& pi : params_) {
       if (pi.matrix) {
         pi.device_capacity = pi.matrix_capacity(cfg_);
+        pi.device_rows_most = pi.matrix_rows_most(cfg_);
         pi.host_side = !gpu;
         // Zen-auto votes on the whole matrix's masses (a shard's too: the sharded policy's record
         // holds the one-rank masses), so on its whole k and channels (at least 1: offload_sync
@@ -105,6 +106,7 @@ public:
         cs.push_back(pi.whole_channels());
       } else {
         pi.device_capacity = cfg_.mode == optimizer_mode::offload_sync ? 0 : 1;
+        pi.device_rows_most = pi.device_capacity;
         pi.device_dense = pi.device_capacity == 1;
         pi.host_side = cfg_.mode == optimizer_mode::offload_sync || (zen && cfg_.full_warm_up_rounds > 0);
       }
@@ -116,6 +118,10 @@ public:
                                                [](const param_info& pi) { return pi.matrix; }));
     stats_.memory.device_scratch += // before the plan reads grads
         par_.setup(cfg_, plan_, params_, host_, slot_bytes, stream);
+    if constexpr (requires { par_.reduction_bytes(); }) { // data parallel: the gradients' buckets
+      stats_.memory.device_reduction += par_.reduction_bytes();
+      stats_.memory.host_staging += par_.host_staging_bytes(); // and a selection's staging
+    }
     const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, par_.kept_channels());
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
@@ -176,6 +182,9 @@ public:
     const auto p = static_cast<std::size_t>(param.index);
     require(announced_[p] == announcement::none, fn, "param",
             "was already announced for this step (once per parameter, before step())");
+    if constexpr (requires { par_.announce(p, stream); }) {
+      par_.announce(p, stream); // data parallel: the buckets of final gradients reduced now
+    }
     const auto& pi = params_[p];
     auto& h = host_[p];
     if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
@@ -229,6 +238,9 @@ public:
     rep.skip_known = !Backend::is_device;
     rep.skipped = !Backend::is_device && host_.last_skip();
     stats_.skipped_steps = host_.skipped();
+    if constexpr (requires { par_.rows_grown(); }) { // ZeRO-3: crowded shards' device rows
+      stats_.device_rows_grown = par_.rows_grown();
+    }
     rep.d2h_bytes = cost.d2h;
     rep.h2d_bytes = cost.h2d;
     rep.stall_s = cost.stall_s;
@@ -313,7 +325,7 @@ public:
     zenflow::stats& stats;
     host_jobs<Backend>& jobs;
     d2h_stream<Backend>& d2h;
-    const parallel_type& par;
+    parallel_type& par; // a sharded engine's load may grow a shard's device rows
   };
   [[nodiscard]] checkpoint_parts_type checkpoint_parts() {
     return {cfg_, params_, plan_, host_, sched_, *voter_, trigger_, stats_, jobs_, d2h_, par_};
