@@ -154,6 +154,8 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
   } else if (name == "accumulate") {
     c.accumulate = json_enum<accumulation_site>(
         v, key, {{"host", accumulation_site::host}, {"device", accumulation_site::device}});
+  } else if (name == "host_accumulators") {
+    c.host_accumulators = static_cast<std::int32_t>(json_integer_in(v, key, 1, 2));
   } else if (name == "ring_slot_bytes") {
     c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
   } else if (name == "ring_slots") {
@@ -244,12 +246,14 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
       config_fail(key, "is also given as '" + zenflow_key(name) + "' (its deprecated place): keep one");
     }
     if (!read_extension_key(name, v, key, c)) {
-      config_fail(key, "is not a known key of " + std::string(extension_block) +
-                           did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
-                           " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
-                           "host_moments_per_step, host_moments, mode, upload, ring_slot_bytes, ring_slots, "
-                           "host_threads, pin_host_threads, param_groups, select_on_mass_drop, "
-                           "min_select_interval)");
+      config_fail(key,
+                  "is not a known key of " + std::string(extension_block) +
+                      did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
+                      " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
+                      "host_moments_per_step, host_moments, mode, upload, accumulate, host_accumulators, "
+                      "ring_slot_bytes, ring_slots, "
+                      "host_threads, pin_host_threads, param_groups, select_on_mass_drop, "
+                      "min_select_interval)");
     }
     if (name == "mode") {
       r.mode_key = key;
