@@ -38,6 +38,7 @@ check --gpus --preset 7b --machine workstation --step-ms 10 --gpus 1.5
 check --topk-ratio --preset 7b --machine workstation --step-ms 10 --topk-ratio 1.2
 check --update-interval --preset 7b --machine workstation --step-ms 10 --update-interval 0
 check --moments --preset 7b --machine workstation --step-ms 10 --moments fp8
+check --host-accumulators --preset 7b --machine workstation --step-ms 10 --host-accumulators 3
 check --accumulate --preset 7b --machine workstation --step-ms 10 --accumulate gpu
 check --mode --preset 7b --machine workstation --step-ms 10 --mode adam
 check --upload --preset 7b --machine workstation --step-ms 10 --upload sometimes

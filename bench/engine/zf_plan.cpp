@@ -31,8 +31,8 @@ void usage(const char* program) {
       "    [--host-mem-gb G] [--gpu-mem-gb G] (--step-ms C | --tokens T [--tflops F])\n"
       "    [--mode zenflow|offload_sync|gpu_adamw] [--topk-ratio R] [--update-interval S]\n"
       "    [--moments fp32|bf16|int8] [--accumulate host|device] [--upload whole_window|chunk_ring]\n"
-      "    [--ring-slot-bytes B] [--max-interval S] [--zero 2|3] [--reduce-bucket-bytes B]\n"
-      "    [--reduce-in-place true|false] [--shard-headroom H] [--json]\n"
+      "    [--host-accumulators 1|2] [--ring-slot-bytes B] [--max-interval S] [--zero 2|3]\n"
+      "    [--reduce-bucket-bytes B] [--reduce-in-place true|false] [--shard-headroom H] [--json]\n"
       "  --machine: dgx-h100 = 8 GPUs of 80 GB, 2 TB host, 600 GB/s host (2 sockets x 300), 25 GB/s PCIe,\n"
       "             400 TFLOP/s achieved per GPU; workstation = 1 GPU of 80 GB, 128 GB host, 100 GB/s host,\n"
       "             25 GB/s PCIe, 400 TFLOP/s. Explicit options override it.\n"
@@ -82,7 +82,8 @@ int parse(int argc, char** argv, cli& c) {
         "--host-gbps",       "--pcie-gbps", "--gpus",       "--host-mem-gb", "--gpu-mem-gb",
         "--step-ms",         "--tokens",    "--tflops",     "--mode",        "--topk-ratio",
         "--update-interval", "--moments",   "--accumulate", "--upload",      "--ring-slot-bytes",
-        "--max-interval",    "--zero",      "--reduce-bucket-bytes", "--reduce-in-place", "--shard-headroom"};
+        "--max-interval",    "--zero",      "--reduce-bucket-bytes", "--reduce-in-place", "--shard-headroom",
+        "--host-accumulators"};
     bool known = false;
     for (const char* v : valued) {
       known = known || a == v;
@@ -191,6 +192,10 @@ int parse(int argc, char** argv, cli& c) {
       c.cfg.upload =
           v == "chunk_ring" ? zenflow::upload_policy::chunk_ring : zenflow::upload_policy::whole_window;
       why = "expected whole_window or chunk_ring";
+    } else if (a == "--host-accumulators") {
+      ok = v == "1" || v == "2";
+      c.cfg.host_accumulators = v == "2" ? 2 : 1;
+      why = "expected 1 or 2";
     } else if (a == "--zero") {
       ok = v == "2" || v == "3";
       c.cfg.sharded = v == "3";
@@ -255,10 +260,11 @@ void print(const cli& c,
               hw.host_memory_bytes > 0 ? gb(hw.host_memory_bytes).c_str() : "(unchecked)",
               hw.device_memory_bytes > 0 ? gb(hw.device_memory_bytes).c_str() : "(unchecked)");
   const auto& k = r.config;
-  std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, upload %s, ZeRO-%d\n\n",
+  std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, host accumulators %d, upload %s, "
+              "ZeRO-%d\n\n",
               std::string(zenflow::to_string(k.mode)).c_str(), k.topk_ratio,
               static_cast<long long>(k.update_interval), std::string(zenflow::to_string(k.moments)).c_str(),
-              std::string(zenflow::to_string(k.accumulate)).c_str(),
+              std::string(zenflow::to_string(k.accumulate)).c_str(), k.host_accumulators,
               std::string(zenflow::to_string(k.upload)).c_str(), k.sharded ? 3 : 2);
   std::printf("%-34s %9s %10s\n", "host (the node)", "B/param", "GB");
   const auto row = [&](const char* what, double bytes) {
@@ -267,7 +273,7 @@ void print(const cli& c,
   row("state (master, m, v, counts)", r.host.state);
   row("accumulators", r.host.accumulators);
   row("pinned D2H ring", r.host.ring);
-  row("upload buffer", r.host.upload);
+  row(k.upload == zenflow::upload_policy::whole_window ? "upload stage" : "upload buffer", r.host.upload);
   if (r.host.staging > 0) {
     row("selection staging", r.host.staging);
   }
@@ -302,7 +308,12 @@ void print(const cli& c,
   std::printf("  %-32s %10s %10.1f\n", "down (one GPU)", gb(r.traffic.d2h_per_step).c_str(),
               r.terms.d2h * 1e3);
   std::printf("  %-32s %10s %10.1f\n", "up (one GPU)", gb(r.traffic.h2d_per_step).c_str(), r.terms.h2d * 1e3);
-  std::printf("  %-32s %10s %10.1f\n", "host window / S (host memory)",
+  // GB: a step's share of the window's traffic; ms: the time the job has per step it may take
+  // (one accumulator buffer: the whole job, in the next window's first step; two: over S).
+  const bool one_step = k.mode == zenflow::optimizer_mode::zenflow && k.overlap_step &&
+                        k.host_accumulators == 1 && k.accumulate == zenflow::plan_accumulation::host;
+  std::printf("  %-32s %10s %10.1f\n",
+              one_step ? "host window, whole (host memory)" : "host window / S (host memory)",
               gb(r.traffic.host_window_per_step).c_str(), r.terms.host_window * 1e3);
   std::printf("  %-32s %10s %10.1f\n", "accumulation (host memory)",
               gb(r.traffic.accumulate_per_step).c_str(), r.terms.accumulate * 1e3);
@@ -343,7 +354,8 @@ std::string json_plan(const zenflow::plan_result& r) {
   const auto& k = r.config;
   o << "{\"mode\": \"" << zenflow::to_string(k.mode) << "\", \"topk_ratio\": " << k.topk_ratio
     << ", \"update_interval\": " << k.update_interval << ", \"moments\": \"" << zenflow::to_string(k.moments)
-    << "\", \"accumulate\": \"" << zenflow::to_string(k.accumulate) << "\", \"upload\": \""
+    << "\", \"accumulate\": \"" << zenflow::to_string(k.accumulate)
+    << "\", \"host_accumulators\": " << k.host_accumulators << ", \"upload\": \""
     << zenflow::to_string(k.upload) << "\", \"zero\": " << (k.sharded ? 3 : 2) << ", \"params\": " << r.params
     << ", \"host_bytes\": {\"state\": " << r.host.state << ", \"accumulators\": " << r.host.accumulators
     << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload << ", \"staging\": " << r.host.staging

@@ -351,6 +351,7 @@ NB_MODULE(_zenflow, mod) {
       .def_rw("max_update_interval", &config::max_update_interval)
       .def_rw("min_update_interval", &config::min_update_interval)
       .def_rw("host_moments_per_step", &config::host_moments_per_step)
+      .def_rw("host_accumulators", &config::host_accumulators)
       .def_rw("select_on_mass_drop", &config::select_on_mass_drop)
       .def_rw("min_select_interval", &config::min_select_interval)
       .def_rw("gradient_clipping", &config::gradient_clipping)

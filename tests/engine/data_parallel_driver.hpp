@@ -259,19 +259,26 @@ struct byte_ledger {
     // Host memory per rank: its block of every matrix (vectors, on the host in the warm-up, whole).
     const bool sync = cfg.mode == zenflow::optimizer_mode::offload_sync; // every channel on the host
     const bool vectors_on_host = sync || cfg.full_warm_up_rounds > 0;
-    const std::uint64_t accs = cfg.overlap_step && !sync ? 2 : 1;
-    std::uint64_t state = 0, acc = 0, vec_state = 0, vec_acc = 0, all_host = 0, unselected = 0;
+    const std::uint64_t accs = cfg.overlap_step && !sync && cfg.host_accumulators == 2 ? 2 : 1;
+    // The accumulators hold host-set rows: a rank of several its block's capacity, one rank (and
+    // a vector, whole on every rank) exactly its host set's rows: after a selection every channel
+    // but the top-k's (ZenFlow; a vector's none, it lives on the device after the warm-up), before
+    // one (a warm-up longer than the run) every channel.
+    const bool split = !sync && one.selections > 0;
+    std::uint64_t state = 0, acc = 0, vec_state = 0, vec_acc = 0, all_acc = 0, all_host = 0, unselected = 0;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
       if (!shapes[p].matrix) {
         vec_state += vectors_on_host ? host_row_bytes(len) : 0;
-        vec_acc += vectors_on_host ? len * 4 * accs : 0;
+        vec_acc += vectors_on_host && !split ? len * 4 * accs : 0;
         continue;
       }
       const auto own = static_cast<std::uint64_t>(part.count(m, rank));
-      state += own * host_row_bytes(len);
-      acc += own * len * 4 * accs;
       const auto c = shapes[p].channels;
+      const auto kept = split ? static_cast<std::uint64_t>(c - cfg.topk(c)) : static_cast<std::uint64_t>(c);
+      state += own * host_row_bytes(len);
+      acc += (n == 1 ? kept : own) * len * 4 * accs;
+      all_acc += (n == 1 ? kept : static_cast<std::uint64_t>(c)) * len * 4 * accs;
       all_host += static_cast<std::uint64_t>(c) * len * sizeof(T);
       unselected += static_cast<std::uint64_t>(c - cfg.topk(c)) * len * sizeof(T);
       ++m;
@@ -280,7 +287,17 @@ struct byte_ledger {
     EXPECT_EQ(mine.memory.host_accumulators, acc + vec_acc);
     const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
     EXPECT_EQ(summed.memory.host_state, one.memory.host_state + copies * vec_state);
-    EXPECT_EQ(summed.memory.host_accumulators, one.memory.host_accumulators + copies * vec_acc);
+    EXPECT_EQ(summed.memory.host_accumulators, all_acc + static_cast<std::uint64_t>(n) * vec_acc);
+    EXPECT_EQ(one.memory.host_accumulators, [&] { // the one-rank engine: its host set's rows
+      std::uint64_t b = 0;
+      for (const auto& sh : shapes) {
+        const auto l = static_cast<std::uint64_t>(sh.len);
+        const auto c = static_cast<std::uint64_t>(sh.channels);
+        b += !sh.matrix ? (vectors_on_host && !split ? l * 4 * accs : 0)
+                        : (split ? c - static_cast<std::uint64_t>(cfg.topk(sh.channels)) : c) * l * 4 * accs;
+      }
+      return b;
+    }());
     // Bytes on the wire, summed over the ranks: the two hashes from every rank, each step's
     // reductions, entering rows and migrations (after_step), each window's weights once (every
     // owner its share): all unselected channels, or every channel in the warm-up.

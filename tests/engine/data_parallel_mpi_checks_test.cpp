@@ -63,9 +63,11 @@ TEST(engine_data_parallel, the_partition_splits_every_host_matrix) {
   }
 }
 
-// Each rank copies down only its block's unselected rows and, over a device communicator, holds
-// only its share of a window's new weights: its D2H ring and its host upload buffer are sized by its
-// block, and over the ranks they add up to what the planner counts for as many GPUs.
+// Each rank copies down only its block's unselected rows and, over a device communicator, sends
+// its share of a window's new weights up through its upload stage (four pinned chunks of a slot):
+// its D2H ring is sized by its block, and over the ranks the rings and stages add up to what the
+// planner counts for as many GPUs. Over a host communicator the window is gathered in a host
+// buffer of every row.
 template <bool Device>
 void rings_and_uploads_are_sized_by_the_block() {
   const std::vector<shape> shapes = {{true, 40, 1024}, {false, 1, 5}, {true, 27, 1024}};
@@ -109,8 +111,9 @@ void rings_and_uploads_are_sized_by_the_block() {
   }
   const double whole = (40.0 + 27.0) * 1024 * 4;
   if (Device) {
-    EXPECT_EQ(static_cast<double>(all.memory.host_upload), r.host.upload); // one copy over the ranks
-    EXPECT_EQ(r.host.upload, whole);
+    EXPECT_EQ(static_cast<double>(mine.host_upload), 4.0 * 4096); // the stage: no copy of the weights
+    EXPECT_EQ(static_cast<double>(all.memory.host_upload), r.host.upload);
+    EXPECT_EQ(r.host.upload, world_size() * 4.0 * 4096);
   } else {
     EXPECT_EQ(static_cast<double>(mine.host_upload), whole); // gathered in the host buffer: all of it
   }

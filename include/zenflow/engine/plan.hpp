@@ -94,14 +94,18 @@ enum class plan_accumulation : std::uint8_t { host, device };
 /// The settings the planner reads.
 struct plan_config {
   optimizer_mode mode = optimizer_mode::zenflow;
-  double topk_ratio = 0.1;          ///< r, in [0, 1]; k = config::topk(channels)
-  std::int64_t update_interval = 4; ///< S >= 1 (Zen-auto's windows: plan at its shortest)
-  plan_moments moments = plan_moments::fp32;
+  double topk_ratio = 0.1;                   ///< r, in [0, 1]; k = config::topk(channels)
+  std::int64_t update_interval = 4;          ///< S >= 1 (Zen-auto's windows: plan at its shortest)
+  plan_moments moments = plan_moments::bf16; ///< the engine's default (config::host_moments)
   plan_accumulation accumulate = plan_accumulation::host;
   upload_policy upload = upload_policy::whole_window;
   std::int64_t ring_slot_bytes = 4 << 20;
-  std::int32_t ring_slots = 0;  ///< 0: the engine's automatic sizing
-  bool overlap_step = true;     ///< two host accumulators (the window job runs beside the next window)
+  std::int32_t ring_slots = 0; ///< 0: the engine's automatic sizing
+  bool overlap_step = true;    ///< the window job runs beside the next window
+  /// config::host_accumulators: 1, one fp32 buffer of the unselected rows, which the next window's
+  /// first step writes once the job has read it (so the job must fit in about one step); 2, one
+  /// each (the job may take the whole next window, S steps).
+  std::int32_t host_accumulators = 1;
   std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (the engine's: 64)
   /// ZeRO-3 over plan_hardware::gpus ranks (the sharded engine, docs/data-parallel.md): each GPU
   /// holds its shard of the weights, gradients and upload buffer (the largest rank's), the device
@@ -121,8 +125,9 @@ struct plan_config {
 };
 
 /// The terms of the pipeline bound, in any one unit of time: the device step C, the D2H and H2D
-/// copies of a step, the host window's time per step (its window's time / S), the host
-/// accumulation of a step.
+/// copies of a step, the host window's time per step it has (its window's time / S; with one
+/// accumulator buffer and overlap, its whole time, and at least its staged upload's: the next
+/// window's first step waits for it), the host accumulation of a step.
 struct pipeline_terms {
   double compute = 0, d2h = 0, h2d = 0, host_window = 0, accumulate = 0;
 };
@@ -142,9 +147,10 @@ struct pipeline_bound_value {
 /// them in stats().memory.host_*.
 struct plan_host_bytes {
   double state = 0;        ///< fp32 master + m, v + counts
-  double accumulators = 0; ///< fp32 window accumulators (device accumulation: the landed sum)
+  double accumulators = 0; ///< fp32 window accumulators of the unselected rows (one rank; a rank's
+                           ///< block with data parallel), or device accumulation's landed sum
   double ring = 0;         ///< pinned D2H ring
-  double upload = 0;       ///< pinned upload buffer
+  double upload = 0;       ///< the upload stage's pinned chunks (whole_window), or the upload buffer
   /// ZeRO-2 over gpus > 1: each rank's pinned staging of a selection's entering rows
   /// (stats().memory.host_staging)
   double staging = 0;

@@ -101,6 +101,7 @@ inline std::vector<std::array<std::string, 3>> setting_rows(const config& c, con
       {"min_select_interval", std::to_string(c.min_select_interval), std::to_string(d.min_select_interval)},
       {"upload", std::string(to_string(c.upload)), std::string(to_string(d.upload))},
       {"accumulate", std::string(to_string(c.accumulate)), std::string(to_string(d.accumulate))},
+      {"host_accumulators", std::to_string(c.host_accumulators), std::to_string(d.host_accumulators)},
       {"ring_slot_bytes", std::to_string(c.ring_slot_bytes), std::to_string(d.ring_slot_bytes)},
       {"ring_slots", std::to_string(c.ring_slots), std::to_string(d.ring_slots)},
       {"reduce_bucket_bytes", std::to_string(c.reduce_bucket_bytes), std::to_string(d.reduce_bucket_bytes)},

@@ -340,6 +340,8 @@ inline void config::validate() const {
         "is not a valid upload_policy");
   check(accumulate == accumulation_site::host || accumulate == accumulation_site::device,
         ext_key("accumulate"), "is not a valid accumulation_site (\"host\" or \"device\")");
+  check(host_accumulators == 1 || host_accumulators == 2, ext_key("host_accumulators"),
+        "must be 1 or 2, got " + std::to_string(host_accumulators));
   check(ring_slot_bytes >= 4096 && ring_slot_bytes <= (std::int64_t{1} << 30) && ring_slot_bytes % 256 == 0,
         ext_key("ring_slot_bytes"),
         "must be a multiple of 256 in [4096, 2^30], got " + std::to_string(ring_slot_bytes));

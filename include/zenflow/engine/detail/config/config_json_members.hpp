@@ -187,6 +187,7 @@ inline nlohmann::json config::to_deepspeed_json() const {
   ext["min_select_interval"] = min_select_interval;
   ext["upload"] = std::string(to_string(upload));
   ext["accumulate"] = std::string(to_string(accumulate));
+  ext["host_accumulators"] = host_accumulators;
   ext["ring_slot_bytes"] = ring_slot_bytes;
   ext["ring_slots"] = ring_slots;
   ext["reduce_bucket_bytes"] = reduce_bucket_bytes;

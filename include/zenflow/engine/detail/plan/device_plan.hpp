@@ -243,6 +243,19 @@ public:
   void end_apply(cudaStream_t stream);
   /// Blocks until the last upload copies have read the host upload buffers.
   void wait_upload_done();
+  /// The upload stage (whole_window, no host upload buffers; before setup): `chunks` pinned host
+  /// chunks of `chunk_bytes` through which the job's new weights go up, a few rows at a time.
+  void set_upload_stage(std::size_t chunks, std::size_t chunk_bytes) noexcept {
+    upload_.stage_chunks = chunks;
+    upload_.stage_bytes = chunks > 0 ? chunk_bytes : 0;
+  }
+  [[nodiscard]] std::size_t upload_stage_bytes() const noexcept { return upload_.stage_bytes; }
+  /// The copy phase, staged: the next chunk (once the copy that last read it is done: a wait on
+  /// the job's thread), to be written with new weights and sent by send_staged.
+  [[nodiscard]] std::byte* stage_chunk();
+  /// Copies the chunk stage_chunk() gave, holding host-set positions [begin, end) of `p`'s new
+  /// weights, into the device upload buffer. Returns the bytes.
+  std::size_t send_staged(std::size_t p, std::int64_t begin, std::int64_t end);
 
   /// The full state of `p`: the host rows (`host_rows`, or zeros where the parameter has none)
   /// with the device-resident rows written over their channels. Blocking.

@@ -108,6 +108,7 @@ inline plan_config plan_config::of(const config& c) noexcept {
   p.reduce_bucket_bytes = c.reduce_bucket_bytes;
   p.reduce_in_place = c.reduce_in_place;
   p.shard_state_headroom = c.shard_state_headroom;
+  p.host_accumulators = c.host_accumulators;
   return p;
 }
 
@@ -154,12 +155,11 @@ inline double plan_moment_bytes(const plan_config& c) noexcept {
 }
 
 /// Host memory bytes a window's AdamW reads and writes per element: the window's gradient sum
-/// (fp32), master and moments read; master, moments and the new working-precision weight written;
-/// the accumulator zeroed (host accumulation: cpu_adamw's window_acc::zero).
+/// (fp32), master and moments read; master, moments and the new working-precision weight written
+/// (the accumulator is left as it is: the next window's first step writes it, window_acc::keep).
 inline double plan_window_bytes(const plan_config& c, double elem_bytes) noexcept {
   const double mb = plan_moment_bytes(c);
-  return 4.0 + (4.0 + 2.0 * mb) + (4.0 + 2.0 * mb) + elem_bytes +
-         (c.accumulate == plan_accumulation::host ? 4.0 : 0.0);
+  return 4.0 + (4.0 + 2.0 * mb) + (4.0 + 2.0 * mb) + elem_bytes;
 }
 
 /// Host memory bytes one step's accumulation reads and writes per element: the landed gradient
@@ -210,6 +210,8 @@ inline void plan_validate(const plan_model& model, const plan_hardware& hw, cons
               "reduce_bucket_bytes is smaller than one row in fp32 (" + std::to_string(m.channel_len) + " x 4 B)");
     }
   }
+  require(cfg.host_accumulators == 1 || cfg.host_accumulators == 2, fn, "config",
+          "host_accumulators must be 1 or 2, got " + std::to_string(cfg.host_accumulators));
   if (cfg.mode != optimizer_mode::gpu_adamw) {
     for (const auto& m : model.matrices) {
       require(m.channel_len * model.elem_bytes <= cfg.ring_slot_bytes, fn, "config",
@@ -333,6 +335,7 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   e.upload = cfg.upload;
   const bool zen = cfg.mode == optimizer_mode::zenflow;
   const bool sync = cfg.mode == optimizer_mode::offload_sync;
+  const bool gpu_only = cfg.mode == optimizer_mode::gpu_adamw;
   const bool device_acc = zen && cfg.accumulate == plan_accumulation::device;
   const auto params = detail::plan_params(model, e);
   const auto slot = static_cast<double>(cfg.ring_slot_bytes);
@@ -350,6 +353,15 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   const double mb = detail::plan_moment_bytes(cfg);
   const auto N = static_cast<double>(hw.gpus);
   const double S = zen ? static_cast<double>(cfg.update_interval) : 1.0;
+  // One rank keeps exactly the unselected rows in its accumulators; a data-parallel rank (or a
+  // shard) its block's capacity, the whole block (engine_core::initialize).
+  const bool blocks = hw.gpus > 1 || cfg.sharded;
+  const bool overlap = zen && cfg.overlap_step;
+  const double accumulators = overlap && !device_acc && cfg.host_accumulators == 2 ? 2.0 : 1.0;
+  // whole_window: the job's weights go up through the upload stage's pinned chunks, one stage
+  // per rank (the modelled node's ranks gather on their devices); chunk_ring reads a host buffer
+  // at the boundary.
+  const bool staged = cfg.upload == upload_policy::whole_window;
 
   plan_result r;
   r.config = cfg;
@@ -394,18 +406,19 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     host.state += q8 * channels * 8.0 * std::ceil(len / static_cast<double>(cfg.int8_block)) +
                   n * (4.0 + 2.0 * (q8 ? 1.0 : mb)) + channels * 4.0;
     const double rows = zen ? (channels - cap) * len : n;
+    // The accumulators hold the host set's rows: one rank's are the unselected rows; a block's
+    // capacity is all of its rows (the node: every row once). Device accumulation: the window
+    // sum lands in one such buffer, and the device sums the host set's rows in two sums (the
+    // closed window's goes down beside the next).
+    host.accumulators += (blocks ? n : rows) * 4.0 * accumulators;
     if (device_acc) {
-      // The window sum lands in one host buffer of the accumulators' layout (full size: the
-      // warm-up accumulates every channel into it); the device sums the host set's rows, in two
-      // sums (the closed window's goes down beside the next).
-      host.accumulators += n * 4.0;
       dev.accumulators += rows * 8.0;
-    } else {
-      host.accumulators += n * 4.0 * (zen && cfg.overlap_step ? 2.0 : 1.0);
     }
-    // One rank keeps every host-set row's new weights; over a device communicator (NCCL) each
-    // rank its share only (the shares are gathered on the devices): one copy on the node.
-    host.upload += n * eb;
+    if (!staged) {
+      // chunk_ring: one rank keeps every host-set row's new weights; over a device communicator
+      // (NCCL) each rank its share only: one copy on the node.
+      host.upload += n * eb;
+    }
     unselected += rows;
   }
   dev.vector_state += std::max(dense, 1.0) * 4.0; // the vectors' update counts
@@ -414,6 +427,7 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   dev.staging = static_cast<double>(slots.staging) * slot;
   dev.scratch += (sets + lists) * 4.0 + 3.0 * max_cap_elems * 4.0 + max_rows * 4.0 + mass_rows * 4.0;
   host.ring = ring_slots_node * slot;
+  host.upload += staged && !gpu_only ? N * static_cast<double>(detail::upload_stage_chunks) * slot : 0.0;
   detail::plan_parallel_plan(r, params, per_rank, cfg, eb, slot, static_cast<int>(hw.gpus));
   detail::plan_deepspeed(r, cfg, N);
 
@@ -429,6 +443,11 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   t.d2h = tr.d2h_per_step / hw.pcie_bytes_per_s;
   t.h2d = tr.h2d_per_step / hw.pcie_bytes_per_s;
   t.host_window = tr.host_window_per_step / hw.host_bytes_per_s;
+  if (overlap && !device_acc && cfg.host_accumulators == 1) {
+    // One buffer: the next window's first step waits until the job has read it, so the job
+    // (which keeps pace with its staged copies up) has about one step, not S.
+    t.host_window = std::max(t.host_window * S, staged ? t.h2d * S : 0.0);
+  }
   t.accumulate = tr.accumulate_per_step / hw.host_bytes_per_s;
   r.bound = pipeline_bound(t);
   const double stages = std::max({t.d2h, t.h2d, t.host_window, t.accumulate});

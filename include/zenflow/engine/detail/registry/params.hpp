@@ -162,15 +162,28 @@ struct param_info {
   }
 };
 
+/// Pinned chunks (of ring_slot_bytes each) of the upload stage through which a window's new
+/// weights go up (whole_window, device_plan_upload.hpp): the job writes one while the others'
+/// copies run. The planner counts them.
+inline constexpr std::size_t upload_stage_chunks = 4;
+
 /// Slots of the D2H stream: `ring` host ring slots, `staging` device staging slots.
 struct d2h_slots {
   std::size_t ring = 0;
   std::size_t staging = 0;
 };
 
+/// The most pinned bytes the automatic sizing gives a rank's D2H ring (and the device staging,
+/// never larger than the ring): 1 GiB, 256 slots of 4 MiB (0.16 B a parameter at 7B on one GPU;
+/// it was 1024 slots, 0.64 B). A ring smaller than a step's D2H makes step() wait for the first
+/// copies to be taken in before it can push the last ones, unless the gradients are streamed
+/// during the backward (grad_ready): docs/planning.md measures both.
+inline constexpr std::size_t max_auto_ring_bytes = std::size_t{1} << 30;
+
 /// `cfg.ring_slots` resolved for these parameters: a fixed count is both; 0 (auto) sizes the
 /// staging for one step's D2H and the host ring for two, so that a step's pushes find free slots
-/// while the copies of the step before are still landing; at least 8, at most 1024. A step's D2H:
+/// while the copies of the step before are still landing; at least 8, at most 1024 and
+/// max_auto_ring_bytes. A step's D2H:
 /// in zenflow mode the unselected channels of every matrix (channels - k; a sharded engine's shard,
 /// the most its host set can hold for the whole matrix's k: max_host_rows; the warm-up's
 /// synchronous steps move more, and wait for it anyway), in offload_sync every host-side
@@ -199,7 +212,9 @@ inline d2h_slots resolve_d2h_slots(const config& cfg,
                                                     : std::min(slots, (rows + per_slot - 1) / per_slot + 1));
     }
   }
-  const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, 1024);
+  const std::size_t most =
+      std::clamp<std::size_t>(max_auto_ring_bytes / std::max<std::size_t>(slot_bytes, 1), 8, 1024);
+  const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, most);
   return {ring, std::clamp<std::size_t>(step, 8, ring)};
 }
 

@@ -125,6 +125,12 @@ public:
     const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, par_.kept_channels());
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
+    // whole_window: a window's new weights go up through a few pinned chunks as the job writes
+    // them, not through a host copy of every host-side weight; a host communicator's gather
+    // needs that copy (it gathers into it), chunk_ring reads it at the boundary.
+    const bool staged = !gpu && cfg_.upload == upload_policy::whole_window &&
+                        !(par_.gathers_windows() && !par_.gathers_on_device());
+    plan_.set_upload_stage(staged ? upload_stage_chunks : 0, slot_bytes);
     plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
     d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
@@ -143,11 +149,21 @@ public:
       }
       if (pi.host_side) {
         (void)par_.init_host_rows(p, stream); // data parallel: this rank's block
-        // Device accumulation: one buffer receives each window's sum. A device communicator
-        // gathers a window's shares on the device: this rank's share is all its upload holds.
-        h.allocate_state(cfg_, pi.channel_len, pi.channels, pi.channel_bytes(),
-                         overlap && !d2h_.sums_on_device(),
-                         par_.gathers_windows() && par_.gathers_on_device(), stats_.memory);
+        typename host_type::param::layout lay;
+        // One rank keeps exactly the host set's rows; a block (data parallel, a shard) holds a
+        // varying share of it: its capacity. Without warm-up the first step selects before any
+        // gradient is summed, so one rank starts at the size it keeps.
+        lay.exact = h.shard.whole(pi.channels) && pi.shard_total == 0;
+        lay.acc_rows = lay.exact && zen && pi.matrix && cfg_.full_warm_up_rounds == 0
+                           ? pi.channels - pi.device_capacity
+                           : h.shard.channels;
+        // Device accumulation: one buffer receives each window's sum.
+        lay.two = overlap && !d2h_.sums_on_device() && cfg_.host_accumulators == 2;
+        lay.buffered = !staged;
+        // A device communicator gathers a window's shares on the device: this rank's share is
+        // all its upload holds.
+        lay.share = par_.gathers_windows() && par_.gathers_on_device();
+        h.allocate_state(cfg_, pi.channel_len, pi.channels, pi.channel_bytes(), lay, stats_.memory);
         (void)plan_.set_host_set(p, h.host_set, stream);
       } else if (pi.device_dense) {
         // A vector without warm-up starts on the device: its master comes from its weights.
@@ -156,6 +172,8 @@ public:
       }
     }
     first_touch.reset(); // the host state above was first touched on the host cores (NUMA); no thread started
+    // One accumulator buffer for two windows: the next window's first step waits for the job's reads.
+    host_.set_drain(overlap && !d2h_.sums_on_device() && cfg_.host_accumulators == 1);
     host_.set_consumer_threads(stats_.placement); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
@@ -426,7 +444,20 @@ private:
     timed_stall(cost, "selection: migration", [&] {
       host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
       migrate_selection(plan_, params_, host_, par_, sets, stream, cost);
+      fit_accumulators();
     });
+  }
+
+  /// The accumulators follow the host sets (after a selection or a restore: every pushed slot
+  /// consumed, no job running), and their bytes the stats.
+  void fit_accumulators() {
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      if (params_[p].host_side) {
+        auto& h = host_[p];
+        h.fit(static_cast<std::int64_t>(h.shard.rows.size()), params_[p].channel_len);
+      }
+    }
+    stats_.memory.host_accumulators = host_.accumulator_bytes();
   }
 
   config cfg_;
