@@ -530,8 +530,8 @@ def tables(summary: Dict[str, Any], settings_order: List[str], compact: bool = F
     return "\n".join(out)
 
 
-PLOT_SETTINGS = ["defaults", "linear", "none.sync", "sqrt.sync", "snr.sync", "S1.linear.sync", "S4.linear.sync",
-                 "r0.25.linear.sync", "none", "S1.linear", "adamw-late", "adamw-pairs"]
+PLOT_SETTINGS = ["defaults", "linear.sync", "sqrt.sync", "deepspeed.none", "linear", "none", "S1.linear",
+                 "r0.25.linear", "adamw-late", "adamw-pairs"]
 
 
 def plot(summary: Dict[str, Any], path: str, settings: List[str]) -> None:
