@@ -46,9 +46,6 @@ zenflow::config engine_config(bool overlap) {
   c.select_on_mass_drop = 0.8;
   c.min_select_interval = 4;
   c.overlap_step = overlap;
-  // The own loop keeps fp32 host moments (bf16/int8 are not in it): pinned since the engine's
-  // default became bf16 (2026-11-29).
-  c.host_moments = zenflow::moment_precision::fp32;
   c.full_warm_up_rounds = 0;
   c.adam.lr = 1e-2f;
   c.adam.weight_decay = 0.01f;
