@@ -103,8 +103,9 @@ public:
   // ---- the host window (host/window_job.hpp) ----------------------------------------------------
 
   /// One host window of accumulator `accumulator` (run_host_window); the seconds it took.
-  double run_window(std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool) {
-    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, pool);
+  double run_window(
+      std::size_t accumulator, std::int32_t n_w, float lr, const window_params& wp, worker_pool* pool) {
+    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, wp, pool);
   }
 
 private:

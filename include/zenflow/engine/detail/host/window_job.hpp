@@ -20,6 +20,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/host/handover.hpp>
 #include <zenflow/engine/detail/host/host_param.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/optim/adamw.hpp>
@@ -70,7 +71,9 @@ inline double rows_l1_norm(const std::vector<float>& x,
 /// fewer than zeroing it): the next window's first good step overwrites it. With
 /// host_moments_per_step the window stands for n_w steps: the moments decay by beta^n_w and the
 /// counts advance by n_w, so that their memory is as many steps long as on the device (beta1 0.9
-/// and windows of 4 would otherwise remember 40 steps). Returns the seconds it took.
+/// and windows of 4 would otherwise remember 40 steps). `wp`: the lr scales and the parameters
+/// with a gradient in the window, as they were at its close (one without is not updated). Returns
+/// the seconds it took.
 template <class HostBuffer>
 double run_host_window(const config& cfg,
                        const std::vector<param_info>& params,
@@ -78,6 +81,7 @@ double run_host_window(const config& cfg,
                        std::size_t accumulator,
                        std::int32_t n_w,
                        float lr,
+                       const window_params& wp,
                        worker_pool* pool) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t a = accumulator;
@@ -88,8 +92,14 @@ double run_host_window(const config& cfg,
     if (!pi.host_side || h.host_set.empty()) {
       continue;
     }
+    // Without a gradient in the window: no update; its upload gets the current master (steps 0),
+    // so that every window uploads and applies every host-side parameter alike.
+    const std::int32_t steps = wp.updates(p) ? n_w : 0;
     // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
     adamw_hparams hp = pi.hparams(cfg.adam, lr);
+    if (!wp.lr_scale.empty()) {
+      hp.lr = lr * wp.lr_scale[p]; // the scale at the close (pi.hparams' product, another scale)
+    }
     const double coherence = cfg.host_lr_scale == host_lr_scaling::snr
                                  ? rows_l1_norm(h.sum(a), h.shard.rows, pi.channel_len, pool) / rest_l1
                                  : 1.0;
@@ -104,9 +114,9 @@ double run_host_window(const config& cfg,
         using T = decltype(tag);
         check(host::adamw_window<T, T, M>(
                   st, h.sum(a).data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
-                  nullptr, 1.0f, n_w, hp,
+                  nullptr, 1.0f, steps, hp,
                   reinterpret_cast<T*>(h.upload.data()) + (h.shard.pos - h.upload_origin()) * pi.channel_len,
-                  pool, host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1,
+                  pool, host::window_acc::keep, cfg.host_moments_per_step && steps > 0 ? steps : 1,
                   h.shard.origin + h.shard.first),
               "zenflow::engine: adamw_window");
       });

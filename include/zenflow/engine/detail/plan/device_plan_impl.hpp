@@ -73,7 +73,7 @@ void device_plan<Backend>::norms(cudaStream_t stream) {
 }
 
 template <class Backend>
-void device_plan<Backend>::scalars(float loss_scale, float max_norm, cudaStream_t stream) {
+void device_plan<Backend>::scalars(const step_scalar_inputs& in, cudaStream_t stream) {
   const auto offset = params_->size(); // every parameter has its flag
   const auto n = static_cast<int>(params_->size());
   b_.run(stream, 0, "zenflow::engine: sq_totals",
@@ -81,8 +81,9 @@ void device_plan<Backend>::scalars(float loss_scale, float max_norm, cudaStream_
            return prim.sq_totals(items, n, totals, on);
          });
   const step_scalars_args scalars{
-      totals_.data(), n,        flags_.data(),  static_cast<int>(offset),
-      loss_scale,     max_norm, record_words(), static_cast<int>(layout_.matrices)};
+      totals_.data(),   n,           flags_.data(),  static_cast<int>(offset),
+      in.loss_scale,    in.max_norm, record_words(), static_cast<int>(layout_.matrices),
+      in.loss_scale_at, in.found_inf};
   b_.run(stream, 0, "zenflow::engine: finish_scalars",
          [scalars](auto prim, auto on) { return prim.finish_scalars(scalars, on); });
 }
@@ -99,11 +100,11 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
     const std::size_t first = i;
     const param_info& lead = info(dense_order_[i]);
     const dtype type = lead.type;
-    while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 && info(dense_order_[i]).type == type &&
-           info(dense_order_[i]).same_hparams(lead)) {
+    while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 && !without_grad(dense_order_[i]) &&
+           info(dense_order_[i]).type == type && info(dense_order_[i]).same_hparams(lead)) {
       ++i;
     }
-    if (i == first) { // a vector not on the device (yet)
+    if (i == first) { // a vector not on the device (yet), or without a gradient this step
       ++i;
       continue;
     }

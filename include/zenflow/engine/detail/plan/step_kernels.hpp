@@ -54,6 +54,10 @@ struct step_scalars_args {
   float max_norm = 0.0f;
   float* record = nullptr;
   int crit_words = 0;
+  /// step_options' loss scale and found-inf (nullable; the backend's device memory): read here,
+  /// where the step runs, so that a dynamic scale costs no host wait.
+  const float* loss_scale_at = nullptr;
+  float* found_inf = nullptr;
 };
 
 /// Moves of int32 update counts: dst[dst_idx[i]] = src[src_idx[i]] for i < n (either index list
@@ -112,10 +116,22 @@ ZF_HOST_DEVICE inline void finish_step_header(const step_scalars_args& a) {
   for (int i = 0; i < a.flag_count; ++i) {
     bad |= a.flags[i];
   }
+  float scale = a.loss_scale_at != nullptr ? *a.loss_scale_at : a.loss_scale;
+  // A scale that is not finite and > 0 (NaN fails both tests) skips the step, as found_inf does.
+  if (!(scale > 0.0f && scale <= 3.40282347e38f)) {
+    bad |= 1u;
+    scale = 1.0f;
+  }
+  if (a.found_inf != nullptr && *a.found_inf != 0.0f) {
+    bad |= 1u;
+  }
   float coef = 1.0f;
   std::uint32_t skip = 0;
-  finish_step_scalars(sum, bad, a.loss_scale, a.max_norm, &coef, &skip);
+  finish_step_scalars(sum, bad, scale, a.max_norm, &coef, &skip);
   write_step_header(a.record, coef, skip, sum);
+  if (a.found_inf != nullptr) {
+    *a.found_inf = skip != 0 ? 1.0f : 0.0f;
+  }
 }
 
 /// The record's rest mass starts from the early one: rest[i] = 0 + early[i] (the bits of packs

@@ -100,16 +100,17 @@ public:
   }
 
   /// Submits the host window of accumulator `a` once the consumer has taken in the first `seq`
-  /// slots (the window's last ones): the training thread does not wait for them. Returns the
-  /// queue's window index.
-  std::int64_t submit(std::size_t a, float lr, std::uint64_t seq) {
-    return queue_->submit([this, a, lr, seq] {
+  /// slots (the window's last ones): the training thread does not wait for them. `wp`: the
+  /// window's lr scales and parameters with a gradient (handover.hpp). Returns the queue's window
+  /// index.
+  std::int64_t submit(std::size_t a, float lr, window_params wp, std::uint64_t seq) {
+    return queue_->submit([this, a, lr, wp = std::move(wp), seq] {
       plan_.enter_engine_thread(); // the queue's thread: the engine's device, relaxed capture mode
       const std::int32_t n_w = host_.take_n_w(a, seq);
       outcome_.produced = n_w > 0;
       if (n_w > 0) {
         plan_.wait_upload_done();
-        run(a, n_w, lr);
+        run(a, n_w, lr, wp);
       }
     });
   }
@@ -166,6 +167,7 @@ public:
   void close_window(schedule& sched,
                     bool overlap,
                     float lr,
+                    window_params wp,
                     cudaStream_t stream,
                     call_cost& cost,
                     PushWindow&& push_window) {
@@ -173,10 +175,10 @@ public:
     const open_window window = *sched.window;
     const std::int64_t w = sched.windows_closed++;
     if (!overlap) {
-      run_now(a, lr, push_window(a), stream, cost);
+      run_now(a, lr, wp, push_window(a), stream, cost);
     } else {
       drain(sched.job, sched.windows_closed, stream, cost);
-      const std::int64_t qw = submit(a, lr, push_window(a));
+      const std::int64_t qw = submit(a, lr, std::move(wp), push_window(a));
       sched.job = submitted_job{qw, w, window.start, window.start + window.length - 1};
       sched.accumulator ^= 1u;
     }
@@ -188,13 +190,18 @@ public:
   /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
   /// pushed so far (`pushed`) consumed, the host AdamW, the new weights up and scattered (all a
   /// stall).
-  void run_now(std::size_t a, float lr, std::uint64_t pushed, cudaStream_t stream, call_cost& cost) {
+  void run_now(std::size_t a,
+               float lr,
+               const window_params& wp,
+               std::uint64_t pushed,
+               cudaStream_t stream,
+               call_cost& cost) {
     std::int32_t n_w = 0;
     timed_stall(cost, "synchronous window: gradients down", [&] { n_w = host_.take_n_w(a, pushed); });
     if (n_w > 0) {
       timed_stall(cost, "synchronous window: host AdamW", [&] {
         plan_.wait_upload_done();
-        run(a, n_w, lr);
+        run(a, n_w, lr, wp);
       });
       account();
       apply(stream, cost);
@@ -204,9 +211,9 @@ public:
 private:
   /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
   /// weights is enqueued. Runs on the queue's executor or inline.
-  void run(std::size_t a, std::int32_t n_w, float lr) {
+  void run(std::size_t a, std::int32_t n_w, float lr, const window_params& wp) {
     const std::int64_t t0 = pipeline_trace::now();
-    outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get());
+    outcome_.seconds = host_.run_window(a, n_w, lr, wp, pool_.get());
     if (uploads_on_job_thread()) {
       upload();
     }
