@@ -13,23 +13,19 @@ import pytest
 torch = pytest.importorskip("torch")
 from zenflow.torch import ZenFlowAdamW  # noqa: E402
 
+import torch_helpers  # noqa: E402
+
 torch.set_num_threads(1)  # as test_torch.py: the engine's host threads need the other core
 
 # ZenFlow mode with the host part active from step 2 on: a quarter of the channels on the device,
 # windows of 2 steps, a re-selection every 4 (the early gradient stream of grad_ready() is on
 # from the first step after a selection).
+DENSE = dict(topk_ratio=1.0, update_interval=1)  # every channel on the device, every step: AdamW
 ZEN = dict(topk_ratio=0.25, update_interval=2, select_interval=4, select_strategy="step", full_warm_up_rounds=1)
 
 
-def _mlp(seed=0):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
-                               torch.nn.Linear(32, 8))
-
-
-def _data(seed=1, n=64):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 16, generator=g), torch.randn(n, 8, generator=g)
+_mlp = torch_helpers.mlp
+_data = torch_helpers.data
 
 
 def _loss(m, x, y):
@@ -147,6 +143,30 @@ def test_a_step_not_taken_leaves_everything_as_it_was(set_to_none):
     for k in runs[0][3]:
         for key in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(runs[0][3][k][key], runs[1][3][k][key]), (k, key)
+
+
+def test_a_dropped_batch_through_another_branch_leaves_no_trace():
+    """The dropped batch runs a branch the kept one does not: that branch's gradients reached the
+    engine from the hooks, its .grad is None at step(); the next kept batch uses the branch (in the
+    same ZenFlow window), so a stale gradient would be averaged in."""
+    x, y = _data()
+    torch.manual_seed(0)
+    trunk, branch = torch.nn.Linear(16, 8), torch.nn.Linear(8, 8)
+    runs = []
+    for drop in (False, True):
+        m = torch.nn.ModuleList([copy.deepcopy(trunk), copy.deepcopy(branch)])
+        o = ZenFlowAdamW(m.parameters(), lr=1e-2, **ZEN)
+        for s in range(11):
+            o.zero_grad()
+            if drop and s % 3 == 1:
+                torch.nn.functional.mse_loss(m[1](m[0](x)), y).backward()  # through the branch, dropped
+                o.zero_grad()
+            h = m[0](x + 0.01 * s)
+            torch.nn.functional.mse_loss(m[1](h) if s % 3 == 2 else h, y).backward()
+            o.step()
+        o.flush()
+        runs.append(_weights(m))
+    _assert_bits(runs[0], runs[1])
 
 
 # ---- 3. GradScaler ----------------------------------------------------------------------------
@@ -314,6 +334,42 @@ def test_add_param_group_and_groups_whose_lr_ratio_changes_every_step():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_add_param_group_after_steps_unfreezes_layers_as_adamw_does():
+    """Progressive unfreezing (torch's add_param_group use): the first layer frozen, then added as
+    a group at step 4; clip_grad_norm_ over every parameter clips with one coefficient across the
+    optimizer's two engines; state_dict and load_state_dict carry both."""
+    x, y = _data()
+    m1 = _mlp()
+    m2 = copy.deepcopy(m1)
+    runs = []
+    for m, cls, kw in ((m1, ZenFlowAdamW, DENSE), (m2, torch.optim.AdamW, {})):
+        for p in m[0].parameters():
+            p.requires_grad_(False)
+        o = cls([p for p in m.parameters() if p.requires_grad], lr=1e-2, **kw)
+        runs.append((o, m))
+    norms = ([], [])
+    for s in range(10):
+        for i, (o, m) in enumerate(runs):
+            if s == 4:
+                for p in m[0].parameters():
+                    p.requires_grad_(True)
+                o.add_param_group({"params": list(m[0].parameters()), "lr": 5e-3})
+            o.zero_grad()
+            _loss(m, x + 0.01 * s, y).backward()
+            norms[i].append(torch.nn.utils.clip_grad_norm_(m.parameters(), 0.05))
+            o.step()
+    o1 = runs[0][0]
+    o1.flush()
+    assert len(o1.engines) == 2 and o1.engines[1].steps == 6
+    for a, b in zip(norms[0], norms[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=0)
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    sd = copy.deepcopy(o1.state_dict())
+    assert isinstance(sd["zenflow"], list) and len(sd["zenflow"]) == 2
+    assert sorted(sd["state"]) == sorted(runs[1][0].state_dict()["state"])
+
+
 def test_state_dict_has_torchs_per_parameter_keys_and_resumes():
     x, y = _data()
     m1 = _mlp()
@@ -348,7 +404,7 @@ def test_errors_name_the_models_parameters_and_repr_is_torchs():
     assert [o2.engine.settings(i)["name"] for i in range(4)] == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
-class _Conv1D(torch.nn.Module):
+class Conv1D(torch.nn.Module):
     """Hugging Face's Conv1D: a Linear whose weight is stored [in, out]."""
 
     def __init__(self, nf, nx):
@@ -366,7 +422,7 @@ def test_channel_dim_makes_conv1d_select_input_features_like_linear():
     the input features (from_module's default per module type, or the group key channel_dim)."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(24, 12)
-    conv = _Conv1D(12, 24)
+    conv = Conv1D(12, 24)
     with torch.no_grad():
         conv.weight.copy_(lin.weight.t())
         conv.bias.copy_(lin.bias)
