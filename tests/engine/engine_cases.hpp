@@ -216,25 +216,24 @@ std::vector<zenflow::param_id> register_groups(
   return ids;
 }
 
-/// The engine with per-parameter options against the float64 reference given the same values,
-/// `steps` steps. Returns the worst weight distance (ulps of T) after any step.
-template <template <class> class Driver, class T>
-double param_groups_against_reference(const zenflow::config& cfg,
-                                      int steps,
-                                      std::uint64_t seed,
-                                      const group_case& groups = kshapes_groups()) {
-  model<T> m(kShapes, seed);
-  Driver<T> d(m);
-  const auto owned = d.make_engine(cfg);
-  auto& eng = *owned;
-  zf_test::zenflow_reference ref(cfg);
-  const auto ids = register_groups(m, d, eng, ref, groups);
+/// The loop of a run against the reference: `steps` steps, each with new gradients and a decaying
+/// lr, `step(t, lr)` stepping the engine and the reference and returning the engine's report;
+/// the window closes and the selections checked after every step, the counts at the end. Returns
+/// the worst weight distance (ulps of T) after any step.
+template <class T, class Driver, class Engine, class Step>
+double run_against_reference(model<T>& m,
+                             Driver& d,
+                             Engine& eng,
+                             zf_test::zenflow_reference& ref,
+                             const std::vector<zenflow::param_id>& ids,
+                             const zenflow::config& cfg,
+                             int steps,
+                             Step&& step) {
   double worst = 0.0;
   for (int t = 0; t < steps; ++t) {
     m.next_grads();
     const float lr = cfg.adam.lr * (1.0f - 0.3f * static_cast<float>(t) / static_cast<float>(steps));
-    const auto rep = d.step(eng, lr);
-    ref.step(m.grads_as_float(), static_cast<double>(lr));
+    const zenflow::step_report rep = step(t, lr);
     EXPECT_EQ(rep.window_closed, ref.last_step_closed_window()) << "step " << t;
     for (std::size_t p = 0; p < ids.size(); ++p) {
       if (m.shapes[p].matrix && cfg.mode == zenflow::optimizer_mode::zenflow) {
@@ -250,6 +249,26 @@ double param_groups_against_reference(const zenflow::config& cfg,
     EXPECT_EQ(d.state(eng, ids[p]).counts, ref.counts(p)) << "param " << p;
   }
   return worst;
+}
+
+/// The engine with per-parameter options against the float64 reference given the same values,
+/// `steps` steps. Returns the worst weight distance (ulps of T) after any step.
+template <template <class> class Driver, class T>
+double param_groups_against_reference(const zenflow::config& cfg,
+                                      int steps,
+                                      std::uint64_t seed,
+                                      const group_case& groups = kshapes_groups()) {
+  model<T> m(kShapes, seed);
+  Driver<T> d(m);
+  const auto owned = d.make_engine(cfg);
+  auto& eng = *owned;
+  zf_test::zenflow_reference ref(cfg);
+  const auto ids = register_groups(m, d, eng, ref, groups);
+  return run_against_reference(m, d, eng, ref, ids, cfg, steps, [&](int, float lr) {
+    const auto rep = d.step(eng, lr);
+    ref.step(m.grads_as_float(), static_cast<double>(lr));
+    return rep;
+  });
 }
 
 /// A one-parameter model registered with {lr_scale, weight_decay} must give the same bits as the
