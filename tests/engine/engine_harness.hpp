@@ -40,7 +40,7 @@ struct model {
   double drift = 0.3;
 
   model(std::vector<shape> s, std::uint64_t seed) : shapes(std::move(s)), gen(seed) {
-    std::normal_distribution<float> nd(0.0f, 0.5f);
+    zf_test::normal_float nd(0.0f, 0.5f);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
     for (const auto& sh : shapes) {
       const auto n = static_cast<std::size_t>(sh.channels * sh.len);
@@ -60,7 +60,7 @@ struct model {
 
   /// Fills the gradients of the next step.
   void next_grads() {
-    std::normal_distribution<float> nd(0.0f, 1.0f);
+    zf_test::normal_float nd(0.0f, 1.0f);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
     for (std::size_t p = 0; p < shapes.size(); ++p) {
       const auto& sh = shapes[p];
@@ -146,6 +146,10 @@ inline zenflow::config small_config(unsigned host_threads = 1) {
   // The scheduled selections only: these cases pin their selection steps (and the golden digests
   // were taken so); select_on_mass_drop has its own cases (reference_cases.hpp, mass_trigger_test).
   c.select_on_mass_drop = 0.0;
+  // fp32 host moments (the library's default is bf16): the baselines compare the host's updates
+  // with the device's fp32 ones bit for bit, and the golden digests were taken so; bf16 and int8
+  // have their own cases (reference_cases.hpp, host_moments_test).
+  c.host_moments = zenflow::moment_precision::fp32;
   return c;
 }
 

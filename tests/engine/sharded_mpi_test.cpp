@@ -12,6 +12,8 @@
 // Misconfigured shards, a differing list, and what the policy does not support yet: the same
 // invalid_argument on every rank, nothing set up. Checkpoints: sharded_mpi_checkpoint_test.cpp;
 // the harness (sharded_run): sharded_mpi_run.hpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mpi.h>
@@ -129,6 +131,62 @@ TYPED_TEST(sharded_mpi, overflowing_scores_clip_and_rank_by_their_rescans_as_one
   run<float, TypeParam::emulated, TypeParam::device_comm>(c, 10, -1, true);
 }
 
+// ZeRO-3's device state (docs/data-parallel.md, "A shard's device state"): each rank reserves its
+// share of each matrix's top-k, ceil(k x its rows / all rows) and shard_state_headroom of it more
+// (here none), at most min(k, its rows). Gradients whose magnitudes fall with the channel index
+// (sharded_cases.hpp's drift) crowd the top-k into the first shards: a selection that puts more of
+// a matrix's top-k in a shard than its reservation grows that shard's rows to min(k, its rows),
+// once. Every rank's rows, selections and state stay one rank's bits (the harness checks them at
+// every step); here, each rank's device state is its reservation, computed in float64 from the
+// policy, until a selection crowds its shard, and min(k, its rows) of that matrix after, counted
+// in stats().memory and stats().device_rows_grown; with more than one rank some shard grows.
+TYPED_TEST(sharded_mpi, a_crowded_shard_grows_its_device_rows_and_keeps_one_ranks_bits) {
+  auto c = base();
+  c.shard_state_headroom = 0.0;
+  sharded_run<float, TypeParam::emulated, TypeParam::device_comm> r(c);
+  r.add();
+  r.initialize();
+  const int n = world_size();
+  std::vector<char> grown(kModel.size(), 0);
+  const auto expected = [&] {
+    double bytes = 0;
+    for (std::size_t p = 0, m = 0; p < kModel.size(); ++p) {
+      if (!kModel[p].matrix) {
+        continue;
+      }
+      const double k = static_cast<double>(c.topk(kModel[p].channels));
+      const double rows = static_cast<double>(r.count(m++));
+      const double most = std::min(k, rows);
+      const double share = n == 1 ? most : std::min(most, std::max(1.0, std::ceil(k * rows / kModel[p].channels)));
+      bytes += (grown[p] != 0 ? most : share) * (12.0 * static_cast<double>(kModel[p].len) + 8.0);
+    }
+    return bytes;
+  };
+  EXPECT_EQ(static_cast<double>(r.e->stats().memory.device_selected_state), expected()) << "reserved";
+  for (std::int64_t t = 0; t < 14; ++t) {
+    r.step(t, false, false, true);
+    for (std::size_t p = 0, m = 0; p < kModel.size(); ++p) {
+      if (!kModel[p].matrix) {
+        continue;
+      }
+      const auto set = r.ref->selected(r.ref_id[p]); // the whole matrix's top-k, one rank's
+      const auto in_shard = std::count_if(set.begin(), set.end(), [&](std::int32_t ch) {
+        return ch >= r.first(m) && ch < r.first(m) + r.count(m);
+      });
+      const double k = static_cast<double>(c.topk(kModel[p].channels));
+      const double rows = static_cast<double>(r.count(m++));
+      grown[p] = grown[p] != 0 || (n > 1 && static_cast<double>(in_shard) >
+                                                std::max(1.0, std::ceil(k * rows / kModel[p].channels)));
+    }
+    EXPECT_EQ(static_cast<double>(r.e->stats().memory.device_selected_state), expected()) << "step " << t;
+    EXPECT_EQ(r.e->stats().device_rows_grown, std::count(grown.begin(), grown.end(), 1)) << "step " << t;
+  }
+  r.check_state();
+  std::int64_t all = r.e->stats().device_rows_grown;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(all > 0, n > 1) << "the drifting gradients crowd a shard with more than one rank";
+}
+
 /// initialize() throws invalid_argument naming `names` on every rank, and nothing is set up: the
 /// engine is not initialized and the shard's weights are untouched.
 template <class F>
@@ -172,6 +230,45 @@ TEST(sharded_mpi_checks, the_tiling_rule_names_the_rank_and_what_is_wrong) {
   EXPECT_EQ(shard_tiling_error(totals), "rank 1 gives total 11, rank 0 10");
   const std::vector<std::int64_t> late = {1, 3, 10};
   EXPECT_EQ(shard_tiling_error(late), "rank 0 starts at channel 1, where rank 0 must start at 0");
+}
+
+// The auto-sized D2H staging (resolve_d2h_slots) holds one step's D2H on every rank when the whole
+// matrix's top-k lands on one rank's shard: the other ranks then copy every row of theirs down
+// each step. (It was sized by each shard's own k, topk(shard channels): at two ranks rank 0
+// pushed 40 rows a step through 32 staging slots, its packs waiting on its own step's copies.)
+TEST(sharded_mpi_checks, the_staging_holds_a_step_when_the_whole_top_k_is_on_one_rank) {
+  const int ranks = world_size();
+  const int me = world_rank();
+  constexpr std::int64_t shard = 40, len = 1024; // one 4 KiB row a slot
+  auto c = base();
+  c.topk_ratio = 0.25;
+  c.full_warm_up_rounds = 0;
+  c.ring_slots = 0; // auto
+  c.ring_slot_bytes = len * 4;
+  zenflow::engine<zenflow::host_backend, zenflow::sharded<zenflow::mpi_communicator>> e(c, {}, make_comm());
+  std::vector<float> w = zf_test::random_values<float>(static_cast<std::size_t>(shard * len), 7 + me);
+  std::vector<float> g(w.size());
+  (void)e.add_matrix(w.data(), g.data(), shard, len,
+                     {.name = "m", .shard = zenflow::shard_range{me * shard, ranks * shard}});
+  e.initialize();
+  const std::size_t staging = e.stats().memory.device_staging / static_cast<std::size_t>(c.ring_slot_bytes);
+  for (std::int64_t t = 0; t < 4; ++t) {
+    // The last rank's channels carry the mass: the whole top-k (10 x ranks channels) is theirs.
+    const float scale = me == ranks - 1 ? 1.0f : 1e-3f;
+    const auto noise = zf_test::random_values<float>(g.size(), 100 + static_cast<std::uint64_t>(t * 8 + me));
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      g[i] = noise[i] * scale;
+    }
+    const zenflow::step_report rep = e.step(1e-3f);
+    if (rep.selection) {
+      continue; // its readback of the sets is D2H too
+    }
+    const std::uint64_t rows = rep.d2h_bytes / static_cast<std::uint64_t>(c.ring_slot_bytes);
+    // k = 10 x ranks, all on the last rank: it keeps the rest of its shard on the host, the others all.
+    const std::int64_t host_rows = me == ranks - 1 ? shard - 10 * ranks : shard;
+    EXPECT_EQ(rows, static_cast<std::uint64_t>(host_rows)) << "rank " << me << " step " << t;
+    EXPECT_GE(staging, rows + 2) << "rank " << me << ": a step's rows and its record's two copies";
+  }
 }
 
 TEST(sharded_mpi_checks, a_whole_matrix_on_every_rank_is_refused) {
