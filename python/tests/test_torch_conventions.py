@@ -312,6 +312,21 @@ def test_adamw_keys_are_accepted_or_refused_by_name():
     assert all(p.grad is None for p in m.parameters())  # nothing was changed by the refusals
 
 
+def test_a_scheduler_that_changes_betas_is_refused_by_name_and_changes_nothing():
+    """OneCycleLR(cycle_momentum=True) moves betas[0] every step; the engine's betas are fixed."""
+    x, y = _data()
+    m = _mlp()
+    o = ZenFlowAdamW(m.parameters(), lr=1e-2, **ZEN)
+    torch.optim.lr_scheduler.OneCycleLR(o, max_lr=1e-2, total_steps=10, cycle_momentum=True)
+    o.zero_grad()
+    _loss(m, x, y).backward()
+    before = _weights(m)
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['betas'\]"):
+        o.step()
+    _assert_bits(_weights(m), before)
+    assert o.engine.steps == 0
+
+
 def test_add_param_group_and_groups_whose_lr_ratio_changes_every_step():
     """Two groups under CosineAnnealingLR(eta_min > 0): their ratio changes every step (a per-
     parameter lr scale in the engine); a third group added before the first step."""
