@@ -102,7 +102,9 @@ def test_a_parameter_without_gradient_is_not_stepped_as_adamw():
     for mode in ("gpu_adamw", "offload_sync", "zenflow"):
         m1 = Branchy()
         m2 = copy.deepcopy(m1)
-        o1 = ZenFlowAdamW(m1.parameters(), lr=1e-2, weight_decay=0.1, mode=mode, topk_ratio=1.0, update_interval=1)
+        # fp32 host moments: AdamW's arithmetic on the host channels (offload_sync keeps them all there)
+        o1 = ZenFlowAdamW(m1.parameters(), lr=1e-2, weight_decay=0.1, mode=mode, topk_ratio=1.0, update_interval=1,
+                          host_moments="fp32")
         o2 = torch.optim.AdamW(m2.parameters(), lr=1e-2, weight_decay=0.1)
         for s in range(7):
             for o, m in ((o1, m1), (o2, m2)):
