@@ -132,6 +132,7 @@ ckpt_params_as(const config& cfg, std::vector<param_info> params, const ckpt_row
     pi.shard_first = shards != nullptr ? shards->first[p][r] : 0;
     pi.shard_total = shards != nullptr ? total : 0;
     pi.device_capacity = pi.matrix_capacity(cfg);
+    pi.device_rows_most = pi.matrix_rows_most(cfg);
   }
   return params;
 }
