@@ -7,8 +7,8 @@
 // other engines at other world sizes, bit for bit. What cannot be re-sharded is refused naming
 // the file, nothing changed.
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <mpi.h>
@@ -139,7 +139,8 @@ saved_run save_run(const zenflow::config& cfg, int ranks, bool pending, const st
   const std::string base = ::testing::TempDir() + "zf_reshard_" + std::to_string(world_size()) + "_" + name;
   saved_run out;
   // A world of one on every rank writes one file per rank (each resumes its own).
-  out.path = base + (r.member && r.world_n == 1 ? "_r" + std::to_string(world_rank()) : std::string()) + ".ckpt";
+  out.path =
+      base + (r.member && r.world_n == 1 ? "_r" + std::to_string(world_rank()) : std::string()) + ".ckpt";
   out.ref_path = base + "_ref_r" + std::to_string(r.member ? world_rank() : 0) + ".ckpt";
   std::vector<std::size_t> sizes;
   for (const auto& sh : kModel) {
@@ -172,7 +173,8 @@ saved_run save_run(const zenflow::config& cfg, int ranks, bool pending, const st
 /// resume_steps its weights, selections, windows, state and (`masses`) Zen-auto's and the
 /// trigger's state must equal its reference's.
 template <class P, engine_kind K>
-void resume_from(const zenflow::config& cfg, int ranks, bool pending, const saved_run& from, const std::string& what) {
+void resume_from(
+    const zenflow::config& cfg, int ranks, bool pending, const saved_run& from, const std::string& what) {
   sharded_run<float, P::emulated, P::device_comm, K> x(cfg, ranks);
   if (x.member) {
     SCOPED_TRACE(what + " (" + std::to_string(x.world_n) + " rank" + (x.world_n == 1 ? ")" : "s)"));
@@ -204,8 +206,8 @@ void resume_across(const zenflow::config& cfg, bool pending, const std::string& 
   using enum engine_kind;
   const int N = world_size();
   const int two = N == 3 ? 2 : 0; // a world of two of three ranks (0: skipped)
-  const std::string name = tag + (pending ? "_pending" : "") + "_" + std::to_string(P::emulated) +
-                           std::to_string(P::device_comm);
+  const std::string name =
+      tag + (pending ? "_pending" : "") + "_" + std::to_string(P::emulated) + std::to_string(P::device_comm);
   const saved_run one = save_run<P, one_rank>(cfg, 1, pending, name + "_one");
   resume_from<P, zero2>(cfg, 0, pending, one, "ZeRO-2 from the one-rank engine's file");
   const saved_run z2 = save_run<P, zero2>(cfg, 0, pending, name + "_z2");
@@ -229,6 +231,13 @@ void resume_across(const zenflow::config& cfg, bool pending, const std::string& 
 TYPED_TEST(sharded_mpi_checkpoint, every_engines_checkpoint_resumes_in_the_others_bit_for_bit) {
   resume_across<TypeParam>(base(), true, "fp32");
   resume_across<TypeParam>(zen_auto_case(), true, "zen_auto"); // bf16 host moments
+  if constexpr (!TypeParam::device_comm) {                     // (refused over a device communicator)
+    // An upload buffer in every engine (whole_window stages the job's weights from the masters
+    // and reads none of the file's): the pending weights assembled row by row from the files.
+    auto ring = base();
+    ring.upload = zenflow::upload_policy::chunk_ring;
+    resume_across<TypeParam>(ring, true, "chunk_ring");
+  }
   if constexpr (!TypeParam::emulated) { // the rest on the host backend
     resume_across<TypeParam>(base(), false, "fp32");
     auto q8 = base();

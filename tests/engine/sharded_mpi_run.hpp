@@ -78,10 +78,11 @@ inline zenflow::shard_layout layout_for(const zenflow::config& cfg, int world) {
 enum class engine_kind { one_rank, zero2, zero3 };
 
 template <class Backend, class Comm, engine_kind Kind>
-using engine_of = std::conditional_t<
-    Kind == engine_kind::one_rank,
-    zenflow::engine<Backend>,
-    std::conditional_t<Kind == engine_kind::zero2, zenflow::engine<Backend, Comm>, zenflow::engine<Backend, zenflow::sharded<Comm>>>>;
+using engine_of = std::conditional_t<Kind == engine_kind::one_rank,
+                                     zenflow::engine<Backend>,
+                                     std::conditional_t<Kind == engine_kind::zero2,
+                                                        zenflow::engine<Backend, Comm>,
+                                                        zenflow::engine<Backend, zenflow::sharded<Comm>>>>;
 
 /// An engine of `Kind` on `Backend` (host_backend, emulated_backend) and the one-rank reference.
 /// Its world (`ranks`, world_of): every rank (0), this rank alone (1: a one-rank engine's is), or
@@ -140,7 +141,8 @@ struct sharded_run {
       e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
                                         comm_type(device, zenflow::mpi_communicator(world, o)));
     } else if constexpr (Emulated) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device}, zenflow::mpi_communicator(world, o));
+      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
+                                        zenflow::mpi_communicator(world, o));
     } else {
       e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, zenflow::mpi_communicator(world, o));
     }
@@ -201,9 +203,10 @@ struct sharded_run {
       g.push_back(std::vector<T>(w.back().size()));
       ref_id.push_back(
           ref->add_matrix(ref_w[p].data(), ref_g[p].data(), sh.channels, sh.len, {.name = name}));
-      id.push_back(whole_matrices ? e->add_matrix(w[p].data(), g[p].data(), n, sh.len, {.name = name})
-                         : e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
-                                         {.name = name, .shard = zenflow::shard_range{f, sh.channels}}));
+      id.push_back(whole_matrices
+                       ? e->add_matrix(w[p].data(), g[p].data(), n, sh.len, {.name = name})
+                       : e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
+                                       {.name = name, .shard = zenflow::shard_range{f, sh.channels}}));
       ++m;
     }
   }
@@ -303,8 +306,8 @@ struct sharded_run {
   void check_masses(std::int64_t t) {
     SCOPED_TRACE("masses at step " + std::to_string(t) + ", rank " + std::to_string(me));
     // Every rank its own names (only it reads its files back).
-    const std::string base = ::testing::TempDir() + "zf_sharded_masses_" + std::to_string(world_size()) + "_" +
-                             std::to_string(world_rank());
+    const std::string base = ::testing::TempDir() + "zf_sharded_masses_" + std::to_string(world_size()) +
+                             "_" + std::to_string(world_rank());
     const std::string ref_path = base + "_ref.ckpt";
     ref->save(ref_path);
     e->save(base + ".ckpt", s);

@@ -174,18 +174,15 @@ struct ckpt_world {
 
 /// Opens and checks every file of the world that saved checkpoint `base` (this rank: `rank` of
 /// `ranks`, registered `params` under `cfg`). Reads only; throws checkpoint_error naming the file.
-inline ckpt_world ckpt_open_world(const config& cfg,
-                                  const std::vector<param_info>& params,
-                                  int rank,
-                                  int ranks,
-                                  const std::string& base) {
+inline ckpt_world ckpt_open_world(
+    const config& cfg, const std::vector<param_info>& params, int rank, int ranks, const std::string& base) {
   const int n = ckpt_saved_world(base, ranks, checkpoint_rank_path(base, rank, ranks));
   const auto N = static_cast<std::size_t>(n);
   ckpt_world w;
   const std::uint64_t config_hash = registry_identity(cfg, {}, 0, 1).config_hash;
   for (int r = 0; r < n; ++r) {
     w.in.push_back(std::make_unique<checkpoint_reader>(checkpoint_rank_path(base, r, n))); // checksums
-    same_host_moments(*w.in.back(), cfg, params); // an error that names the setting
+    same_host_moments(*w.in.back(), cfg, params);             // an error that names the setting
     if (w.in.back()->identity().config_hash != config_hash) { // the parameters and rank: below
       checkpoint::fail(checkpoint_errc::other_config, w.in.back()->name(),
                        "written under another configuration (config hash differs)");
@@ -244,13 +241,14 @@ inline ckpt_world ckpt_open_world(const config& cfg,
       const std::int64_t f = rows.first[p][r], c = rows.count[p][r];
       // Whole matrices without host rows (gpu_adamw): every file registered all of it.
       const bool all = !w.sharded && !params[p].host_side;
-      w.parts[p].push_back(w.sharded ? rank_part{f, c, f, c} : rank_part{0, total, all ? 0 : f, all ? total : c});
+      w.parts[p].push_back(w.sharded ? rank_part{f, c, f, c}
+                                     : rank_part{0, total, all ? 0 : f, all ? total : c});
     }
     const std::int64_t end = rows.first[p].back() + rows.count[p].back();
     if ((w.sharded || params[p].host_side) && end != total) {
       checkpoint::fail(checkpoint_errc::other_parameters, w.in[N - 1]->name(),
-                       "its rows of parameter " + std::to_string(p) + " end at channel " + std::to_string(end) +
-                           " of " + std::to_string(total));
+                       "its rows of parameter " + std::to_string(p) + " end at channel " +
+                           std::to_string(end) + " of " + std::to_string(total));
     }
   }
   return w;
@@ -320,7 +318,9 @@ ckpt_image reshard_image(const config& cfg,
       hi[r] = std::max(lo[r], o.host_first + o.host_count);
       given = hi[r];
     }
-    const auto gives = [&](std::size_t r, std::int64_t c) { return c >= lo[r] && c < hi[r] && c >= F && c < F + C; };
+    const auto gives = [&](std::size_t r, std::int64_t c) {
+      return c >= lo[r] && c < hi[r] && c >= F && c < F + C;
+    };
     std::vector<std::vector<std::int32_t>> sel(N);
     std::vector<std::int32_t> new_sel, new_dev_sel, dev_counts;
     std::vector<float> dev_rows[3];
