@@ -38,8 +38,12 @@
 // deduces it): a plain __global__ function defined in a header is defined again by every .cu
 // file that includes it, and two of them in one program fail to link (the ci preset links two
 // such files: zenflow_header_check_two_units).
+// Under a host compiler a kernel is a plain function template, run by the kernel emulator
+// (<zenflow/core/kernel.hpp>, <zenflow/emu/emulator.hpp>).
 #if defined(__CUDACC__)
 #  define ZF_KERNEL __global__ __attribute__((visibility("hidden")))
+#else
+#  define ZF_KERNEL
 #endif
 
 // Everything lives in a versioned inline namespace so that two zenflow versions linked into

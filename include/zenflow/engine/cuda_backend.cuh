@@ -17,6 +17,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/cuda_timeline.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
@@ -100,10 +101,10 @@ struct device_primitives {
         const std::int64_t copy_blocks = row_copy_item_blocks(it);
         const std::int64_t per_block = mass.lanes ? engine_kernels::l1_rows_per_block : 256;
         const std::int64_t mass_blocks = (count + per_block - 1) / per_block;
-        engine_kernels::pack_mass_kernel<Tin>
-            <<<static_cast<unsigned>(copy_blocks + mass_blocks), 256, 0, s>>>(it, copy_blocks, mass,
-                                                                              mass_blocks);
-        return cudaGetLastError();
+        ZF_LAUNCH(static_cast<unsigned>(copy_blocks + mass_blocks), 256, 0, s,
+                  engine_kernels::pack_mass_kernel<Tin>)
+        (it, copy_blocks, mass, mass_blocks);
+        return launch_status();
       }
     }
     if (const cudaError_t e = device::gather_channels(src, idx, count, dst, nullptr, s); e != cudaSuccess) {
@@ -114,15 +115,16 @@ struct device_primitives {
 
   static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::sq_totals_kernel<<<static_cast<unsigned>(n), sq_total_lanes, 0, s>>>(items, totals);
+      ZF_LAUNCH(static_cast<unsigned>(n), sq_total_lanes, 0, s, engine_kernels::sq_totals_kernel)
+      (items, totals);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t sq_rescan(const sq_rescan_item* items, int n, std::int64_t max_count, cudaStream_t s) {
     if (n > 0 && max_count > 0) {
-      engine_kernels::sq_rescan_kernel<<<dim3(blocks(max_count), grid_rows(n)), 256, 0, s>>>(items, n);
+      ZF_LAUNCH(dim3(blocks(max_count), grid_rows(n)), 256, 0, s, engine_kernels::sq_rescan_kernel)(items, n);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   /// Zen-auto's masses of a table of calls (device memory; calls with a null `l1` do nothing, no
   /// two calls add into one mass): every row, then each call's rows in order into its mass.
@@ -134,8 +136,8 @@ struct device_primitives {
     const dim3 grid(static_cast<unsigned>((max_rows + engine_kernels::l1_rows_per_block - 1) /
                                           engine_kernels::l1_rows_per_block),
                     grid_rows(n));
-    engine_kernels::l1_rows_batched_kernel<<<grid, 256, 0, s>>>(calls, n);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    ZF_LAUNCH(grid, 256, 0, s, engine_kernels::l1_rows_batched_kernel)(calls, n);
+    if (const cudaError_t e = launch_status(); e != cudaSuccess) {
       return e;
     }
     return l1_add_rows_batched(calls, n, s);
@@ -143,10 +145,10 @@ struct device_primitives {
   /// The second half alone: each call's `row_l1` (given, not computed) added in order into its mass.
   static cudaError_t l1_add_rows_batched(const l1_mass_args* calls, int n, cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::l1_add_rows_batched_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(calls,
-                                                                                                     n);
+      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::l1_add_rows_batched_kernel)
+      (calls, n);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   /// Sharded matrices' record masses from the ranks' gathered row masses (l1_mass.hpp).
   static cudaError_t shard_masses(const shard_mass_item* items,
@@ -157,10 +159,10 @@ struct device_primitives {
                                   float* rest,
                                   cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::shard_masses_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(
-          items, n, gathered, skip, crit, rest);
+      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::shard_masses_kernel)
+      (items, n, gathered, skip, crit, rest);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   /// Rows of a table of matrices to or from packed fp32 (row_copies.hpp; `items` in device
   /// memory, their `block_begin` from row_copy_blocks, `blocks` its total): one launch.
@@ -169,19 +171,19 @@ struct device_primitives {
     if (n > 0 && blocks > 0) {
       // Grid-stride: a grid of at most 2^20 blocks covers any number of rows.
       const auto grid = static_cast<unsigned>(std::min<std::int64_t>(blocks, std::int64_t{1} << 20));
-      engine_kernels::row_copy_batched_kernel<<<grid, 256, 0, s>>>(items, n, blocks, dir);
+      ZF_LAUNCH(grid, 256, 0, s, engine_kernels::row_copy_batched_kernel)(items, n, blocks, dir);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t finish_scalars(const step_scalars_args& a, cudaStream_t s) {
-    engine_kernels::finish_scalars_kernel<<<1, 128, 0, s>>>(a);
-    return cudaGetLastError();
+    ZF_LAUNCH(1, 128, 0, s, engine_kernels::finish_scalars_kernel)(a);
+    return launch_status();
   }
   static cudaError_t adopt_early_mass(float* early, float* rest, int n, cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::adopt_early_mass_kernel<<<1, 128, 0, s>>>(early, rest, n);
+      ZF_LAUNCH(1, 128, 0, s, engine_kernels::adopt_early_mass_kernel)(early, rest, n);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t add_window_sum(const window_sum_args& a, dtype type, cudaStream_t s) {
     if (a.n > 0) {
@@ -189,26 +191,26 @@ struct device_primitives {
       const auto grid =
           static_cast<unsigned>(std::min<std::int64_t>((a.n + 255) / 256, std::int64_t{1} << 20));
       dispatch_dtype(type, [&](auto tag) {
-        engine_kernels::add_window_sum_kernel<decltype(tag)><<<grid, 256, 0, s>>>(a);
+        ZF_LAUNCH(grid, 256, 0, s, engine_kernels::add_window_sum_kernel<decltype(tag)>)(a);
       });
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t count_window_step(const float* record, std::uint32_t* steps, cudaStream_t s) {
-    engine_kernels::count_window_step_kernel<<<1, 1, 0, s>>>(record, steps);
-    return cudaGetLastError();
+    ZF_LAUNCH(1, 1, 0, s, engine_kernels::count_window_step_kernel)(record, steps);
+    return launch_status();
   }
   static cudaError_t iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::iota_kernel<<<blocks(n), 256, 0, s>>>(out, n);
+      ZF_LAUNCH(blocks(n), 256, 0, s, engine_kernels::iota_kernel)(out, n);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t move_counts(const count_moves& m, cudaStream_t s) {
     if (m.n > 0) {
-      engine_kernels::move_counts_kernel<<<blocks(m.n), 256, 0, s>>>(m);
+      ZF_LAUNCH(blocks(m.n), 256, 0, s, engine_kernels::move_counts_kernel)(m);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
 
 private:
@@ -221,13 +223,14 @@ private:
       return cudaSuccess;
     }
     const std::int64_t per_block = a.lanes ? engine_kernels::l1_rows_per_block : 256;
-    engine_kernels::
-        l1_rows_kernel<<<static_cast<unsigned>((a.count + per_block - 1) / per_block), 256, 0, s>>>(a);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    ZF_LAUNCH(static_cast<unsigned>((a.count + per_block - 1) / per_block), 256, 0, s,
+              engine_kernels::l1_rows_kernel)
+    (a);
+    if (const cudaError_t e = launch_status(); e != cudaSuccess) {
       return e;
     }
-    engine_kernels::l1_add_rows_kernel<<<1, 32, 0, s>>>(a);
-    return cudaGetLastError();
+    ZF_LAUNCH(1, 32, 0, s, engine_kernels::l1_add_rows_kernel)(a);
+    return launch_status();
   }
 };
 } // namespace detail

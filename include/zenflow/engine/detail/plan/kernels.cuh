@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
@@ -25,7 +26,7 @@ namespace detail::engine_kernels {
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(sq_total_lanes)
     sq_totals_kernel(const sq_total_item* items, double* totals) {
-  __shared__ double lanes[sq_total_lanes];
+  ZF_SHARED(lanes, double[sq_total_lanes]);
   const int lane = static_cast<int>(threadIdx.x);
   lanes[lane] = sq_total_item_lane(items[blockIdx.x], lane);
   __syncthreads();
@@ -129,7 +130,7 @@ l1_rows_block(const l1_mass_args& a, std::int64_t block, float (*lanes)[l1_row_l
 
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
   l1_rows_block(a, blockIdx.x, lanes);
 }
 
@@ -138,7 +139,7 @@ ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
 /// nothing). The loop's bounds are the block's, so every thread reaches the barrier.
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args* calls, int n) {
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
   for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
     const l1_mass_args a = calls[y];
     if (a.l1 != nullptr) {
@@ -271,9 +272,9 @@ __device__ void row_copy_block_of(const row_copy_item& it,
 template <class T>
 ZF_KERNEL void __launch_bounds__(256)
     pack_mass_kernel(row_copy_item it, std::int64_t copy_blocks, l1_mass_args a, std::int64_t mass_blocks) {
-  __shared__ float tile[row_copy_tile][row_copy_tile + 1];
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
-  __shared__ bool last;
+  ZF_SHARED(tile, float[row_copy_tile][row_copy_tile + 1]);
+  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
+  ZF_SHARED(last, bool);
   const std::int64_t b = blockIdx.x;
   if (b < copy_blocks) {
     row_copy_block<T, T>(it, b, row_copy_direction::gather, tile);
@@ -308,7 +309,7 @@ ZF_KERNEL void __launch_bounds__(256) row_copy_batched_kernel(const row_copy_ite
                                                               int n,
                                                               std::int64_t blocks,
                                                               row_copy_direction dir) {
-  __shared__ float tile[row_copy_tile][row_copy_tile + 1];
+  ZF_SHARED(tile, float[row_copy_tile][row_copy_tile + 1]);
   for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const row_copy_item it = items[item_of_block(items, n, b)];
     const std::int64_t local = b - it.block_begin;
