@@ -57,10 +57,11 @@ inline zenflow::shard_layout layout_for(const zenflow::config& cfg, int world) {
   return zenflow::shard_channels(list, world);
 }
 
-/// The sharded engine on `Backend` (host_backend, emulated_backend) and the one-rank reference.
-template <class T, bool Emulated, bool DeviceComm = false>
+/// The sharded engine on the host backend or (`Emulated`) on `EmulatedBackend` (emulated_backend, or
+/// the CUDA plan's kernels with emulated_cuda_backend: tests/emu), and the one-rank reference.
+template <class T, bool Emulated, bool DeviceComm = false, class EmulatedBackend = zenflow::emulated_backend>
 struct sharded_run {
-  using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
+  using backend = std::conditional_t<Emulated, EmulatedBackend, zenflow::host_backend>;
   using comm_type = std::conditional_t<DeviceComm,
                                        zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
                                        zenflow::mpi_communicator>;
@@ -87,10 +88,9 @@ struct sharded_run {
     staging.resize(most);
     ref = std::make_unique<zenflow::engine<zenflow::host_backend>>(cfg);
     if constexpr (DeviceComm) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
-                                        comm_type(device, make_comm(self)));
+      e = std::make_unique<engine_type>(cfg, EmulatedBackend{device}, comm_type(device, make_comm(self)));
     } else if constexpr (Emulated) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device}, make_comm(self));
+      e = std::make_unique<engine_type>(cfg, EmulatedBackend{device}, make_comm(self));
     } else {
       e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, make_comm(self));
     }

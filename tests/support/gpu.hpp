@@ -1,10 +1,19 @@
 /// @file
 /// The `gpu` test tier: a fixture that skips without a device, unless ZENFLOW_REQUIRE_GPU=1
 /// turns the skip into a failure, and a helper that runs stream work under CUDA graph capture.
+///
+/// The same test bodies also run on the kernel emulator (<zenflow/emu/emulator.hpp>): a `.cu` test
+/// compiled by the host compiler (tests/emu) gets the emulated half of this header, where
+/// `zf_test::stream` is a stream of an emulated device, `zf_test::device_buffer` host memory
+/// filled with 0xff bytes (as fresh device memory holds garbage; its exact size, so that
+/// AddressSanitizer sees an access past it), and a graph capture runs the work directly (capture
+/// is not emulated). Test bodies use these names, never zenflow::stream or zenflow::device_buffer.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -14,12 +23,28 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/memory.hpp>
 
+#if !defined(__CUDACC__)
+#  include <zenflow/core/emulated_device.hpp>
+#  include <zenflow/emu/emulator.hpp>
+#endif
+
 namespace zf_test {
 
 inline bool gpu_required() {
   const char* v = std::getenv("ZENFLOW_REQUIRE_GPU");
   return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
 }
+
+#if defined(__CUDACC__)
+
+/// True when the test bodies run on the kernel emulator (a host compiler), not on a GPU.
+inline constexpr bool emulated = false;
+/// The largest case (in elements) a test body runs: every case on a GPU.
+inline constexpr std::int64_t max_case_elements = std::int64_t{1} << 62;
+
+using stream = zenflow::stream;
+template <class T>
+using device_buffer = zenflow::device_buffer<T>;
 
 /// Base fixture of every gpu test.
 class gpu_test : public ::testing::Test {
@@ -52,8 +77,8 @@ void run_in_graph(cudaStream_t stream, F&& enqueue) {
 
 /// A device copy of `v`, enqueued on `s` (the buffer is stream-ordered on `s` too).
 template <class T>
-zenflow::device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
-  zenflow::device_buffer<T> d(v.size(), s);
+device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
+  device_buffer<T> d(v.size(), s);
   if (!v.empty()) {
     ZF_CUDA_TRY(cudaMemcpyAsync(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   }
@@ -62,7 +87,7 @@ zenflow::device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
 
 /// The contents of `d` after the work enqueued on `s` so far (blocks).
 template <class T>
-std::vector<T> download(const zenflow::device_buffer<T>& d, cudaStream_t s) {
+std::vector<T> download(const device_buffer<T>& d, cudaStream_t s) {
   std::vector<T> v(d.size());
   if (!v.empty()) {
     ZF_CUDA_TRY(cudaMemcpyAsync(v.data(), d.data(), v.size() * sizeof(T), cudaMemcpyDeviceToHost, s));
@@ -70,6 +95,140 @@ std::vector<T> download(const zenflow::device_buffer<T>& d, cudaStream_t s) {
   ZF_CUDA_TRY(cudaStreamSynchronize(s));
   return v;
 }
+
+/// `cudaMemsetAsync` (the emulated half: on the emulated device's stream).
+inline cudaError_t memset_async(void* p, int value, std::size_t bytes, cudaStream_t s) {
+  return cudaMemsetAsync(p, value, bytes, s);
+}
+
+#else // the kernel emulator
+
+inline constexpr bool emulated = true;
+/// On the emulator a kernel's threads are CPU fibers (a fraction of a microsecond each where a GPU
+/// has thousands at once, tens under a sanitizer): the cases up to 4M elements, 128K under
+/// ThreadSanitizer or AddressSanitizer. The smaller cases take the kernels' same paths.
+inline constexpr std::int64_t max_case_elements =
+    (ZF_EMU_TSAN || ZF_EMU_ASAN) ? std::int64_t{1} << 17 : std::int64_t{1} << 22;
+
+/// The emulated GPU of the test process, current on the thread of every gpu test (its launches
+/// go onto its streams, in stream order, as on a GPU).
+inline zenflow::emulated_device& emulated_gpu() {
+  static zenflow::emulated_device device;
+  return device;
+}
+
+/// A stream of the emulated GPU.
+class stream {
+public:
+  stream() : handle_(emulated_gpu().create_stream()) {}
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+  ~stream() { emulated_gpu().destroy_stream(handle_); }
+  [[nodiscard]] cudaStream_t get() const noexcept { return handle_; }
+  operator cudaStream_t() const noexcept { return handle_; } // NOLINT: a stream is used as its handle
+  void synchronize() const { emulated_gpu().synchronize_stream(handle_); }
+
+private:
+  cudaStream_t handle_;
+};
+
+/// "Device" memory: `count` elements of host memory, 0xff bytes until written. Freed once the
+/// work enqueued on its stream so far has run (cudaFreeAsync's order).
+template <class T>
+class device_buffer {
+public:
+  device_buffer() = default;
+  explicit device_buffer(std::size_t count, cudaStream_t stream = nullptr) : size_(count), stream_(stream) {
+    if (count > 0) {
+      data_ = static_cast<T*>(::operator new(count * sizeof(T)));
+      std::memset(static_cast<void*>(data_), 0xff, count * sizeof(T));
+    }
+  }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  device_buffer(device_buffer&& o) noexcept { swap(o); }
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    device_buffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~device_buffer() { reset(); }
+  void reset() noexcept {
+    if (data_ != nullptr) {
+      try {
+        emulated_gpu().synchronize_stream(stream_);
+      } catch (...) { // NOLINT(bugprone-empty-catch): the stream's error is the test's, seen elsewhere
+      }
+      ::operator delete(data_);
+    }
+    data_ = nullptr;
+    size_ = 0;
+  }
+  [[nodiscard]] T* data() noexcept { return data_; }
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+private:
+  void swap(device_buffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(stream_, o.stream_);
+  }
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+/// Base fixture: the emulated GPU current on the test's thread; no report left by its launches.
+class gpu_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    emulated_gpu().make_current();
+    zenflow::emu::clear_reports();
+  }
+  void TearDown() override {
+    emulated_gpu().synchronize();
+    const auto reports = zenflow::emu::reports();
+    for (const auto& r : reports) {
+      ADD_FAILURE() << r;
+    }
+  }
+};
+
+/// Graph capture is not emulated: the work runs directly, then the stream is waited for.
+template <class F>
+void run_in_graph(cudaStream_t stream, F&& enqueue) {
+  enqueue(stream);
+  emulated_gpu().synchronize_stream(stream);
+}
+
+template <class T>
+device_buffer<T> upload(const std::vector<T>& v, cudaStream_t s) {
+  device_buffer<T> d(v.size(), s);
+  if (!v.empty()) {
+    emulated_gpu().copy(d.data(), v.data(), v.size() * sizeof(T), zenflow::copy_direction::host_to_device, s);
+  }
+  return d;
+}
+
+template <class T>
+std::vector<T> download(const device_buffer<T>& d, cudaStream_t s) {
+  std::vector<T> v(d.size());
+  if (!v.empty()) {
+    emulated_gpu().copy(v.data(), d.data(), v.size() * sizeof(T), zenflow::copy_direction::device_to_host, s);
+  }
+  emulated_gpu().synchronize_stream(s);
+  return v;
+}
+
+inline cudaError_t memset_async(void* p, int value, std::size_t bytes, cudaStream_t s) {
+  return zenflow::emu::detail::memset_async(p, value, bytes, s);
+}
+
+#endif
 
 /// Runs `enqueue(stream)` directly or inside a captured graph, then waits: every gpu test body
 /// runs both ways.
@@ -79,7 +238,11 @@ void run(cudaStream_t s, bool graph, F&& enqueue) {
     run_in_graph(s, enqueue);
   } else {
     enqueue(s);
+#if defined(__CUDACC__)
     ZF_CUDA_TRY(cudaStreamSynchronize(s));
+#else
+    emulated_gpu().synchronize_stream(s);
+#endif
   }
 }
 

@@ -112,6 +112,10 @@ struct emulated_rules {
   /// code that forgot its stream would cost; off by default (the null stream is then an ordinary
   /// stream, as with a per-thread default stream or streams created non-blocking).
   bool legacy_null_stream = false;
+  /// Fresh device allocations hold 0xff bytes (a float NaN, -1) instead of zeros, as a GPU's
+  /// `cudaMalloc` returns garbage: code that reads device memory it never wrote shows it (the
+  /// kernel emulator's poison). Pinned host allocations stay zero-filled.
+  bool poison_allocations = false;
 };
 
 /// What an `emulated_device` counted of the rules a GPU punishes (`emulated_device::stats()`;
@@ -206,7 +210,8 @@ public:
   [[nodiscard]] std::vector<std::string> reports() const { return checks_.reports(); }
 
   /// `bytes` of device memory (`emulated_memory::device`) or of pinned host memory, 256-byte
-  /// aligned, zero-filled; nullptr for 0 bytes. Synchronises the whole device first, as
+  /// aligned, zero-filled (device memory 0xff bytes with `emulated_rules::poison_allocations`);
+  /// nullptr for 0 bytes. Synchronises the whole device first, as
   /// `cudaMalloc` and `cudaHostAlloc` do (counted: `allocations`, `device_syncs`).
   [[nodiscard]] void* allocate(std::size_t bytes, emulated_memory kind = emulated_memory::device) {
     no_host_task("allocate");
@@ -220,7 +225,7 @@ public:
     if (p == nullptr) {
       throw std::bad_alloc();
     }
-    std::memset(p, 0, rounded);
+    std::memset(p, rules_.poison_allocations && kind == emulated_memory::device ? 0xff : 0, rounded);
     memory_.add(p, bytes, kind == emulated_memory::pinned);
     if (kind == emulated_memory::pinned) {
       detail::emulated_pinned_ranges::instance().add(p, bytes);

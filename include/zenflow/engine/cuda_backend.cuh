@@ -263,7 +263,7 @@ public:
   void zero(void* dst, std::size_t bytes, cudaStream_t s) const {
     if (bytes > 0) {
       timeline_->bracket(s, detail::timeline_op::kind::kernel, "memset", bytes, [&] {
-        detail::check(cudaMemsetAsync(dst, 0, bytes, s), "zenflow::cuda_backend: cudaMemsetAsync");
+        detail::check(detail::memset_async(dst, 0, bytes, s), "zenflow::cuda_backend: cudaMemsetAsync");
       });
     }
   }

@@ -229,11 +229,7 @@ public:
   /// device's error sticky; the engine sees it at its next synchronising call.
   template <class Op>
   void run(cudaStream_t s, std::size_t bytes, const char* name, Op&& op) const {
-    count(&emulated_backend_counts::runs);
-    if (counts_ != nullptr) {
-      const std::lock_guard lock(counts_->mutex);
-      ++counts_->by_name[name];
-    }
+    note_run(name);
     device_->launch(s, std::function<void()>([op = std::forward<Op>(op), name, pool = kernel_threads_] {
                       detail::check(op(detail::host_primitives{}, pool), name);
                     }),
@@ -243,6 +239,16 @@ public:
   template <class Op>
   [[nodiscard]] cudaError_t query(Op&& op) const {
     return std::forward<Op>(op)(detail::host_primitives{}, static_cast<worker_pool*>(nullptr));
+  }
+
+protected:
+  /// A run of the plan, counted (`emulated_backend_counts::runs`, by name).
+  void note_run(const char* name) const {
+    count(&emulated_backend_counts::runs);
+    if (counts_ != nullptr) {
+      const std::lock_guard lock(counts_->mutex);
+      ++counts_->by_name[name];
+    }
   }
 
 private:

@@ -26,11 +26,7 @@
 #  error "zenflow/emu: the emulator is for host compilers; nvcc compiles the kernels for the GPU"
 #endif
 
-// ---- indices -----------------------------------------------------------------------------------
-#define threadIdx (::zenflow::emu::detail::current_thread().thread_idx)
-#define blockIdx (::zenflow::emu::detail::current_thread().block_idx)
-#define blockDim (::zenflow::emu::detail::current_thread().block_dim)
-#define gridDim (::zenflow::emu::detail::current_thread().grid_dim)
+// ---- indices: threadIdx, blockIdx, blockDim and gridDim are runtime.hpp's -------------------------
 inline constexpr int warpSize = 32;
 
 // ---- declarations the host compiler does not know ----------------------------------------------

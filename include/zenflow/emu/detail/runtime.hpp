@@ -47,6 +47,13 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/emu/detail/fiber.hpp>
 
+// The running thread's indices, as a kernel reads them (CUDA's builtins, in the global namespace):
+// the scheduler sets them on the OS thread before it resumes a thread's fiber.
+inline thread_local uint3 threadIdx{};
+inline thread_local uint3 blockIdx{};
+inline thread_local dim3 blockDim{};
+inline thread_local dim3 gridDim{};
+
 ZF_NAMESPACE_BEGIN
 namespace emu {
 
@@ -157,7 +164,8 @@ struct fiber_slot;
 /// A declared shared variable of the running block: its tag (a static of the declaration), place.
 struct shared_entry {
   const void* tag;
-  std::size_t offset;
+  unsigned char* at;
+  std::size_t offset; // in the arena (the racecheck's byte maps); past the limit: outside it
   std::size_t bytes;
   const char* name;
 };
@@ -186,6 +194,7 @@ struct block_run {
   std::size_t used = 0;
   std::size_t static_bytes = 0;
   std::vector<shared_entry> entries;
+  std::vector<std::unique_ptr<unsigned char[]>> overflow; // declarations past the arena
   // racecheck
   std::vector<unsigned char> snapshot;
   std::vector<std::int32_t> writer;
@@ -245,6 +254,8 @@ struct executor {
   fiber_slot* slot = nullptr;
   bool running = false;
   std::uint64_t blocks_run = 0;
+  std::unique_ptr<unsigned char[]> arena; // the blocks' shared memory (not under ThreadSanitizer)
+  std::size_t arena_bytes = 0;
 };
 inline executor& this_executor() {
   static thread_local executor e;
@@ -416,7 +427,7 @@ T& block_shared(const void* tag, const char* name) {
   const tsan_ignore ig;
   for (const shared_entry& e : b.entries) {
     if (e.tag == tag) {
-      return *reinterpret_cast<T*>(b.arena + e.offset);
+      return *reinterpret_cast<T*>(e.at);
     }
   }
   constexpr std::size_t align = alignof(T) > 16 ? alignof(T) : 16;
@@ -426,14 +437,19 @@ T& block_shared(const void* tag, const char* name) {
     b.launch->report("static shared memory of " + std::to_string(b.static_bytes) + " bytes (with '" + name +
                      "') exceeds the " + std::to_string(device_limits::shared_bytes) + " bytes of a block");
   }
-  if (offset + sizeof(T) > b.capacity) {
-    // Past the limit (reported): the kernel still runs, on memory that outlives the block's run.
-    throw cuda_error(cudaErrorLaunchOutOfResources,
-                     "zenflow::emu: shared memory of the block exhausted at '" + std::string(name) + "'");
+  unsigned char* at = nullptr;
+  if (offset + sizeof(T) <= b.capacity) {
+    at = b.arena + offset;
+    std::memset(b.arena + b.used, 0xff, offset + sizeof(T) - b.used); // the block's garbage
+    b.used = offset + sizeof(T);
+  } else { // past the limit (reported): the kernel still runs, on memory of its own
+    b.overflow.emplace_back(new unsigned char[sizeof(T) + align]);
+    at = b.overflow.back().get();
+    at += (align - reinterpret_cast<std::uintptr_t>(at) % align) % align;
+    std::memset(at, 0xff, sizeof(T));
   }
-  b.entries.push_back({tag, offset, sizeof(T), name});
-  b.used = offset + sizeof(T);
-  return *reinterpret_cast<T*>(b.arena + offset);
+  b.entries.push_back({tag, at, offset, sizeof(T), name});
+  return *reinterpret_cast<T*>(at);
 }
 
 /// The block's dynamic shared memory (`extern __shared__`, through ZF_SHARED_DYNAMIC).
@@ -493,18 +509,26 @@ public:
                           (block_idx.y + static_cast<std::uint64_t>(L.grid.y) * block_idx.z);
     b_.rng.seed(mix(L.opts.seed ^ hash_name(L.name) ^ mix(bl + 1)));
     shuffle();
-    // Shared memory: the dynamic part, then room for the static declarations up to the limit
-    // (new for every block: under ThreadSanitizer its shadow starts clean).
+    // Shared memory: the dynamic part, then room for the static declarations up to the limit.
+    // Under ThreadSanitizer new for every block (its shadow starts clean: the last block's
+    // threads are no writers of this one's); elsewhere the OS thread's, reused.
     b_.capacity = (L.dynamic_smem + 15) / 16 * 16 + device_limits::shared_bytes + 64;
-    b_.arena = static_cast<unsigned char*>(std::aligned_alloc(64, (b_.capacity + 63) / 64 * 64));
-    if (b_.arena == nullptr) {
-      throw std::bad_alloc();
+    if constexpr (ZF_EMU_TSAN != 0) {
+      own_arena_.reset(new unsigned char[b_.capacity]);
+      b_.arena = own_arena_.get();
+    } else {
+      if (ex_.arena_bytes < b_.capacity) {
+        ex_.arena.reset(new unsigned char[b_.capacity]);
+        ex_.arena_bytes = b_.capacity;
+      }
+      b_.arena = ex_.arena.get();
     }
     b_.used = (L.dynamic_smem + 15) / 16 * 16;
-    // As a GPU's shared memory holds garbage: 0xff bytes (a NaN, -1, the largest unsigned).
-    std::memset(b_.arena, 0xff, b_.capacity);
+    // As a GPU's shared memory holds garbage: 0xff bytes (a NaN, -1, the largest unsigned), the
+    // static declarations' as they are placed (block_shared).
+    std::memset(b_.arena, 0xff, b_.used);
     if (L.opts.racecheck) {
-      b_.snapshot.assign(b_.arena, b_.arena + b_.capacity);
+      b_.snapshot.assign(b_.capacity, 0xff);
       b_.writer.assign(b_.capacity, -1);
       b_.writer_interval.assign(b_.capacity, 0);
       b_.writer_warp_episode.assign(b_.capacity, 0);
@@ -517,7 +541,7 @@ public:
   }
   block_scheduler(const block_scheduler&) = delete;
   block_scheduler& operator=(const block_scheduler&) = delete;
-  ~block_scheduler() { std::free(b_.arena); }
+  ~block_scheduler() = default;
 
   void run() {
     for (unsigned i = 0; i < b_.n; ++i) {
@@ -548,6 +572,11 @@ private:
     }
   }
   void resume(unsigned i) {
+    const thread_rec& t = b_.threads[i];
+    ::threadIdx = t.thread_idx;
+    ::blockIdx = t.block_idx;
+    ::blockDim = t.block_dim;
+    ::gridDim = t.grid_dim;
     ex_.block = &b_;
     ex_.thread = &b_.threads[i];
     ex_.slot = &slot(i);
@@ -886,6 +915,7 @@ private:
   // On the heap, and new for every block: ThreadSanitizer keys its sync objects by address.
   std::unique_ptr<block_run> own_ = std::make_unique<block_run>();
   block_run& b_ = *own_;
+  std::unique_ptr<unsigned char[]> own_arena_; // ThreadSanitizer: the block's own shared memory
   std::size_t first_slot_ = 0;
 };
 
@@ -937,15 +967,15 @@ inline cudaError_t check_config(const launch_state& L, std::size_t param_bytes, 
     why = "a grid or block dimension is 0";
     return cudaErrorInvalidConfiguration;
   }
+  if (static_cast<std::uint64_t>(b.x) * b.y * b.z > device_limits::max_threads_per_block) {
+    why = std::to_string(static_cast<std::uint64_t>(b.x) * b.y * b.z) +
+          " threads per block exceed the 1024 of a block";
+    return cudaErrorInvalidConfiguration;
+  }
   if (b.x > device_limits::max_block_x || b.y > device_limits::max_block_y ||
       b.z > device_limits::max_block_z) {
     why = "block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) +
           ") exceeds the block dimensions (1024, 1024, 64)";
-    return cudaErrorInvalidConfiguration;
-  }
-  if (static_cast<std::uint64_t>(b.x) * b.y * b.z > device_limits::max_threads_per_block) {
-    why = std::to_string(static_cast<std::uint64_t>(b.x) * b.y * b.z) +
-          " threads per block exceed the 1024 of a block";
     return cudaErrorInvalidConfiguration;
   }
   if (g.x > device_limits::max_grid_x || g.y > device_limits::max_grid_y || g.z > device_limits::max_grid_z) {
