@@ -21,6 +21,14 @@
 
 #include "support/random.hpp"
 
+#if ZF_EMU_TSAN
+// The planted shared-memory race below (shared_race_kernel) is the racecheck's test: ThreadSanitizer
+// reports it too (cpu.emu.sanitizer_probe_* tests that), which here would fail the binary.
+extern "C" const char* __tsan_default_suppressions() {
+  return "race:shared_race_kernel\n";
+}
+#endif
+
 namespace {
 
 using zenflow::emu::thread_order;
@@ -289,6 +297,52 @@ TEST(emulator_half_intrinsics, cudas_host_conversions_give_zenflows_bits) {
   }
 }
 
+// ---- a user's kernel (docs/emulated-device.md) ------------------------------------------------------
+
+// example-begin own-kernel
+// Each block sums its 256 values through shared memory; thread 0 writes the block's sum.
+template <int = 0>
+__global__ void block_sums(const float* x, float* sums, int n) {
+  ZF_SHARED(part, float[256]); // __shared__ float part[256];
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  part[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (unsigned half = 128; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      part[threadIdx.x] += part[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    sums[blockIdx.x] = part[0];
+  }
+}
+
+void sum_blocks(const float* d_x, float* d_sums, int n, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+  ZF_LAUNCH(blocks, 256, 0, stream, block_sums)(d_x, d_sums, n); // block_sums<<<blocks, 256, 0, stream>>>
+  ZF_CUDA_TRY(zenflow::detail::launch_status());                 // cudaGetLastError()
+}
+// example-end own-kernel
+
+TEST_F(emulator, a_users_kernel_runs_unchanged_with_racecheck_and_a_shuffled_order) {
+  const int n = 1000;
+  const auto x = zf_test::random_values<float>(n, zf_test::base_seed() + 9);
+  std::vector<float> sums(4, -1.0f);
+  // example-begin own-kernel-run
+  zenflow::emu::scoped_options checks({zenflow::emu::thread_order::shuffled, /*seed=*/7, /*racecheck=*/true});
+  sum_blocks(x.data(), sums.data(), n, nullptr); // host memory stands for device memory
+  EXPECT_TRUE(zenflow::emu::reports().empty());
+  // example-end own-kernel-run
+  for (int b = 0; b < 4; ++b) {
+    double ref = 0.0;
+    for (int i = b * 256; i < std::min(n, b * 256 + 256); ++i) {
+      ref += x[static_cast<std::size_t>(i)];
+    }
+    EXPECT_NEAR(sums[static_cast<std::size_t>(b)], ref, 1e-4);
+  }
+}
+
 // ---- the detectors: each bug planted, each caught ---------------------------------------------------
 
 template <int = 0>
@@ -302,9 +356,10 @@ ZF_KERNEL void early_exit_kernel(float* out) {
 
 TEST_F(emulator, a_barrier_not_reached_by_the_whole_block_is_caught) {
   std::vector<float> out(64);
-  const std::string what =
-      launch_failure([&] { ZF_LAUNCH(1, 64, 0, nullptr, early_exit_kernel)
-                           (out.data()); });
+  const std::string what = launch_failure([&] {
+    ZF_LAUNCH(1, 64, 0, nullptr, early_exit_kernel)
+    (out.data());
+  });
   EXPECT_NE(what.find("not reached by every thread"), std::string::npos) << what;
   EXPECT_NE(what.find("16 of 64 threads had exited"), std::string::npos) << what;
   EXPECT_NE(what.find("early_exit_kernel"), std::string::npos) << what;
@@ -322,9 +377,10 @@ ZF_KERNEL void two_barriers_kernel(float* out) {
 
 TEST_F(emulator, threads_waiting_at_different_barriers_are_caught) {
   std::vector<float> out(64);
-  const std::string what =
-      launch_failure([&] { ZF_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)
-                           (out.data()); });
+  const std::string what = launch_failure([&] {
+    ZF_LAUNCH(1, 64, 0, nullptr, two_barriers_kernel)
+    (out.data());
+  });
   EXPECT_NE(what.find("divergent __syncthreads"), std::string::npos) << what;
 }
 
@@ -351,9 +407,10 @@ ZF_KERNEL void partial_warp_kernel(float* out) {
 
 TEST_F(emulator, warp_operations_missing_lanes_are_caught) {
   std::vector<float> out(64);
-  std::string what =
-      launch_failure([&] { ZF_LAUNCH(1, 32, 0, nullptr, shuffle_after_exit_kernel)
-                           (out.data()); });
+  std::string what = launch_failure([&] {
+    ZF_LAUNCH(1, 32, 0, nullptr, shuffle_after_exit_kernel)
+    (out.data());
+  });
   EXPECT_NE(what.find("__shfl_xor_sync"), std::string::npos) << what;
   EXPECT_NE(what.find("had exited"), std::string::npos) << what;
   what = launch_failure([&] { ZF_LAUNCH(1, 32, 0, nullptr, warp_deadlock_kernel)(out.data()); });

@@ -78,3 +78,7 @@ TEST(sharded_on_emulated_cuda, bf16_zen_auto_rows_and_windows_equal_one_rank) {
 }
 
 } // namespace
+
+int main(int argc, char** argv) {
+  return zf_test::mpi_gtest_main(argc, argv);
+}

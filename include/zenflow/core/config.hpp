@@ -26,6 +26,29 @@
 #  define ZF_DEVICE_COMPILE 0
 #endif
 
+// Which sanitizer instruments this translation unit (the kernel emulator and the emulated device
+// tell them about fibers and about memory that is not the caller's).
+#if defined(__SANITIZE_ADDRESS__)
+#  define ZF_ASAN 1
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer)
+#    define ZF_ASAN 1
+#  endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#  define ZF_TSAN 1
+#elif defined(__has_feature)
+#  if __has_feature(thread_sanitizer)
+#    define ZF_TSAN 1
+#  endif
+#endif
+#ifndef ZF_ASAN
+#  define ZF_ASAN 0
+#endif
+#ifndef ZF_TSAN
+#  define ZF_TSAN 0
+#endif
+
 #if defined(_MSC_VER)
 #  define ZF_FORCEINLINE __forceinline
 #else

@@ -25,22 +25,14 @@
 
 #include <zenflow/core/config.hpp>
 
-#if defined(__has_feature)
-#  if __has_feature(address_sanitizer) && !defined(__SANITIZE_ADDRESS__)
-#    define __SANITIZE_ADDRESS__ 1
-#  endif
-#  if __has_feature(thread_sanitizer) && !defined(__SANITIZE_THREAD__)
-#    define __SANITIZE_THREAD__ 1
-#  endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
+#if ZF_ASAN
 #  define ZF_EMU_ASAN 1
 #  include <sanitizer/asan_interface.h>
 #  include <sanitizer/common_interface_defs.h>
 #else
 #  define ZF_EMU_ASAN 0
 #endif
-#if defined(__SANITIZE_THREAD__)
+#if ZF_TSAN
 #  define ZF_EMU_TSAN 1
 #  include <sanitizer/tsan_interface.h>
 extern "C" {
