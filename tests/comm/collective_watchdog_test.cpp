@@ -255,12 +255,18 @@ struct blocking_revoke_probe {
     std::condition_variable cv;
     bool revoking = false;
     bool release = false;
-    std::atomic<int> async_polls{0};
+    int async_asked = 0;             // guarded by mu: async_error() entered (before the transport's lock)
+    std::atomic<int> async_polls{0}; // async_error() returned
   };
   std::shared_ptr<shared> s;
   void enter_thread() {}
   watch_state poll(token) { return {}; } // never completes: a hang
   std::string async_error() {
+    {
+      std::lock_guard lk(s->mu);
+      ++s->async_asked;
+    }
+    s->cv.notify_all();
     std::lock_guard lk(s->transport_lock);
     s->async_polls.fetch_add(1);
     return {};
@@ -311,7 +317,17 @@ TEST(collective_watchdog, the_asynchronous_error_poll_does_not_hold_the_watchdog
   std::unique_lock transport(s->transport_lock);
   collective_watchdog<blocking_revoke_probe> w(blocking_revoke_probe{s}, pool(4), 60000ms, "rank 0 of 2");
   w.watch("all_reduce_sum #0", [](int) {});
-  std::this_thread::sleep_for(50ms); // the watchdog's thread is now waiting for the transport's lock
+  bool asked = false;
+  {
+    std::unique_lock lk(s->mu);
+    asked = s->cv.wait_for(lk, 20s, [&] { return s->async_asked > 0; });
+  }
+  if (!asked) {
+    transport.unlock(); // so that the watchdog's destructor can join its thread
+    FAIL() << "the watchdog never asked for the transport's error";
+  }
+  // The watchdog's thread is inside async_error(), held up by the transport's lock (ours). A
+  // communicator's call now takes the watchdog's lock: it must not wait for the transport's.
   std::atomic<bool> done{false};
   std::thread caller([&] {
     w.watch("all_reduce_sum #1", [](int) {});
@@ -319,10 +335,14 @@ TEST(collective_watchdog, the_asynchronous_error_poll_does_not_hold_the_watchdog
     done.store(true);
   });
   const bool returned = wait_until([&] { return done.load(); }, 10s);
+  const int polls_while_held = s->async_polls.load();
   transport.unlock();
   caller.join();
   EXPECT_TRUE(returned) << "watch() waited for the transport's lock";
-  EXPECT_TRUE(wait_until([&] { return s->async_polls.load() > 0; }, 10s));
+  EXPECT_EQ(polls_while_held, 0)
+      << "the error poll was not held up by the transport's lock: nothing was tested";
+  EXPECT_TRUE(wait_until([&] { return s->async_polls.load() > 0; }, 10s))
+      << "the held-up poll never returned";
   EXPECT_FALSE(w.fired());
 }
 

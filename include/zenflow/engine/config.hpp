@@ -107,8 +107,9 @@ enum class accumulation_site : std::uint8_t { host, device };
 /// bytes of host state, 20 instead of 28 bytes moved per parameter per host update), stored with
 /// stochastic rounding (docs/primitives.md, "Fewer bytes per parameter"); int8 keeps a byte each
 /// plus an fp32 scale per 64 elements of a row (6.125 bytes of host state; block-wise absmax,
-/// v as sqrt(v): core/detail/moment_q8.hpp). The device keeps fp32. int8 is single-rank only
-/// for now (data parallel's owner partition refuses it).
+/// v as sqrt(v): core/detail/moment_q8.hpp). The device keeps fp32. Data parallel runs all three:
+/// ZeRO-2 (owner_partition) and ZeRO-3 (sharded) give every rank a one-rank engine's bits on the
+/// mean gradient (blocks lie within rows; a row crosses ranks widened to fp32, exactly).
 enum class moment_precision : std::uint8_t { fp32, bf16, int8 };
 
 /// Per-parameter hyper-parameters for the parameters whose registration name matches `match`

@@ -209,6 +209,8 @@ public:
   }
 
   /// The current device set of `param` (ascending channel indices; {0} for a vector on the device).
+  /// Sharded (ZeRO-3): the selected channels within this rank's shard, counted from the shard's
+  /// first channel (channel `first + i` of the whole matrix is `i`).
   [[nodiscard]] std::vector<std::int32_t> selected(param_id param) const {
     return core_.host()[core_.index(param)].sel;
   }
@@ -216,7 +218,8 @@ public:
   /// The full optimizer state of `param`, from the host rows and the device rows. Waits for a
   /// running host job first (its rows are being written). Blocking; for tests and checkpoints.
   /// Data parallel (more than one rank): a collective (every rank calls it; the owners' blocks
-  /// are all-gathered), the same full state on every rank.
+  /// are all-gathered), the same full state on every rank. Sharded (ZeRO-3): this rank's shard's
+  /// rows, no collective.
   [[nodiscard]] param_state state(param_id param, cudaStream_t stream = nullptr) {
     return core_.state(param, stream);
   }

@@ -105,7 +105,7 @@ struct engine_checkpoint {
       }
     }
     // Before the config hash: an error that names the setting.
-    same_host_moments(*in, e.cfg, e.params, e.host);
+    same_host_moments(*in, e.cfg, e.params);
     in->expect(identity(e));
     load_from(e, *in, stream);
   }

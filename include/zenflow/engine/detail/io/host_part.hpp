@@ -81,17 +81,17 @@ void restore_masses(const In& in, Host& host, std::size_t matrices) {
 /// A file whose host moments have another precision (its first host-side parameter's m holds
 /// 1, 2 or 4 bytes per element where this engine keeps another) was saved under another
 /// host_moments: say so by name (the config hash alone would only say "another configuration").
-template <class Host>
-void same_host_moments(const checkpoint_reader& in,
-                       const config& cfg,
-                       const std::vector<param_info>& params,
-                       const Host& host) {
+/// The elements are counted by the file's own fp32 master section: a file of another rank or world
+/// holds another number of rows, and is refused by its identity instead (other_rank).
+inline void
+same_host_moments(const checkpoint_reader& in, const config& cfg, const std::vector<param_info>& params) {
   for (std::size_t p = 0; p < params.size(); ++p) {
     const checkpoint_section* s = params[p].host_side ? in.find(ckpt_tag(p, "m")) : nullptr;
-    if (s == nullptr) {
+    const checkpoint_section* master = s != nullptr ? in.find(ckpt_tag(p, "master")) : nullptr;
+    if (master == nullptr) {
       continue;
     }
-    const auto n = static_cast<std::uint64_t>(host[p].master.size()); // data parallel: the block
+    const std::uint64_t n = master->bytes / 4;
     const moment_precision mine = cfg.host_moments;
     for (const moment_precision other :
          {moment_precision::fp32, moment_precision::bf16, moment_precision::int8}) {
