@@ -4,10 +4,9 @@
 ///
 /// The same test bodies also run on the kernel emulator (<zenflow/emu/emulator.hpp>): a `.cu` test
 /// compiled by the host compiler (tests/emu) gets the emulated half of this header, where
-/// `zf_test::stream` is a stream of an emulated device, `zf_test::device_buffer` host memory
-/// filled with 0xff bytes (as fresh device memory holds garbage; its exact size, so that
-/// AddressSanitizer sees an access past it), and a graph capture runs the work directly (capture
-/// is not emulated). Test bodies use these names, never zenflow::stream or zenflow::device_buffer.
+/// `zf_test::stream` is a stream of an emulated device, `zf_test::device_buffer` its memory,
+/// filled with 0xff bytes (as fresh device memory holds garbage; AddressSanitizer sees an access
+/// past it), and a graph capture runs the work directly (capture is not emulated). Test bodies use these names, never zenflow::stream or zenflow::device_buffer.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +25,7 @@
 #if !defined(__CUDACC__)
 #  include <zenflow/core/emulated_device.hpp>
 #  include <zenflow/emu/emulator.hpp>
+#  include <zenflow/engine/emulated_backend.hpp>
 #endif
 
 namespace zf_test {
@@ -41,6 +41,8 @@ inline bool gpu_required() {
 inline constexpr bool emulated = false;
 /// The largest case (in elements) a test body runs: every case on a GPU.
 inline constexpr std::int64_t max_case_elements = std::int64_t{1} << 62;
+/// True on the emulator under ThreadSanitizer or AddressSanitizer (tens of times slower again).
+inline constexpr bool sanitized = false;
 
 using stream = zenflow::stream;
 template <class T>
@@ -107,8 +109,8 @@ inline constexpr bool emulated = true;
 /// On the emulator a kernel's threads are CPU fibers (a fraction of a microsecond each where a GPU
 /// has thousands at once, tens under a sanitizer): the cases up to 4M elements, 128K under
 /// ThreadSanitizer or AddressSanitizer. The smaller cases take the kernels' same paths.
-inline constexpr std::int64_t max_case_elements =
-    (ZF_EMU_TSAN || ZF_EMU_ASAN) ? std::int64_t{1} << 17 : std::int64_t{1} << 22;
+inline constexpr bool sanitized = ZF_EMU_TSAN || ZF_EMU_ASAN;
+inline constexpr std::int64_t max_case_elements = sanitized ? std::int64_t{1} << 17 : std::int64_t{1} << 22;
 
 /// The emulated GPU of the test process, current on the thread of every gpu test (its launches
 /// go onto its streams, in stream order, as on a GPU).
@@ -132,54 +134,14 @@ private:
   cudaStream_t handle_;
 };
 
-/// "Device" memory: `count` elements of host memory, 0xff bytes until written. Freed once the
-/// work enqueued on its stream so far has run (cudaFreeAsync's order).
+/// "Device" memory: allocated from the emulated GPU, 0xff bytes until written (as cudaMalloc's
+/// garbage; under AddressSanitizer an access past it is reported). Freeing waits for the device.
 template <class T>
-class device_buffer {
+class device_buffer : public zenflow::detail::emulated_garbage_buffer<T> {
 public:
   device_buffer() = default;
-  explicit device_buffer(std::size_t count, cudaStream_t stream = nullptr) : size_(count), stream_(stream) {
-    if (count > 0) {
-      data_ = static_cast<T*>(::operator new(count * sizeof(T)));
-      std::memset(static_cast<void*>(data_), 0xff, count * sizeof(T));
-    }
-  }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  device_buffer(device_buffer&& o) noexcept { swap(o); }
-  device_buffer& operator=(device_buffer&& o) noexcept {
-    device_buffer tmp(std::move(o));
-    swap(tmp);
-    return *this;
-  }
-  ~device_buffer() { reset(); }
-  void reset() noexcept {
-    if (data_ != nullptr) {
-      try {
-        emulated_gpu().synchronize_stream(stream_);
-      } catch (...) { // NOLINT(bugprone-empty-catch): the stream's error is the test's, seen elsewhere
-      }
-      ::operator delete(data_);
-    }
-    data_ = nullptr;
-    size_ = 0;
-  }
-  [[nodiscard]] T* data() noexcept { return data_; }
-  [[nodiscard]] const T* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
-  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
-
-private:
-  void swap(device_buffer& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-    std::swap(stream_, o.stream_);
-  }
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-  cudaStream_t stream_ = nullptr;
+  explicit device_buffer(std::size_t count, cudaStream_t /*stream-ordered on a GPU*/ = nullptr)
+      : zenflow::detail::emulated_garbage_buffer<T>(count) {}
 };
 
 /// Base fixture: the emulated GPU current on the test's thread; no report left by its launches.
@@ -229,6 +191,16 @@ inline cudaError_t memset_async(void* p, int value, std::size_t bytes, cudaStrea
 }
 
 #endif
+
+/// A dimension of a generated case: `n`, a third of it on the emulator under a sanitizer.
+constexpr std::int64_t shrink(std::int64_t n) {
+  return sanitized ? (n / 3 > 0 ? n / 3 : 1) : n;
+}
+/// Whether case `i` of a sweep runs: every case; one in four on the emulator under a sanitizer,
+/// on a diagonal (i % 4 == i / 4 % 4), so that each of an inner loop's four first choices stays.
+constexpr bool sampled(int i) {
+  return !sanitized || i % 4 == (i / 4) % 4;
+}
 
 /// Runs `enqueue(stream)` directly or inside a captured graph, then waits: every gpu test body
 /// runs both ways.

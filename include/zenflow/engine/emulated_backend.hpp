@@ -31,6 +31,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -117,6 +118,20 @@ private:
   T* data_ = nullptr;
   std::size_t size_ = 0;
   emulated_device* device_ = nullptr;
+};
+/// Device memory as `emulated_buffer`, but 0xff bytes until written, as `cudaMallocAsync` returns
+/// garbage (emulated_cuda_backend's buffers, the emulated gpu tests').
+template <class T>
+class emulated_garbage_buffer : public emulated_buffer<T, emulated_memory::device> {
+  static_assert(std::is_trivially_copyable_v<T>, "device memory holds trivially copyable values");
+
+public:
+  emulated_garbage_buffer() = default;
+  explicit emulated_garbage_buffer(std::size_t count) : emulated_buffer<T, emulated_memory::device>(count) {
+    if (count > 0) {
+      std::memset(static_cast<void*>(this->data()), 0xff, count * sizeof(T));
+    }
+  }
 };
 } // namespace detail
 

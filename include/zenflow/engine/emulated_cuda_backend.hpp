@@ -30,22 +30,6 @@
 
 ZF_NAMESPACE_BEGIN
 
-namespace detail {
-/// Device memory of the current emulated device, 0xff bytes until written (cudaMalloc's garbage).
-template <class T>
-class emulated_garbage_buffer : public emulated_buffer<T, emulated_memory::device> {
-  static_assert(std::is_trivially_copyable_v<T>, "device memory holds trivially copyable values");
-
-public:
-  emulated_garbage_buffer() = default;
-  explicit emulated_garbage_buffer(std::size_t count) : emulated_buffer<T, emulated_memory::device>(count) {
-    if (count > 0) {
-      std::memset(static_cast<void*>(this->data()), 0xff, count * sizeof(T));
-    }
-  }
-};
-} // namespace detail
-
 /// The CUDA backend's plan on an emulated device (see the file comment). The device must outlive
 /// every engine on it; the backend makes it current on the constructing thread.
 class emulated_cuda_backend : public emulated_backend {

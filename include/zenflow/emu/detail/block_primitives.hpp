@@ -31,6 +31,16 @@ inline unsigned block_linear_tid() {
   const auto& t = current_thread();
   return t.thread_idx.x + t.block_dim.x * (t.thread_idx.y + t.block_dim.y * t.thread_idx.z);
 }
+/// A collective of a DimX x DimY x DimZ block called in a block of another shape fails the launch.
+template <int DimX, int DimY, int DimZ>
+void check_block_shape(const char* what) {
+  const auto& d = current_thread().block_dim;
+  if (static_cast<int>(d.x) != DimX || static_cast<int>(d.y) != DimY || static_cast<int>(d.z) != DimZ) {
+    throw cuda_error(cudaErrorLaunchFailure, std::string("zenflow::emu: a ") + what + " of " +
+                                                 std::to_string(DimX * DimY * DimZ) +
+                                                 " threads in a block of " + std::to_string(d.x * d.y * d.z));
+  }
+}
 } // namespace detail
 
 /// `cub::BlockReduce`'s stand-in: `Sum` and `Reduce` of a full block, result in thread 0.
@@ -54,7 +64,7 @@ public:
   }
   template <class Op>
   T Reduce(T input, Op op) {
-    check_block();
+    detail::check_block_shape<DimX, DimY, DimZ>("block_reduce");
     const unsigned tid = detail::block_linear_tid();
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;
@@ -82,14 +92,6 @@ public:
   }
 
 private:
-  static void check_block() {
-    const auto& d = detail::current_thread().block_dim;
-    if (static_cast<int>(d.x) != DimX || static_cast<int>(d.y) != DimY || static_cast<int>(d.z) != DimZ) {
-      throw cuda_error(cudaErrorLaunchFailure, "zenflow::emu: a block_reduce of " + std::to_string(threads) +
-                                                   " threads in a block of " +
-                                                   std::to_string(d.x * d.y * d.z));
-    }
-  }
   TempStorage& s_;
 };
 
@@ -127,12 +129,7 @@ private:
   /// Inclusive prefix of `input` over the block (a shuffle-up scan in each warp, the warps'
   /// totals through shared memory).
   T scan(T input, T& aggregate) {
-    const auto& d = detail::current_thread().block_dim;
-    if (static_cast<int>(d.x) != DimX || static_cast<int>(d.y) != DimY || static_cast<int>(d.z) != DimZ) {
-      throw cuda_error(cudaErrorLaunchFailure, "zenflow::emu: a block_scan of " + std::to_string(threads) +
-                                                   " threads in a block of " +
-                                                   std::to_string(d.x * d.y * d.z));
-    }
+    detail::check_block_shape<DimX, DimY, DimZ>("block_scan");
     const unsigned tid = detail::block_linear_tid();
     const unsigned lane = tid % 32;
     const unsigned warp = tid / 32;

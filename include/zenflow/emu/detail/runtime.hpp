@@ -345,27 +345,39 @@ inline std::string site(const char* file, int line) {
 
 // ---- the fiber side: synchronisation points --------------------------------------------------
 
-/// `__syncthreads()` and its votes: waits until the block's barrier completes.
-inline int block_barrier(barrier_kind kind, int vote, const char* file, int line) {
-  require_in_kernel("__syncthreads");
-  executor& ex = this_executor();
-  thread_rec& t = *ex.thread;
-  block_run& b = *ex.block;
+/// Stops the calling thread at a synchronisation point until the scheduler completes it: `set`
+/// records what it waits for (under the scheduler's own bookkeeping), `sync` are the point's two
+/// ThreadSanitizer objects (by the parity of `episode`: the threads resumed first must not pass
+/// their next point's release to the ones still resuming from this one).
+template <class Set>
+void wait_at(wait_state state, const char* file, int line, char (&sync)[2], unsigned& episode, Set&& set) {
+  thread_rec& t = *this_executor().thread;
   unsigned parity = 0;
   {
     const tsan_ignore ig;
-    t.state = wait_state::block_barrier;
-    t.bkind = kind;
-    t.vote = vote;
+    t.state = state;
     t.file = file;
     t.line = line;
-    parity = t.block_episode & 1u;
+    set(t);
+    parity = episode & 1u;
   }
-  tsan_release(&b.barrier_sync[parity]);
+  tsan_release(&sync[parity]);
   yield_to_scheduler();
-  tsan_acquire(&b.barrier_sync[parity]);
+  tsan_acquire(&sync[parity]);
   const tsan_ignore ig;
-  ++t.block_episode;
+  ++episode;
+}
+
+/// `__syncthreads()` and its votes: waits until the block's barrier completes.
+inline int block_barrier(barrier_kind kind, int vote, const char* file, int line) {
+  require_in_kernel("__syncthreads");
+  thread_rec& t = current_thread();
+  wait_at(wait_state::block_barrier, file, line, current_block().barrier_sync, t.block_episode,
+          [&](thread_rec& r) {
+            r.bkind = kind;
+            r.vote = vote;
+          });
+  const tsan_ignore ig;
   return static_cast<int>(t.vote_result);
 }
 
@@ -379,30 +391,18 @@ inline void warp_op(warp_kind kind,
                     const char* file,
                     int line) {
   require_in_kernel("a warp operation");
-  executor& ex = this_executor();
-  thread_rec& t = *ex.thread;
-  block_run& b = *ex.block;
-  unsigned parity = 0;
-  {
-    const tsan_ignore ig;
-    t.state = wait_state::warp_op;
-    t.wkind = kind;
-    t.mask = mask;
-    t.arg = arg;
-    t.width = width;
-    t.value_bytes = bytes;
-    if (bytes > 0) {
-      std::memcpy(t.value, value, bytes);
-    }
-    t.file = file;
-    t.line = line;
-    parity = t.warp_episode & 1u;
-  }
-  tsan_release(&b.warps[t.warp].sync[parity]);
-  yield_to_scheduler();
-  tsan_acquire(&b.warps[t.warp].sync[parity]);
-  const tsan_ignore ig;
-  ++t.warp_episode;
+  thread_rec& t = current_thread();
+  wait_at(wait_state::warp_op, file, line, current_block().warps[t.warp].sync, t.warp_episode,
+          [&](thread_rec& r) {
+            r.wkind = kind;
+            r.mask = mask;
+            r.arg = arg;
+            r.width = width;
+            r.value_bytes = bytes;
+            if (bytes > 0) {
+              std::memcpy(r.value, value, bytes);
+            }
+          });
 }
 
 /// `__nanosleep`: lets the other threads run (a spin loop that waits for another thread of the

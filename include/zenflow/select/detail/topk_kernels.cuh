@@ -434,22 +434,19 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_wide_kernel(const __grid_const
   using scan_t = block_scan<std::uint32_t, topk_block>;
   ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
   ZF_SHARED(count, unsigned long long);
-  ZF_SHARED(all_inf, int);
   const topk_wide_segment g = l.seg[blockIdx.x];
   if (g.k == 0 || g.wide == nullptr) {
     return;
   }
-  if (threadIdx.x == 0) {
-    all_inf = 1;
-  }
-  __syncthreads();
+  // Whether every selected score is +Inf, voted by the block (not a shared flag many threads
+  // clear at once: a data race, found by the kernel emulator under ThreadSanitizer).
+  int mine = 1;
   for (std::int64_t o = threadIdx.x; o < g.k; o += topk_block) {
     if (!topk_is_pos_inf(g.scores[g.indices[o]])) {
-      all_inf = 0;
+      mine = 0;
     }
   }
-  __syncthreads();
-  if (all_inf == 0) {
+  if (__syncthreads_and(mine) == 0) {
     return; // every +Inf score is selected (the same for every thread)
   }
   topk_wide96 t{};
