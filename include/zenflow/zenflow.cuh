@@ -7,6 +7,8 @@
 #include <zenflow/comm/shard.cuh>
 #include <zenflow/engine/engine.cuh>
 #include <zenflow/optim/adamw.cuh>
+#include <zenflow/schedule/l1_mass.cuh>
+#include <zenflow/schedule/step_scalars.cuh>
 #include <zenflow/select/channel_norms.cuh>
 #include <zenflow/select/topk.cuh>
 #include <zenflow/zenflow.hpp>

@@ -35,6 +35,12 @@
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/cpu_adamw.hpp>
 #include <zenflow/optim/types.hpp>
+#include <zenflow/schedule/l1_mass.hpp>
+#include <zenflow/schedule/mass_trigger.hpp>
+#include <zenflow/schedule/step_scalars.hpp>
+#include <zenflow/schedule/step_schedule.hpp>
+#include <zenflow/schedule/types.hpp>
+#include <zenflow/schedule/zen_auto.hpp>
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
 #include <zenflow/transport/copy_backend.hpp>

@@ -83,91 +83,6 @@ std::vector<std::int32_t> some_rows(std::int64_t channels, std::int64_t count, s
   return rows;
 }
 
-TEST_F(plan_kernels, squared_totals_rescans_and_step_scalars) {
-  std::mt19937_64 rng(zf_test::base_seed() + 11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  struct shape {
-    dtype type;
-    channel_layout layout;
-    std::int64_t channels, len;
-  };
-  const shape shapes[] = {
-      {dtype::bf16, channel_layout::contiguous, 300, 33}, {dtype::f16, channel_layout::strided, 37, 5},
-      {dtype::f32, channel_layout::contiguous, 1, 1},     {dtype::f32, channel_layout::strided, 1, 300},
-      {dtype::bf16, channel_layout::strided, 257, 9},     {dtype::f16, channel_layout::contiguous, 3, 1000}};
-  std::vector<matrix> mats;
-  std::vector<std::vector<float>> scores;
-  std::vector<zf_test::device_buffer<float>> d_scores;
-  std::vector<zenflow::detail::sq_total_item> h_items, d_items;
-  for (const shape& sh : shapes) {
-    mats.emplace_back(sh.type, sh.layout, sh.channels, sh.len, rng, s, sh.type == dtype::f32 ? 1e18f : 1.0f);
-    scores.emplace_back(static_cast<std::size_t>(sh.channels));
-    for (std::int64_t c = 0; c < sh.channels; ++c) { // some overflowed: rescanned in fp64
-      scores.back()[static_cast<std::size_t>(c)] =
-          c % 29 == 3 ? std::numeric_limits<float>::infinity() : std::fabs(nd(rng)) * 10.0f;
-    }
-    d_scores.push_back(upload(scores.back(), s));
-    h_items.push_back(
-        {mats.back().hp(), scores.back().data(), sh.channels, sh.len, mats.back().ld, sh.layout, sh.type});
-    d_items.push_back(
-        {mats.back().dp(), d_scores.back().data(), sh.channels, sh.len, mats.back().ld, sh.layout, sh.type});
-  }
-  const int n = static_cast<int>(h_items.size());
-  std::vector<double> h_totals(h_items.size());
-  zf_test::device_buffer<double> d_totals(h_items.size(), s);
-  auto d_table = upload(d_items, s);
-  ZF_CUDA_TRY(host_primitives::sq_totals(h_items.data(), n, h_totals.data(), nullptr));
-  ZF_CUDA_TRY(device_primitives::sq_totals(d_table.data(), n, d_totals.data(), s));
-  EXPECT_TRUE(same_bits(download(d_totals, s), h_totals));
-  // The rescans (channels in two ranges per item), then the totals from them.
-  std::vector<std::vector<double>> h_out, d_out_host;
-  std::vector<zf_test::device_buffer<double>> d_out;
-  std::vector<zenflow::detail::sq_rescan_item> h_resc, d_resc;
-  std::int64_t widest = 0;
-  for (std::size_t i = 0; i < h_items.size(); ++i) {
-    const std::int64_t c = h_items[i].channels;
-    h_out.emplace_back(static_cast<std::size_t>(c), -1.0);
-    d_out.push_back(upload(h_out.back(), s));
-    const std::int64_t half_way = c / 2;
-    h_resc.push_back({h_items[i], 0, half_way, h_out.back().data()});
-    h_resc.push_back({h_items[i], half_way, c - half_way, h_out.back().data()});
-    d_resc.push_back({d_items[i], 0, half_way, d_out.back().data()});
-    d_resc.push_back({d_items[i], half_way, c - half_way, d_out.back().data()});
-    widest = std::max(widest, c - half_way);
-  }
-  auto d_resc_table = upload(d_resc, s);
-  ZF_CUDA_TRY(host_primitives::sq_rescan(h_resc.data(), static_cast<int>(h_resc.size()), widest, nullptr));
-  ZF_CUDA_TRY(device_primitives::sq_rescan(d_resc_table.data(), static_cast<int>(d_resc.size()), widest, s));
-  for (std::size_t i = 0; i < h_out.size(); ++i) {
-    EXPECT_TRUE(same_bits(download(d_out[i], s), h_out[i])) << "rescan of item " << i;
-    h_items[i].rescan = h_out[i].data();
-    d_items[i].rescan = d_out[i].data();
-  }
-  d_table = upload(d_items, s);
-  ZF_CUDA_TRY(host_primitives::sq_totals(h_items.data(), n, h_totals.data(), nullptr));
-  ZF_CUDA_TRY(device_primitives::sq_totals(d_table.data(), n, d_totals.data(), s));
-  EXPECT_TRUE(same_bits(download(d_totals, s), h_totals)) << "totals from the rescans";
-  // The step record's header and crit words from the totals and the flags.
-  for (const std::uint32_t bad : {0u, 1u}) {
-    for (const float max_norm : {0.0f, 0.5f}) {
-      const std::vector<std::uint32_t> flags = {0u, bad, 0u};
-      auto d_flags = upload(flags, s);
-      const int crit = 7;
-      std::vector<float> h_rec(
-          static_cast<std::size_t>(zenflow::detail::step_record_layout::header_words + crit), 3.0f);
-      auto d_rec = upload(h_rec, s);
-      ZF_CUDA_TRY(host_primitives::finish_scalars(
-          {h_totals.data(), n, flags.data(), 3, 64.0f, max_norm, h_rec.data(), crit}, nullptr));
-      ZF_CUDA_TRY(device_primitives::finish_scalars(
-          {d_totals.data(), n, d_flags.data(), 3, 64.0f, max_norm, d_rec.data(), crit}, s));
-      EXPECT_TRUE(same_bits(download(d_rec, s), h_rec)) << "bad " << bad << " max_norm " << max_norm;
-    }
-  }
-  // An empty table launches nothing.
-  ZF_CUDA_TRY(device_primitives::sq_totals(d_table.data(), 0, d_totals.data(), s));
-  ZF_CUDA_TRY(device_primitives::sq_rescan(d_resc_table.data(), 0, 0, s));
-}
-
 TEST_F(plan_kernels, early_masses_iota_count_moves_and_window_sums) {
   std::mt19937_64 rng(zf_test::base_seed() + 12);
   for (const int n : {1, 5, 300}) {
@@ -239,24 +154,23 @@ TEST_F(plan_kernels, early_masses_iota_count_moves_and_window_sums) {
   }
 }
 
-/// Zen-auto's masses: a table of calls (every type and layout, the 16-lane and the sequential
-/// order, one row, every row, a null mass, a skipped step) through the batched kernels, and each
-/// alone through the packs (one launch with the ticket, or the gather and two launches).
-TEST_F(plan_kernels, zen_auto_masses_and_packs) {
+/// The packs with Zen-auto's mass (every type and layout, one row, every row): each matrix's rows
+/// gathered with its mass in one launch with the ticket (pack_mass_kernel), or the gather and the
+/// schedule's two mass launches without. The schedule's own mass kernels are checked by
+/// tests/schedule/schedule_gpu_test.cu, also run on the emulator (schedule_kernels_test.cpp).
+TEST_F(plan_kernels, packs_with_their_masses) {
   std::mt19937_64 rng(zf_test::base_seed() + 13);
   struct call_shape {
     dtype type;
     channel_layout layout;
     std::int64_t channels, len, count;
-    bool lanes;
   };
-  // The 16-lane order is a contiguous row's (l1_mass.hpp); a strided row is summed in order.
-  const call_shape shapes[] = {{dtype::bf16, channel_layout::contiguous, 40, 70, 17, true},
-                               {dtype::f16, channel_layout::strided, 33, 19, 33, false},
-                               {dtype::f32, channel_layout::contiguous, 1, 5, 1, true},
-                               {dtype::f32, channel_layout::strided, 50, 16, 1, false},
-                               {dtype::bf16, channel_layout::strided, 300, 3, 299, false},
-                               {dtype::f16, channel_layout::contiguous, 9, 100, 9, false}};
+  const call_shape shapes[] = {{dtype::bf16, channel_layout::contiguous, 40, 70, 17},
+                               {dtype::f16, channel_layout::strided, 33, 19, 33},
+                               {dtype::f32, channel_layout::contiguous, 1, 5, 1},
+                               {dtype::f32, channel_layout::strided, 50, 16, 1},
+                               {dtype::bf16, channel_layout::strided, 300, 3, 299},
+                               {dtype::f16, channel_layout::contiguous, 9, 100, 9}};
   std::vector<matrix> mats;
   std::vector<std::vector<std::int32_t>> idx;
   std::vector<zf_test::device_buffer<std::int32_t>> d_idx;
@@ -265,46 +179,6 @@ TEST_F(plan_kernels, zen_auto_masses_and_packs) {
     idx.push_back(some_rows(sh.channels, sh.count, rng));
     d_idx.push_back(upload(idx.back(), s));
   }
-  for (const std::uint32_t skip : {0u, 1u}) {
-    const std::vector<std::uint32_t> h_skip = {skip};
-    auto d_skip = upload(h_skip, s);
-    std::vector<float> h_l1(mats.size(), 0.25f);
-    auto d_l1 = upload(h_l1, s);
-    std::vector<std::vector<float>> h_rows;
-    std::vector<zf_test::device_buffer<float>> d_rows;
-    std::vector<zenflow::detail::l1_mass_args> h_calls, d_calls;
-    std::int64_t max_rows = 0;
-    for (std::size_t i = 0; i < mats.size(); ++i) {
-      const auto& m = mats[i];
-      h_rows.emplace_back(idx[i].size(), 0.0f);
-      d_rows.push_back(upload(h_rows.back(), s));
-      const bool null_mass = i == 3;
-      h_calls.push_back({m.hp(), m.type, m.channels, m.len, m.ld, m.layout, shapes[i].lanes, idx[i].data(),
-                         shapes[i].count, h_rows.back().data(), h_skip.data(),
-                         null_mass ? nullptr : &h_l1[i]});
-      d_calls.push_back({m.dp(), m.type, m.channels, m.len, m.ld, m.layout, shapes[i].lanes, d_idx[i].data(),
-                         shapes[i].count, d_rows.back().data(), d_skip.data(),
-                         null_mass ? nullptr : d_l1.data() + i});
-      max_rows = std::max(max_rows, shapes[i].count);
-    }
-    auto d_table = upload(d_calls, s);
-    const int n = static_cast<int>(h_calls.size());
-    ZF_CUDA_TRY(host_primitives::l1_mass_batched(h_calls.data(), n, max_rows, nullptr));
-    ZF_CUDA_TRY(device_primitives::l1_mass_batched(d_table.data(), n, max_rows, s));
-    EXPECT_TRUE(same_bits(download(d_l1, s), h_l1)) << "batched masses, skip " << skip;
-    if (skip == 0) {
-      EXPECT_NE(h_l1[0], 0.25f) << "a real mass";
-      for (std::size_t i = 0; i < h_rows.size(); ++i) {
-        EXPECT_TRUE(same_bits(download(d_rows[i], s), h_rows[i])) << "row masses of call " << i;
-      }
-    }
-    // The second half alone, from the rows' masses given.
-    ZF_CUDA_TRY(host_primitives::l1_add_rows_batched(h_calls.data(), n, nullptr));
-    ZF_CUDA_TRY(device_primitives::l1_add_rows_batched(d_table.data(), n, s));
-    EXPECT_TRUE(same_bits(download(d_l1, s), h_l1)) << "rows added again, skip " << skip;
-  }
-  // The packs: each matrix's rows gathered into its type with the mass, with the ticket (one
-  // launch: pack_mass_kernel) and without (the gather, then the two mass kernels).
   for (std::size_t i = 0; i < mats.size(); ++i) {
     for (const bool ticket : {true, false}) {
       const auto& m = mats[i];
@@ -325,26 +199,17 @@ TEST_F(plan_kernels, zen_auto_masses_and_packs) {
                                                     m.layout};
         // The pack's mass in its host twin's order: 16 lanes for a contiguous matrix (the plan's rule).
         const bool lanes = m.layout == channel_layout::contiguous;
-        const zenflow::detail::l1_mass_args hmass{
-            m.hp(), m.type,        m.channels,      m.len,       m.ld,    m.layout,
-            lanes,  idx[i].data(), shapes[i].count, rows.data(), nullptr, h_l1.data()};
-        const zenflow::detail::l1_mass_args dmass{m.dp(),
-                                                  m.type,
-                                                  m.channels,
-                                                  m.len,
-                                                  m.ld,
-                                                  m.layout,
-                                                  lanes,
-                                                  d_idx[i].data(),
-                                                  shapes[i].count,
-                                                  d_rows.data(),
-                                                  nullptr,
-                                                  d_l1.data(),
-                                                  ticket ? d_ticket.data() : nullptr};
+        const zenflow::l1_mass_item hmass{m.hp(),   m.type,     m.channels,    m.len,           m.ld,
+                                          m.layout, lanes,      idx[i].data(), shapes[i].count, rows.data(),
+                                          nullptr,  h_l1.data()};
+        const zenflow::l1_mass_item dmass{
+            m.dp(), m.type,          m.channels,      m.len,         m.ld,    m.layout,
+            lanes,  d_idx[i].data(), shapes[i].count, d_rows.data(), nullptr, d_l1.data()};
         ZF_CUDA_TRY(host_primitives::gather_channels_mass<T, T>(hsrc, idx[i].data(), shapes[i].count,
-                                                                h_dst.data(), hmass, nullptr));
+                                                                h_dst.data(), hmass, nullptr, nullptr));
         ZF_CUDA_TRY(device_primitives::gather_channels_mass<T, T>(dsrc, d_idx[i].data(), shapes[i].count,
-                                                                  d_dst.data(), dmass, s));
+                                                                  d_dst.data(), dmass,
+                                                                  ticket ? d_ticket.data() : nullptr, s));
         EXPECT_TRUE(same_bits(download(d_dst, s), h_dst))
             << "pack " << i << (ticket ? " with the ticket" : "");
         EXPECT_TRUE(same_bits(download(d_l1, s), h_l1))
@@ -435,12 +300,12 @@ TEST_F(plan_kernels, updates_with_their_masses) {
     const zenflow::selected_rows dr{d_idx[i].data(), shapes[i].count, d_master[i].data(),
                                     d_m[i].data(),   d_v[i].data(),   d_counts[i].data()};
     const bool lanes = g[i].layout == channel_layout::contiguous; // the host twin's order
-    const zenflow::detail::l1_mass_args hmass{g[i].hp(),       dtype::bf16, g[i].channels,  g[i].len,
-                                              g[i].ld,         g[i].layout, lanes,          idx[i].data(),
-                                              shapes[i].count, rows.data(), no_skip.data(), h_l1.data()};
-    const zenflow::detail::l1_mass_args dmass{g[i].dp(),       dtype::bf16,   g[i].channels, g[i].len,
-                                              g[i].ld,         g[i].layout,   lanes,         d_idx[i].data(),
-                                              shapes[i].count, d_rows.data(), d_skip.data(), d_l1.data()};
+    const zenflow::l1_mass_item hmass{g[i].hp(),       dtype::bf16, g[i].channels,  g[i].len,
+                                      g[i].ld,         g[i].layout, lanes,          idx[i].data(),
+                                      shapes[i].count, rows.data(), no_skip.data(), h_l1.data()};
+    const zenflow::l1_mass_item dmass{g[i].dp(),       dtype::bf16,   g[i].channels, g[i].len,
+                                      g[i].ld,         g[i].layout,   lanes,         d_idx[i].data(),
+                                      shapes[i].count, d_rows.data(), d_skip.data(), d_l1.data()};
     ZF_CUDA_TRY(host_primitives::adamw_selective_mass<T>(view(w[i], false), cview(g[i], false), hr, hp,
                                                          {scale.data(), no_skip.data()}, hmass, nullptr));
     ZF_CUDA_TRY(device_primitives::adamw_selective_mass<T>(view(w[i], true), cview(g[i], true), dr, hp,
@@ -454,7 +319,7 @@ TEST_F(plan_kernels, updates_with_their_masses) {
   auto d_l1 = upload(h_l1, s);
   std::vector<std::vector<float>> rows;
   std::vector<zf_test::device_buffer<float>> d_rows;
-  std::vector<zenflow::detail::l1_mass_args> h_mass, d_mass;
+  std::vector<zenflow::l1_mass_item> h_mass, d_mass;
   std::int64_t max_rows = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
     const float lr_scale = 0.5f + static_cast<float>(i), decay = 0.01f * static_cast<float>(i);

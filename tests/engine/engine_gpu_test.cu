@@ -4,7 +4,6 @@
 // (Not under graph capture: an engine step blocks on the host by design, in the counted stalls.)
 #include <algorithm>
 #include <bit>
-#include <cfloat>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -292,131 +291,8 @@ TEST_F(engine_gpu, repeated_or_overlapping_device_buffers_are_rejected_by_name) 
   EXPECT_EQ(eng.param_count(), 1u);
 }
 
-// ---- the norm's arithmetic: the kernels and the host loops give the same bits --------------------
-TEST_F(engine_gpu, squared_totals_rescans_and_step_scalars_are_bit_identical_to_the_host_arithmetic) {
-  using zenflow::bfloat16;
-  using zenflow::detail::sq_total_item;
-  // Two bf16 matrices (contiguous and strided) with seeded scores, some of them overflowed (+Inf)
-  // over gradients that hold huge finite values, so the rescan runs too.
-  std::mt19937_64 gen(zf_test::base_seed() + 800);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  struct host_item {
-    std::int64_t channels, len, ld;
-    zenflow::channel_layout layout;
-    std::vector<bfloat16> grad;
-    std::vector<float> scores;
-  };
-  std::vector<host_item> items = {{700, 33, 40, zenflow::channel_layout::contiguous, {}, {}},
-                                  {300, 9, 310, zenflow::channel_layout::strided, {}, {}}};
-  for (auto& it : items) {
-    const std::int64_t outer = it.layout == zenflow::channel_layout::contiguous ? it.channels : it.len;
-    it.grad.resize(static_cast<std::size_t>(outer * it.ld));
-    for (auto& x : it.grad) {
-      x = zenflow::from_float<bfloat16>(nd(gen) * 1e18f);
-    }
-    it.scores.resize(static_cast<std::size_t>(it.channels));
-    for (std::int64_t c = 0; c < it.channels; ++c) {
-      it.scores[static_cast<std::size_t>(c)] = c % 97 == 5 ? INFINITY : std::fabs(nd(gen)) * 1e30f;
-    }
-  }
-  std::vector<zenflow::device_buffer<bfloat16>> d_grad;
-  std::vector<zenflow::device_buffer<float>> d_scores;
-  std::vector<sq_total_item> descs;
-  std::vector<double> host_totals;
-  for (auto& it : items) {
-    d_grad.emplace_back(it.grad.size());
-    d_scores.emplace_back(it.scores.size());
-    ZF_CUDA_TRY(
-        cudaMemcpy(d_grad.back().data(), it.grad.data(), d_grad.back().bytes(), cudaMemcpyHostToDevice));
-    ZF_CUDA_TRY(cudaMemcpy(d_scores.back().data(), it.scores.data(), d_scores.back().bytes(),
-                           cudaMemcpyHostToDevice));
-    descs.push_back({d_grad.back().data(), d_scores.back().data(), it.channels, it.len, it.ld, it.layout,
-                     zenflow::dtype::bf16});
-    const zenflow::channel_matrix<const bfloat16> g{it.grad.data(), it.channels, it.len, it.ld, it.layout};
-    double lanes[zenflow::detail::sq_total_lanes];
-    for (int j = 0; j < zenflow::detail::sq_total_lanes; ++j) {
-      lanes[j] = zenflow::detail::sq_total_lane<bfloat16>(g, it.scores.data(), j);
-    }
-    host_totals.push_back(zenflow::detail::sum_lanes(lanes));
-  }
-  zenflow::device_buffer<sq_total_item> d_descs(descs.size());
-  zenflow::device_buffer<double> d_totals(descs.size());
-  ZF_CUDA_TRY(cudaMemcpy(d_descs.data(), descs.data(), d_descs.bytes(), cudaMemcpyHostToDevice));
-  zenflow::detail::engine_kernels::
-      sq_totals_kernel<<<static_cast<unsigned>(descs.size()), zenflow::detail::sq_total_lanes>>>(
-          d_descs.data(), d_totals.data());
-  ZF_CUDA_TRY(cudaGetLastError());
-  std::vector<double> dev_totals(descs.size());
-  ZF_CUDA_TRY(cudaMemcpy(dev_totals.data(), d_totals.data(), d_totals.bytes(), cudaMemcpyDeviceToHost));
-  for (std::size_t i = 0; i < descs.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(host_totals[i])) << i;
-    EXPECT_EQ(0, std::memcmp(&host_totals[i], &dev_totals[i], 8))
-        << i << ": " << host_totals[i] << " vs " << dev_totals[i];
-  }
-  // Data parallel over NCCL: the owners' rescans (sq_rescan_kernel) against the host loop's, and
-  // the totals from them (the gradients not read) with the same bits as from the gradients.
-  std::vector<zenflow::device_buffer<double>> d_rescan;
-  std::vector<zenflow::detail::sq_rescan_item> rescans;
-  std::int64_t widest = 0;
-  for (const auto& d : descs) {
-    d_rescan.emplace_back(static_cast<std::size_t>(d.channels));
-    ZF_CUDA_TRY(cudaMemset(d_rescan.back().data(), 0, d_rescan.back().bytes()));
-    rescans.push_back({d, 0, d.channels, d_rescan.back().data()});
-    widest = std::max(widest, d.channels);
-  }
-  zenflow::device_buffer<zenflow::detail::sq_rescan_item> d_rescans(rescans.size());
-  ZF_CUDA_TRY(cudaMemcpy(d_rescans.data(), rescans.data(), d_rescans.bytes(), cudaMemcpyHostToDevice));
-  // Fewer grid rows than items: the kernel strides over the rest (as past CUDA's 65535 rows).
-  const int n_items = static_cast<int>(rescans.size());
-  zenflow::detail::engine_kernels::sq_rescan_kernel<<<
-      dim3(static_cast<unsigned>((widest + 255) / 256), static_cast<unsigned>((n_items + 1) / 2)), 256>>>(
-      d_rescans.data(), n_items);
-  ZF_CUDA_TRY(cudaGetLastError());
-  for (std::size_t i = 0; i < descs.size(); ++i) {
-    const auto& it = items[i];
-    std::vector<double> dev(static_cast<std::size_t>(it.channels)), host(dev.size(), 0.0);
-    ZF_CUDA_TRY(cudaMemcpy(dev.data(), d_rescan[i].data(), d_rescan[i].bytes(), cudaMemcpyDeviceToHost));
-    const zenflow::detail::sq_rescan_item h{
-        {it.grad.data(), it.scores.data(), it.channels, it.len, it.ld, it.layout, zenflow::dtype::bf16},
-        0,
-        it.channels,
-        host.data()};
-    zenflow::detail::host_sq_rescan(&h, 1);
-    EXPECT_EQ(0, std::memcmp(dev.data(), host.data(), dev.size() * 8)) << i;
-    descs[i].grad = nullptr;
-    descs[i].rescan = d_rescan[i].data();
-  }
-  ZF_CUDA_TRY(cudaMemcpy(d_descs.data(), descs.data(), d_descs.bytes(), cudaMemcpyHostToDevice));
-  zenflow::detail::engine_kernels::
-      sq_totals_kernel<<<static_cast<unsigned>(descs.size()), zenflow::detail::sq_total_lanes>>>(
-          d_descs.data(), d_totals.data());
-  ZF_CUDA_TRY(cudaGetLastError());
-  ZF_CUDA_TRY(cudaMemcpy(dev_totals.data(), d_totals.data(), d_totals.bytes(), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(0, std::memcmp(host_totals.data(), dev_totals.data(), dev_totals.size() * 8));
-  // finish_scalars_kernel against finish_step_scalars over sums on both sides of FLT_MAX.
-  for (const double extra : {0.0, 3.0e38, 1.0e60}) {
-    const std::vector<double> totals = {host_totals[0] * 1e-40, extra, 0.5};
-    const std::vector<std::uint32_t> flags = {0, 0};
-    zenflow::device_buffer<double> dt(totals.size());
-    zenflow::device_buffer<std::uint32_t> df(flags.size());
-    zenflow::device_buffer<float> rec(8);
-    ZF_CUDA_TRY(cudaMemcpy(dt.data(), totals.data(), dt.bytes(), cudaMemcpyHostToDevice));
-    ZF_CUDA_TRY(cudaMemcpy(df.data(), flags.data(), df.bytes(), cudaMemcpyHostToDevice));
-    zenflow::detail::engine_kernels::finish_scalars_kernel<<<1, 128>>>(
-        zenflow::detail::step_scalars_args{dt.data(), 3, df.data(), 2, 8.0f, 1.0f, rec.data(), 4});
-    ZF_CUDA_TRY(cudaGetLastError());
-    std::uint32_t dev_rec[8];
-    ZF_CUDA_TRY(cudaMemcpy(dev_rec, rec.data(), 32, cudaMemcpyDeviceToHost));
-    const double sum = totals[0] + totals[1] + totals[2];
-    float coef = 0.0f;
-    std::uint32_t skip = 1;
-    zenflow::detail::finish_step_scalars(sum, 0u, 8.0f, 1.0f, &coef, &skip);
-    std::uint32_t host_rec[4];
-    zenflow::detail::write_step_header(host_rec, coef, skip, sum);
-    EXPECT_EQ(0, std::memcmp(host_rec, dev_rec, 16)) << "sum " << sum;
-    EXPECT_EQ(dev_rec[1], 0u);
-  }
-}
+// ---- the norm's arithmetic: the step scalars' kernels and host loops give the same bits: the
+// schedule layer's gpu tier (tests/schedule/schedule_gpu_test.cu).
 
 // Data parallel's batched row copies (row_copy_batched_kernel): a table of every working type
 // and layout, rows in random order, strided counts past one 32-row tile and lengths off it,

@@ -40,7 +40,7 @@ struct model {
   double drift = 0.3;
 
   model(std::vector<shape> s, std::uint64_t seed) : shapes(std::move(s)), gen(seed) {
-    std::normal_distribution<float> nd(0.0f, 0.5f);
+    zf_test::normal_float nd(0.0f, 0.5f);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
     for (const auto& sh : shapes) {
       const auto n = static_cast<std::size_t>(sh.channels * sh.len);
@@ -60,7 +60,7 @@ struct model {
 
   /// Fills the gradients of the next step.
   void next_grads() {
-    std::normal_distribution<float> nd(0.0f, 1.0f);
+    zf_test::normal_float nd(0.0f, 1.0f);
     std::uniform_real_distribution<float> ud(0.0f, 1.0f);
     for (std::size_t p = 0; p < shapes.size(); ++p) {
       const auto& sh = shapes[p];

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <zenflow/engine/config.hpp>
-#include <zenflow/engine/detail/step/mass_trigger.hpp>
+#include <zenflow/schedule/mass_trigger.hpp>
 
 #include "engine_cases.hpp"
 #include "engine_harness.hpp"
@@ -23,8 +23,8 @@
 namespace {
 
 using namespace zf_engine_test;
+using zenflow::mass_trigger;
 using zenflow::selection_cause;
-using zenflow::detail::mass_trigger;
 
 // ---- the key ------------------------------------------------------------------------------------
 

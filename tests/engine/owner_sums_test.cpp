@@ -19,9 +19,9 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/engine/detail/plan/host_primitives.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
-#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/optim/channels.hpp>
+#include <zenflow/schedule/l1_mass.hpp>
+#include <zenflow/schedule/step_scalars.hpp>
 
 #include "../support/random.hpp"
 
@@ -64,18 +64,18 @@ TEST(owner_sums, rescans_summed_over_owners_give_the_whole_gradients_norm) {
     }
     ASSERT_FALSE(std::isfinite(scores[5]));
     ASSERT_FALSE(std::isfinite(scores[420]));
-    const zenflow::detail::sq_total_item whole{g.data(), scores.data(), channels,           len,
-                                               ld,       layout,        zenflow::dtype::f32};
+    const zenflow::sq_total_item whole{g.data(), scores.data(), channels,           len,
+                                       ld,       layout,        zenflow::dtype::f32};
     double from_grads = 0.0;
-    ASSERT_EQ(host_primitives::sq_totals(&whole, 1, &from_grads, nullptr), cudaSuccess);
+    ASSERT_EQ(host_primitives::sq_norm_totals(&whole, 1, &from_grads, nullptr), cudaSuccess);
 
     const std::array<std::int64_t, 4> first{0, 233, 467, channels}; // three owners' blocks
     std::array<std::vector<double>, 3> part;
     for (int r = 0; r < 3; ++r) { // each owner: its block's rescans, zeros elsewhere
       part[static_cast<std::size_t>(r)].assign(static_cast<std::size_t>(channels), 0.0);
       const auto q = static_cast<std::size_t>(r);
-      const zenflow::detail::sq_rescan_item it{whole, first[q], first[q + 1] - first[q], part[q].data()};
-      ASSERT_EQ(host_primitives::sq_rescan(&it, 1, it.count, nullptr), cudaSuccess);
+      const zenflow::sq_rescan_item it{whole, first[q], first[q + 1] - first[q], part[q].data()};
+      ASSERT_EQ(host_primitives::sq_norm_rescan(&it, 1, it.count, nullptr), cudaSuccess);
     }
     std::array<int, 3> order{0, 1, 2};
     do { // the collective may add in any order: each sum is one owner's value plus zeros
@@ -89,7 +89,7 @@ TEST(owner_sums, rescans_summed_over_owners_give_the_whole_gradients_norm) {
       item.grad = nullptr; // never read with the rescans given
       item.rescan = rescan.data();
       double from_rescans = 0.0;
-      ASSERT_EQ(host_primitives::sq_totals(&item, 1, &from_rescans, nullptr), cudaSuccess);
+      ASSERT_EQ(host_primitives::sq_norm_totals(&item, 1, &from_rescans, nullptr), cudaSuccess);
       EXPECT_TRUE(std::isnan(from_rescans)); // the NaN row
       EXPECT_EQ(bits(from_rescans), bits(from_grads)) << from_rescans << " vs " << from_grads;
     } while (std::next_permutation(order.begin(), order.end()));
@@ -101,12 +101,12 @@ TEST(owner_sums, rescans_summed_over_owners_give_the_whole_gradients_norm) {
       scores[420] += gm(420, i) * gm(420, i);
     }
     std::vector<double> rescan(static_cast<std::size_t>(channels), 0.0);
-    const zenflow::detail::sq_rescan_item all{whole, 0, channels, rescan.data()};
-    ASSERT_EQ(host_primitives::sq_rescan(&all, 1, channels, nullptr), cudaSuccess);
+    const zenflow::sq_rescan_item all{whole, 0, channels, rescan.data()};
+    ASSERT_EQ(host_primitives::sq_norm_rescan(&all, 1, channels, nullptr), cudaSuccess);
     auto item = whole;
     item.rescan = rescan.data();
     double total = 0.0;
-    ASSERT_EQ(host_primitives::sq_totals(&item, 1, &total, nullptr), cudaSuccess);
+    ASSERT_EQ(host_primitives::sq_norm_totals(&item, 1, &total, nullptr), cudaSuccess);
     double ref = 0.0;
     for (std::int64_t c = 0; c < channels; ++c) {
       for (std::int64_t i = 0; i < len; ++i) {
@@ -145,8 +145,8 @@ TEST(owner_sums, per_slot_then_per_matrix_masses_give_the_packs_bits) {
   std::vector<float> junk(3, 0.0f);
   for (std::size_t r = 0; r < 3; ++r) {
     std::vector<float> mine(static_cast<std::size_t>(n), 0.0f);
-    zenflow::detail::l1_mass_args a{g.data(), zenflow::dtype::bf16,       channels, len,
-                                    len,      channel_layout::contiguous, true};
+    zenflow::l1_mass_item a{g.data(), zenflow::dtype::bf16,       channels, len,
+                            len,      channel_layout::contiguous, true};
     a.idx = host_set.data() + at[r];
     a.count = at[r + 1] - at[r];
     a.row_l1 = mine.data() + at[r];
@@ -157,23 +157,23 @@ TEST(owner_sums, per_slot_then_per_matrix_masses_give_the_packs_bits) {
     }
   }
   std::vector<float> slots(static_cast<std::size_t>((n + per_slot - 1) / per_slot), 0.0f);
-  std::vector<zenflow::detail::l1_mass_args> per_slot_calls;
+  std::vector<zenflow::l1_mass_item> per_slot_calls;
   for (std::int64_t s = 0, k = 0; s < n; s += per_slot, ++k) {
-    zenflow::detail::l1_mass_args c{};
+    zenflow::l1_mass_item c{};
     c.row_l1 = rows.data() + s;
     c.count = std::min(n, s + per_slot) - s;
     c.l1 = slots.data() + k;
     per_slot_calls.push_back(c);
   }
   float mass = 0.0f;
-  zenflow::detail::l1_mass_args per_matrix{};
+  zenflow::l1_mass_item per_matrix{};
   per_matrix.row_l1 = slots.data();
   per_matrix.count = static_cast<std::int64_t>(slots.size());
   per_matrix.l1 = &mass;
-  ASSERT_EQ(host_primitives::l1_add_rows_batched(per_slot_calls.data(),
-                                                 static_cast<int>(per_slot_calls.size()), nullptr),
+  ASSERT_EQ(host_primitives::l1_mass_add_rows_batched(per_slot_calls.data(),
+                                                      static_cast<int>(per_slot_calls.size()), nullptr),
             cudaSuccess);
-  ASSERT_EQ(host_primitives::l1_add_rows_batched(&per_matrix, 1, nullptr), cudaSuccess);
+  ASSERT_EQ(host_primitives::l1_mass_add_rows_batched(&per_matrix, 1, nullptr), cudaSuccess);
   EXPECT_EQ(bits(mass), bits(packs)) << mass << " vs " << packs;
   double ref = 0.0;
   for (const auto c : host_set) {
@@ -184,11 +184,11 @@ TEST(owner_sums, per_slot_then_per_matrix_masses_give_the_packs_bits) {
   EXPECT_NEAR(mass, ref, 1e-5 * ref);
   // The test can fail: one sum over all the rows (no slots) is another order, other bits.
   float flat = 0.0f;
-  zenflow::detail::l1_mass_args one{};
+  zenflow::l1_mass_item one{};
   one.row_l1 = rows.data();
   one.count = n;
   one.l1 = &flat;
-  ASSERT_EQ(host_primitives::l1_add_rows_batched(&one, 1, nullptr), cudaSuccess);
+  ASSERT_EQ(host_primitives::l1_mass_add_rows_batched(&one, 1, nullptr), cudaSuccess);
   EXPECT_NE(bits(flat), bits(mass)) << "inputs too tame: the slots' order did not show";
 }
 
@@ -211,13 +211,13 @@ TEST(owner_sums, a_sharded_matrixs_gathered_row_masses_give_one_ranks_crit_and_r
   // One rank: the update's one call over the device set, the packs over the host set.
   float crit = 0.0f;
   std::vector<float> scratch(static_cast<std::size_t>(channels));
-  zenflow::detail::l1_mass_args whole{g.data(), zenflow::dtype::bf16,       channels, len,
-                                      len,      channel_layout::contiguous, true};
+  zenflow::l1_mass_item whole{g.data(), zenflow::dtype::bf16,       channels, len,
+                              len,      channel_layout::contiguous, true};
   whole.idx = sel.data();
   whole.count = static_cast<std::int64_t>(sel.size());
   whole.row_l1 = scratch.data();
   whole.l1 = &crit;
-  zenflow::detail::host_l1_mass(whole);
+  zenflow::detail::host_l1_mass(whole, nullptr);
   float rest = 0.0f;
   const auto n = static_cast<std::int64_t>(host_set.size());
   std::vector<zenflow::bfloat16> staging(static_cast<std::size_t>(per_slot * len));
@@ -251,13 +251,13 @@ TEST(owner_sums, a_sharded_matrixs_gathered_row_masses_give_one_ranks_crit_and_r
     const auto at = static_cast<std::int64_t>(gathered.size());
     gathered.resize(gathered.size() + rows.size());
     float junk = 0.0f;
-    zenflow::detail::l1_mass_args a{g.data() + static_cast<std::size_t>(lo * len),
-                                    zenflow::dtype::bf16,
-                                    hi - lo,
-                                    len,
-                                    len,
-                                    channel_layout::contiguous,
-                                    true};
+    zenflow::l1_mass_item a{g.data() + static_cast<std::size_t>(lo * len),
+                            zenflow::dtype::bf16,
+                            hi - lo,
+                            len,
+                            len,
+                            channel_layout::contiguous,
+                            true};
     a.idx = rows.data();
     a.count = static_cast<std::int64_t>(rows.size());
     a.row_l1 = gathered.data() + at;

@@ -174,6 +174,45 @@ TEST(sharded_mpi_checks, the_tiling_rule_names_the_rank_and_what_is_wrong) {
   EXPECT_EQ(shard_tiling_error(late), "rank 0 starts at channel 1, where rank 0 must start at 0");
 }
 
+// The auto-sized D2H staging (resolve_d2h_slots) holds one step's D2H on every rank when the whole
+// matrix's top-k lands on one rank's shard: the other ranks then copy every row of theirs down
+// each step. (It was sized by each shard's own k, topk(shard channels): at two ranks rank 0
+// pushed 40 rows a step through 32 staging slots, its packs waiting on its own step's copies.)
+TEST(sharded_mpi_checks, the_staging_holds_a_step_when_the_whole_top_k_is_on_one_rank) {
+  const int ranks = world_size();
+  const int me = world_rank();
+  constexpr std::int64_t shard = 40, len = 1024; // one 4 KiB row a slot
+  auto c = base();
+  c.topk_ratio = 0.25;
+  c.full_warm_up_rounds = 0;
+  c.ring_slots = 0; // auto
+  c.ring_slot_bytes = len * 4;
+  zenflow::engine<zenflow::host_backend, zenflow::sharded<zenflow::mpi_communicator>> e(c, {}, make_comm());
+  std::vector<float> w = zf_test::random_values<float>(static_cast<std::size_t>(shard * len), 7 + me);
+  std::vector<float> g(w.size());
+  (void)e.add_matrix(w.data(), g.data(), shard, len,
+                     {.name = "m", .shard = zenflow::shard_range{me * shard, ranks * shard}});
+  e.initialize();
+  const std::size_t staging = e.stats().memory.device_staging / static_cast<std::size_t>(c.ring_slot_bytes);
+  for (std::int64_t t = 0; t < 4; ++t) {
+    // The last rank's channels carry the mass: the whole top-k (10 x ranks channels) is theirs.
+    const float scale = me == ranks - 1 ? 1.0f : 1e-3f;
+    const auto noise = zf_test::random_values<float>(g.size(), 100 + static_cast<std::uint64_t>(t * 8 + me));
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      g[i] = noise[i] * scale;
+    }
+    const zenflow::step_report rep = e.step(1e-3f);
+    if (rep.selection) {
+      continue; // its readback of the sets is D2H too
+    }
+    const std::uint64_t rows = rep.d2h_bytes / static_cast<std::uint64_t>(c.ring_slot_bytes);
+    // k = 10 x ranks, all on the last rank: it keeps the rest of its shard on the host, the others all.
+    const std::int64_t host_rows = me == ranks - 1 ? shard - 10 * ranks : shard;
+    EXPECT_EQ(rows, static_cast<std::uint64_t>(host_rows)) << "rank " << me << " step " << t;
+    EXPECT_GE(staging, rows + 2) << "rank " << me << ": a step's rows and its record's two copies";
+  }
+}
+
 TEST(sharded_mpi_checks, a_whole_matrix_on_every_rank_is_refused) {
   if (world_size() < 2) {
     GTEST_SKIP() << "needs two ranks";

@@ -218,12 +218,12 @@ struct config {
 
   /// True when step `t` (0-based, every step() call counts, skipped ones too) is a scheduled
   /// selection step: `t >= full_warm_up_rounds` and `(t - full_warm_up_rounds)` is a multiple of
-  /// `select_interval_steps()`.
+  /// `select_interval_steps()` (the schedule layer's `zenflow::is_selection_step`).
   [[nodiscard]] bool is_selection_step(std::int64_t t) const noexcept;
 
-  /// Channels selected in a matrix of `channels` channels: DeepSpeed's `int(topk_ratio * channels)`
-  /// (the IEEE double product, truncated: 0.29 x 100 = 28.999999999999996 gives 28), then at
-  /// least 1 (topk_ratio 0 included) and at most `channels`. 0 for `channels <= 0`.
+  /// Channels selected in a matrix of `channels` channels: `zenflow::topk_count(topk_ratio,
+  /// channels)` (schedule/step_schedule.hpp: DeepSpeed's `int(topk_ratio * channels)`, then at
+  /// least 1 and at most `channels`; 0 for `channels <= 0`).
   [[nodiscard]] std::int64_t topk(std::int64_t channels) const noexcept;
 
   /// The first of `param_groups` whose `match` matches `name`, or null.

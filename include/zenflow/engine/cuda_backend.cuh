@@ -26,6 +26,8 @@
 #include <zenflow/optim/adamw.cuh>
 #include <zenflow/optim/channels.cuh>
 #include <zenflow/optim/types.hpp>
+#include <zenflow/schedule/l1_mass.cuh>
+#include <zenflow/schedule/step_scalars.cuh>
 #include <zenflow/select/channel_norms.cuh>
 #include <zenflow/select/topk.cuh>
 #include <zenflow/transport/copy_backend.hpp>
@@ -33,9 +35,9 @@
 ZF_NAMESPACE_BEGIN
 
 namespace detail {
-/// The primitive set of the CUDA backend: the device launchers of the primitives and the
-/// kernels of the plan's small operations (kernels.cuh), with `host_primitives`' names and
-/// arguments (detail/plan/host_primitives.hpp), the last one a stream.
+/// The primitive set of the CUDA backend: the device launchers of the primitives (select/, optim/,
+/// schedule/) and the kernels of the plan's small operations (kernels.cuh), with
+/// `host_primitives`' names and arguments (detail/plan/host_primitives.hpp), the last one a stream.
 struct device_primitives {
   using exec_type = cudaStream_t;
 
@@ -43,7 +45,7 @@ struct device_primitives {
 
   // The update and the pack with Zen-auto's mass: the fused kernels without their mass (it was
   // summed with float atomics, in an order that varied run to run), then the mass in the host
-  // twins' order (detail/plan/l1_mass.hpp): the same bits as the host backend, at the price of one more
+  // twins' order (device::l1_mass): the same bits as the host backend, at the price of one more
   // read of the rows.
   template <class T>
   static cudaError_t adamw_selective_mass(channel_matrix<T> w,
@@ -51,13 +53,13 @@ struct device_primitives {
                                           const selected_rows& rows,
                                           const adamw_hparams& hp,
                                           step_scalars scalars,
-                                          const l1_mass_args& mass,
+                                          const l1_mass_item& mass,
                                           cudaStream_t s) {
     if (const cudaError_t e = device::adamw_selective(w, g, rows, hp, scalars, nullptr, s);
         e != cudaSuccess) {
       return e;
     }
-    return l1_mass(mass, s);
+    return device::l1_mass(mass, s);
   }
   /// Every matrix of one working type: one launch of the batched update (counts advanced in it),
   /// then the masses of every item in two launches, in the host twins' order.
@@ -68,25 +70,26 @@ struct device_primitives {
                                                   std::int64_t max_rows,
                                                   const adamw_hparams& hp,
                                                   step_scalars scalars,
-                                                  const l1_mass_args* masses,
+                                                  const l1_mass_item* masses,
                                                   cudaStream_t s) {
     if (const cudaError_t e = device::adamw_selective_batched(items, count, blocks, hp, scalars, s);
         e != cudaSuccess) {
       return e;
     }
-    return masses == nullptr ? cudaSuccess : l1_mass_batched(masses, count, max_rows, s);
+    return masses == nullptr ? cudaSuccess : device::l1_mass_batched(masses, count, max_rows, s);
   }
-  /// The pack: with a mass and its ticket (device_plan's packs), the copy and the mass in one
-  /// launch (pack_mass_kernel); else the gather, then the mass in two.
+  /// The pack: with a mass and a ticket (device_plan's packs: a zeroed word per stream of packs),
+  /// the copy and the mass in one launch (pack_mass_kernel); else the gather, then the mass in two.
   template <class Tin, class Tout>
   static cudaError_t gather_channels_mass(channel_matrix<const Tin> src,
                                           const std::int32_t* idx,
                                           std::int64_t count,
                                           Tout* dst,
-                                          const l1_mass_args& mass,
+                                          const l1_mass_item& mass,
+                                          std::uint32_t* ticket,
                                           cudaStream_t s) {
     if constexpr (std::is_same_v<Tin, Tout>) {
-      if (mass.l1 != nullptr && mass.ticket != nullptr && count > 0 && src.channel_len > 0) {
+      if (mass.l1 != nullptr && ticket != nullptr && count > 0 && src.channel_len > 0) {
         row_copy_item it{const_cast<void*>(static_cast<const void*>(src.data)),
                          dtype_of<Tin>(),
                          src.channels,
@@ -99,58 +102,20 @@ struct device_primitives {
                          dtype_of<Tin>(),
                          0};
         const std::int64_t copy_blocks = row_copy_item_blocks(it);
-        const std::int64_t per_block = mass.lanes ? engine_kernels::l1_rows_per_block : 256;
-        const std::int64_t mass_blocks = (count + per_block - 1) / per_block;
+        const std::int64_t mass_blocks = schedule_kernels::l1_rows_blocks(count, mass.lanes);
         ZF_LAUNCH(static_cast<unsigned>(copy_blocks + mass_blocks), 256, 0, s,
                   engine_kernels::pack_mass_kernel<Tin>)
-        (it, copy_blocks, mass, mass_blocks);
+        (it, copy_blocks, mass, ticket, mass_blocks);
         return launch_status();
       }
     }
     if (const cudaError_t e = device::gather_channels(src, idx, count, dst, nullptr, s); e != cudaSuccess) {
       return e;
     }
-    return l1_mass(mass, s);
+    return device::l1_mass(mass, s);
   }
 
-  static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, cudaStream_t s) {
-    if (n > 0) {
-      ZF_LAUNCH(static_cast<unsigned>(n), sq_total_lanes, 0, s, engine_kernels::sq_totals_kernel)
-      (items, totals);
-    }
-    return launch_status();
-  }
-  static cudaError_t sq_rescan(const sq_rescan_item* items, int n, std::int64_t max_count, cudaStream_t s) {
-    if (n > 0 && max_count > 0) {
-      ZF_LAUNCH(dim3(blocks(max_count), grid_rows(n)), 256, 0, s, engine_kernels::sq_rescan_kernel)(items, n);
-    }
-    return launch_status();
-  }
-  /// Zen-auto's masses of a table of calls (device memory; calls with a null `l1` do nothing, no
-  /// two calls add into one mass): every row, then each call's rows in order into its mass.
-  static cudaError_t
-  l1_mass_batched(const l1_mass_args* calls, int n, std::int64_t max_rows, cudaStream_t s) {
-    if (n == 0 || max_rows == 0) {
-      return cudaSuccess;
-    }
-    const dim3 grid(static_cast<unsigned>((max_rows + engine_kernels::l1_rows_per_block - 1) /
-                                          engine_kernels::l1_rows_per_block),
-                    grid_rows(n));
-    ZF_LAUNCH(grid, 256, 0, s, engine_kernels::l1_rows_batched_kernel)(calls, n);
-    if (const cudaError_t e = launch_status(); e != cudaSuccess) {
-      return e;
-    }
-    return l1_add_rows_batched(calls, n, s);
-  }
-  /// The second half alone: each call's `row_l1` (given, not computed) added in order into its mass.
-  static cudaError_t l1_add_rows_batched(const l1_mass_args* calls, int n, cudaStream_t s) {
-    if (n > 0) {
-      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::l1_add_rows_batched_kernel)
-      (calls, n);
-    }
-    return launch_status();
-  }
-  /// Sharded matrices' record masses from the ranks' gathered row masses (l1_mass.hpp).
+  /// Sharded matrices' record masses from the ranks' gathered row masses (shard_mass.hpp).
   static cudaError_t shard_masses(const shard_mass_item* items,
                                   int n,
                                   const float* gathered,
@@ -173,10 +138,6 @@ struct device_primitives {
       const auto grid = static_cast<unsigned>(std::min<std::int64_t>(blocks, std::int64_t{1} << 20));
       ZF_LAUNCH(grid, 256, 0, s, engine_kernels::row_copy_batched_kernel)(items, n, blocks, dir);
     }
-    return launch_status();
-  }
-  static cudaError_t finish_scalars(const step_scalars_args& a, cudaStream_t s) {
-    ZF_LAUNCH(1, 128, 0, s, engine_kernels::finish_scalars_kernel)(a);
     return launch_status();
   }
   static cudaError_t adopt_early_mass(float* early, float* rest, int n, cudaStream_t s) {
@@ -215,23 +176,6 @@ struct device_primitives {
 
 private:
   static unsigned blocks(std::int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
-  /// A grid's rows for a table of `n` items: at most 65535 (CUDA's limit on gridDim.y); the
-  /// kernels stride over the rest.
-  static unsigned grid_rows(int n) { return static_cast<unsigned>(std::min(n, 65535)); }
-  static cudaError_t l1_mass(const l1_mass_args& a, cudaStream_t s) {
-    if (a.l1 == nullptr || a.count == 0) {
-      return cudaSuccess;
-    }
-    const std::int64_t per_block = a.lanes ? engine_kernels::l1_rows_per_block : 256;
-    ZF_LAUNCH(static_cast<unsigned>((a.count + per_block - 1) / per_block), 256, 0, s,
-              engine_kernels::l1_rows_kernel)
-    (a);
-    if (const cudaError_t e = launch_status(); e != cudaSuccess) {
-      return e;
-    }
-    ZF_LAUNCH(1, 32, 0, s, engine_kernels::l1_add_rows_kernel)(a);
-    return launch_status();
-  }
 };
 } // namespace detail
 

@@ -34,6 +34,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/math/fp.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -62,15 +63,6 @@ struct adam_constants {
 };
 
 namespace detail {
-/// fp64 product, never contracted with a following add/sub (ptxas fuses a plain `mul.f64` with
-/// a `sub.f64` into an fma; the host rounds the product first).
-ZF_HOST_DEVICE ZF_FORCEINLINE double mul_d(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
 /// base^n for n >= 0 by repeated squaring in double: the same operations on host and device.
 ZF_HOST_DEVICE inline double pow_int(double base, std::int32_t n) {
   double result = 1.0;
@@ -83,56 +75,6 @@ ZF_HOST_DEVICE inline double pow_int(double base, std::int32_t n) {
     e >>= 1;
   }
   return result;
-}
-
-// fp32 on the device as inline PTX, round-to-nearest and without `.ftz`: correctly rounded,
-// never contracted, and subnormals kept as the host keeps them, whatever the consumer's flags
-// (the _rn intrinsics would still flush subnormals to zero under -ftz=true / --use_fast_math:
-// they compile to `mul.rn.ftz.f32` there).
-ZF_HOST_DEVICE ZF_FORCEINLINE float fma_f(float a, float b, float c) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
-  return r;
-#else
-  return std::fma(a, b, c);
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE float mul_f(float a, float b) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return a * b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE float add_f(float a, float b) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return a + b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE float div_f(float a, float b) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return a / b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE float sqrt_f(float a) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
-  return r;
-#else
-  return std::sqrt(a);
-#endif
 }
 } // namespace detail
 
@@ -151,11 +93,7 @@ ZF_HOST_DEVICE inline adam_constants make_adam_constants(const adamw_hparams& hp
   c.one_minus_beta2 = detail::f64_to_f32(1.0 - detail::f32_to_f64(hp.beta2));
   c.eps = hp.eps;
   c.neg_step_size = detail::f64_to_f32(-detail::f32_to_f64(hp.lr) / bc1);
-#if ZF_DEVICE_COMPILE
-  c.inv_sqrt_bc2 = detail::f64_to_f32(__ddiv_rn(1.0, __dsqrt_rn(bc2)));
-#else
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-#endif
+  c.inv_sqrt_bc2 = detail::f64_to_f32(detail::div_d(1.0, detail::sqrt_d(bc2)));
   c.decay = hp.decoupled ? detail::f64_to_f32(1.0 - detail::mul_d(detail::f32_to_f64(hp.lr),
                                                                   detail::f32_to_f64(hp.weight_decay)))
                          : 1.0f;

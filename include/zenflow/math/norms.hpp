@@ -11,6 +11,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/math/fp.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -26,39 +27,19 @@ enum class channel_norm : std::uint8_t {
 namespace detail {
 
 /// `acc` plus the contribution of `x` to a channel's score (fp32 accumulation). The square is
-/// rounded before it is added (no fma) and subnormals are kept (inline PTX on the device,
-/// whatever the consumer's flags), as the host's loops do: the same bits on both
-/// (select/detail/norm_order.hpp).
+/// rounded before it is added (math/fp.hpp: never contracted into an fma) and subnormals are kept
+/// (inline PTX on the device, whatever the consumer's flags), as the host's loops do: the same bits
+/// on both (select/detail/norm_order.hpp).
 template <channel_norm Norm>
 ZF_HOST_DEVICE ZF_FORCEINLINE float norm_accumulate(float acc, float x) {
-#if ZF_DEVICE_COMPILE
-  float term = abs_f32(x); // a bit clear: fabsf would be abs.ftz.f32 under -ftz=true
-  if constexpr (Norm == channel_norm::sq_l2) {
-    asm("mul.rn.f32 %0, %1, %1;" : "=f"(term) : "f"(x));
-  }
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(acc), "f"(term));
-  return r;
-#else
-  if constexpr (Norm == channel_norm::sq_l2) {
-    volatile float square = x * x; // rounded here even on a host that contracts into fma
-    return acc + square;
-  } else {
-    return acc + std::fabs(x);
-  }
-#endif
+  // |x| as a bit clear: fabsf would be abs.ftz.f32 under -ftz=true.
+  return add_f(acc, Norm == channel_norm::sq_l2 ? mul_f(x, x) : abs_f32(x));
 }
 
 /// a + b, correctly rounded, subnormals kept on the device whatever the consumer's flags (the
 /// folds of the score's partial sums).
 ZF_HOST_DEVICE ZF_FORCEINLINE float norm_add(float a, float b) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return a + b;
-#endif
+  return add_f(a, b);
 }
 
 /// True when the working-precision value `v` is NaN or infinite (a test on its raw bits, so that
@@ -80,14 +61,14 @@ ZF_HOST_DEVICE ZF_FORCEINLINE bool is_nonfinite(T v) {
 inline constexpr int sq_total_lanes = 256;
 
 /// Squared L2 norm of one channel in fp64, its elements in order. A float's square is exact in
-/// fp64 (24 + 24 < 53 mantissa bits), so contraction into an fma cannot change the bits, and no
-/// finite element can overflow it (FLT_MAX^2 ~ 1.2e77).
+/// fp64 (24 + 24 < 53 mantissa bits), so even an fma would give the same bits, and no finite
+/// element can overflow it (FLT_MAX^2 ~ 1.2e77).
 template <class T>
 ZF_HOST_DEVICE double channel_sq_f64(const T* first, std::int64_t len, std::int64_t stride) {
   double s = 0.0;
   for (std::int64_t i = 0; i < len; ++i) {
     const double x = f32_to_f64(to_float(first[i * stride])); // cvt without .ftz
-    s += x * x;
+    s = add_d(s, mul_d(x, x)); // an fma would give these bits too (exact square): pinned for the checks
   }
   return s;
 }

@@ -7,8 +7,9 @@
 ///
 /// Same bits on every path: loads widen fp16/bf16 exactly, stores round to nearest even like
 /// `zenflow::from_float`, and `mul` keeps its product rounded (an empty `asm` hides it from the
-/// optimiser), so a `mul` followed by an `add` is never contracted into an FMA whatever
-/// `-ffp-contract` says; a loop that wants an FMA says `fma`.
+/// optimiser, as math/fp.hpp's mul_f does for scalars), so a `mul` followed by an `add` is never
+/// contracted into an FMA whatever `-ffp-contract` and `-march` say; a loop that wants an FMA
+/// says `fma`.
 #pragma once
 
 #include <cmath>
@@ -18,19 +19,9 @@
 #include <zenflow/core/cpu_simd.hpp>
 #include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/math/fp.hpp>
 
 ZF_NAMESPACE_BEGIN
-
-namespace detail {
-/// `x`, opaque to the optimiser, so that the product it holds stays rounded. (The vector paths
-/// do the same inside their own target regions, where their register types are legal.)
-ZF_FORCEINLINE float keep_rounded(float x) {
-#if ZF_CPU_X86_DISPATCH
-  __asm__("" : "+x"(x));
-#endif
-  return x;
-}
-} // namespace detail
 
 namespace detail::simd_scalar {
 struct ops {
@@ -41,6 +32,11 @@ struct ops {
   static ZF_FORCEINLINE reg load(const float* p) { return *p; }
   static ZF_FORCEINLINE reg load(const half* p) { return to_float(*p); }
   static ZF_FORCEINLINE reg load(const bfloat16* p) { return to_float(*p); }
+  /// Bytes widened exactly: read as int8 (load_i8) or uint8 (load_u8) (int8 moments' codes).
+  static ZF_FORCEINLINE reg load_i8(const std::uint8_t* p) {
+    return static_cast<float>(static_cast<std::int8_t>(*p));
+  }
+  static ZF_FORCEINLINE reg load_u8(const std::uint8_t* p) { return static_cast<float>(*p); }
   static ZF_FORCEINLINE void store(float* p, reg x) { *p = x; }
   static ZF_FORCEINLINE void store(half* p, reg x) { *p = from_float<half>(x); }
   static ZF_FORCEINLINE void store(bfloat16* p, reg x) { *p = from_float<bfloat16>(x); }
@@ -50,7 +46,7 @@ struct ops {
     *p = from_raw_bits<bfloat16>(float_to_bf16_bits_stochastic(float_bits(x), moment_hash_mix(lo ^ key)));
   }
   static ZF_FORCEINLINE reg add(reg a, reg b) { return a + b; }
-  static ZF_FORCEINLINE reg mul(reg a, reg b) { return keep_rounded(a * b); }
+  static ZF_FORCEINLINE reg mul(reg a, reg b) { return mul_f(a, b); }
   static ZF_FORCEINLINE reg div(reg a, reg b) { return a / b; }
   static ZF_FORCEINLINE reg sqrt(reg a) { return std::sqrt(a); }
   static ZF_FORCEINLINE reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }
@@ -79,6 +75,12 @@ struct ops {
   static ZF_FORCEINLINE reg load(const bfloat16* p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static ZF_FORCEINLINE reg load_i8(const std::uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static ZF_FORCEINLINE reg load_u8(const std::uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   static ZF_FORCEINLINE void store(float* p, reg x) { _mm256_storeu_ps(p, x); }
   static ZF_FORCEINLINE void store(half* p, reg x) {
@@ -155,6 +157,12 @@ struct ops {
   static ZF_FORCEINLINE reg load(const bfloat16* p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static ZF_FORCEINLINE reg load_i8(const std::uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static ZF_FORCEINLINE reg load_u8(const std::uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
   static ZF_FORCEINLINE void store(float* p, reg x) { _mm512_storeu_ps(p, x); }
   static ZF_FORCEINLINE void store(half* p, reg x) {

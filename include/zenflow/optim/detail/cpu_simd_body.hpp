@@ -209,7 +209,16 @@ void window_row_q8(float* acc,
     const std::int64_t o = b * q8_block;
     const int nb = static_cast<int>(n - o < q8_block ? n - o : q8_block);
     const float sm = q8_step(m.scale[b], q8_m_levels), su = q8_step(v.scale[b], q8_u_levels);
-    for (int j = 0; j < nb; ++j) { // dequantize
+    // Dequantize in lanes (q8_m_value's and q8_u_value's operations: the codes widen exactly), then
+    // the partial block's tail.
+    int j = 0;
+    const ops::reg vsm = ops::set1(sm), vsu = ops::set1(su);
+    for (; j + ops::width <= nb; j += ops::width) {
+      ops::store(mf + j, ops::mul(ops::load_i8(m.code + o + j), vsm));
+      const ops::reg u = ops::mul(ops::load_u8(v.code + o + j), vsu);
+      ops::store(vf + j, ops::mul(u, u));
+    }
+    for (; j < nb; ++j) {
       mf[j] = q8_m_value(m.code[o + j], sm);
       const float u = q8_u_value(v.code[o + j], su);
       vf[j] = mul_f(u, u);
@@ -217,7 +226,7 @@ void window_row_q8(float* acc,
     // The update in lanes (zenflow::adam_update's operations, as window_span), the new u = sqrt(v)
     // and both absmax (max ignores NaN lanes alike on every path).
     ops::reg am = zero, au = zero;
-    int j = 0;
+    j = 0;
     for (; j + ops::width <= nb; j += ops::width) {
       const std::int64_t i = o + j;
       ops::reg g = ops::load(acc + i);

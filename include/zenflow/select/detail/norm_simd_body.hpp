@@ -28,7 +28,7 @@ template <channel_norm Norm, class T>
 ZF_FORCEINLINE float term1(T v) {
   const float x = to_float(v);
   if constexpr (Norm == channel_norm::sq_l2) {
-    return keep_rounded(x * x);
+    return mul_f(x, x);
   } else {
     return std::fabs(x);
   }

@@ -25,6 +25,7 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/config/config_fail.hpp>
 #include <zenflow/engine/detail/config/config_keys.hpp>
+#include <zenflow/schedule/step_schedule.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -194,17 +195,11 @@ inline std::int64_t config::select_interval_steps() const noexcept {
 }
 
 inline bool config::is_selection_step(std::int64_t t) const noexcept {
-  return t >= full_warm_up_rounds && (t - full_warm_up_rounds) % select_interval_steps() == 0;
+  return zenflow::is_selection_step(t, full_warm_up_rounds, select_interval_steps());
 }
 
 inline std::int64_t config::topk(std::int64_t channels) const noexcept {
-  if (channels <= 0) {
-    return 0;
-  }
-  // Python's int(topk_ratio * channels): one IEEE double product, truncated toward zero.
-  const double product = topk_ratio * static_cast<double>(channels);
-  const auto k = static_cast<std::int64_t>(product);
-  return std::clamp<std::int64_t>(k, 1, channels);
+  return topk_count(topk_ratio, channels);
 }
 
 inline const param_group* config::find_param_group(std::string_view name) const noexcept {

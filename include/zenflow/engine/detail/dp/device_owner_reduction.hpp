@@ -46,10 +46,10 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/schedule/l1_mass.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -100,7 +100,7 @@ public:
     b.zero(rescan_.data(), rescan_.size() * 8, stream);
     b.run(stream, 0, "zenflow::engine: sq_rescan",
           [items = rescan_items_.data(), n = static_cast<int>(rescan_count_),
-           max = rescan_max_](auto prim, auto on) { return prim.sq_rescan(items, n, max, on); });
+           max = rescan_max_](auto prim, auto on) { return prim.sq_norm_rescan(items, n, max, on); });
     comm.all_reduce_sum(rescan_.data(), rescan_.size(), stream);
     comm.all_reduce_max(ctx_.plan->exposed().flags(), params.size(),
                         stream); // 0/1 flags: the max is the or (ncclMax)
@@ -145,11 +145,11 @@ public:
     b.zero(rest_.data(), rest_.size() * 4, stream);
     b.run(stream, 0, "zenflow::engine: l1_add_rows_batched", // per slot, then the slots per matrix
           [calls = slot_calls_.data(), n = static_cast<int>(slot_call_count_)](auto prim, auto on) {
-            return prim.l1_add_rows_batched(calls, n, on);
+            return prim.l1_mass_add_rows_batched(calls, n, on);
           });
     b.run(stream, 0, "zenflow::engine: l1_add_rows_batched",
           [calls = matrix_calls_.data(), n = static_cast<int>(matrix_call_count_)](auto prim, auto on) {
-            return prim.l1_add_rows_batched(calls, n, on);
+            return prim.l1_mass_add_rows_batched(calls, n, on);
           });
     order();
     b.copy_d2d(ctx_.plan->exposed().record_rest(), rest_.data(), static_cast<std::size_t>(matrices_) * 4,
@@ -207,11 +207,11 @@ private:
   struct mirror {
     std::vector<std::int32_t> idx;
     std::vector<sq_rescan_item> rescans;
-    std::vector<l1_mass_args> own_l1, slots, matrices;
+    std::vector<l1_mass_item> own_l1, slots, matrices;
     std::vector<row_copy_item> gathers, scatters;
     hbuf<std::int32_t> idx_up; // pinned copies of the lists (setup), what the uploads read
     hbuf<sq_rescan_item> rescans_up;
-    hbuf<l1_mass_args> own_l1_up, slots_up, matrices_up;
+    hbuf<l1_mass_item> own_l1_up, slots_up, matrices_up;
   };
 
   [[nodiscard]] static bool split(const param_info& pi) noexcept { return context::split(pi); }
@@ -238,7 +238,7 @@ private:
   dbuf<std::int32_t> idx_, enter_idx_;
   hbuf<std::int32_t> enter_idx_up_; // pinned (setup): fetch_entering()'s upload reads it
   dbuf<sq_rescan_item> rescan_items_;
-  dbuf<l1_mass_args> own_l1_, slot_calls_, matrix_calls_;
+  dbuf<l1_mass_item> own_l1_, slot_calls_, matrix_calls_;
   row_copy_table<Backend> gathers_, scatters_, enter_gathers_, enter_scatters_;
   std::size_t rescan_count_ = 0, own_l1_count_ = 0, slot_call_count_ = 0, matrix_call_count_ = 0;
   std::int64_t rescan_max_ = 0, own_l1_max_ = 0;

@@ -64,15 +64,15 @@ std::size_t device_owner_reduction<Backend, Comm, Host>::setup(const context& ct
   enter_gathers_ = row_copy_table<Backend>(items);
   enter_scatters_ = row_copy_table<Backend>(items * static_cast<std::size_t>(std::max(ranks - 1, 1)));
   rescan_items_ = dbuf<sq_rescan_item>(items);
-  own_l1_ = dbuf<l1_mass_args>(items);
-  matrix_calls_ = dbuf<l1_mass_args>(items);
-  slot_calls_ = dbuf<l1_mass_args>(slot_sums_.size());
+  own_l1_ = dbuf<l1_mass_item>(items);
+  matrix_calls_ = dbuf<l1_mass_item>(items);
+  slot_calls_ = dbuf<l1_mass_item>(slot_sums_.size());
   for (mirror& m : mirrors_) { // pinned, at their largest: what the uploads read
     m.idx_up = hbuf<std::int32_t>(idx_.size());
     m.rescans_up = hbuf<sq_rescan_item>(rescan_items_.size());
-    m.own_l1_up = hbuf<l1_mass_args>(own_l1_.size());
-    m.slots_up = hbuf<l1_mass_args>(slot_calls_.size());
-    m.matrices_up = hbuf<l1_mass_args>(matrix_calls_.size());
+    m.own_l1_up = hbuf<l1_mass_item>(own_l1_.size());
+    m.slots_up = hbuf<l1_mass_item>(slot_calls_.size());
+    m.matrices_up = hbuf<l1_mass_item>(matrix_calls_.size());
   }
   enter_idx_up_ = hbuf<std::int32_t>(enter_idx_.size());
   inputs_.score_rescans.assign(params.size(), nullptr);
@@ -84,8 +84,8 @@ std::size_t device_owner_reduction<Backend, Comm, Host>::setup(const context& ct
   versions_.assign(params.size(), ~std::uint64_t{0});
   return (scores_.size() + row_l1_.size() + mine_.size() + idx_.size() + enter_idx_.size()) * 4 +
          rescan_.size() * 8 + (rest_.size() + junk_.size() + slot_sums_.size()) * 4 +
-         items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_args)) +
-         slot_calls_.size() * sizeof(l1_mass_args) +
+         items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_item)) +
+         slot_calls_.size() * sizeof(l1_mass_item) +
          (2 * gathers_.items.size() + enter_gathers_.items.size() + enter_scatters_.items.size()) *
              sizeof(row_copy_item);
 }
@@ -238,7 +238,7 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
     h.rescans.push_back({src, first, count, rescan_.data() + chan_off_[p]});
     rescan_max_ = std::max(rescan_max_, count);
     const auto me = static_cast<std::size_t>(me_);
-    l1_mass_args own{pi.step_grads,
+    l1_mass_item own{pi.step_grads,
                      pi.type,
                      pi.channels,
                      pi.channel_len,
@@ -299,7 +299,7 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
     if (split(pi) && !host[p].host_set.empty()) {
       const auto n = static_cast<std::int64_t>(host[p].host_set.size());
       const std::int64_t per_slot = pi.rows_per_slot(slot_bytes_);
-      l1_mass_args sum{};
+      l1_mass_item sum{};
       for (std::int64_t s = 0, k = 0; s < n; s += per_slot, ++k) {
         sum.row_l1 = row_l1_.data() + row_at[p] + s;
         sum.count = std::min(n, s + per_slot) - s;

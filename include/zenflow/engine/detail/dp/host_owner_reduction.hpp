@@ -33,9 +33,9 @@
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/math/norms.hpp>
+#include <zenflow/schedule/l1_mass.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -350,7 +350,7 @@ private:
         const param_info& pi = params[p];
         const auto& h = host[p];
         // Row `pos` of the host set, in the packs' order (lanes for contiguous channels).
-        const l1_mass_args a{pi.step_grads,
+        const l1_mass_item a{pi.step_grads,
                              pi.type,
                              pi.channels,
                              pi.channel_len,

@@ -22,8 +22,9 @@
 #include <zenflow/comm/communicator.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
+#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/schedule/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -99,10 +100,10 @@ public:
     idx_ = dbuf<std::int32_t>(std::max<std::size_t>(mine, 1));
     h_idx_ = hbuf<std::int32_t>(idx_.size() + std::max<std::size_t>(M, 1)); // the list, then the counts
     junk_ = dbuf<float>(std::max<std::size_t>(M, 1));
-    std::vector<l1_mass_args> calls(std::max<std::size_t>(M, 1));
+    std::vector<l1_mass_item> calls(std::max<std::size_t>(M, 1));
     for (int buf = 0; buf < 2; ++buf) {
       gathered_[buf] = dbuf<float>(std::max<std::size_t>(total, 1));
-      calls_[buf] = dbuf<l1_mass_args>(calls.size());
+      calls_[buf] = dbuf<l1_mass_item>(calls.size());
       std::size_t at = 0;
       for (std::size_t m = 0; m < M; ++m) {
         const param_info& pi = params[matrices_[m]];
@@ -120,14 +121,14 @@ public:
                     junk_.data() + m};
         at += counts[m][me];
       }
-      b.copy_h2d(calls_[buf].data(), calls.data(), calls.size() * sizeof(l1_mass_args), nullptr);
+      b.copy_h2d(calls_[buf].data(), calls.data(), calls.size() * sizeof(l1_mass_item), nullptr);
     }
     b.copy_h2d(parts_.data(), parts.data(), parts.size() * sizeof(shard_mass_part), nullptr);
     b.copy_h2d(items_.data(), items.data(), items.size() * sizeof(shard_mass_item), nullptr);
     b.synchronize(nullptr);
     versions_.assign(params.size(), ~std::uint64_t{0});
     return 2 * gathered_[0].size() * 4 + idx_.size() * 4 + junk_.size() * 4 +
-           2 * calls.size() * sizeof(l1_mass_args) + parts.size() * sizeof(shard_mass_part) +
+           2 * calls.size() * sizeof(l1_mass_item) + parts.size() * sizeof(shard_mass_part) +
            items.size() * sizeof(shard_mass_item);
   }
 
@@ -220,7 +221,7 @@ private:
   std::vector<std::uint64_t> versions_; // per parameter: the host set the lists were built from
   std::int64_t max_rows_ = 0;
   dbuf<float> gathered_[2];
-  dbuf<l1_mass_args> calls_[2];
+  dbuf<l1_mass_item> calls_[2];
   dbuf<shard_mass_part> parts_;
   dbuf<shard_mass_item> items_;
   dbuf<std::int32_t> idx_;

@@ -220,7 +220,7 @@ public:
         continue;
       }
       inputs_.whole[p] = {scores_.data() + at, rescans_.data() + at, pi.whole_channels(), pi.shard_first,
-                          cfg.mode == optimizer_mode::zenflow ? cfg.topk(pi.whole_channels()) : pi.channels};
+                          pi.selected_channels(cfg)};
       gathers_.push_back({p, at});
       // This rank's rows' rescans at their place in the whole matrix's (out[c], c a shard index).
       const sq_total_item src{pi.step_grads, nullptr,   pi.channels, pi.channel_len,
@@ -366,7 +366,7 @@ private:
       b.zero(rescans_.data(), rescans_.size() * 8, stream);
       b.run(stream, 0, "zenflow::engine: sq_rescan",
             [items = rescan_table_.data(), n = static_cast<int>(rescan_items_.size()),
-             max = rescan_max_](auto prim, auto on) { return prim.sq_rescan(items, n, max, on); });
+             max = rescan_max_](auto prim, auto on) { return prim.sq_norm_rescan(items, n, max, on); });
     }
     std::uint64_t sent = gather_scores(stream); // waits for the stream
     if (!active()) {

@@ -20,7 +20,7 @@
 #include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/io/checkpoint_sections.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/detail/step/zen_auto.hpp>
+#include <zenflow/schedule/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

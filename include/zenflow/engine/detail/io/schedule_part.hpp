@@ -15,10 +15,10 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/detail/io/checkpoint_sections.hpp>
-#include <zenflow/engine/detail/step/mass_trigger.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
-#include <zenflow/engine/detail/step/zen_auto.hpp>
 #include <zenflow/engine/stats.hpp>
+#include <zenflow/schedule/mass_trigger.hpp>
+#include <zenflow/schedule/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -37,13 +37,13 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan_batch.hpp>
 #include <zenflow/engine/detail/plan/device_plan_types.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/plan/step_record.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
+#include <zenflow/schedule/types.hpp>
 #include <zenflow/select/types.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -366,8 +366,8 @@ private:
                    std::int64_t n,
                    cudaStream_t s);
   /// Zen-auto's mass of rows `idx[0..count)` of `p`'s gradient into `*l1`, in the host twins'
-  /// order (detail/plan/l1_mass.hpp: their 16-lane path for contiguous weights and gradients).
-  l1_mass_args mass_args(std::size_t p,
+  /// order (schedule/l1_mass.hpp: their 16-lane path for contiguous weights and gradients).
+  l1_mass_item mass_args(std::size_t p,
                          const std::int32_t* idx,
                          std::int64_t count,
                          float* row_l1,
@@ -404,7 +404,7 @@ private:
   std::size_t cur_record_ = 0;
   dbuf<float> early_rest_;           // per matrix: rest mass of the packs done by grad_ready
   dbuf<float> mass_rows_[2];         // per-row masses: step()'s packs', grad_ready()'s packs'
-  dbuf<std::uint32_t> pack_tickets_; // their packs' tickets (l1_mass_args::ticket), zero between packs
+  dbuf<std::uint32_t> pack_tickets_; // their packs' tickets (the CUDA pack_mass_kernel's), zero between packs
   dbuf<double> totals_;              // per parameter (registration order): fp64 squared norm
   dbuf<sq_total_item> sq_items_;
   // A selection by sq_l2: the fp64 rescans of the +Inf scores, which the top-k ranks them by

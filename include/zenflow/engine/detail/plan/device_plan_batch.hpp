@@ -10,8 +10,8 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/optim/types.hpp>
+#include <zenflow/schedule/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -47,8 +47,8 @@ struct batch_tables {
   table<bfloat16> bf16;
   // Zen-auto's mass calls per record parity (they point into it), their host copies, and the
   // per-row masses of every matrix side by side.
-  typename Backend::template device_buffer<l1_mass_args> mass[2];
-  typename Backend::template host_buffer<l1_mass_args> h_mass[2];
+  typename Backend::template device_buffer<l1_mass_item> mass[2];
+  typename Backend::template host_buffer<l1_mass_item> h_mass[2];
   typename Backend::template device_buffer<float> row_l1;
   bool dirty = true;     // a device set changed: rebuild before the next update
   bool recorded = false; // `copied` was recorded

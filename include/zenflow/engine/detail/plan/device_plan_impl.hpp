@@ -74,17 +74,20 @@ void device_plan<Backend>::norms(cudaStream_t stream) {
 
 template <class Backend>
 void device_plan<Backend>::scalars(float loss_scale, float max_norm, cudaStream_t stream) {
-  const auto offset = params_->size(); // every parameter has its flag
-  const auto n = static_cast<int>(params_->size());
+  const auto n = static_cast<std::int64_t>(params_->size()); // every parameter has its total and flag
+  // (The operations keep their names in the pipeline trace: sq_totals, finish_scalars.)
   b_.run(stream, 0, "zenflow::engine: sq_totals",
          [items = sq_items_.data(), n, totals = totals_.data()](auto prim, auto on) {
-           return prim.sq_totals(items, n, totals, on);
+           return prim.sq_norm_totals(items, n, totals, on);
          });
-  const step_scalars_args scalars{
-      totals_.data(), n,        flags_.data(),  static_cast<int>(offset),
-      loss_scale,     max_norm, record_words(), static_cast<int>(layout_.matrices)};
+  // The header, and the crit masses zeroed in the same launch (the update adds into them next).
   b_.run(stream, 0, "zenflow::engine: finish_scalars",
-         [scalars](auto prim, auto on) { return prim.finish_scalars(scalars, on); });
+         [totals = totals_.data(), n, flags = flags_.data(), loss_scale, max_norm,
+          header = step_record_layout::header(record_words()), crit = layout_.crit(record_words(), 0),
+          matrices = layout_.matrices](auto prim, auto on) {
+           return prim.compute_step_header(totals, n, flags, n, loss_scale, max_norm, header, crit, matrices,
+                                           on);
+         });
 }
 
 template <class Backend>
@@ -146,7 +149,7 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
     b_.run(stream, bt.bytes, "zenflow::engine: adamw_selective",
            [items = static_cast<const adamw_selective_item<T>*>(bt.d.data()), n = bt.count,
             blocks = bt.blocks, rows = bt.max_rows, hp, scalars,
-            masses = static_cast<const l1_mass_args*>(batch_.mass[cur_record_].data()) +
+            masses = static_cast<const l1_mass_item*>(batch_.mass[cur_record_].data()) +
                      bt.mass_first](auto prim, auto on) {
              return prim.adamw_selective_batched_mass(items, n, blocks, rows, hp, scalars, masses, on);
            });
@@ -200,7 +203,7 @@ void device_plan<Backend>::build_batch(cudaStream_t stream) {
                 static_cast<std::size_t>(bt.count) * sizeof(adamw_selective_item<T>), stream);
   });
   for (int r = 0; r < 2; ++r) {
-    b_.copy_h2d(batch_.mass[r].data(), batch_.h_mass[r].data(), mass * sizeof(l1_mass_args), stream);
+    b_.copy_h2d(batch_.mass[r].data(), batch_.h_mass[r].data(), mass * sizeof(l1_mass_item), stream);
   }
   c.record(batch_.copied, stream);
   batch_.recorded = true;
@@ -229,9 +232,10 @@ void device_plan<Backend>::pack(
   const param_info& pi = info(p);
   auto& d = dev_[p];
   float* mass = early ? early_rest_.data() + d.matrix_index : layout_.rest(record_words(), d.matrix_index);
-  l1_mass_args m =
+  const l1_mass_item m =
       mass_args(p, d.host_set.data() + begin, end - begin, mass_rows_[early ? 1 : 0].data(), nullptr, mass);
-  m.ticket = pack_tickets_.data() + (early ? 1 : 0); // the CUDA backend's pack adds the mass itself
+  std::uint32_t* ticket =
+      pack_tickets_.data() + (early ? 1 : 0); // the CUDA backend's pack adds the mass itself
   dispatch_dtype(pi.type, [&](auto tag) {
     using T = decltype(tag);
     const auto src = pi.grad_matrix<T>();
@@ -239,8 +243,9 @@ void device_plan<Backend>::pack(
     const std::int64_t count = end - begin;
     T* out = reinterpret_cast<T*>(dst);
     b_.run(stream, static_cast<std::size_t>(count * src.channel_len) * 2 * sizeof(T),
-           "zenflow::engine: gather_channels",
-           [=](auto prim, auto on) { return prim.gather_channels_mass(src, idx, count, out, m, on); });
+           "zenflow::engine: gather_channels", [=](auto prim, auto on) {
+             return prim.gather_channels_mass(src, idx, count, out, m, ticket, on);
+           });
   });
 }
 
@@ -319,7 +324,7 @@ void device_plan<Backend>::move_counts(const std::int32_t* src,
 }
 
 template <class Backend>
-l1_mass_args device_plan<Backend>::mass_args(std::size_t p,
+l1_mass_item device_plan<Backend>::mass_args(std::size_t p,
                                              const std::int32_t* idx,
                                              std::int64_t count,
                                              float* row_l1,

@@ -68,7 +68,7 @@ bool device_plan<Backend>::select_top(std::vector<std::vector<std::int32_t>>& se
   if (wide && wide_count_ > 0) {
     b_.run(stream, 0, "zenflow::engine: sq_rescan",
            [items = wide_items_.data(), n = wide_count_, max = wide_max_](auto prim, auto on) {
-             return prim.sq_rescan(items, n, max, on);
+             return prim.sq_norm_rescan(items, n, max, on);
            });
   }
   std::vector<topk_item> items;

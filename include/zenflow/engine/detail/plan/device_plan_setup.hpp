@@ -81,7 +81,7 @@ void device_plan<Backend>::setup_records_and_masses(memory_usage& mem) {
   }
   early_rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(layout_.matrices, 1)));
   b_.zero(early_rest_.data(), early_rest_.size() * 4, nullptr);
-  // Zen-auto's per-row masses (detail/plan/l1_mass.hpp): a call has at most `channels` rows; step()'s
+  // Zen-auto's per-row masses (schedule/l1_mass.hpp): a call has at most `channels` rows; step()'s
   // packs and grad_ready()'s packs each have their own (they may run on different streams; the
   // update's are the batch tables').
   std::int64_t rows = 1;
@@ -91,7 +91,7 @@ void device_plan<Backend>::setup_records_and_masses(memory_usage& mem) {
   for (auto& m : mass_rows_) {
     m = dbuf<float>(static_cast<std::size_t>(rows));
   }
-  // Their packs' tickets (l1_mass_args::ticket): zero between packs.
+  // Their packs' tickets (the CUDA backend's pack_mass_kernel): zero between packs.
   pack_tickets_ = dbuf<std::uint32_t>(2);
   b_.zero(pack_tickets_.data(), pack_tickets_.size() * 4, nullptr);
   mem.device_scratch += 2 * record_[0].size() * 4 + early_rest_.size() * 4 + 2 * mass_rows_[0].size() * 4 +
@@ -201,11 +201,11 @@ void device_plan<Backend>::setup_batch_tables(memory_usage& mem) {
     all += n;
   });
   for (int r = 0; r < 2; ++r) {
-    batch_.mass[r] = dbuf<l1_mass_args>(std::max<std::size_t>(all, 1));
-    batch_.h_mass[r] = hbuf<l1_mass_args>(std::max<std::size_t>(all, 1));
+    batch_.mass[r] = dbuf<l1_mass_item>(std::max<std::size_t>(all, 1));
+    batch_.h_mass[r] = hbuf<l1_mass_item>(std::max<std::size_t>(all, 1));
   }
   batch_.row_l1 = dbuf<float>(std::max<std::size_t>(rows, 1));
-  mem.device_scratch += 2 * batch_.mass[0].size() * sizeof(l1_mass_args) + batch_.row_l1.size() * 4;
+  mem.device_scratch += 2 * batch_.mass[0].size() * sizeof(l1_mass_item) + batch_.row_l1.size() * 4;
   b_.copier().create_event(batch_.copied);
 }
 

@@ -1,10 +1,11 @@
 /// @file
 /// The primitive set the host and emulated backends run the device plan's operations with: the
-/// host twins of the primitives (zenflow::host::*) and the host loops of the plan's small
-/// operations (step_kernels.hpp). Its CUDA counterpart, `device_primitives`, is in
-/// cuda_backend.cuh: the same member names and arguments, so that the plan writes each operation
-/// once as `[=](auto prim, auto on) { return prim.name(args..., on); }`, where `on` is the last
-/// argument of the primitive (a worker pool here, nullptr: the calling thread; a stream there).
+/// host twins of the primitives (zenflow::host::*: select/, optim/ and the schedule's step
+/// scalars and L1 masses) and the host loops of the plan's small operations (step_kernels.hpp). Its CUDA
+/// counterpart, `device_primitives`, is in cuda_backend.cuh: the same member names and arguments, so that the
+/// plan writes each operation once as `[=](auto prim, auto on) { return prim.name(args..., on); }`, where
+/// `on` is the last argument of the primitive (a worker pool here, nullptr: the calling thread; a stream
+/// there).
 #pragma once
 
 #include <cstdint>
@@ -15,19 +16,26 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/worker_pool.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
+#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/optim/adamw.hpp>
 #include <zenflow/optim/channels.hpp>
 #include <zenflow/optim/detail/cpu_simd.hpp>
 #include <zenflow/optim/detail/host_grain.hpp>
+#include <zenflow/schedule/l1_mass.hpp>
+#include <zenflow/schedule/step_scalars.hpp>
 #include <zenflow/select/channel_norms.hpp>
 #include <zenflow/select/topk.hpp>
 
 /// The forwarding members of a primitive set: the primitives of namespace `zenflow::NS` (host or
 /// device: the same names and arguments), so that the two sets are written once.
+#define ZF_ENGINE_FORWARD(NS, name)                                                                          \
+  template <class... A>                                                                                      \
+  static cudaError_t name(A&&... a) {                                                                        \
+    return NS::name(std::forward<A>(a)...);                                                                  \
+  }
 #define ZF_ENGINE_PRIMITIVES_FROM(NS)                                                                        \
   template <channel_norm Norm, class... A>                                                                   \
   static cudaError_t channel_norms(A&&... a) {                                                               \
@@ -60,7 +68,13 @@
   template <class... A>                                                                                      \
   static cudaError_t scatter_channels(A&&... a) {                                                            \
     return NS::scatter_channels(std::forward<A>(a)...);                                                      \
-  }
+  }                                                                                                          \
+  ZF_ENGINE_FORWARD(NS, sq_norm_totals)                                                                      \
+  ZF_ENGINE_FORWARD(NS, sq_norm_rescan)                                                                      \
+  ZF_ENGINE_FORWARD(NS, compute_step_header)                                                                 \
+  ZF_ENGINE_FORWARD(NS, l1_mass)                                                                             \
+  ZF_ENGINE_FORWARD(NS, l1_mass_batched)                                                                     \
+  ZF_ENGINE_FORWARD(NS, l1_mass_add_rows_batched)
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -70,15 +84,15 @@ struct host_primitives {
 
   ZF_ENGINE_PRIMITIVES_FROM(host)
 
-  // The update and the pack with Zen-auto's mass (detail/plan/l1_mass.hpp): the host twins compute it
-  // fused, in the order the CUDA backend follows row by row (`mass.row_l1` unused here).
+  // The update and the pack with Zen-auto's mass: the host twins compute it fused, in the order
+  // of the schedule's l1_mass, which the CUDA backend runs row by row (`mass.row_l1` unused here).
   template <class T>
   static cudaError_t adamw_selective_mass(channel_matrix<T> w,
                                           channel_matrix<const T> g,
                                           const selected_rows& rows,
                                           const adamw_hparams& hp,
                                           step_scalars scalars,
-                                          const l1_mass_args& mass,
+                                          const l1_mass_item& mass,
                                           exec_type on) {
     return host::adamw_selective(w, g, rows, hp, scalars, mass.l1, on);
   }
@@ -91,7 +105,7 @@ struct host_primitives {
                                                   std::int64_t /*max_rows*/,
                                                   const adamw_hparams& hp,
                                                   step_scalars scalars,
-                                                  const l1_mass_args* masses,
+                                                  const l1_mass_item* masses,
                                                   exec_type on) {
     std::vector<float*> l1(static_cast<std::size_t>(count), nullptr);
     for (int i = 0; masses != nullptr && i < count; ++i) {
@@ -104,40 +118,13 @@ struct host_primitives {
                                           const std::int32_t* idx,
                                           std::int64_t count,
                                           Tout* dst,
-                                          const l1_mass_args& mass,
+                                          const l1_mass_item& mass,
+                                          std::uint32_t* /*ticket*/,
                                           exec_type on) {
     return host::gather_channels(src, idx, count, dst, mass.l1, on);
   }
 
-  static cudaError_t sq_totals(const sq_total_item* items, int n, double* totals, exec_type) {
-    host_sq_totals(items, n, totals);
-    return cudaSuccess;
-  }
-  static cudaError_t sq_rescan(const sq_rescan_item* items, int n, std::int64_t /*max_count*/, exec_type) {
-    host_sq_rescan(items, n);
-    return cudaSuccess;
-  }
-  /// Zen-auto's masses of a table of calls (those with a null `l1` do nothing): each call's rows
-  /// (detail/plan/l1_mass.hpp's order), then their sum into its mass; the CUDA kernels' arithmetic.
-  static cudaError_t l1_mass_batched(const l1_mass_args* calls, int n, std::int64_t /*max_rows*/, exec_type) {
-    for (int i = 0; i < n; ++i) {
-      if (calls[i].l1 != nullptr) {
-        host_l1_mass(calls[i]);
-      }
-    }
-    return cudaSuccess;
-  }
-  /// The second half alone: each call's `row_l1` (given, not computed) added in order into its mass.
-  static cudaError_t l1_add_rows_batched(const l1_mass_args* calls, int n, exec_type) {
-    for (int i = 0; i < n; ++i) {
-      const l1_mass_args& a = calls[i];
-      if (a.l1 != nullptr && a.count > 0 && (a.skip == nullptr || *a.skip == 0)) {
-        l1_add_rows(a);
-      }
-    }
-    return cudaSuccess;
-  }
-  /// Sharded matrices' record masses from the ranks' gathered row masses (l1_mass.hpp).
+  /// Sharded matrices' record masses from the ranks' gathered row masses (shard_mass.hpp).
   static cudaError_t shard_masses(const shard_mass_item* items,
                                   int n,
                                   const float* gathered,
@@ -155,10 +142,6 @@ struct host_primitives {
   static cudaError_t copy_rows_batched(
       const row_copy_item* items, int n, std::int64_t /*blocks*/, row_copy_direction dir, exec_type on) {
     return host_copy_rows_batched(items, n, dir, on);
-  }
-  static cudaError_t finish_scalars(const step_scalars_args& a, exec_type) {
-    host_finish_scalars(a);
-    return cudaSuccess;
   }
   static cudaError_t adopt_early_mass(float* early, float* rest, int n, exec_type) {
     host_adopt_early_mass(early, rest, n);

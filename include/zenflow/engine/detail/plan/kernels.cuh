@@ -1,8 +1,9 @@
 /// @file
-/// The CUDA backend's launches of the device plan's small operations (detail/plan/step_kernels.hpp
-/// holds their bodies, shared with the host loops): the per-tensor fp64 squared-norm totals, the
-/// step scalars, the early-mass adoption, an iota, count moves, Zen-auto's masses and the batched
-/// row copies (row_copies.hpp).
+/// The CUDA backend's kernels of the device plan's small operations (detail/plan/step_kernels.hpp
+/// holds their bodies, shared with the host loops): the early-mass adoption, an iota, count moves,
+/// device accumulation, a sharded matrix's masses, the batched row copies (row_copies.hpp) and the
+/// pack fused with its Zen-auto mass. The step's scalars and Zen-auto's masses themselves are the
+/// schedule layer's launchers (schedule/step_scalars.cuh, schedule/l1_mass.cuh).
 #pragma once
 
 #include <cstdint>
@@ -11,53 +12,15 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/kernel.hpp>
-#include <zenflow/engine/detail/plan/l1_mass.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
+#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/math/norms.hpp>
+#include <zenflow/schedule/detail/l1_mass_kernels.cuh>
 
 ZF_NAMESPACE_BEGIN
 namespace detail::engine_kernels {
-
-/// One block of sq_total_lanes threads per tensor: lane j sums its channels in fp64
-/// (`sq_total_lane`, which rescans an overflowed channel), then thread 0 adds the lanes in order:
-/// the host loop's arithmetic and order, no atomics.
-template <int = 0>
-ZF_KERNEL void __launch_bounds__(sq_total_lanes)
-    sq_totals_kernel(const sq_total_item* items, double* totals) {
-  ZF_SHARED(lanes, double[sq_total_lanes]);
-  const int lane = static_cast<int>(threadIdx.x);
-  lanes[lane] = sq_total_item_lane(items[blockIdx.x], lane);
-  __syncthreads();
-  if (lane == 0) {
-    totals[blockIdx.x] = sum_lanes(lanes);
-  }
-}
-
-/// The rescans of a table of `n` items (device memory): blockIdx.y the item (strided by gridDim.y:
-/// a grid has at most 65535 rows), one thread per channel.
-template <int = 0>
-ZF_KERNEL void sq_rescan_kernel(const sq_rescan_item* items, int n) {
-  for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
-    const sq_rescan_item& it = items[y];
-    const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-    if (i < it.count) {
-      sq_rescan_at(it, i);
-    }
-  }
-}
-
-/// One block: the record's header (thread 0, `finish_step_header`) and its crit masses zeroed.
-template <int = 0>
-ZF_KERNEL void finish_scalars_kernel(step_scalars_args a) {
-  if (threadIdx.x == 0) {
-    finish_step_header(a);
-  }
-  for (int i = static_cast<int>(threadIdx.x); i < a.crit_words; i += static_cast<int>(blockDim.x)) {
-    a.record[step_record_layout::header_words + i] = 0.0f;
-  }
-}
 
 template <int = 0>
 ZF_KERNEL void adopt_early_mass_kernel(float* early, float* rest, int n) {
@@ -97,72 +60,6 @@ ZF_KERNEL void move_counts_kernel(count_moves m) {
   }
 }
 
-/// Zen-auto's mass, rows apart (detail/plan/l1_mass.hpp): 16 rows per block, 16 threads per row in
-/// the 16-lane order (a warp reads two rows' 16 consecutive elements at a time), or one thread
-/// per row in the sequential order. Each row's sum goes to `a.row_l1`; no atomics.
-inline constexpr int l1_rows_per_block = 256 / l1_row_lanes;
-
-/// The rows of call `a` that block `block` takes (l1_rows_kernel's body, also batched).
-__device__ ZF_FORCEINLINE void
-l1_rows_block(const l1_mass_args& a, std::int64_t block, float (*lanes)[l1_row_lanes]) {
-  if (a.skip != nullptr && *a.skip != 0) {
-    return;
-  }
-  const int sub = static_cast<int>(threadIdx.x) / l1_row_lanes;
-  const int lane = static_cast<int>(threadIdx.x) % l1_row_lanes;
-  if (!a.lanes) {
-    const std::int64_t r = block * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-    if (r < a.count) {
-      a.row_l1[r] = with_grad_matrix<l1_sequential_op>(a, static_cast<std::int64_t>(a.idx[r]));
-    }
-    return;
-  }
-  const std::int64_t r = block * static_cast<std::int64_t>(l1_rows_per_block) + sub;
-  if (r < a.count) {
-    lanes[sub][lane] = with_grad_matrix<l1_lane_op>(a, static_cast<std::int64_t>(a.idx[r]), lane);
-  }
-  __syncthreads();
-  if (r < a.count && lane == 0) {
-    a.row_l1[r] = with_grad_matrix<l1_finish_op>(a, static_cast<std::int64_t>(a.idx[r]),
-                                                 static_cast<const float*>(lanes[sub]));
-  }
-}
-
-template <int = 0>
-ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_args a) {
-  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
-  l1_rows_block(a, blockIdx.x, lanes);
-}
-
-/// l1_rows_kernel over a table of `n` calls (device memory): blockIdx.y is the call (strided by
-/// gridDim.y: a grid has at most 65535 rows), blockIdx.x its block (blocks past a call's rows do
-/// nothing). The loop's bounds are the block's, so every thread reaches the barrier.
-template <int = 0>
-ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_args* calls, int n) {
-  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
-  for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
-    const l1_mass_args a = calls[y];
-    if (a.l1 != nullptr) {
-      l1_rows_block(a, blockIdx.x, lanes);
-    }
-    __syncthreads(); // `lanes` is rewritten by the next call
-  }
-}
-
-/// One thread per call: its rows in order, that sum into its mass (l1_add_rows_kernel's order).
-template <int = 0>
-ZF_KERNEL void l1_add_rows_batched_kernel(const l1_mass_args* calls, int n) {
-  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= n) {
-    return;
-  }
-  const l1_mass_args& a = calls[i];
-  if (a.l1 == nullptr || a.count == 0 || (a.skip != nullptr && *a.skip != 0)) {
-    return;
-  }
-  l1_add_rows(a);
-}
-
 /// One thread per sharded matrix: its record masses from the gathered row masses.
 template <int = 0>
 ZF_KERNEL void shard_masses_kernel(const shard_mass_item* items,
@@ -175,15 +72,6 @@ ZF_KERNEL void shard_masses_kernel(const shard_mass_item* items,
   if (i < n) {
     shard_masses_of(items[i], gathered, skip, crit, rest);
   }
-}
-
-/// One thread: the rows in order, that sum into the mass (the host twins' order).
-template <int = 0>
-ZF_KERNEL void l1_add_rows_kernel(l1_mass_args a) {
-  if ((a.skip != nullptr && *a.skip != 0) || threadIdx.x != 0) {
-    return;
-  }
-  l1_add_rows(a);
 }
 
 /// Block `b` of a batched row copy's item `it` (row_copies.hpp), its packed rows of type `P`
@@ -266,12 +154,18 @@ __device__ void row_copy_block_of(const row_copy_item& it,
 /// in one launch instead of three (the gather, l1_rows_kernel, and l1_add_rows_kernel's single
 /// thread): blocks [0, copy_blocks) copy the rows (row_copy_block), the `mass_blocks` after them
 /// compute the rows' sums (l1_rows_block, into a.row_l1), and the mass block that finishes last,
-/// told by the ticket `a.ticket` (zero before the launch, zero again after it), adds them in row
+/// told by the ticket `ticket` (zero before the launch, zero again after it), adds them in row
 /// order into the mass: l1_add_rows' order and bits. The copy is gather_channels' (every value
-/// through float), the rows' sums are l1_rows_kernel's: the same bits as before, run to run.
+/// through float), the rows' sums are the schedule's l1_rows_kernel's: the same bits as
+/// device::l1_mass, run to run.
 template <class T>
-ZF_KERNEL void __launch_bounds__(256)
-    pack_mass_kernel(row_copy_item it, std::int64_t copy_blocks, l1_mass_args a, std::int64_t mass_blocks) {
+ZF_KERNEL void __launch_bounds__(256) pack_mass_kernel(row_copy_item it,
+                                                       std::int64_t copy_blocks,
+                                                       l1_mass_item a,
+                                                       std::uint32_t* ticket,
+                                                       std::int64_t mass_blocks) {
+  using schedule_kernels::l1_rows_block;
+  using schedule_kernels::l1_rows_per_block;
   ZF_SHARED(tile, float[row_copy_tile][row_copy_tile + 1]);
   ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
   ZF_SHARED(last, bool);
@@ -287,7 +181,7 @@ ZF_KERNEL void __launch_bounds__(256)
   __threadfence(); // this block's rows visible to the last block before its ticket is taken
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(a.ticket, 1u) == static_cast<unsigned>(mass_blocks - 1);
+    last = atomicAdd(ticket, 1u) == static_cast<unsigned>(mass_blocks - 1);
   }
   __syncthreads();
   if (last && threadIdx.x == 0) {
@@ -298,7 +192,7 @@ ZF_KERNEL void __launch_bounds__(256)
       s = add_f(s, __ldcg(a.row_l1 + r));
     }
     *a.l1 = add_f(*a.l1, s);
-    *a.ticket = 0; // for the next pack on this stream
+    *ticket = 0; // for the next pack on this stream
   }
 }
 

@@ -4,19 +4,20 @@
 /// travels down the same ring as the step's gradients, so the host never waits for it apart.
 #pragma once
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/schedule/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// Layout of the record, in 32-bit words: [0] coef (float), [1] skip (uint32), [2, 3] squared
-/// global norm of the raw gradients (double, unaligned), then `matrices` crit masses and
+/// Layout of the record, in 32-bit words: a `step_header` (schedule/types.hpp: [0] coef (float),
+/// [1] skip (uint32), [2, 3] squared global norm of the raw gradients (double, in two words)), then
+/// `matrices` crit masses and
 /// `matrices` rest masses (floats). The crit masses are zeroed by the prologue and added into by
 /// the device update; the rest masses are zeroed on the pack stream before the step's first pack
 /// and added into by the packs (which so need not wait for the prologue).
@@ -24,10 +25,13 @@ namespace detail {
 /// every reader (`step_record_view`) goes through these accessors.
 struct step_record_layout {
   std::int64_t matrices = 0;
-  static constexpr std::int64_t header_words = 4;
+  static constexpr std::int64_t header_words = sizeof(step_header) / 4;
   static constexpr std::int64_t coef_word = 0;
   static constexpr std::int64_t skip_word = 1;
   static constexpr std::int64_t sum_sq_word = 2;
+  static_assert(header_words == 4 && offsetof(step_header, coef) == 4 * coef_word &&
+                offsetof(step_header, skip) == 4 * skip_word &&
+                offsetof(step_header, sum_sq_words) == 4 * sum_sq_word);
   [[nodiscard]] ZF_HOST_DEVICE std::int64_t words() const noexcept { return header_words + 2 * matrices; }
   [[nodiscard]] ZF_HOST_DEVICE std::size_t bytes() const noexcept {
     return static_cast<std::size_t>(words()) * 4;
@@ -44,6 +48,9 @@ struct step_record_layout {
     return header_words + matrices + matrix;
   }
   /// Typed addresses in a record at `record` (device memory on a device backend).
+  [[nodiscard]] static step_header* header(float* record) noexcept {
+    return reinterpret_cast<step_header*>(record);
+  }
   [[nodiscard]] ZF_HOST_DEVICE static float* coef(float* record) noexcept { return record + coef_word; }
   [[nodiscard]] ZF_HOST_DEVICE static const std::uint32_t* skip(const float* record) noexcept {
     return reinterpret_cast<const std::uint32_t*>(record + skip_word);
@@ -57,96 +64,6 @@ struct step_record_layout {
     return matrix < 0 ? nullptr : record + rest_word(matrix);
   }
 };
-
-namespace step_scalars_ops {
-// fp64, correctly rounded and never contracted on either side (the device's _rn intrinsics), so
-// that the host and device backends compute the same coef_t.
-ZF_HOST_DEVICE ZF_FORCEINLINE double mul(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE double add(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-/// fp32 1 / x, correctly rounded and subnormals kept on the device whatever the consumer's flags
-/// (inline PTX `div.rn.f32`: no `.ftz`, unlike __fdiv_rn under -ftz=true).
-ZF_HOST_DEVICE ZF_FORCEINLINE float reciprocal(float x) {
-#if ZF_DEVICE_COMPILE
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(1.0f), "f"(x));
-  return r;
-#else
-  return 1.0f / x;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE double div(double a, double b) {
-#if ZF_DEVICE_COMPILE
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-ZF_HOST_DEVICE ZF_FORCEINLINE double sqrt(double a) {
-#if ZF_DEVICE_COMPILE
-  return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-} // namespace step_scalars_ops
-
-/// coef_t and bad_t from the squared global norm and the NaN/Inf flags (docs/design.md, "One step", 1).
-/// A step is bad when an element is NaN or Inf, never because of its norm: `sum_sq` is fp64 (the
-/// fp64 sum of the per-tensor totals, see `sq_total_lane`), so a finite gradient's norm does not
-/// overflow, and the clipping coefficient is computed in fp64 too. The gradients carry
-/// `loss_scale`; the clipping threshold applies to the unscaled norm.
-ZF_HOST_DEVICE inline void finish_step_scalars(double sum_sq,
-                                               std::uint32_t nonfinite,
-                                               float loss_scale,
-                                               float max_norm,
-                                               float* coef,
-                                               std::uint32_t* skip) {
-  namespace op = step_scalars_ops;
-  const float inv_scale = op::reciprocal(loss_scale);
-  float c = inv_scale;
-  const bool bad = nonfinite != 0;
-  // The float operands widened and the result narrowed by f32_to_f64 / f64_to_f32, and the test
-  // in fp64: none of them flushes a subnormal under the consumer's -ftz=true (fp64 has no ftz).
-  if (f32_to_f64(max_norm) > 0.0 && !bad) {
-    const double norm = op::mul(op::sqrt(sum_sq), f32_to_f64(inv_scale));
-    const double clip = op::div(f32_to_f64(max_norm), op::add(norm, 1e-6));
-    if (clip < 1.0) {
-      c = f64_to_f32(op::mul(f32_to_f64(inv_scale), clip));
-    }
-  }
-  *coef = c;
-  *skip = bad ? 1u : 0u;
-}
-
-/// Writes coef, skip and the squared norm into the record's header at `record`.
-ZF_HOST_DEVICE inline void write_step_header(void* record, float coef, std::uint32_t skip, double sum_sq) {
-  auto* w = static_cast<std::uint32_t*>(record);
-#if ZF_DEVICE_COMPILE
-  const auto c = __float_as_uint(coef);
-  const auto s = static_cast<std::uint64_t>(__double_as_longlong(sum_sq));
-#else
-  std::uint32_t c;
-  std::uint64_t s;
-  std::memcpy(&c, &coef, 4);
-  std::memcpy(&s, &sum_sq, 8);
-#endif
-  w[step_record_layout::coef_word] = c;
-  w[step_record_layout::skip_word] = skip;
-  w[step_record_layout::sum_sq_word] = static_cast<std::uint32_t>(s);
-  w[step_record_layout::sum_sq_word + 1] = static_cast<std::uint32_t>(s >> 32);
-}
 
 /// Host-side view of a record that has landed.
 struct step_record_view {

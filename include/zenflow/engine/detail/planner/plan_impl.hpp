@@ -207,7 +207,6 @@ inline void plan_validate(const plan_model& model, const plan_hardware& hw, cons
 /// The model as the engine's parameter registry after initialize() would hold it (device
 /// capacity, host side), for resolve_d2h_slots.
 inline std::vector<param_info> plan_params(const plan_model& model, const config& e) {
-  const bool zen = e.mode == optimizer_mode::zenflow;
   const bool gpu = e.mode == optimizer_mode::gpu_adamw;
   const dtype t = model.elem_bytes == 4 ? dtype::f32 : dtype::bf16;
   std::vector<param_info> out;
@@ -218,7 +217,7 @@ inline std::vector<param_info> plan_params(const plan_model& model, const config
     pi.channels = m.channels;
     pi.channel_len = m.channel_len;
     pi.ld = m.channel_len;
-    pi.device_capacity = gpu ? m.channels : (zen ? e.topk(m.channels) : 0);
+    pi.device_capacity = pi.matrix_capacity(e);
     pi.host_side = !gpu;
     out.insert(out.end(), static_cast<std::size_t>(m.count), pi);
   }

@@ -62,17 +62,25 @@ struct param_info {
   [[nodiscard]] std::int64_t whole_channels() const noexcept {
     return shard_total > 0 ? shard_total : channels;
   }
-  /// A ZenFlow matrix's device rows: the whole matrix's top-k, of which a shard holds at most all
-  /// its channels.
-  [[nodiscard]] std::int64_t zenflow_capacity(const config& cfg) const {
-    return std::min(cfg.topk(whole_channels()), channels);
-  }
-  /// A matrix's device rows in `cfg`'s mode (initialize() sets device_capacity to it): every
-  /// channel in gpu_adamw, the top-k's in zenflow, none in offload_sync.
-  [[nodiscard]] std::int64_t matrix_capacity(const config& cfg) const {
+  /// The whole matrix's device channels in `cfg`'s mode: k = topk_count(topk_ratio, whole
+  /// channels) in zenflow (the one place k is computed: the selection's top-k, Zen-auto's voter),
+  /// every channel in gpu_adamw, none in offload_sync.
+  [[nodiscard]] std::int64_t selected_channels(const config& cfg) const {
     return cfg.mode == optimizer_mode::gpu_adamw
-               ? channels
-               : (cfg.mode == optimizer_mode::zenflow ? zenflow_capacity(cfg) : 0);
+               ? whole_channels()
+               : (cfg.mode == optimizer_mode::zenflow ? cfg.topk(whole_channels()) : 0);
+  }
+  /// A matrix's device rows (initialize() sets device_capacity to it): the whole matrix's selected
+  /// channels, of which a shard holds at most all its own.
+  [[nodiscard]] std::int64_t matrix_capacity(const config& cfg) const {
+    return std::min(selected_channels(cfg), channels);
+  }
+  /// The most host-set rows this matrix can have: its channels less the fewest selected ones that
+  /// can fall in it (channels - k for a whole matrix; a shard's, those of the whole matrix's k
+  /// that the other shards cannot hold: it holds every one of its channels when the whole top-k
+  /// fits elsewhere).
+  [[nodiscard]] std::int64_t max_host_rows(const config& cfg) const {
+    return channels - std::max<std::int64_t>(0, selected_channels(cfg) - (whole_channels() - channels));
   }
 
   /// The hyper-parameters of this parameter's updates in a step with learning rate `lr`.
@@ -130,7 +138,8 @@ struct d2h_slots {
 /// `cfg.ring_slots` resolved for these parameters: a fixed count is both; 0 (auto) sizes the
 /// staging for one step's D2H and the host ring for two, so that a step's pushes find free slots
 /// while the copies of the step before are still landing; at least 8, at most 1024. A step's D2H:
-/// in zenflow mode the unselected channels of every matrix (channels - k; the warm-up's
+/// in zenflow mode the unselected channels of every matrix (channels - k; a sharded engine's shard,
+/// the most its host set can hold for the whole matrix's k: max_host_rows; the warm-up's
 /// synchronous steps move more, and wait for it anyway), in offload_sync every host-side
 /// parameter; in slots of `slot_bytes`, plus the step record's two copies. `kept` (data parallel,
 /// else empty): per parameter the channels whose host rows this rank keeps (its owner block), of
@@ -147,7 +156,7 @@ inline d2h_slots resolve_d2h_slots(const config& cfg,
   for (std::size_t p = 0; p < params.size(); ++p) {
     const auto& pi = params[p];
     if (pi.host_side && (pi.matrix || !zen)) {
-      const std::int64_t unselected = zen ? pi.channels - cfg.topk(pi.channels) : pi.channels;
+      const std::int64_t unselected = zen ? pi.max_host_rows(cfg) : pi.channels;
       const std::int64_t per_slot = pi.rows_per_slot(slot_bytes);
       const std::int64_t slots = (unselected + per_slot - 1) / per_slot;
       // A block's rows are cut at one rank's slot boundaries (d2h_stream), so they may touch one

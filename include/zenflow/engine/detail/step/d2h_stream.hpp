@@ -346,7 +346,7 @@ private:
     }
     if constexpr (Backend::is_device) {
       const std::uint64_t blocked = ring_->stats().producer_blocked_ns - blocked_before;
-      cost.stall_s += static_cast<double>(blocked) * 1e-9;
+      cost.stall_s += static_cast<double>(blocked) / 1e9; // as timed_stall: nothing to contract
       if (cost.trace != nullptr && blocked > 0) {
         const std::int64_t t1 = pipeline_trace::now();
         cost.trace->span(trace_track::training, "stall: D2H ring full", "stall",

@@ -37,14 +37,14 @@
 #include <zenflow/engine/detail/registry/registration.hpp>
 #include <zenflow/engine/detail/step/d2h_stream.hpp>
 #include <zenflow/engine/detail/step/host_jobs.hpp>
-#include <zenflow/engine/detail/step/mass_trigger.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
 #include <zenflow/engine/detail/step/selection.hpp>
 #include <zenflow/engine/detail/step/window_close.hpp>
-#include <zenflow/engine/detail/step/zen_auto.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/optim/types.hpp>
+#include <zenflow/schedule/mass_trigger.hpp>
+#include <zenflow/schedule/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -99,8 +99,9 @@ public:
         pi.device_capacity = pi.matrix_capacity(cfg_);
         pi.host_side = !gpu;
         // Zen-auto votes on the whole matrix's masses (a shard's too: the sharded policy's record
-        // holds the one-rank masses), so on its whole k and channels.
-        ks.push_back(std::max<std::int64_t>(zen ? cfg_.topk(pi.whole_channels()) : pi.device_capacity, 1));
+        // holds the one-rank masses), so on its whole k and channels (at least 1: offload_sync
+        // has none on the device, and votes never).
+        ks.push_back(std::max<std::int64_t>(pi.selected_channels(cfg_), 1));
         cs.push_back(pi.whole_channels());
       } else {
         pi.device_capacity = cfg_.mode == optimizer_mode::offload_sync ? 0 : 1;

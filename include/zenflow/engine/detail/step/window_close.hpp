@@ -1,8 +1,9 @@
 /// @file
 /// Whether the open window closes at the end of step t (docs/engine-semantics.md, 5-7): the next
 /// step is a scheduled selection, select_on_mass_drop fires, Zen-auto votes, or the fixed length
-/// is reached. Zen-auto and the trigger read the masses of step t - zen_auto_lag, landed by then
-/// on the host in the common case (waiting for them is counted as stall).
+/// is reached (the schedule layer's rules, schedule/step_schedule.hpp). Zen-auto and the trigger
+/// read the masses of step t - zen_auto_lag, landed by then on the host in the common case
+/// (waiting for them is counted as stall).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +12,10 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/step/call_cost.hpp>
-#include <zenflow/engine/detail/step/mass_trigger.hpp>
 #include <zenflow/engine/detail/step/schedule.hpp>
-#include <zenflow/engine/detail/step/zen_auto.hpp>
+#include <zenflow/schedule/mass_trigger.hpp>
+#include <zenflow/schedule/step_schedule.hpp>
+#include <zenflow/schedule/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -47,15 +49,9 @@ template <class HostSide>
                     [&] { host.wait_consumed(in.pushed_before_prev_step); });
       }
       const auto& mass = host.masses(s);
-      if (mass.step == s && mass.valid && sched.selection_step >= 0 && s >= sched.selection_step) {
-        if (cfg.auto_update()) {
-          in.voter->add_step(mass.crit.data(), mass.rest.data(), s >= sched.window->start);
-        }
-        if (cfg.mass_trigger() && s > sched.selection_step) { // the selection step's own share is biased
-          in.trigger.add_step(mass.crit.data(), mass.rest.data(),
-                              static_cast<std::int64_t>(mass.crit.size()));
-        }
-      }
+      add_step_masses(cfg.auto_update() ? &*in.voter : nullptr, cfg.mass_trigger() ? &in.trigger : nullptr, s,
+                      mass.step == s && mass.valid, mass.crit.data(), mass.rest.data(),
+                      static_cast<std::int64_t>(mass.crit.size()), sched.selection_step, sched.window->start);
     }
   }
   if (cfg.mass_trigger() && !close && sched.selection == selection_phase::current &&
@@ -63,11 +59,9 @@ template <class HostSide>
     sched.triggered_step = t + 1;
     close = true;
   }
-  if (cfg.auto_update()) {
-    return close || length >= cfg.max_update_interval ||
-           (length >= cfg.min_update_interval && in.voter->vote_share() >= cfg.auto_ratio);
-  }
-  return close || length >= cfg.update_interval;
+  const window_rule rule{cfg.update_interval, cfg.min_update_interval, cfg.max_update_interval,
+                         cfg.auto_ratio};
+  return window_closes(rule, length, close, cfg.auto_update() ? in.voter->vote_share() : 0.0);
 }
 
 } // namespace detail

@@ -12,14 +12,17 @@
 /// `block_steps`: the first block is the reference (the selection step itself is left out: its set
 /// was chosen from its own gradient, so its share is biased high), every later block is compared
 /// with it. Blocks, not single steps, so that one noisy step does not fire a selection.
+///
+/// A host-side value type, as the voter (`<zenflow/schedule/zen_auto.hpp>`): no device twin.
+/// `add_step_masses` (`<zenflow/schedule/step_schedule.hpp>`) feeds it by the schedule's rules.
 #pragma once
 
 #include <cstdint>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/error.hpp>
 
 ZF_NAMESPACE_BEGIN
-namespace detail {
 
 class mass_trigger {
 public:
@@ -33,9 +36,12 @@ public:
     std::int64_t steps = 0;
   };
 
-  /// `fraction` in (0, 1]: fire when a block's share < fraction x the reference's; `min_gap`: the
-  /// fewest steps from the last performed selection to a triggered one.
-  mass_trigger(double fraction, std::int64_t min_gap) noexcept : fraction_(fraction), min_gap_(min_gap) {}
+  /// `fraction` in [0, 1]: fire when a block's share < fraction x the reference's (0: never);
+  /// `min_gap` >= 1: the fewest steps from the last performed selection to a triggered one.
+  /// Throws zenflow::invalid_argument naming the argument otherwise.
+  mass_trigger(double fraction, std::int64_t min_gap)
+      : fraction_(checked(fraction >= 0.0 && fraction <= 1.0, "fraction", "must be in [0, 1]", fraction)),
+        min_gap_(checked(min_gap >= 1, "min_gap", "must be >= 1", min_gap)) {}
 
   /// A performed selection: everything starts over.
   void on_selection() noexcept {
@@ -44,8 +50,13 @@ public:
     last_ = {};
   }
 
-  /// One good step's masses after the last selection, `m` matrices: `crit[i]`, `rest[i]`.
-  void add_step(const float* crit, const float* rest, std::int64_t m) noexcept {
+  /// One good step's masses after the last selection, `m` matrices: `crit[i]`, `rest[i]` (times
+  /// the step's coef_t). Throws zenflow::invalid_argument (nothing added) on a null array or m < 0.
+  void add_step(const float* crit, const float* rest, std::int64_t m) {
+    constexpr const char* fn = "zenflow::mass_trigger::add_step";
+    detail::require(m >= 0, fn, "m", "must be >= 0");
+    detail::require(crit != nullptr || m == 0, fn, "crit", "must not be null");
+    detail::require(rest != nullptr || m == 0, fn, "rest", "must not be null");
     double c = 0.0;
     double total = 0.0;
     for (std::int64_t i = 0; i < m; ++i) {
@@ -84,6 +95,12 @@ public:
   }
 
 private:
+  template <class V>
+  static V checked(bool ok, const char* arg, const char* why, V v) {
+    detail::require(ok, "zenflow::mass_trigger", arg, why);
+    return v;
+  }
+
   double fraction_;
   std::int64_t min_gap_;
   block ref_;
@@ -91,5 +108,4 @@ private:
   block last_;
 };
 
-} // namespace detail
 ZF_NAMESPACE_END

@@ -9,46 +9,24 @@
 ///   in order from 0, then the tail in order;
 /// - a row read through the strided path: |x[i]| added in i order from 0;
 /// - the call's rows added in row order from 0, that sum added to the mass.
-/// The CUDA backend computes each row apart (kernels.cuh: 16 threads per row, then one thread
-/// adds the rows in order; for a pack, in the pack's own launch) instead of the float atomics that
-/// made its windows vary run to run.
+/// The CUDA launchers compute each row apart (l1_mass_kernels.cuh: 16 threads per row, then one
+/// thread adds the rows in order) instead of the float atomics that made the engine's windows vary
+/// run to run.
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/views.hpp>
+#include <zenflow/core/worker_pool.hpp>
 #include <zenflow/math/adam.hpp>
+#include <zenflow/schedule/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
 inline constexpr int l1_row_lanes = 16;
-
-/// One call's mass: rows `idx[0..count)` of the gradient (working type `type`), each row's sum
-/// into `row_l1[r]` (scratch, `count` floats), their ordered sum added to `*l1`. Nothing when
-/// `skip` (nullable) is set: the update it stands beside does nothing then either.
-struct l1_mass_args {
-  const void* grad = nullptr;
-  dtype type = dtype::f32;
-  std::int64_t channels = 0;
-  std::int64_t channel_len = 0;
-  std::int64_t ld = 0;
-  channel_layout layout = channel_layout::contiguous;
-  bool lanes = true; ///< the 16-lane order (the host twin's path for this call), else sequential
-  const std::int32_t* idx = nullptr;
-  std::int64_t count = 0;
-  float* row_l1 = nullptr;
-  const std::uint32_t* skip = nullptr;
-  float* l1 = nullptr;
-  /// The CUDA backend's pack: a zeroed device word that lets the rows' blocks of one launch tell
-  /// which of them finished last, and so add the rows into the mass in the same launch (kernels.cuh,
-  /// pack_mass_kernel; left 0 again). Null elsewhere (and ignored by the host and emulated
-  /// backends, which add in the same order).
-  std::uint32_t* ticket = nullptr;
-};
 
 /// |x| and a + b with the host's bits on the device whatever the consumer's flags: a bit clear and
 /// inline `add.rn.f32` (detail::add_f), neither of which -ftz=true / --use_fast_math turns into an
@@ -93,7 +71,7 @@ ZF_HOST_DEVICE float l1_row_sequential(channel_matrix<const T> g, std::int64_t c
 }
 
 /// The rows of one call added in row order, that sum added to the mass.
-ZF_HOST_DEVICE inline void l1_add_rows(const l1_mass_args& a) {
+ZF_HOST_DEVICE inline void l1_add_rows(const l1_mass_item& a) {
   float s = 0.0f;
   for (std::int64_t r = 0; r < a.count; ++r) {
     s = add_f(s, a.row_l1[r]);
@@ -104,7 +82,7 @@ ZF_HOST_DEVICE inline void l1_add_rows(const l1_mass_args& a) {
 /// The gradient of the call as a matrix of its working type, passed to `f(matrix, args...)`
 /// (a function object type, not a lambda: kernels call this too).
 template <class F, class... A>
-ZF_HOST_DEVICE float with_grad_matrix(const l1_mass_args& a, A... args) {
+ZF_HOST_DEVICE float with_grad_matrix(const l1_mass_item& a, A... args) {
   if (a.type == dtype::f16) {
     return F::run(channel_matrix<const half>{static_cast<const half*>(a.grad), a.channels, a.channel_len,
                                              a.ld, a.layout},
@@ -139,7 +117,7 @@ struct l1_sequential_op {
 };
 
 /// Row `r` of the call, in the call's order (what the kernel's threads of that row compute).
-ZF_HOST_DEVICE inline float l1_row(const l1_mass_args& a, std::int64_t r) {
+ZF_HOST_DEVICE inline float l1_row(const l1_mass_item& a, std::int64_t r) {
   const std::int64_t c = a.idx[r];
   if (!a.lanes) {
     return with_grad_matrix<l1_sequential_op>(a, c);
@@ -151,68 +129,26 @@ ZF_HOST_DEVICE inline float l1_row(const l1_mass_args& a, std::int64_t r) {
   return with_grad_matrix<l1_finish_op>(a, c, static_cast<const float*>(lanes));
 }
 
-/// A sharded matrix's masses (ZeRO-3: dp/shard_masses.hpp) from every rank's row masses,
-/// gathered: rank r's part holds, at `count_at`, its device-set row count (int32 bits), and at
-/// `rows_at` its `rows` row masses (l1_row's values), its device-set rows ascending, then its
-/// host-set rows ascending. The ranks' shards are contiguous and in rank order, so the parts in
-/// rank order list each set in the order one rank holding the whole matrix walks it.
-struct shard_mass_part {
-  std::int64_t count_at = 0;
-  std::int64_t rows_at = 0;
-  std::int64_t rows = 0;
-};
-struct shard_mass_item {
-  const shard_mass_part* parts = nullptr; ///< `ranks` of them, in rank order
-  int ranks = 0;
-  std::int64_t per_slot = 1; ///< host-set rows per pack call (param_info::rows_per_slot)
-  std::int64_t matrix = 0;   ///< its crit and rest words
-};
-
-/// One rank's record masses of `it` (whole matrix): the crit mass as the fused update's one call
-/// adds it (the device-set rows in order, that sum into the zeroed word; nothing when `*skip`),
-/// the rest mass as the packs add it (the host-set rows in calls of `per_slot`, each call's sum
-/// into the zeroed word).
-ZF_HOST_DEVICE inline void shard_masses_of(
-    const shard_mass_item& it, const float* gathered, const std::uint32_t* skip, float* crit, float* rest) {
-  float s = 0.0f;
-  for (int r = 0; r < it.ranks; ++r) {
-    const shard_mass_part part = it.parts[r];
-    std::int32_t k = 0;
-    std::memcpy(&k, gathered + part.count_at, 4);
-    for (std::int64_t j = 0; j < k; ++j) {
-      s = add_f(s, gathered[part.rows_at + j]);
-    }
-  }
-  crit[it.matrix] = *skip != 0 ? 0.0f : add_f(0.0f, s);
-  float mass = 0.0f;
-  float call = 0.0f;
-  std::int64_t in_call = 0;
-  for (int r = 0; r < it.ranks; ++r) {
-    const shard_mass_part part = it.parts[r];
-    std::int32_t k = 0;
-    std::memcpy(&k, gathered + part.count_at, 4);
-    for (std::int64_t j = k; j < part.rows; ++j) {
-      call = add_f(call, gathered[part.rows_at + j]);
-      if (++in_call == it.per_slot) {
-        mass = add_f(mass, call);
-        call = 0.0f;
-        in_call = 0;
-      }
-    }
-  }
-  rest[it.matrix] = in_call > 0 ? add_f(mass, call) : mass;
-}
-
-/// The host loop over the bodies: the CUDA kernels' arithmetic, row by row (tests compare it with
-/// the fused host twins).
-inline void host_l1_mass(const l1_mass_args& a) {
-  if (a.count == 0 || (a.skip != nullptr && *a.skip != 0)) {
+/// The host loops over the bodies (the host twins): the CUDA kernels' arithmetic, row by row, the
+/// rows split over the pool (each row by one thread), then added in order on the calling thread:
+/// the same bits for any thread count.
+inline void host_l1_mass(const l1_mass_item& a, worker_pool* pool) {
+  if (a.l1 == nullptr || a.count == 0 || (a.skip != nullptr && *a.skip != 0)) {
     return;
   }
-  for (std::int64_t r = 0; r < a.count; ++r) {
-    a.row_l1[r] = l1_row(a, r);
-  }
+  parallel_for(pool, a.count, 64, [&](std::int64_t, std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      a.row_l1[r] = l1_row(a, r);
+    }
+  });
   l1_add_rows(a);
+}
+
+/// Each item's given `row_l1` added in order into its mass (the second half of host_l1_mass).
+inline void host_l1_add_rows(const l1_mass_item& a) {
+  if (a.l1 != nullptr && a.count > 0 && (a.skip == nullptr || *a.skip == 0)) {
+    l1_add_rows(a);
+  }
 }
 
 } // namespace detail

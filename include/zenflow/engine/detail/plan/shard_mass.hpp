@@ -1,0 +1,71 @@
+/// @file
+/// A sharded matrix's Zen-auto masses (ZeRO-3, dp/shard_masses.hpp) from every rank's row masses
+/// (the schedule layer's l1_row values), written once as a host+device body: the host primitive
+/// set loops over it, the CUDA backend's shard_masses_kernel (kernels.cuh) runs it a thread per
+/// matrix. Shard code in plan/ until the engine's wing moves it to dp/.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
+#include <zenflow/math/adam.hpp>
+
+ZF_NAMESPACE_BEGIN
+namespace detail {
+
+/// A sharded matrix's masses (ZeRO-3: dp/shard_masses.hpp) from every rank's row masses,
+/// gathered: rank r's part holds, at `count_at`, its device-set row count (int32 bits), and at
+/// `rows_at` its `rows` row masses (l1_row's values), its device-set rows ascending, then its
+/// host-set rows ascending. The ranks' shards are contiguous and in rank order, so the parts in
+/// rank order list each set in the order one rank holding the whole matrix walks it.
+struct shard_mass_part {
+  std::int64_t count_at = 0;
+  std::int64_t rows_at = 0;
+  std::int64_t rows = 0;
+};
+struct shard_mass_item {
+  const shard_mass_part* parts = nullptr; ///< `ranks` of them, in rank order
+  int ranks = 0;
+  std::int64_t per_slot = 1; ///< host-set rows per pack call (param_info::rows_per_slot)
+  std::int64_t matrix = 0;   ///< its crit and rest words
+};
+
+/// One rank's record masses of `it` (whole matrix): the crit mass as the fused update's one call
+/// adds it (the device-set rows in order, that sum into the zeroed word; nothing when `*skip`),
+/// the rest mass as the packs add it (the host-set rows in calls of `per_slot`, each call's sum
+/// into the zeroed word).
+ZF_HOST_DEVICE inline void shard_masses_of(
+    const shard_mass_item& it, const float* gathered, const std::uint32_t* skip, float* crit, float* rest) {
+  float s = 0.0f;
+  for (int r = 0; r < it.ranks; ++r) {
+    const shard_mass_part part = it.parts[r];
+    std::int32_t k = 0;
+    std::memcpy(&k, gathered + part.count_at, 4);
+    for (std::int64_t j = 0; j < k; ++j) {
+      s = add_f(s, gathered[part.rows_at + j]);
+    }
+  }
+  crit[it.matrix] = *skip != 0 ? 0.0f : add_f(0.0f, s);
+  float mass = 0.0f;
+  float call = 0.0f;
+  std::int64_t in_call = 0;
+  for (int r = 0; r < it.ranks; ++r) {
+    const shard_mass_part part = it.parts[r];
+    std::int32_t k = 0;
+    std::memcpy(&k, gathered + part.count_at, 4);
+    for (std::int64_t j = k; j < part.rows; ++j) {
+      call = add_f(call, gathered[part.rows_at + j]);
+      if (++in_call == it.per_slot) {
+        mass = add_f(mass, call);
+        call = 0.0f;
+        in_call = 0;
+      }
+    }
+  }
+  rest[it.matrix] = in_call > 0 ? add_f(mass, call) : mass;
+}
+
+} // namespace detail
+ZF_NAMESPACE_END
