@@ -172,8 +172,10 @@ struct shared_entry {
 
 struct warp_rec {
   unsigned waiting = 0;
-  unsigned mask = 0; // the lanes that exist
-  char sync[2] = {}; // ThreadSanitizer's sync objects, by episode parity
+  unsigned mask = 0;         // the lanes that exist
+  unsigned waiting_bits = 0; // the lanes at a warp operation
+  unsigned exited_bits = 0;  // the lanes that have exited
+  char sync[2] = {};         // ThreadSanitizer's sync objects, by episode parity
 };
 
 /// The block being run: its threads, its shared memory, its detectors' state.
@@ -591,25 +593,35 @@ private:
       check_writes(t);
     }
     switch (t.state) {
-    case wait_state::exited:
+    case wait_state::exited: {
       --b_.alive;
       if (b_.alive > 0 && b_.at_barrier == b_.alive) {
         complete_barrier();
       }
-      if (b_.alive > 0) {
+      warp_rec& w = b_.warps[t.warp];
+      w.exited_bits |= 1u << t.lane;
+      if (b_.alive > 0 && w.waiting > 0) {
         try_complete_warp(t.warp);
       }
       break;
+    }
     case wait_state::block_barrier:
       ++b_.at_barrier;
       if (b_.at_barrier == b_.alive) {
         complete_barrier();
       }
       break;
-    case wait_state::warp_op:
-      ++b_.warps[t.warp].waiting;
-      try_complete_warp(t.warp);
+    case wait_state::warp_op: {
+      warp_rec& w = b_.warps[t.warp];
+      ++w.waiting;
+      w.waiting_bits |= 1u << t.lane;
+      // The full look only once every lane the mask names waits or is gone (one look per
+      // operation, not one per lane).
+      if ((t.mask & ~(w.waiting_bits | w.exited_bits | ~w.mask)) == 0) {
+        try_complete_warp(t.warp);
+      }
       break;
+    }
     case wait_state::runnable: // __nanosleep
       break;
     }
@@ -626,7 +638,7 @@ private:
       }
       if (first == nullptr) {
         first = &t;
-      } else if (t.line != first->line || std::strcmp(t.file, first->file) != 0) {
+      } else if (t.line != first->line || (t.file != first->file && std::strcmp(t.file, first->file) != 0)) {
         split = true;
       }
     }
@@ -722,7 +734,8 @@ private:
           continue;
         }
         const thread_rec& t = *lanes[l];
-        const bool same_site = t.line == first.line && std::strcmp(t.file, first.file) == 0;
+        const bool same_site =
+            t.line == first.line && (t.file == first.file || std::strcmp(t.file, first.file) == 0);
         if (t.wkind != first.wkind || t.value_bytes != first.value_bytes ||
             (!same_site && first.wkind != warp_kind::sync)) {
           L_.report("divergent warp operations in warp " + std::to_string(w) + " of " + block_name(b_) +
@@ -747,6 +760,7 @@ private:
           --wr.waiting;
         }
       }
+      wr.waiting_bits &= ~group;
       completed = true;
     }
     return completed;
