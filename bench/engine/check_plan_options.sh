@@ -38,6 +38,7 @@ check --gpus --preset 7b --machine workstation --step-ms 10 --gpus 1.5
 check --topk-ratio --preset 7b --machine workstation --step-ms 10 --topk-ratio 1.2
 check --update-interval --preset 7b --machine workstation --step-ms 10 --update-interval 0
 check --moments --preset 7b --machine workstation --step-ms 10 --moments fp8
+check --host-accumulators --preset 7b --machine workstation --step-ms 10 --host-accumulators 3
 check --accumulate --preset 7b --machine workstation --step-ms 10 --accumulate gpu
 check --mode --preset 7b --machine workstation --step-ms 10 --mode adam
 check --upload --preset 7b --machine workstation --step-ms 10 --upload sometimes
@@ -45,6 +46,10 @@ check --ring-slot-bytes --preset 7b --machine workstation --step-ms 10 --ring-sl
 check "ring_slot_bytes" --params 1e8 --layers 1 --hidden 2 --machine workstation --step-ms 10 --ring-slot-bytes 4096
 check --tokens --preset 7b --machine workstation --tokens 8192 --step-ms 10
 check --zero --preset 7b --machine workstation --step-ms 10 --zero 1
+check --reduce-bucket-bytes --preset 7b --machine workstation --step-ms 10 --reduce-bucket-bytes 1001
+check --reduce-in-place --preset 7b --machine workstation --step-ms 10 --reduce-in-place maybe
+check --shard-headroom --preset 7b --machine workstation --step-ms 10 --shard-headroom -1
+check "reduce_bucket_bytes" --preset 7b --machine dgx-h100 --step-ms 10 --reduce-bucket-bytes 4096
 # shellcheck disable=SC2086
 if ! "$prog" $good > /dev/null; then
   echo "FAILED: $good did not exit 0"; fails=$((fails + 1))

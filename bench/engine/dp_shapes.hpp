@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,7 +94,9 @@ inline zenflow::channel_partition blocks_of(const std::vector<tensor>& list, int
 ///   weights_grads       the trainer's weights and gradients the engine reads: ZeRO-2 the whole
 ///                       model, ZeRO-3 the shards of the matrices and the vectors whole;
 ///   device_selected     fp32 master, m, v of the device set + an int32 count and index per row:
-///                       ZeRO-2 k = topk(C) rows of every matrix, ZeRO-3 min(k, its shard's rows);
+///                       ZeRO-2 k = topk(C) rows of every matrix, ZeRO-3 its shard's share of k,
+///                       ceil(k c / C) and shard_state_headroom of it more, at most min(k, c)
+///                       (`grown`: per matrix, a selection crowded the shard: min(k, c));
 ///   device_vector       the vectors' fp32 master, m, v + count and index, + one int32 per vector;
 ///   device_upload       the window's new weights: every registered row of each matrix (s B);
 ///   host_state          fp32 master, m, v of its block + an int32 count per row (the same block
@@ -109,7 +112,8 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
                                      const zenflow::config& cfg,
                                      double s,
                                      bool sharded,
-                                     bool device_comm) {
+                                     bool device_comm,
+                                     const std::vector<char>& grown = {}) {
   double wg = 0, sel = 0, vec = 0, up = 0, state = 0, acc = 0, hup = 0, vectors = 0;
   std::size_t m = 0;
   for (const auto& t : list) {
@@ -124,7 +128,11 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
     const auto c = static_cast<double>(part.count(m, rank));
     const auto k = static_cast<double>(cfg.topk(t.channels));
     const double rows = sharded ? c : C;
-    const double dev = sharded ? std::min(k, c) : k;
+    const double share = std::ceil(k * c / C);
+    const bool crowded = m < grown.size() && grown[m] != 0;
+    const double dev = !sharded ? k
+                       : crowded ? std::min(k, c)
+                                 : std::min({k, c, std::max(1.0, std::ceil(share * (1.0 + cfg.shard_state_headroom)))});
     wg += 2 * s * rows * len;
     sel += dev * (12 * len + 8);
     up += s * rows * len;
@@ -152,6 +160,8 @@ inline nlohmann::json memory_measured(const zenflow::memory_usage& u) {
           {"device_upload", u.device_upload},
           {"device_staging", u.device_staging},
           {"device_scratch", u.device_scratch},
+          {"device_reduction", u.device_reduction},
+          {"host_staging", u.host_staging},
           {"device_total", u.device_total()},
           {"host_state", u.host_state},
           {"host_accumulators", u.host_accumulators},

@@ -52,6 +52,11 @@
 // against the runs' (one GPU: the largest rank's; the node: the sum over the ranks).
 // A measured figure that differs from its formula or the planner's is printed on stderr
 // ("MISMATCH", counted under "mismatches") and the exit status is 1 (cpu.bench.dp_wire_np3).
+//
+//   mpiexec -np 3 build/cpu/bench/engine/zf_bench_dp_wire --rss-params 60 [--rss-layers 24]
+//       [--rss-hidden 2048] [--rss-steps 10] [--rss-within 0.01] [--json FILE]
+// measures instead each rank's resident memory against the engine's count and the planner's
+// (dp_rss.hpp): "rss".
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -74,6 +79,7 @@
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
 
+#include "dp_rss.hpp"
 #include "dp_shapes.hpp"
 #include "dp_zero3.hpp"
 
@@ -306,6 +312,49 @@ nlohmann::json measured(int steps) {
   return j;
 }
 
+/// --rss-params: every rank's resident memory against the planner (dp_rss.hpp); rank 0 prints.
+int rss_main(double millions, int layers, int hidden, int steps, double within, const std::string& json) {
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const std::string mine = measured_rss(millions, layers, hidden, steps).dump();
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(n)), offs(static_cast<std::size_t>(n));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    offs[static_cast<std::size_t>(i)] = total;
+    total += lens[static_cast<std::size_t>(i)];
+  }
+  std::string all(static_cast<std::size_t>(rank == 0 ? total : 0), '\0');
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  int mismatches = 0;
+  if (rank == 0) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (int i = 0; i < n; ++i) {
+      runs.push_back(nlohmann::json::parse(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(i)]),
+                                                      static_cast<std::size_t>(lens[static_cast<std::size_t>(i)]))));
+    }
+    std::vector<std::string> bad;
+    nlohmann::json out;
+    out["rss"] = rss_check(runs, millions, layers, hidden, within, bad);
+    out["rss"]["runs"] = runs;
+    for (const auto& m : bad) {
+      std::fprintf(stderr, "zf_bench_dp_wire: MISMATCH %s\n", m.c_str());
+      ++mismatches;
+    }
+    out["mismatches"] = mismatches;
+    if (json.empty()) {
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      std::ofstream(json) << out.dump(2) << "\n";
+    }
+  }
+  MPI_Bcast(&mismatches, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return mismatches == 0 ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -313,25 +362,41 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int steps = 24;
   std::string json; // --json FILE: rank 0's JSON there instead of on stdout
+  double rss_params = 0, rss_within = 0.01;
+  int rss_layers = 24, rss_hidden = 2048, rss_steps = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const bool valued = (a == "--steps" || a == "--json") && i + 1 < argc;
-    int parsed = 0;
-    if (valued && a == "--steps") {
+    const bool number = a == "--steps" || a == "--rss-params" || a == "--rss-layers" || a == "--rss-hidden" ||
+                        a == "--rss-steps" || a == "--rss-within";
+    const bool valued = (number || a == "--json") && i + 1 < argc;
+    double parsed = 0;
+    if (valued && number) {
       try {
-        parsed = std::stoi(argv[i + 1]);
+        parsed = std::stod(argv[i + 1]);
       } catch (const std::exception&) {
         parsed = 0;
       }
     }
-    if (!valued || (a == "--steps" && parsed < 1)) {
-      std::fprintf(stderr, "zf_bench_dp_wire: bad option '%s' (use --steps N >= 1, --json FILE)\n",
+    if (!valued || (number && !(parsed > 0))) {
+      std::fprintf(stderr,
+                   "zf_bench_dp_wire: bad option '%s' (use --steps N >= 1, --json FILE, --rss-params M > 0, "
+                   "--rss-layers, --rss-hidden, --rss-steps, --rss-within > 0)\n",
                    a.c_str());
       MPI_Finalize();
       return 2;
     }
     if (a == "--steps") {
-      steps = parsed;
+      steps = std::max(1, static_cast<int>(parsed));
+    } else if (a == "--rss-params") {
+      rss_params = parsed;
+    } else if (a == "--rss-layers") {
+      rss_layers = static_cast<int>(parsed);
+    } else if (a == "--rss-hidden") {
+      rss_hidden = static_cast<int>(parsed);
+    } else if (a == "--rss-steps") {
+      rss_steps = static_cast<int>(parsed);
+    } else if (a == "--rss-within") {
+      rss_within = parsed;
     } else {
       json = argv[i + 1];
     }
@@ -340,6 +405,9 @@ int main(int argc, char** argv) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (rss_params > 0) {
+    return rss_main(rss_params, rss_layers, rss_hidden, rss_steps, rss_within, json);
+  }
   nlohmann::json out;
   out["computed"] = nlohmann::json::array();
   const double r = 0.1;

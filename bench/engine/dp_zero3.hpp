@@ -97,16 +97,20 @@ nlohmann::json measured_zero3(int steps) {
     }
   };
   auto e = make();
+  std::vector<zenflow::param_id> ids(list.size());
   for (std::size_t p = 0, m = 0; p < list.size(); ++p) {
     const auto& t = list[p];
     if (!t.matrix) {
-      (void)e.add_vector(w[p].data(), g[p].data(), t.len);
+      ids[p] = e.add_vector(w[p].data(), g[p].data(), t.len);
       continue;
     }
-    (void)e.add_matrix(w[p].data(), g[p].data(), layout.count(m, rank), t.len,
-                       {.shard = zenflow::shard_range{layout.first(m, rank), t.channels}});
+    ids[p] = e.add_matrix(w[p].data(), g[p].data(), layout.count(m, rank), t.len,
+                          {.shard = zenflow::shard_range{layout.first(m, rank), t.channels}});
     ++m;
   }
+  // Per matrix: a selection put more of its top-k in this shard than the rows its share reserved
+  // (the sharded engine's fallback grows them to min(k, its rows)): tracked from the sets.
+  std::vector<char> grown(matrices.size(), 0);
   e.initialize(stream);
   // The formula's parts, for this rank.
   std::uint64_t vector_elems = 0, own_channels = 0, all_channels = 0, matrix_elems = 0, own_elems = 0;
@@ -164,6 +168,18 @@ nlohmann::json measured_zero3(int steps) {
       zenflow::all_gather_shard(trainer, layout, m, shard, whole, nullptr);
       ++m;
     }
+    for (std::size_t p = 0, m = 0; p < list.size(); ++p) {
+      if (!list[p].matrix) {
+        continue;
+      }
+      const double k = static_cast<double>(cfg.topk(list[p].channels));
+      const double c = static_cast<double>(layout.count(m, rank));
+      const double share = std::ceil(k * c / static_cast<double>(list[p].channels));
+      const double reserved =
+          std::min({k, c, std::max(1.0, std::ceil(share * (1.0 + cfg.shard_state_headroom)))});
+      grown[m] = grown[m] != 0 || static_cast<double>(e.selected(ids[p]).size()) > reserved ? 1 : 0;
+      ++m;
+    }
     per_step.push_back({{"step", t},
                         {"selection", rep.selection},
                         {"window_closed", rep.window_closed},
@@ -175,10 +191,18 @@ nlohmann::json measured_zero3(int steps) {
   }
   const auto blocks = blocks_of(list, n);
   const nlohmann::json mem = memory_measured(e.stats().memory);
-  const nlohmann::json formula = memory_formula(list, blocks, rank, cfg, 4, true, Device);
+  const nlohmann::json formula = memory_formula(list, blocks, rank, cfg, 4, true, Device, grown);
   for (const auto& s : memory_mismatches(mem, formula)) {
     mismatches.push_back("zero3 memory " + s);
   }
+  const auto crowded = std::count(grown.begin(), grown.end(), 1);
+  if (e.stats().device_rows_grown != crowded) {
+    mismatches.push_back("zero3 device_rows_grown " + std::to_string(e.stats().device_rows_grown) + ", " +
+                         std::to_string(crowded) + " matrices crowded");
+  }
+  // What the growth added to the reservation the planner counts (its figure is the share's).
+  const double grown_bytes = formula["device_selected"].get<double>() -
+                             memory_formula(list, blocks, rank, cfg, 4, true, Device)["device_selected"].get<double>();
   const double ring = static_cast<double>(n - 1) / n;
   nlohmann::json j;
   j["shapes"] = "charlm cpu (V=48, C=8, E=16, H=512, 4 layers), fp32";
@@ -206,6 +230,8 @@ nlohmann::json measured_zero3(int steps) {
   j["memory"] = mem;
   j["memory_formula"] = formula;
   j["memory_per_param"] = per_param(mem, formula, static_cast<double>(elements(list)));
+  j["device_rows_grown"] = e.stats().device_rows_grown;
+  j["grown_selected_bytes"] = grown_bytes;
   j["mismatches"] = mismatches;
   return j;
 }
@@ -258,10 +284,16 @@ inline nlohmann::json planner_check(const nlohmann::json& runs,
   zenflow::plan_config pc = zenflow::plan_config::of(measured_config());
   pc.sharded = sharded;
   const zenflow::plan_result r = zenflow::plan(model, hw, pc);
+  // ZeRO-3's device state as the planner counts it: the shares' reservation, without the rows a
+  // crowded selection grew (grown_selected_bytes, the run's own).
+  const auto reserved = [&](const nlohmann::json& run) {
+    return run["memory"]["device_selected"].get<double>() - run.value("grown_selected_bytes", 0.0);
+  };
   const auto most = [&](const char* key, const char* term) {
     double v = 0;
     for (const auto& run : runs) {
-      v = std::max(v, run[key][term].get<double>());
+      v = std::max(v, std::string(term) == "device_selected" && std::string(key) == "memory" ? reserved(run)
+                                                                                             : run[key][term].get<double>());
     }
     return v;
   };
@@ -278,21 +310,35 @@ inline nlohmann::json planner_check(const nlohmann::json& runs,
       {"device vector_state", {r.device.vector_state, most("memory", "device_vector")}},
       {"device upload", {r.device.upload, most("memory", "device_upload")}},
       {"device staging", {r.device.staging, most("memory", "device_staging")}},
+      {"device reduction", {r.device.reduction, most("memory", "device_reduction")}},
       {"host state", {r.host.state, sum("host_state")}},
       {"host accumulators", {r.host.accumulators, sum("host_accumulators")}},
       {"host ring", {r.host.ring, sum("host_ring")}}};
-  if (device_comm) {
+  if (device_comm) { // NCCL's path: what the planner models
     terms.push_back({"host upload", {r.host.upload, sum("host_upload")}});
+    terms.push_back({"host staging", {r.host.staging, sum("host_staging")}});
+  }
+  // Every rank's device bytes (the planner's device_by_rank), term by term.
+  if (r.device_by_rank.size() == runs.size()) {
+    for (std::size_t q = 0; q < runs.size(); ++q) {
+      const auto& d = r.device_by_rank[q];
+      const auto& m = runs[q]["memory"];
+      const std::string at = " (rank " + std::to_string(q) + ")";
+      terms.push_back({"device selected_state" + at, {d.selected_state, reserved(runs[q])}});
+      terms.push_back({"device staging" + at, {d.staging, m["device_staging"].get<double>()}});
+      terms.push_back({"device upload" + at, {d.upload, m["device_upload"].get<double>()}});
+      terms.push_back({"device reduction" + at, {d.reduction, m["device_reduction"].get<double>()}});
+    }
   }
   nlohmann::json out{{"zero", sharded ? 3 : 2}, {"gpus", hw.gpus}};
-  // The scratch is modelled by its larger parts: checked (within 10%) where ZeRO-2's mean
-  // buffers make most of it, over a device communicator (NCCL's path, what the planner models).
-  // At this size the one-rank parts are ~20% above the planner's: ZeRO-3's are reported only.
+  // The scratch: the data-parallel parts counted as the engine allocates them, the one-rank
+  // parts by their larger buffers (top-k temporaries and per-step tables are not modelled):
+  // within 25% at this size (879K parameters), where they are most of it; reported.
   const double scratch = most("memory", "device_scratch");
   out["device scratch"] = {{"planner", r.device.scratch}, {"measured", scratch}};
-  if (!sharded && device_comm && hw.gpus > 1 && std::abs(r.device.scratch - scratch) > 0.1 * scratch) {
+  if (!sharded && device_comm && std::abs(r.device.scratch - scratch) > 0.25 * scratch) {
     mismatches.push_back("planner device scratch: planner " + std::to_string(r.device.scratch) +
-                         ", measured " + std::to_string(scratch) + " (more than 10% apart)");
+                         ", measured " + std::to_string(scratch) + " (more than 25% apart)");
   }
   for (const auto& [name, v] : terms) {
     out[name] = {{"planner", v.first}, {"measured", v.second}};

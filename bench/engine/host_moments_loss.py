@@ -12,6 +12,9 @@ The model and the two regimes are those of docs/defaults.md (host_lr_sweep.py's 
   scratch    400 steps on the prose corpus from the seed's initial weights
   demo       the demo's larger model and fine-tune (scripts/demo: --size cpu, 886k parameters,
              300 dense pretraining steps, then 300 steps on the shifted corpus)
+  finetune_long, demo_long
+             the same fine-tunes 10 and 4 times longer (2000 and 1200 steps, the cosine schedule
+             over all of them): where v's rounding could add up at the end of a long schedule
 
 Writes every run (final and initial eval loss, the training-loss curve) and a summary (per seed:
 each precision / fp32 and each / dense; the mean over seeds) to --out as JSON, and prints the table.
@@ -32,18 +35,20 @@ DEMO_MODEL = ["--size", "cpu", "--backend", "host", "--quiet", "--log-every", "1
 # regime -> (model flags, steps, dense pretraining steps on the prose corpus or 0)
 REGIMES = {"finetune": (CHARLM_MODEL, CHARLM_STEPS["finetune"], 400),
            "scratch": (CHARLM_MODEL, CHARLM_STEPS["scratch"], 0),
-           "demo": (DEMO_MODEL, 300, 300)}
+           "demo": (DEMO_MODEL, 300, 300),
+           "finetune_long": (CHARLM_MODEL, 10 * CHARLM_STEPS["finetune"], 400),
+           "demo_long": (DEMO_MODEL, 1200, 300)}
 # offload_sync: every parameter's moments on the host, one AdamW update per step (beta2 = 0.999
 # moves v by 0.1% per update, below half a bf16 ulp): where the rounding matters most.
 PRECISIONS = ["fp32", "bf16", "int8"]
 
 
-def runs_of(precisions):
-    """The runs of one seed: dense, then ZenFlow and offload-sync with each precision."""
+def runs_of(precisions, sync=True):
+    """The runs of one seed: dense, then ZenFlow and (`sync`) offload-sync with each precision."""
     out = {"dense": ["--optimizer", "gpu-adamw"]}
     for p in precisions:
         out[p] = ["--optimizer", "zenflow", "--host-moments", p]
-    for p in precisions:
+    for p in precisions if sync else []:
         out["sync_" + p] = ["--optimizer", "offload-sync", "--host-moments", p]
     return out
 
@@ -81,13 +86,15 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     ap.add_argument("--precisions", nargs="+", default=PRECISIONS, choices=PRECISIONS)
+    ap.add_argument("--no-sync", action="store_true", help="skip the offload-sync runs")
     ap.add_argument("--out", default=os.path.join(root, "bench", "results", "2026-11-28-cpu",
                                                   "host_moments_loss.json"))
     args = ap.parse_args()
     if "fp32" not in args.precisions:
         ap.error("--precisions must include fp32 (the ratios' base)")
     RUNS.clear()
-    RUNS.update(runs_of(args.precisions))
+    RUNS.update(runs_of(args.precisions, not args.no_sync))
+    sync = not args.no_sync
     others = [p for p in args.precisions if p != "fp32"]
     binary = os.path.join(args.build, "examples", "charlm_train")
     results = []
@@ -103,14 +110,16 @@ def main():
         rows = []
         for seed in args.seeds:
             by = {r["run"]: r["loss_final"] for r in results if r["regime"] == regime and r["seed"] == seed}
-            row = {"seed": seed, "dense": by["dense"], "fp32": by["fp32"], "fp32_vs_dense": by["fp32"] / by["dense"],
-                   "sync_fp32": by["sync_fp32"]}
+            row = {"seed": seed, "dense": by["dense"], "fp32": by["fp32"], "fp32_vs_dense": by["fp32"] / by["dense"]}
+            if sync:
+                row["sync_fp32"] = by["sync_fp32"]
             for p in others:
                 row[p] = by[p]
                 row[p + "_vs_fp32"] = by[p] / by["fp32"]
                 row[p + "_vs_dense"] = by[p] / by["dense"]
-                row["sync_" + p] = by["sync_" + p]
-                row["sync_" + p + "_vs_fp32"] = by["sync_" + p] / by["sync_fp32"]
+                if sync:
+                    row["sync_" + p] = by["sync_" + p]
+                    row["sync_" + p + "_vs_fp32"] = by["sync_" + p] / by["sync_fp32"]
             rows.append(row)
         mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0] if k != "seed"}
         summary.append({"regime": regime, "seeds": rows, "mean": mean})
@@ -120,7 +129,8 @@ def main():
     head = "| regime | seed | dense | zenflow fp32 |"
     for p in others:
         head += f" zenflow {p} | {p} / fp32 | {p} / dense |"
-    head += " offload-sync fp32 |" + "".join(f" offload-sync {p} | {p} / fp32 |" for p in others)
+    if sync:
+        head += " offload-sync fp32 |" + "".join(f" offload-sync {p} | {p} / fp32 |" for p in others)
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for g in summary:
@@ -128,8 +138,9 @@ def main():
             line = f"| {g['regime']} | {r['seed']} | {r['dense']:.4f} | {r['fp32']:.4f} |"
             for p in others:
                 line += f" {r[p]:.4f} | {r[p + '_vs_fp32']:.4f} | {r[p + '_vs_dense']:.4f} |"
-            line += f" {r['sync_fp32']:.4f} |" + "".join(
-                f" {r['sync_' + p]:.4f} | {r['sync_' + p + '_vs_fp32']:.4f} |" for p in others)
+            if sync:
+                line += f" {r['sync_fp32']:.4f} |" + "".join(
+                    f" {r['sync_' + p]:.4f} | {r['sync_' + p + '_vs_fp32']:.4f} |" for p in others)
             print(line)
 
 

@@ -45,6 +45,7 @@ struct options {
   std::int64_t select_interval = 0; // 0: the library's default (one selection in a short run)
   double mass_drop = 0.0;           // config::select_on_mass_drop (0: off)
   zenflow::moment_precision host_moments = zenflow::moment_precision::fp32; // --host-moments
+  std::int32_t host_accumulators = 1; // --host-accumulators (config::host_accumulators)
   zenflow::accumulation_site accumulate = zenflow::accumulation_site::host; // --accumulate
 };
 
@@ -55,6 +56,7 @@ inline void usage(const char* program) {
       "    [--ring-slot-bytes N]\n"
       "    [--upload whole_window|chunk_ring] [--grad-ready] [--backward-share F]\n"
       "    [--select-interval N] [--mass-drop F] [--host-moments fp32|bf16|int8] [--accumulate host|device]\n"
+      "    [--host-accumulators 1|2]\n"
       "    [--release-by-caller]\n"
       "    [--only LABEL-SUBSTRING]\n"
       "    [--trace FILE [--trace-mode LABEL]] [--json FILE]\n",
@@ -83,7 +85,8 @@ inline int parse_options(int argc, char** argv, options& o) {
         "--params",    "--layers",          "--steps",          "--warmup",         "--compute-ms",
         "--pcie-gbps", "--host-threads",    "--device-threads", "--ring-slots",     "--ring-slot-bytes",
         "--upload",    "--select-interval", "--mass-drop",      "--backward-share", "--host-moments",
-        "--only",      "--trace",           "--trace-mode",     "--json",           "--accumulate"};
+        "--only",      "--trace",           "--trace-mode",     "--accumulate",     "--host-accumulators",
+        "--json"};
     if (std::find(std::begin(valued), std::end(valued), a) == std::end(valued)) {
       return refuse(a + ": unknown option");
     }
@@ -147,6 +150,11 @@ inline int parse_options(int argc, char** argv, options& o) {
         o.host_moments = v == "bf16"   ? zenflow::moment_precision::bf16
                          : v == "int8" ? zenflow::moment_precision::int8
                                        : zenflow::moment_precision::fp32;
+      } else if (a == "--host-accumulators") {
+        if (v != "1" && v != "2") {
+          return refuse("--host-accumulators: expected 1 or 2, got '" + v + "'");
+        }
+        o.host_accumulators = v == "2" ? 2 : 1;
       } else if (a == "--accumulate") {
         if (v != "host" && v != "device") {
           return refuse("--accumulate: expected host or device, got '" + v + "'");
@@ -235,6 +243,7 @@ inline zenflow::config config_of(const options& o, const mode_spec& spec) {
   }
   cfg.host_moments = o.host_moments;
   cfg.accumulate = o.accumulate;
+  cfg.host_accumulators = o.host_accumulators;
   cfg.select_on_mass_drop = o.mass_drop;
   return cfg;
 }

@@ -394,8 +394,8 @@ inline std::string json_settings(
       << (o.release_by_caller ? "by_caller" : "at_step") << "\""
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
       << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \""
-      << zenflow::to_string(o.host_moments) << "\",\n  \"accumulate\": \"" << zenflow::to_string(o.accumulate)
-      << "\""
+      << zenflow::to_string(o.host_moments) << "\",\n  \"host_accumulators\": " << o.host_accumulators
+      << ",\n  \"accumulate\": \"" << zenflow::to_string(o.accumulate) << "\""
       << ",\n  \"steps\": " << o.steps << ",\n  \"warmup\": " << o.warmup;
   return out.str();
 }
@@ -513,8 +513,9 @@ void run_modes(const options& o,
 /// The settings lines both programs print before the table (the program prints its first line:
 /// the model, C, B and the device).
 inline void print_settings(const options& o) {
-  std::printf("host moments %s; accumulate %s; ", std::string(zenflow::to_string(o.host_moments)).c_str(),
-              std::string(zenflow::to_string(o.accumulate)).c_str());
+  std::printf("host moments %s; accumulate %s; host accumulators %d; ",
+              std::string(zenflow::to_string(o.host_moments)).c_str(),
+              std::string(zenflow::to_string(o.accumulate)).c_str(), o.host_accumulators);
   std::printf("upload %s; dev B/p: device memory per parameter (user's bf16 weights and gradients + the "
               "engine's device buffers; dense AdamW: 16)\n",
               o.chunk_ring ? "chunk_ring" : "whole_window");

@@ -31,13 +31,18 @@ void usage(const char* program) {
       "    [--host-mem-gb G] [--gpu-mem-gb G] (--step-ms C | --tokens T [--tflops F])\n"
       "    [--mode zenflow|offload_sync|gpu_adamw] [--topk-ratio R] [--update-interval S]\n"
       "    [--moments fp32|bf16|int8] [--accumulate host|device] [--upload whole_window|chunk_ring]\n"
-      "    [--ring-slot-bytes B] [--max-interval S] [--zero 2|3] [--json]\n"
+      "    [--host-accumulators 1|2] [--ring-slot-bytes B] [--max-interval S] [--zero 2|3]\n"
+      "    [--reduce-bucket-bytes B] [--reduce-in-place true|false] [--shard-headroom H] [--json]\n"
       "  --machine: dgx-h100 = 8 GPUs of 80 GB, 2 TB host, 600 GB/s host (2 sockets x 300), 25 GB/s PCIe,\n"
       "             400 TFLOP/s achieved per GPU; workstation = 1 GPU of 80 GB, 128 GB host, 100 GB/s host,\n"
       "             25 GB/s PCIe, 400 TFLOP/s. Explicit options override it.\n"
       "  --tokens T: C = 6 x params x T / (TFLOP/s), T tokens per GPU per step.\n"
       "  --zero 3: the sharded engine (ZeRO-3) over --gpus ranks: each GPU its shard; 2 (default):\n"
-      "            owner_partition, each GPU the whole model.\n",
+      "            owner_partition, each GPU the whole model.\n"
+      "  --reduce-bucket-bytes, --reduce-in-place: ZeRO-2's fp32 reduction bucket (25 MiB) and where\n"
+      "            the mean goes (true: your gradient buffers); --shard-headroom: ZeRO-3's device rows\n"
+      "            above a shard's share of k (0.25): config's reduce_bucket_bytes, reduce_in_place,\n"
+      "            shard_state_headroom.\n",
       program);
 }
 
@@ -77,7 +82,8 @@ int parse(int argc, char** argv, cli& c) {
         "--host-gbps",       "--pcie-gbps", "--gpus",       "--host-mem-gb", "--gpu-mem-gb",
         "--step-ms",         "--tokens",    "--tflops",     "--mode",        "--topk-ratio",
         "--update-interval", "--moments",   "--accumulate", "--upload",      "--ring-slot-bytes",
-        "--max-interval",    "--zero"};
+        "--max-interval",    "--zero",      "--reduce-bucket-bytes", "--reduce-in-place", "--shard-headroom",
+        "--host-accumulators"};
     bool known = false;
     for (const char* v : valued) {
       known = known || a == v;
@@ -186,10 +192,27 @@ int parse(int argc, char** argv, cli& c) {
       c.cfg.upload =
           v == "chunk_ring" ? zenflow::upload_policy::chunk_ring : zenflow::upload_policy::whole_window;
       why = "expected whole_window or chunk_ring";
+    } else if (a == "--host-accumulators") {
+      ok = v == "1" || v == "2";
+      c.cfg.host_accumulators = v == "2" ? 2 : 1;
+      why = "expected 1 or 2";
     } else if (a == "--zero") {
       ok = v == "2" || v == "3";
       c.cfg.sharded = v == "3";
       why = "expected 2 or 3";
+    } else if (a == "--reduce-bucket-bytes") {
+      ok = integer(c.cfg.reduce_bucket_bytes, 256) && c.cfg.reduce_bucket_bytes < (std::int64_t{1} << 31) &&
+           c.cfg.reduce_bucket_bytes % 4 == 0;
+      why = "must be in [256, 2^31) and a multiple of 4";
+    } else if (a == "--reduce-in-place") {
+      ok = v == "true" || v == "false";
+      c.cfg.reduce_in_place = v == "true";
+      why = "expected true or false";
+    } else if (a == "--shard-headroom") {
+      const auto x = real();
+      ok = x && *x >= 0 && *x <= 100;
+      c.cfg.shard_state_headroom = ok ? *x : 0;
+      why = "must be in [0, 100]";
     } else { // --ring-slot-bytes
       ok = integer(c.cfg.ring_slot_bytes, 4096) && c.cfg.ring_slot_bytes <= (std::int64_t{1} << 30) &&
            c.cfg.ring_slot_bytes % 256 == 0;
@@ -237,10 +260,11 @@ void print(const cli& c,
               hw.host_memory_bytes > 0 ? gb(hw.host_memory_bytes).c_str() : "(unchecked)",
               hw.device_memory_bytes > 0 ? gb(hw.device_memory_bytes).c_str() : "(unchecked)");
   const auto& k = r.config;
-  std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, upload %s, ZeRO-%d\n\n",
+  std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, host accumulators %d, upload %s, "
+              "ZeRO-%d\n\n",
               std::string(zenflow::to_string(k.mode)).c_str(), k.topk_ratio,
               static_cast<long long>(k.update_interval), std::string(zenflow::to_string(k.moments)).c_str(),
-              std::string(zenflow::to_string(k.accumulate)).c_str(),
+              std::string(zenflow::to_string(k.accumulate)).c_str(), k.host_accumulators,
               std::string(zenflow::to_string(k.upload)).c_str(), k.sharded ? 3 : 2);
   std::printf("%-34s %9s %10s\n", "host (the node)", "B/param", "GB");
   const auto row = [&](const char* what, double bytes) {
@@ -249,13 +273,11 @@ void print(const cli& c,
   row("state (master, m, v, counts)", r.host.state);
   row("accumulators", r.host.accumulators);
   row("pinned D2H ring", r.host.ring);
-  row("upload buffer", r.host.upload);
+  row(k.upload == zenflow::upload_policy::whole_window ? "upload stage" : "upload buffer", r.host.upload);
+  if (r.host.staging > 0) {
+    row("selection staging", r.host.staging);
+  }
   row("total", r.host.total());
-  // DeepSpeed's host state for the same model, from its source (docs/planning.md): ZeRO-Offload's
-  // CPU Adam 16 B (fp32 master, fp32 gradient partition, m, v); its ZenFlow with overlap_step 32 B
-  // (master, stale copy, two fp32 gradient buffers, two sets of m and v).
-  row("DeepSpeed ZeRO-Offload (source)", 16.0 * P);
-  row("DeepSpeed ZenFlow (source)", 32.0 * P);
   std::printf("%-34s %9s %10s\n", "device (one GPU; no activations)", "B/param", "GB");
   row("weights + gradients", r.device.weights_and_grads);
   row("selected state", r.device.selected_state);
@@ -266,13 +288,32 @@ void print(const cli& c,
   if (r.device.accumulators > 0) {
     row("accumulators", r.device.accumulators);
   }
+  if (r.device.reduction > 0) {
+    row("reduction buckets", r.device.reduction);
+  }
   row("total", r.device.total());
+  // DeepSpeed for the same model and machine (docs/planning.md, "DeepSpeed beside zenflow"):
+  // ZeRO-Offload by its own estimator (estimate_zero2_model_states_mem_needs, buffer factor 1),
+  // its ZenFlow from its source. Host: the node's; GPU: one GPU's, without activations.
+  std::printf("%-34s %9s %10s %9s %10s\n", "beside DeepSpeed", "host B/p", "host GB", "GPU B/p", "GPU GB");
+  const auto beside = [&](const char* what, double host, double device) {
+    std::printf("  %-32s %9.2f %10s %9.2f %10s\n", what, host / P, gb(host).c_str(), device / P,
+                gb(device).c_str());
+  };
+  beside("zenflow (this plan)", r.host.total(), r.device.total());
+  beside("DeepSpeed ZeRO-Offload", r.deepspeed_offload_host, r.deepspeed_offload_device);
+  beside("DeepSpeed ZenFlow", r.deepspeed_zenflow_host, r.deepspeed_zenflow_device);
   std::printf("\n%-34s %10s %10s\n", "per step", "GB", "ms");
   std::printf("  %-32s %10s %10.1f\n", "compute (C)", "", r.terms.compute * 1e3);
   std::printf("  %-32s %10s %10.1f\n", "down (one GPU)", gb(r.traffic.d2h_per_step).c_str(),
               r.terms.d2h * 1e3);
   std::printf("  %-32s %10s %10.1f\n", "up (one GPU)", gb(r.traffic.h2d_per_step).c_str(), r.terms.h2d * 1e3);
-  std::printf("  %-32s %10s %10.1f\n", "host window / S (host memory)",
+  // GB: a step's share of the window's traffic; ms: the time the job has per step it may take
+  // (one accumulator buffer: the whole job, in the next window's first step; two: over S).
+  const bool one_step = k.mode == zenflow::optimizer_mode::zenflow && k.overlap_step &&
+                        k.host_accumulators == 1 && k.accumulate == zenflow::plan_accumulation::host;
+  std::printf("  %-32s %10s %10.1f\n",
+              one_step ? "host window, whole (host memory)" : "host window / S (host memory)",
               gb(r.traffic.host_window_per_step).c_str(), r.terms.host_window * 1e3);
   std::printf("  %-32s %10s %10.1f\n", "accumulation (host memory)",
               gb(r.traffic.accumulate_per_step).c_str(), r.terms.accumulate * 1e3);
@@ -283,13 +324,13 @@ void print(const cli& c,
     std::printf("NOT IMPLEMENTED in the engine yet: %s\n", n.c_str());
   }
   if (s.found) {
-    std::printf("suggestion: %s (then S = %lld, moments %s, upload %s, accumulate %s: host %.2f B/param, GPU "
-                "%.2f B/param, bound %.1f ms)\n",
+    std::printf("suggestion: %s (then S = %lld, moments %s, upload %s, accumulate %s, ZeRO-%d: host %.2f "
+                "B/param, GPU %.2f B/param, bound %.1f ms)\n",
                 s.change.c_str(), static_cast<long long>(s.result.config.update_interval),
                 std::string(zenflow::to_string(s.result.config.moments)).c_str(),
                 std::string(zenflow::to_string(s.result.config.upload)).c_str(),
                 std::string(zenflow::to_string(s.result.config.accumulate)).c_str(),
-                s.result.host_bytes_per_param(), s.result.device_bytes_per_param(),
+                s.result.config.sharded ? 3 : 2, s.result.host_bytes_per_param(), s.result.device_bytes_per_param(),
                 s.result.bound.value * 1e3);
     for (const auto& n : s.result.not_implemented) {
       std::printf("  the suggestion needs what the engine does not implement yet: %s\n", n.c_str());
@@ -313,17 +354,24 @@ std::string json_plan(const zenflow::plan_result& r) {
   const auto& k = r.config;
   o << "{\"mode\": \"" << zenflow::to_string(k.mode) << "\", \"topk_ratio\": " << k.topk_ratio
     << ", \"update_interval\": " << k.update_interval << ", \"moments\": \"" << zenflow::to_string(k.moments)
-    << "\", \"accumulate\": \"" << zenflow::to_string(k.accumulate) << "\", \"upload\": \""
+    << "\", \"accumulate\": \"" << zenflow::to_string(k.accumulate)
+    << "\", \"host_accumulators\": " << k.host_accumulators << ", \"upload\": \""
     << zenflow::to_string(k.upload) << "\", \"zero\": " << (k.sharded ? 3 : 2) << ", \"params\": " << r.params
     << ", \"host_bytes\": {\"state\": " << r.host.state << ", \"accumulators\": " << r.host.accumulators
-    << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload << ", \"total\": " << r.host.total()
+    << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload << ", \"staging\": " << r.host.staging
+    << ", \"total\": " << r.host.total()
     << "}, \"host_bytes_per_param\": " << r.host_bytes_per_param()
     << ", \"device_bytes\": {\"weights_and_grads\": " << r.device.weights_and_grads
     << ", \"selected_state\": " << r.device.selected_state << ", \"vector_state\": " << r.device.vector_state
     << ", \"staging\": " << r.device.staging << ", \"upload\": " << r.device.upload
     << ", \"scratch\": " << r.device.scratch << ", \"accumulators\": " << r.device.accumulators
-    << ", \"total\": " << r.device.total() << "}, \"device_bytes_per_param\": " << r.device_bytes_per_param()
-    << ", \"deepspeed_host_bytes_per_param\": {\"zero_offload\": 16, \"zenflow_overlap\": 32}"
+    << ", \"reduction\": " << r.device.reduction << ", \"total\": " << r.device.total()
+    << "}, \"device_bytes_per_param\": " << r.device_bytes_per_param()
+    << ", \"reduce_bucket_bytes\": " << k.reduce_bucket_bytes
+    << ", \"reduce_in_place\": " << (k.reduce_in_place ? "true" : "false")
+    << ", \"deepspeed\": {\"zero_offload\": {\"host_bytes\": " << r.deepspeed_offload_host
+    << ", \"device_bytes\": " << r.deepspeed_offload_device << "}, \"zenflow\": {\"host_bytes\": "
+    << r.deepspeed_zenflow_host << ", \"device_bytes\": " << r.deepspeed_zenflow_device << "}}"
     << ", \"ring_slots\": " << r.ring_slots << ", \"staging_slots\": " << r.staging_slots
     << ", \"d2h_bytes_per_step\": " << r.traffic.d2h_per_step
     << ", \"h2d_bytes_per_step\": " << r.traffic.h2d_per_step

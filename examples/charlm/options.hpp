@@ -144,7 +144,7 @@ usage: charlm_train [options]
   --update-interval N|auto  --full-warm-up-rounds N  --overlap-step true|false
   --auto-ratio X  --pt-reserved-cores-perc X  --host-lr-scale linear|sqrt|none|capped|snr
   --max-update-interval N  --min-update-interval N  --steps-per-epoch N  --importance sq_l2|l1
-  --host-moments-per-step true|false  --host-moments fp32|bf16|int8
+  --host-moments-per-step true|false  --host-moments fp32|bf16|int8  --host-accumulators 1|2
   --select-on-mass-drop X  --min-select-interval N
   --pin-host-threads true|false  (the engine's host threads on the cores --pt-reserved-cores-perc
                             leaves them; the model's threads and the training thread on the rest)
@@ -250,7 +250,7 @@ inline std::string setting_of_flag(const std::string& flag) {
                                                           "ring_slot_bytes",     "ring_slots",
                                                           "host_threads",        "host_moments",
                                                           "select_on_mass_drop", "min_select_interval",
-                                                          "pin_host_threads"};
+                                                          "pin_host_threads",    "host_accumulators"};
   std::string name = flag.substr(2);
   std::replace(name.begin(), name.end(), '-', '_');
   return std::find(same_name.begin(), same_name.end(), name) != same_name.end() ? name : std::string();
@@ -421,6 +421,8 @@ inline bool parse_args(const std::vector<std::string>& args, options& o) {
       {"--min-select-interval", [&](S f, S v) { z.min_select_interval = parse_int(f, v); }},
       {"--steps-per-epoch", [&](S f, S v) { z.steps_per_epoch = parse_int(f, v); }},
       {"--host-moments-per-step", [&](S f, S v) { z.host_moments_per_step = detail::parse_bool(f, v); }},
+      {"--host-accumulators",
+       [&](S f, S v) { z.host_accumulators = static_cast<std::int32_t>(parse_int(f, v)); }},
       {"--host-moments",
        [&](S f, S v) {
          z.host_moments =

@@ -294,11 +294,13 @@ nb::dict memory_dict(const zenflow::memory_usage& m) {
   d["device_upload"] = m.device_upload;
   d["device_scratch"] = m.device_scratch;
   d["device_window_sum"] = m.device_window_sum;
+  d["device_reduction"] = m.device_reduction;
   d["host_state"] = m.host_state;
   d["host_accumulators"] = m.host_accumulators;
   d["host_ring"] = m.host_ring;
   d["host_upload"] = m.host_upload;
   d["host_landing"] = m.host_landing;
+  d["host_staging"] = m.host_staging;
   d["device_total"] = m.device_total();
   d["host_total"] = m.host_total();
   return d;
@@ -349,6 +351,7 @@ NB_MODULE(_zenflow, mod) {
       .def_rw("max_update_interval", &config::max_update_interval)
       .def_rw("min_update_interval", &config::min_update_interval)
       .def_rw("host_moments_per_step", &config::host_moments_per_step)
+      .def_rw("host_accumulators", &config::host_accumulators)
       .def_rw("select_on_mass_drop", &config::select_on_mass_drop)
       .def_rw("min_select_interval", &config::min_select_interval)
       .def_rw("gradient_clipping", &config::gradient_clipping)

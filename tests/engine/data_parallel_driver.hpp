@@ -11,7 +11,14 @@
 //
 // Three paths (dp_path): the host backend over mpi_communicator, the emulated backend over it,
 // and the emulated backend over emulated_device_communicator<mpi_communicator> (stream-ordered
-// collectives on device buffers: the path NCCL takes on the CUDA backend).
+// collectives on device buffers: the path NCCL takes on the CUDA backend). The gradients' buckets
+// (dp/grad_buckets.hpp) differ by path, and none of it may change a bit: the host path runs the
+// defaults (one bucket, the mean in place, no announcement); the emulated path buckets of three
+// of the longest rows (matrices straddle buckets), the mean in engine buffers, every parameter
+// announced by grad_ready() in registration order (the reverse of the buckets' order: each bucket
+// launches only when its last parameter is announced); the device communicator's path the same
+// small buckets, the mean in place, and each rank announcing a different subset of the parameters
+// in its own order every step (the rest launched by step()).
 #pragma once
 
 #include <algorithm>
@@ -20,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <mpi.h>
 #include <random>
 #include <type_traits>
@@ -251,19 +259,26 @@ struct byte_ledger {
     // Host memory per rank: its block of every matrix (vectors, on the host in the warm-up, whole).
     const bool sync = cfg.mode == zenflow::optimizer_mode::offload_sync; // every channel on the host
     const bool vectors_on_host = sync || cfg.full_warm_up_rounds > 0;
-    const std::uint64_t accs = cfg.overlap_step && !sync ? 2 : 1;
-    std::uint64_t state = 0, acc = 0, vec_state = 0, vec_acc = 0, all_host = 0, unselected = 0;
+    const std::uint64_t accs = cfg.overlap_step && !sync && cfg.host_accumulators == 2 ? 2 : 1;
+    // The accumulators hold host-set rows: a rank of several its block's capacity, one rank (and
+    // a vector, whole on every rank) exactly its host set's rows: after a selection every channel
+    // but the top-k's (ZenFlow; a vector's none, it lives on the device after the warm-up), before
+    // one (a warm-up longer than the run) every channel.
+    const bool split = !sync && one.selections > 0;
+    std::uint64_t state = 0, acc = 0, vec_state = 0, vec_acc = 0, all_acc = 0, all_host = 0, unselected = 0;
     for (std::size_t p = 0, m = 0; p < shapes.size(); ++p) {
       const auto len = static_cast<std::uint64_t>(shapes[p].len);
       if (!shapes[p].matrix) {
         vec_state += vectors_on_host ? host_row_bytes(len) : 0;
-        vec_acc += vectors_on_host ? len * 4 * accs : 0;
+        vec_acc += vectors_on_host && !split ? len * 4 * accs : 0;
         continue;
       }
       const auto own = static_cast<std::uint64_t>(part.count(m, rank));
-      state += own * host_row_bytes(len);
-      acc += own * len * 4 * accs;
       const auto c = shapes[p].channels;
+      const auto kept = split ? static_cast<std::uint64_t>(c - cfg.topk(c)) : static_cast<std::uint64_t>(c);
+      state += own * host_row_bytes(len);
+      acc += (n == 1 ? kept : own) * len * 4 * accs;
+      all_acc += (n == 1 ? kept : static_cast<std::uint64_t>(c)) * len * 4 * accs;
       all_host += static_cast<std::uint64_t>(c) * len * sizeof(T);
       unselected += static_cast<std::uint64_t>(c - cfg.topk(c)) * len * sizeof(T);
       ++m;
@@ -272,7 +287,17 @@ struct byte_ledger {
     EXPECT_EQ(mine.memory.host_accumulators, acc + vec_acc);
     const auto copies = static_cast<std::uint64_t>(n - 1); // of the replicated vectors
     EXPECT_EQ(summed.memory.host_state, one.memory.host_state + copies * vec_state);
-    EXPECT_EQ(summed.memory.host_accumulators, one.memory.host_accumulators + copies * vec_acc);
+    EXPECT_EQ(summed.memory.host_accumulators, all_acc + static_cast<std::uint64_t>(n) * vec_acc);
+    EXPECT_EQ(one.memory.host_accumulators, [&] { // the one-rank engine: its host set's rows
+      std::uint64_t b = 0;
+      for (const auto& sh : shapes) {
+        const auto l = static_cast<std::uint64_t>(sh.len);
+        const auto c = static_cast<std::uint64_t>(sh.channels);
+        b += !sh.matrix ? (vectors_on_host && !split ? l * 4 * accs : 0)
+                        : (split ? c - static_cast<std::uint64_t>(cfg.topk(sh.channels)) : c) * l * 4 * accs;
+      }
+      return b;
+    }());
     // Bytes on the wire, summed over the ranks: the two hashes from every rank, each step's
     // reductions, entering rows and migrations (after_step), each window's weights once (every
     // owner its share): all unselected channels, or every channel in the warm-up.
@@ -330,6 +355,14 @@ struct dp_driver {
       cfg.upload = zenflow::upload_policy::whole_window;
     }
     one = std::make_unique<one_rank_engine>(cfg);
+    if constexpr (emulated) { // the reduction's buckets (file comment); the one-rank engine has none
+      std::int64_t longest = 1;
+      for (const auto& sh : m.shapes) {
+        longest = std::max(longest, sh.len);
+      }
+      cfg.reduce_bucket_bytes = std::max<std::int64_t>(256, 3 * 4 * longest);
+      cfg.reduce_in_place = device_comm;
+    }
     const auto backend_of = [&] {
       if constexpr (emulated) {
         return Emulated{device};
@@ -375,6 +408,7 @@ struct dp_driver {
       std::copy(mean.begin(), mean.end(), one_g[p].begin());
       nonfinite[p] = m.shapes[p].matrix ? nonfinite_rows(mean, m.shapes[p].len) : std::vector<char>{};
     }
+    announce(e);
     const auto a = e.step(lr, s);
     if constexpr (emulated) {
       device.synchronize_stream(s); // the weights are current, the gradients may be written
@@ -401,6 +435,25 @@ struct dp_driver {
     }
     ++t;
     return a;
+  }
+
+  /// grad_ready() before the step (file comment): on the emulated path every parameter in
+  /// registration order, on the device communicator's a subset in an order of this rank's and
+  /// step's own.
+  void announce(engine_type& e) {
+    if constexpr (emulated) {
+      std::vector<std::size_t> order(m.shapes.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      if constexpr (device_comm) {
+        std::mt19937_64 gen(zf_test::base_seed() + 7u * static_cast<std::uint64_t>(t) +
+                            1000003u * static_cast<std::uint64_t>(rank));
+        std::shuffle(order.begin(), order.end(), gen);
+        order.resize(order.size() - std::uniform_int_distribution<std::size_t>(0, order.size() / 2)(gen));
+      }
+      for (const std::size_t p : order) {
+        e.grad_ready(ids[p], s);
+      }
+    }
   }
 
   void flush(engine_type& e) {

@@ -146,6 +146,10 @@ inline zenflow::config small_config(unsigned host_threads = 1) {
   // The scheduled selections only: these cases pin their selection steps (and the golden digests
   // were taken so); select_on_mass_drop has its own cases (reference_cases.hpp, mass_trigger_test).
   c.select_on_mass_drop = 0.0;
+  // fp32 host moments (the library's default is bf16): the baselines compare the host's updates
+  // with the device's fp32 ones bit for bit, and the golden digests were taken so; bf16 and int8
+  // have their own cases (reference_cases.hpp, host_moments_test).
+  c.host_moments = zenflow::moment_precision::fp32;
   return c;
 }
 

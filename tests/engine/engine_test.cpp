@@ -1,6 +1,7 @@
 // cpu tests of the ZenFlow engine on the host backend: against the float64 reference and the
 // baselines, state migration, byte accounting, staleness, NaN/Inf steps, convergence.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -547,6 +549,112 @@ TEST(engine_upload, chunk_ring_equals_whole_window_after_every_step_on_a_slow_co
                                                                              zf_test::base_seed() + 41);
   }
   timing = {};
+}
+
+/// One accumulator buffer (host_accumulators 1, the default) gives two buffers' weights after
+/// every step and their state at the end, on an emulated device whose H2D copies are slow: the
+/// window's job keeps pace with its staged copies up, so the next window's first step meets a job
+/// that has not read every parameter yet and must wait for it (a step that wrote rows before the
+/// job read them would change the job's update). Nothing reads the state between steps (that
+/// would wait for the job).
+TEST(engine_upload, one_accumulator_equals_two_while_the_job_runs_slowly) {
+  using zf_engine_test::emulated_driver;
+  using zf_engine_test::same_bits;
+  auto& timing = zf_engine_test::emulated_case_timing();
+  timing = {};
+  timing.h2d_bytes_per_second = 2e5; // 20 ms a 4 KiB chunk of the upload stage
+  timing.max_jitter = std::chrono::microseconds(100);
+  // 48 and 36 unselected rows of 64 floats: 3 + 3 chunks of 16 rows a window, more than the
+  // stage's 4, so the job waits for its first copies before it reads the second matrix's rows.
+  const std::vector<zf_engine_test::shape> shapes = {{true, 64, 64}, {false, 1, 5}, {true, 48, 64}};
+  auto fixed = small_config();
+  fixed.update_interval = 1;
+  fixed.select_interval = 16;
+  auto auto_windows = fixed;
+  auto_windows.update_interval = 0;
+  auto_windows.max_update_interval = 3;
+  for (auto one : {fixed, auto_windows}) {
+    one.host_accumulators = 1;
+    auto two = one;
+    two.host_accumulators = 2;
+    zf_engine_test::model<float> ma(shapes, zf_test::base_seed() + 42);
+    zf_engine_test::model<float> mb(shapes, zf_test::base_seed() + 42);
+    emulated_driver<float> da(ma);
+    emulated_driver<float> db(mb);
+    const auto ea = da.make_engine(one);
+    const auto eb = db.make_engine(two);
+    std::vector<zenflow::param_id> ia, ib;
+    for (std::size_t p = 0; p < shapes.size(); ++p) {
+      ia.push_back(da.add(*ea, p));
+      ib.push_back(db.add(*eb, p));
+    }
+    da.initialize(*ea);
+    db.initialize(*eb);
+    for (int t = 0; t < 12; ++t) {
+      ma.next_grads();
+      mb.g = ma.g;
+      (void)da.step(*ea, 1e-2f);
+      (void)db.step(*eb, 1e-2f);
+      for (std::size_t p = 0; p < shapes.size(); ++p) {
+        ASSERT_TRUE(same_bits(ma.w[p], mb.w[p])) << "step " << t << " param " << p;
+      }
+    }
+    da.flush(*ea);
+    db.flush(*eb);
+    for (std::size_t p = 0; p < shapes.size(); ++p) {
+      EXPECT_TRUE(same_bits(ma.w[p], mb.w[p])) << "after flush, param " << p;
+      const auto sa = da.state(*ea, ia[p]);
+      const auto sb = db.state(*eb, ib[p]);
+      EXPECT_TRUE(same_bits(sa.master, sb.master) && same_bits(sa.m, sb.m) && same_bits(sa.v, sb.v) &&
+                  sa.counts == sb.counts)
+          << "param " << p;
+    }
+    EXPECT_EQ(ea->stats().memory.host_accumulators * 2, eb->stats().memory.host_accumulators);
+  }
+  timing = {};
+}
+
+/// The hand-over behind one accumulator buffer (host/handover.hpp): the consumer, writing the next
+/// window's rows of a parameter, waits until the closed window's job has read that parameter, and
+/// for nothing else: not before any job, not while writing the window the job belongs to, not
+/// after the job ended (done or failed), not without the shared buffer.
+TEST(engine_drain, the_next_window_waits_for_the_job_to_read_each_parameter) {
+  using namespace std::chrono_literals;
+  zenflow::detail::consumer_progress progress;
+  progress.set_drain(2, true);
+  progress.wait_read(1, 0);                         // no job yet
+  const std::uint64_t job = progress.begin_read(0); // the job of accumulator 0's window
+  progress.wait_read(0, 1); // the window it belongs to: its own steps were written before it
+  std::atomic<bool> read0{false}, read1{false};
+  bool saw0 = false, saw1 = false;
+  std::thread consumer([&] {
+    progress.wait_read(1, 1); // the next window (accumulator 1) writes parameter 1 first
+    saw1 = read1.load();
+    progress.wait_read(1, 0);
+    saw0 = read0.load();
+  });
+  std::this_thread::sleep_for(20ms);
+  read0 = true;
+  progress.note_read(0, job); // parameter 0 first: the consumer still waits for parameter 1
+  std::this_thread::sleep_for(20ms);
+  read1 = true;
+  progress.note_read(1, job);
+  consumer.join();
+  EXPECT_TRUE(saw1) << "wrote parameter 1 before the job had read it";
+  EXPECT_TRUE(saw0);
+  // A job that ends (done, nothing to read, failed) frees every row at once.
+  const std::uint64_t next = progress.begin_read(1);
+  std::thread second([&] { progress.wait_read(0, 1); });
+  progress.note_all_read(next);
+  second.join();
+  // After a restore no job reads the buffer; without the shared buffer nothing ever waits.
+  (void)progress.begin_read(0);
+  progress.reset_reads();
+  progress.wait_read(1, 0);
+  zenflow::detail::consumer_progress two;
+  two.set_drain(2, false);
+  (void)two.begin_read(0);
+  two.wait_read(1, 0);
 }
 
 // ---- arguments ---------------------------------------------------------------------------------

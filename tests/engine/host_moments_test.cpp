@@ -22,21 +22,22 @@ namespace {
 using namespace zf_engine_test;
 using zenflow::moment_precision;
 
-TEST(host_moments_config, default_is_fp32_and_bf16_is_read_written_and_described) {
-  EXPECT_EQ(zenflow::config{}.host_moments, moment_precision::fp32);
-  EXPECT_EQ(zenflow::config::deepspeed_defaults().host_moments, moment_precision::fp32);
+TEST(host_moments_config, default_is_bf16_and_fp32_is_read_written_and_described) {
+  // bf16 since 2026-11-29 (docs/defaults.md): a C++ config and a DeepSpeed file alike.
+  EXPECT_EQ(zenflow::config{}.host_moments, moment_precision::bf16);
+  EXPECT_EQ(zenflow::config::deepspeed_defaults().host_moments, moment_precision::bf16);
   zenflow::config_sources src;
   const auto c = zenflow::config::from_deepspeed_json_string(
       R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1}},
-          "zenflow_ext": {"host_moments": "bf16"}})",
+          "zenflow_ext": {"host_moments": "fp32"}})",
       {}, &src);
-  EXPECT_EQ(c.host_moments, moment_precision::bf16);
+  EXPECT_EQ(c.host_moments, moment_precision::fp32);
   const nlohmann::json j = c.to_deepspeed_json();
-  EXPECT_EQ(j["zenflow_ext"]["host_moments"], "bf16");
-  EXPECT_EQ(zenflow::config::from_deepspeed_json(j).host_moments, moment_precision::bf16);
+  EXPECT_EQ(j["zenflow_ext"]["host_moments"], "fp32");
+  EXPECT_EQ(zenflow::config::from_deepspeed_json(j).host_moments, moment_precision::fp32);
   const std::string text = c.describe(&src);
   EXPECT_NE(text.find("host_moments"), std::string::npos) << text;
-  EXPECT_NE(text.find("bf16"), std::string::npos) << text;
+  EXPECT_NE(text.find("fp32"), std::string::npos) << text;
   EXPECT_NE(text.find("zenflow_ext.host_moments"), std::string::npos) << text; // where it came from
 }
 
@@ -70,6 +71,36 @@ TEST(host_moments_config, bad_values_are_rejected_by_name) {
   auto c = small_config();
   c.host_moments = static_cast<moment_precision>(7);
   expect_invalid([&] { c.validate(); }, "zenflow_ext.host_moments");
+}
+
+TEST(host_accumulators_config, read_written_described_and_checked_by_name) {
+  EXPECT_EQ(zenflow::config{}.host_accumulators, 1);
+  zenflow::config_sources src;
+  const auto c = zenflow::config::from_deepspeed_json_string(
+      R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {"topk_ratio": 0.1}},
+          "zenflow_ext": {"host_accumulators": 2}})",
+      {}, &src);
+  EXPECT_EQ(c.host_accumulators, 2);
+  const nlohmann::json j = c.to_deepspeed_json();
+  EXPECT_EQ(j["zenflow_ext"]["host_accumulators"], 2);
+  EXPECT_EQ(zenflow::config::from_deepspeed_json(j).host_accumulators, 2);
+  const std::string text = c.describe(&src);
+  EXPECT_NE(text.find("host_accumulators"), std::string::npos) << text;
+  EXPECT_NE(text.find("zenflow_ext.host_accumulators"), std::string::npos) << text;
+  for (const char* v : {"0", "3", "1.5", R"("2")", "true", "null"}) {
+    SCOPED_TRACE(v);
+    expect_invalid(
+        [&] {
+          (void)zenflow::config::from_deepspeed_json_string(
+              std::string(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}, "zenflow": {}},
+                             "zenflow_ext": {"host_accumulators": )") +
+              v + "}}");
+        },
+        "zenflow_ext.host_accumulators");
+  }
+  auto bad = small_config();
+  bad.host_accumulators = 3;
+  expect_invalid([&] { bad.validate(); }, "zenflow_ext.host_accumulators");
 }
 
 /// The engine's memory report against the sizes registered: every host-side parameter holds an

@@ -267,6 +267,21 @@ TEST(engine_plan, ring_slots_auto_holds_two_steps_of_d2h) {
   a = zenflow::detail::resolve_d2h_slots(cfg, {params[2]}, 4096);
   EXPECT_EQ(a.ring, 8u);
   EXPECT_EQ(a.staging, 8u);
+  // 4 MiB slots: at most 1 GiB of ring, 256 slots, and the staging no larger. 10^6 channels of
+  // 4 KiB, 900000 unselected: 879 slots and the records a step.
+  std::vector<zenflow::detail::param_info> large(1);
+  large[0].matrix = true;
+  large[0].host_side = true;
+  large[0].channels = 1000000;
+  large[0].channel_len = 1024;
+  cfg.mode = zenflow::optimizer_mode::zenflow;
+  a = zenflow::detail::resolve_d2h_slots(cfg, large, std::size_t{4} << 20);
+  EXPECT_EQ(a.ring, 256u);
+  EXPECT_EQ(a.staging, 256u);
+  a = zenflow::detail::resolve_d2h_slots(cfg, large, std::size_t{64} << 20); // 57 a step: 16 slots of 64 MiB
+  EXPECT_EQ(a.ring, 16u);
+  EXPECT_EQ(a.staging, 16u);
+  cfg.mode = zenflow::optimizer_mode::offload_sync;
   cfg.ring_slots = 5;
   a = zenflow::detail::resolve_d2h_slots(cfg, params, 4096);
   EXPECT_EQ(a.ring, 5u);

@@ -404,15 +404,16 @@ void run_reference_case(const std::string& name, unsigned host_threads = 1) {
 
 /// Runs two engines on the same gradients and expects bit-identical weights and state after
 /// every step. Counts in `reentries_out` how many times a channel re-entered the first engine's
-/// selection.
+/// selection. `shapes`: the parameters (kShapes by default).
 template <template <class> class Driver, class T>
 void expect_identical(const zenflow::config& a,
                       const zenflow::config& b,
                       int steps,
                       std::uint64_t seed,
-                      std::int64_t* reentries_out = nullptr) {
-  model<T> ma(kShapes, seed);
-  model<T> mb(kShapes, seed);
+                      std::int64_t* reentries_out = nullptr,
+                      const std::vector<shape>& shapes = kShapes) {
+  model<T> ma(shapes, seed);
+  model<T> mb(shapes, seed);
   Driver<T> da(ma);
   Driver<T> db(mb);
   const auto owned_a = da.make_engine(a);
@@ -515,6 +516,23 @@ void run_baseline_cases(unsigned host_threads = 1) {
     auto gpu = zen;
     gpu.mode = zenflow::optimizer_mode::gpu_adamw;
     expect_identical<Driver, zenflow::bfloat16>(zen, gpu, 20, zf_test::base_seed() + 13);
+  }
+  {
+    SCOPED_TRACE("one accumulator buffer equals two (host_accumulators 1 and 2)");
+    // With one buffer the next window's first step waits for the closed window's job to have
+    // read each parameter's rows; with two it fills its own. Nothing else differs: a row written
+    // before the job read it, or a job that read a row of the next window, shows at once. Zen-auto
+    // windows of 1 to 3, clipping, bf16 moments (snr, which reads the whole accumulator first, is
+    // one rank only: the plan digests' Zen-auto scenario runs it with one buffer).
+    auto one = small_config(host_threads);
+    one.update_interval = 0;
+    one.max_update_interval = 3;
+    one.host_moments = zenflow::moment_precision::bf16;
+    one.gradient_clipping = 1.0f;
+    one.host_accumulators = 1;
+    auto two = one;
+    two.host_accumulators = 2;
+    expect_identical<Driver, zenflow::bfloat16>(one, two, 40, zf_test::base_seed() + 14);
   }
 }
 

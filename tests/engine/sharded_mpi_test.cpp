@@ -12,6 +12,8 @@
 // Misconfigured shards, a differing list, and what the policy does not support yet: the same
 // invalid_argument on every rank, nothing set up. Checkpoints: sharded_mpi_checkpoint_test.cpp;
 // the harness (sharded_run): sharded_mpi_run.hpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mpi.h>
@@ -127,6 +129,62 @@ TYPED_TEST(sharded_mpi, overflowing_scores_clip_and_rank_by_their_rescans_as_one
   auto c = base();
   c.gradient_clipping = 1.0f;
   run<float, TypeParam::emulated, TypeParam::device_comm>(c, 10, -1, true);
+}
+
+// ZeRO-3's device state (docs/data-parallel.md, "A shard's device state"): each rank reserves its
+// share of each matrix's top-k, ceil(k x its rows / all rows) and shard_state_headroom of it more
+// (here none), at most min(k, its rows). Gradients whose magnitudes fall with the channel index
+// (sharded_cases.hpp's drift) crowd the top-k into the first shards: a selection that puts more of
+// a matrix's top-k in a shard than its reservation grows that shard's rows to min(k, its rows),
+// once. Every rank's rows, selections and state stay one rank's bits (the harness checks them at
+// every step); here, each rank's device state is its reservation, computed in float64 from the
+// policy, until a selection crowds its shard, and min(k, its rows) of that matrix after, counted
+// in stats().memory and stats().device_rows_grown; with more than one rank some shard grows.
+TYPED_TEST(sharded_mpi, a_crowded_shard_grows_its_device_rows_and_keeps_one_ranks_bits) {
+  auto c = base();
+  c.shard_state_headroom = 0.0;
+  sharded_run<float, TypeParam::emulated, TypeParam::device_comm> r(c);
+  r.add();
+  r.initialize();
+  const int n = world_size();
+  std::vector<char> grown(kModel.size(), 0);
+  const auto expected = [&] {
+    double bytes = 0;
+    for (std::size_t p = 0, m = 0; p < kModel.size(); ++p) {
+      if (!kModel[p].matrix) {
+        continue;
+      }
+      const double k = static_cast<double>(c.topk(kModel[p].channels));
+      const double rows = static_cast<double>(r.count(m++));
+      const double most = std::min(k, rows);
+      const double share = n == 1 ? most : std::min(most, std::max(1.0, std::ceil(k * rows / kModel[p].channels)));
+      bytes += (grown[p] != 0 ? most : share) * (12.0 * static_cast<double>(kModel[p].len) + 8.0);
+    }
+    return bytes;
+  };
+  EXPECT_EQ(static_cast<double>(r.e->stats().memory.device_selected_state), expected()) << "reserved";
+  for (std::int64_t t = 0; t < 14; ++t) {
+    r.step(t, false, false, true);
+    for (std::size_t p = 0, m = 0; p < kModel.size(); ++p) {
+      if (!kModel[p].matrix) {
+        continue;
+      }
+      const auto set = r.ref->selected(r.ref_id[p]); // the whole matrix's top-k, one rank's
+      const auto in_shard = std::count_if(set.begin(), set.end(), [&](std::int32_t ch) {
+        return ch >= r.first(m) && ch < r.first(m) + r.count(m);
+      });
+      const double k = static_cast<double>(c.topk(kModel[p].channels));
+      const double rows = static_cast<double>(r.count(m++));
+      grown[p] = grown[p] != 0 || (n > 1 && static_cast<double>(in_shard) >
+                                                std::max(1.0, std::ceil(k * rows / kModel[p].channels)));
+    }
+    EXPECT_EQ(static_cast<double>(r.e->stats().memory.device_selected_state), expected()) << "step " << t;
+    EXPECT_EQ(r.e->stats().device_rows_grown, std::count(grown.begin(), grown.end(), 1)) << "step " << t;
+  }
+  r.check_state();
+  std::int64_t all = r.e->stats().device_rows_grown;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(all > 0, n > 1) << "the drifting gradients crowd a shard with more than one rank";
 }
 
 /// initialize() throws invalid_argument naming `names` on every rank, and nothing is set up: the

@@ -398,6 +398,34 @@ void check_window(std::int64_t channels, std::int64_t len) {
       }
       ASSERT_TRUE(same_bits(u.master, ref.master));
       ASSERT_TRUE(same_bits(upload2, ref_upload));
+
+      // An accumulator of the listed rows only, in list order (window_acc_rows::packed): the same
+      // bits, and its rows zeroed (or, with keep, left as they were).
+      for (const auto after : {host::window_acc::zero, host::window_acc::keep}) {
+        window_fixture k = base;
+        std::vector<float> packed(static_cast<std::size_t>(count * len));
+        for (std::int64_t r = 0; r < count; ++r) {
+          std::copy_n(base.acc.data() + base.idx[static_cast<std::size_t>(r)] * len, len,
+                      packed.data() + r * len);
+        }
+        const std::vector<float> packed0 = packed;
+        std::vector<T> upload3(upload.size());
+        ASSERT_EQ(
+            (host::adamw_window<S, T>(k.state(), packed.data(), k.idx.data(), count, slot.data(), coef, steps,
+                                      hp, upload3.data(), &pool, after, 1, 0, host::window_acc_rows::packed)),
+            cudaSuccess);
+        ASSERT_TRUE(same_bits(k.master, ref.master));
+        ASSERT_TRUE(same_bits(k.m, ref.m));
+        ASSERT_TRUE(same_bits(k.v, ref.v));
+        ASSERT_EQ(k.counts, ref.counts);
+        ASSERT_TRUE(same_bits(upload3, ref_upload));
+        ASSERT_TRUE(same_bits(k.acc, base.acc)); // the by-channel accumulator is not touched
+        if (after == host::window_acc::zero) {
+          ASSERT_TRUE(std::all_of(packed.begin(), packed.end(), [](float x) { return x == 0.0f; }));
+        } else { // keep: not written (the next window's first step assigns the rows)
+          ASSERT_TRUE(same_bits(packed, packed0));
+        }
+      }
     }
   }
   // Against float64: the mean gradient of the window drives one AdamW step.
@@ -549,8 +577,17 @@ TEST(optim_args, window_and_accumulate_reject_bad_arguments_and_write_nothing) {
       rejected(host::accumulate_channels<bfloat16>(w.acc.data(), 8, 4, slot.data(), w.idx.data(), count,
                                                    std::numeric_limits<float>::infinity(), nullptr),
                "coef"));
+  const auto packed = [&](float* acc, std::int64_t n, host::window_acc_rows rows) {
+    return host::adamw_window<bfloat16, bfloat16>(st, acc, w.idx.data(), n, n > 0 ? slot.data() : nullptr,
+                                                  1.0f, 2, hp, upload.data(), nullptr, host::window_acc::zero,
+                                                  1, 0, rows);
+  };
+  EXPECT_TRUE(rejected(packed(w.acc.data(), count, static_cast<host::window_acc_rows>(7)), "acc_rows"));
+  EXPECT_TRUE(rejected(packed(nullptr, count, host::window_acc_rows::packed), "acc"));
   EXPECT_TRUE(same_bits(w.master, before.master) && same_bits(w.m, before.m) && same_bits(w.v, before.v) &&
               same_bits(w.acc, before.acc) && w.counts == before.counts && same_bits(upload, upload0));
+  // A packed accumulator of no rows may be null (a rank that keeps none of a matrix's host rows).
+  EXPECT_EQ(packed(nullptr, 0, host::window_acc_rows::packed), cudaSuccess);
 }
 
 } // namespace

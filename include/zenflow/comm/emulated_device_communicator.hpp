@@ -59,6 +59,7 @@ public:
   [[nodiscard]] emulated_device& device() const noexcept { return *device_; }
   /// The wrapped communicator (its own calls are not ordered with the stream's).
   [[nodiscard]] C& wrapped() noexcept { return shared_->comm; }
+  [[nodiscard]] const C& wrapped() const noexcept { return shared_->comm; }
 
   void all_reduce_sum(float* buf, std::size_t n, cudaStream_t s) {
     in_place(buf, n, s, "all_reduce_sum",

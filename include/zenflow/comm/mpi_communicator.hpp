@@ -161,6 +161,8 @@ public:
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+  /// The host bytes it keeps to stage its calls (grown to the largest gather's or round's).
+  [[nodiscard]] std::size_t staging_bytes() const noexcept { return send_.capacity() + recv_.capacity(); }
   /// False after a timeout or transport error (every call then throws comm_error).
   [[nodiscard]] bool usable() const noexcept { return comm_ != MPI_COMM_NULL && failure_.empty(); }
   /// The private duplicate the collectives run on.

@@ -196,6 +196,10 @@ public:
   /// Makes this device the calling thread's current one (`cudaSetDevice`'s twin).
   void make_current() noexcept { current_slot() = this; }
 
+  /// The freed memory the device keeps aside, poisoned, to catch a use after free (up to 64 MiB):
+  /// resident, but no allocation's (a measurement of the process's memory subtracts it).
+  [[nodiscard]] std::size_t quarantined_bytes() { return memory_.quarantined_bytes(); }
+
   /// What the device counted of the rules (see the file comment and docs/emulated-device.md).
   [[nodiscard]] emulated_device_stats stats() const noexcept {
     emulated_device_stats out;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <span>
 #include <utility>
@@ -112,7 +113,10 @@ public:
     if (data_ == nullptr) {
       throw std::bad_alloc();
     }
-    // What a GPU machine would have pinned: an emulated device's copies treat it as pinned.
+    // What a GPU machine would have pinned: an emulated device's copies treat it as pinned, and
+    // it is resident from the start, as page-locked memory is (a process's measured footprint is
+    // then the one it would have beside a GPU).
+    std::memset(static_cast<void*>(data_), 0, bytes);
     detail::emulated_pinned_ranges::instance().add(data_, bytes);
     note_fallback(status);
   }

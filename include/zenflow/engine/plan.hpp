@@ -94,27 +94,40 @@ enum class plan_accumulation : std::uint8_t { host, device };
 /// The settings the planner reads.
 struct plan_config {
   optimizer_mode mode = optimizer_mode::zenflow;
-  double topk_ratio = 0.1;          ///< r, in [0, 1]; k = config::topk(channels)
-  std::int64_t update_interval = 4; ///< S >= 1 (Zen-auto's windows: plan at its shortest)
-  plan_moments moments = plan_moments::fp32;
+  double topk_ratio = 0.1;                   ///< r, in [0, 1]; k = config::topk(channels)
+  std::int64_t update_interval = 4;          ///< S >= 1 (Zen-auto's windows: plan at its shortest)
+  plan_moments moments = plan_moments::bf16; ///< the engine's default (config::host_moments)
   plan_accumulation accumulate = plan_accumulation::host;
   upload_policy upload = upload_policy::whole_window;
   std::int64_t ring_slot_bytes = 4 << 20;
-  std::int32_t ring_slots = 0;  ///< 0: the engine's automatic sizing
-  bool overlap_step = true;     ///< two host accumulators (the window job runs beside the next window)
+  std::int32_t ring_slots = 0; ///< 0: the engine's automatic sizing
+  bool overlap_step = true;    ///< the window job runs beside the next window
+  /// config::host_accumulators: 1, one fp32 buffer of the unselected rows, which the next window's
+  /// first step writes once the job has read it (so the job must fit in about one step); 2, one
+  /// each (the job may take the whole next window, S steps).
+  std::int32_t host_accumulators = 1;
   std::int64_t int8_block = 64; ///< elements per fp32 scale of the int8 moments (the engine's: 64)
   /// ZeRO-3 over plan_hardware::gpus ranks (the sharded engine, docs/data-parallel.md): each GPU
   /// holds its shard of the weights, gradients and upload buffer (the largest rank's), the device
-  /// state of min(k, its rows) of each matrix; host and PCIe as owner_partition's. Off: ZeRO-2.
+  /// state of its share of each matrix's k (shard_state_headroom more); host and PCIe as
+  /// owner_partition's. Off: ZeRO-2.
   bool sharded = false;
+  /// ZeRO-2 over gpus > 1 ranks: the fp32 reduction bucket (config::reduce_bucket_bytes) and
+  /// where the mean goes (config::reduce_in_place: your gradient buffers, or mean buffers of
+  /// their size on the GPU).
+  std::int64_t reduce_bucket_bytes = 25 << 20;
+  bool reduce_in_place = true;
+  /// ZeRO-3: the device rows reserved above a shard's share of k (config::shard_state_headroom).
+  double shard_state_headroom = 0.25;
 
   /// The settings of an engine config (`update_interval` 0, Zen-auto, becomes min_update_interval).
   [[nodiscard]] static plan_config of(const config& c) noexcept;
 };
 
 /// The terms of the pipeline bound, in any one unit of time: the device step C, the D2H and H2D
-/// copies of a step, the host window's time per step (its window's time / S), the host
-/// accumulation of a step.
+/// copies of a step, the host window's time per step it has (its window's time / S; with one
+/// accumulator buffer and overlap, its whole time, and at least its staged upload's: the next
+/// window's first step waits for it), the host accumulation of a step.
 struct pipeline_terms {
   double compute = 0, d2h = 0, h2d = 0, host_window = 0, accumulate = 0;
 };
@@ -134,10 +147,14 @@ struct pipeline_bound_value {
 /// them in stats().memory.host_*.
 struct plan_host_bytes {
   double state = 0;        ///< fp32 master + m, v + counts
-  double accumulators = 0; ///< fp32 window accumulators (device accumulation: the landed sum)
+  double accumulators = 0; ///< fp32 window accumulators of the unselected rows (one rank; a rank's
+                           ///< block with data parallel), or device accumulation's landed sum
   double ring = 0;         ///< pinned D2H ring
-  double upload = 0;       ///< pinned upload buffer
-  [[nodiscard]] double total() const noexcept { return state + accumulators + ring + upload; }
+  double upload = 0;       ///< the upload stage's pinned chunks (whole_window), or the upload buffer
+  /// ZeRO-2 over gpus > 1: each rank's pinned staging of a selection's entering rows
+  /// (stats().memory.host_staging)
+  double staging = 0;
+  [[nodiscard]] double total() const noexcept { return state + accumulators + ring + upload + staging; }
 };
 
 /// One GPU's bytes: the user's weights and gradients plus what stats().memory.device_* counts
@@ -150,8 +167,11 @@ struct plan_device_bytes {
   double upload = 0;
   double scratch = 0;      ///< scores, host sets, selection lists, migration stage (the larger parts)
   double accumulators = 0; ///< device accumulation's two fp32 window sums and its count of steps
+  /// ZeRO-2: the fp32 reduction bucket and its receive buffer, their index lists and copy tables
+  /// (and the mean buffers without reduce_in_place): stats().memory.device_reduction
+  double reduction = 0;
   [[nodiscard]] double engine() const noexcept {
-    return selected_state + vector_state + staging + upload + scratch + accumulators;
+    return selected_state + vector_state + staging + upload + scratch + accumulators + reduction;
   }
   [[nodiscard]] double total() const noexcept { return weights_and_grads + engine(); }
 };
@@ -173,6 +193,14 @@ struct plan_result {
   plan_traffic traffic;
   std::int64_t ring_slots = 0,
                staging_slots = 0; ///< per rank as the engine resolves them (the largest block's)
+  /// Data parallel (gpus > 1): every rank's GPU bytes (`device` holds the largest of each term).
+  std::vector<plan_device_bytes> device_by_rank;
+  /// DeepSpeed's bytes for the same model and machine, from its documented memory model
+  /// (docs/planning.md, "DeepSpeed beside zenflow"): ZeRO-Offload (ZeRO-2, offload_optimizer cpu)
+  /// by DeepSpeed's own estimator without its 1.5x buffer factor; ZenFlow (ZeRO-2, overlap_step)
+  /// from its source. Host: the node's; GPU: one GPU's, activations excluded as ours.
+  double deepspeed_offload_host = 0, deepspeed_offload_device = 0;
+  double deepspeed_zenflow_host = 0, deepspeed_zenflow_device = 0;
   pipeline_terms terms;           ///< seconds
   pipeline_bound_value bound;     ///< seconds
   /// The step time to expect: the bound for ZenFlow and gpu_adamw (the device's optimizer time is

@@ -19,17 +19,22 @@ struct memory_usage {
   std::size_t device_upload = 0;         ///< upload buffer (new weights of the unselected channels)
   std::size_t device_scratch = 0;        ///< norms, scores, top-k temporaries, per-step scalars
   std::size_t device_window_sum = 0;     ///< accumulate = device: the two fp32 window sums of the host sets
+  /// Data parallel (ZeRO-2): the fp32 reduction bucket, its receive buffer, their index lists and
+  /// copy tables, and with reduce_in_place false the mean buffers (docs/data-parallel.md)
+  std::size_t device_reduction = 0;
   std::size_t host_state = 0;            ///< fp32 master, m/v (fp32, bf16, int8 + scales), counts
   std::size_t host_accumulators = 0;     ///< fp32 gradient accumulators (two when overlapping)
   std::size_t host_ring = 0;             ///< pinned D2H ring
   std::size_t host_upload = 0;           ///< pinned upload buffer
   std::size_t host_landing = 0; ///< gradients announced by grad_ready() until their step's coef (lazy)
+  /// Data parallel (ZeRO-2): a selection's pinned staging of the entering rows' state
+  std::size_t host_staging = 0;
   [[nodiscard]] std::size_t device_total() const noexcept {
     return device_selected_state + device_vector_state + device_staging + device_upload + device_scratch +
-           device_window_sum;
+           device_window_sum + device_reduction;
   }
   [[nodiscard]] std::size_t host_total() const noexcept {
-    return host_state + host_accumulators + host_ring + host_upload + host_landing;
+    return host_state + host_accumulators + host_ring + host_upload + host_landing + host_staging;
   }
 };
 
@@ -76,6 +81,9 @@ struct stats {
   std::int64_t last_window_length = 0;    ///< length of the last closed window
   std::uint64_t model_bytes = 0;          ///< working-precision bytes of every registered parameter
   std::int64_t max_staleness_windows = 0; ///< most windows a host job's result was applied after its close
+  /// ZeRO-3: matrices whose device rows on this rank grew past its share, a selection (or a loaded
+  /// checkpoint) having put more of their top-k in its shard (docs/data-parallel.md)
+  std::int64_t device_rows_grown = 0;
   memory_usage memory{};
   /// Where the host threads run (config pin_host_threads): set by initialize(); `describe()`
   /// prints it, `pin_to_training_cores(placement)` pins the training thread to the rest.

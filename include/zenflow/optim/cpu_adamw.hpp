@@ -47,6 +47,12 @@ enum class window_acc : std::uint8_t {
         ///< write them with accumulate_mode::assign
 };
 
+/// Where adamw_window finds a listed channel's accumulator row.
+enum class window_acc_rows : std::uint8_t {
+  by_channel, ///< row c (= idx[r]) of a `channels x channel_len` accumulator
+  packed,     ///< row r: the accumulator holds the listed channels only, in list order (`count` rows)
+};
+
 /// AdamW over one flat host array of `n` elements (see the file comment for `adamw_dense`).
 ///
 /// @param master fp32 master weights, updated in place.
@@ -104,7 +110,7 @@ template <class G, class T = float, class M = float>
 ///               moments (int8: block-wise, core/detail/moment_q8.hpp; bf16 and int8: stochastic
 ///               rounding hashed from the whole-matrix element index
 ///               (c + first_channel) * channel_len + j and the new count counts[c] + moment_steps).
-/// @param acc    fp32 accumulator, `channels x channel_len`.
+/// @param acc    fp32 accumulator, `channels x channel_len` (`acc_rows` packed: `count x channel_len`).
 /// @param steps  n_w, the non-skipped steps summed into acc (>= 0). With 0 there is nothing to
 ///               apply: no update, no count change; upload gets the current master and acc is
 ///               zeroed (last_slot must then be null).
@@ -116,6 +122,8 @@ template <class G, class T = float, class M = float>
 /// @param first_channel the index in the whole matrix of `state`'s channel 0: the bf16 moments'
 ///               rounding hash uses whole-matrix element indices, so that a caller holding one
 ///               block of the matrix (data parallel) rounds exactly as one holding all of it.
+/// @param acc_rows by_channel: channel c's sum is acc row c; packed: listed channel r's is row r
+///               (an accumulator of the unselected rows only). The same bits either way.
 /// Bit-identical to accumulate_channels + adamw_span on the rows + packing (the unfused sequence),
 /// and whatever the thread count or SIMD path.
 template <class S, class T, class M = float>
@@ -131,7 +139,8 @@ template <class S, class T, class M = float>
                                        worker_pool* pool,
                                        window_acc after = window_acc::zero,
                                        std::int32_t moment_steps = 1,
-                                       std::int64_t first_channel = 0) {
+                                       std::int64_t first_channel = 0,
+                                       window_acc_rows acc_rows = window_acc_rows::by_channel) {
   static_assert(is_working_type_v<S> && is_working_type_v<T>, "zenflow: float, half or bfloat16");
   static_assert(std::is_same_v<M, float> || std::is_same_v<M, bfloat16> || std::is_same_v<M, int8_moment>,
                 "zenflow: moments are float, bfloat16 or int8_moment");
@@ -154,7 +163,10 @@ template <class S, class T, class M = float>
     ZF_EXPECT_ARG(state.v != nullptr || !has_rows, fn, "state.v", "must not be null");
   }
   ZF_EXPECT_ARG(state.counts != nullptr || state.channels == 0, fn, "state.counts", "must not be null");
-  ZF_EXPECT_ARG(acc != nullptr || !has_rows, fn, "acc", "must not be null");
+  const bool packed = acc_rows == window_acc_rows::packed;
+  ZF_EXPECT_ARG(acc_rows == window_acc_rows::by_channel || packed, fn, "acc_rows",
+                "is not a window_acc_rows value");
+  ZF_EXPECT_ARG(acc != nullptr || !has_rows || (packed && count == 0), fn, "acc", "must not be null");
   ZF_EXPECT_ARG(count >= 0 && count <= state.channels, fn, "count", "must be in [0, channels]");
   ZF_EXPECT_ARG(idx != nullptr || count == 0, fn, "idx", "must not be null");
   ZF_EXPECT_ARG(upload != nullptr || count == 0 || L == 0, fn, "upload", "must not be null");
@@ -174,22 +186,23 @@ template <class S, class T, class M = float>
     for (std::int64_t r = lo; r < hi; ++r) {
       const std::int64_t c = idx[r];
       const std::int64_t off = c * L;
+      float* const acc_row = acc + (packed ? r * L : off);
       if (steps == 0) {
         (void)detail::cpu::convert_span<float, T>(state.master + off, upload + r * L, L, false);
         if (after == window_acc::zero) {
-          std::memset(acc + off, 0, static_cast<std::size_t>(L) * sizeof(float));
+          std::memset(acc_row, 0, static_cast<std::size_t>(L) * sizeof(float));
         }
         continue;
       }
       const std::int32_t t = state.counts[c] + moment_steps;
       const adam_constants k = make_window_constants(hp, t, moment_steps);
       if constexpr (std::is_same_v<M, int8_moment>) {
-        detail::cpu::window_row_q8<S, T>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
+        detail::cpu::window_row_q8<S, T>(acc_row, last_slot == nullptr ? nullptr : last_slot + r * L,
                                          last_coef, state.master + off, state.m + off, state.v + off,
                                          upload + r * L, L, k, scale, (c + first_channel) * L,
                                          static_cast<std::uint32_t>(t), after == window_acc::keep);
       } else {
-        detail::cpu::window_span<S, T, M>(acc + off, last_slot == nullptr ? nullptr : last_slot + r * L,
+        detail::cpu::window_span<S, T, M>(acc_row, last_slot == nullptr ? nullptr : last_slot + r * L,
                                           last_coef, state.master + off, state.m + off, state.v + off,
                                           upload + r * L, L, k, scale, (c + first_channel) * L,
                                           static_cast<std::uint32_t>(t), after == window_acc::keep);

@@ -79,6 +79,11 @@ public:
       std::free(oldest);
     }
   }
+  /// The bytes of freed memory kept aside (resident: poisoned).
+  [[nodiscard]] std::size_t quarantined_bytes() {
+    const std::lock_guard lock(mutex_);
+    return freed_bytes_;
+  }
   /// The side of a copy of `bytes` from `src` to `dst` that touches freed memory ("destination",
   /// else "source"), or nullptr when neither does.
   const char* freed_side(const void* dst, const void* src, std::size_t bytes) {

@@ -340,11 +340,18 @@ inline void config::validate() const {
         "is not a valid upload_policy");
   check(accumulate == accumulation_site::host || accumulate == accumulation_site::device,
         ext_key("accumulate"), "is not a valid accumulation_site (\"host\" or \"device\")");
+  check(host_accumulators == 1 || host_accumulators == 2, ext_key("host_accumulators"),
+        "must be 1 or 2, got " + std::to_string(host_accumulators));
   check(ring_slot_bytes >= 4096 && ring_slot_bytes <= (std::int64_t{1} << 30) && ring_slot_bytes % 256 == 0,
         ext_key("ring_slot_bytes"),
         "must be a multiple of 256 in [4096, 2^30], got " + std::to_string(ring_slot_bytes));
   check(ring_slots == 0 || (ring_slots >= 2 && ring_slots <= 1024), ext_key("ring_slots"),
         "must be 0 (auto) or in [2, 1024], got " + std::to_string(ring_slots));
+  check(reduce_bucket_bytes >= 256 && reduce_bucket_bytes < (std::int64_t{1} << 31) && reduce_bucket_bytes % 4 == 0,
+        ext_key("reduce_bucket_bytes"),
+        "must be a multiple of 4 in [256, 2^31), got " + std::to_string(reduce_bucket_bytes));
+  check(std::isfinite(shard_state_headroom) && shard_state_headroom >= 0.0 && shard_state_headroom <= 100.0,
+        ext_key("shard_state_headroom"), "must be in [0, 100], got " + value_text(shard_state_headroom));
   check(host_threads <= 4096, ext_key("host_threads"),
         "must be in [0, 4096] (0 = derived), got " + std::to_string(host_threads));
   // ceil(1.0 x n) = n: whatever the cores, pinning would leave the host threads none.

@@ -154,10 +154,18 @@ read_extension_key(const std::string& name, const nlohmann::json& v, const std::
   } else if (name == "accumulate") {
     c.accumulate = json_enum<accumulation_site>(
         v, key, {{"host", accumulation_site::host}, {"device", accumulation_site::device}});
+  } else if (name == "host_accumulators") {
+    c.host_accumulators = static_cast<std::int32_t>(json_integer_in(v, key, 1, 2));
   } else if (name == "ring_slot_bytes") {
     c.ring_slot_bytes = json_integer_in(v, key, 4096, std::int64_t{1} << 30);
   } else if (name == "ring_slots") {
     c.ring_slots = static_cast<std::int32_t>(json_integer_in(v, key, 0, 1024)); // 1: validate() rejects it
+  } else if (name == "reduce_bucket_bytes") {
+    c.reduce_bucket_bytes = json_integer_in(v, key, 256, (std::int64_t{1} << 31) - 4); // % 4: validate()
+  } else if (name == "reduce_in_place") {
+    c.reduce_in_place = json_bool(v, key);
+  } else if (name == "shard_state_headroom") {
+    c.shard_state_headroom = json_number(v, key); // the range: validate()
   } else if (name == "host_threads") {
     c.host_threads = static_cast<unsigned>(json_integer_in(v, key, 0, 4096));
   } else if (name == "pin_host_threads") {
@@ -247,9 +255,10 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
       config_fail(key, "is not a known key of " + std::string(extension_block) +
                            did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
                            " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
-                           "host_moments_per_step, host_moments, mode, upload, ring_slot_bytes, ring_slots, "
-                           "host_threads, pin_host_threads, param_groups, select_on_mass_drop, "
-                           "min_select_interval)");
+                           "host_moments_per_step, host_moments, mode, upload, accumulate, host_accumulators, "
+                           "ring_slot_bytes, ring_slots, "
+                           "reduce_bucket_bytes, reduce_in_place, shard_state_headroom, host_threads, "
+                           "pin_host_threads, param_groups, select_on_mass_drop, min_select_interval)");
     }
     if (name == "mode") {
       r.mode_key = key;

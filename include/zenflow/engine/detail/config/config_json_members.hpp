@@ -187,8 +187,12 @@ inline nlohmann::json config::to_deepspeed_json() const {
   ext["min_select_interval"] = min_select_interval;
   ext["upload"] = std::string(to_string(upload));
   ext["accumulate"] = std::string(to_string(accumulate));
+  ext["host_accumulators"] = host_accumulators;
   ext["ring_slot_bytes"] = ring_slot_bytes;
   ext["ring_slots"] = ring_slots;
+  ext["reduce_bucket_bytes"] = reduce_bucket_bytes;
+  ext["reduce_in_place"] = reduce_in_place;
+  ext["shard_state_headroom"] = shard_state_headroom;
   ext["host_threads"] = host_threads;
   ext["pin_host_threads"] = pin_host_threads;
   if (!param_groups.empty()) {

@@ -17,7 +17,7 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 /// The doubles stats_over_ranks() reduces (a device communicator's buffer holds as many).
-inline constexpr std::size_t stats_summed_counters = 10;
+inline constexpr std::size_t stats_summed_counters = 11;
 
 /// Sums of the byte, stall and host-memory counters of `s` over the ranks (a collective; double
 /// sums, exact for byte counts below 2^53). A device communicator reduces them in `device_sums`
@@ -35,7 +35,8 @@ template <class Backend, class Comm>
                 static_cast<double>(s.memory.host_accumulators),
                 static_cast<double>(s.memory.host_ring),
                 static_cast<double>(s.memory.host_upload),
-                static_cast<double>(s.memory.host_landing)};
+                static_cast<double>(s.memory.host_landing),
+                static_cast<double>(s.memory.host_staging)};
   static_assert(std::size(v) == stats_summed_counters);
   if constexpr (Comm::is_device) {
     b.copy_h2d(device_sums, v, sizeof(v), stream);
@@ -57,6 +58,7 @@ template <class Backend, class Comm>
   out.memory.host_ring = static_cast<std::size_t>(v[7]);
   out.memory.host_upload = static_cast<std::size_t>(v[8]);
   out.memory.host_landing = static_cast<std::size_t>(v[9]);
+  out.memory.host_staging = static_cast<std::size_t>(v[10]);
   return out;
 }
 

@@ -1,12 +1,10 @@
 /// @file
-/// The gradients' reduction with the owner partition over a device communicator (NCCL; on the
-/// emulated device, emulated_device_communicator): owner_reduction.hpp's design (docs/
-/// data-parallel.md), stream-ordered in device memory, with no host wait on a plain step.
-/// - The rows every rank needs (the device sets', the vectors') are all-reduced (mean), the host
-///   sets' rows reduce-scattered by owner (mean): gathered into the two regions of the fp32
-///   reduction buffer and scattered back, every matrix and owner in one batched launch each way
-///   (row_copies.hpp), over index lists rebuilt when a host set changes. This rank's mean
-///   gradient holds zeros on the other blocks' host-set rows (written by the scatter).
+/// The owner partition's step over a device communicator (NCCL; on the emulated device,
+/// emulated_device_communicator): owner_reduction.hpp's design (docs/data-parallel.md),
+/// stream-ordered in device memory, with no host wait on a plain step.
+/// - The gradients' reduction (grad_buckets.hpp) all-reduces the rows every rank needs (the device
+///   sets', the vectors') and reduce-scatters the host sets' rows by owner: this rank's mean
+///   gradient holds zeros on the other blocks' host-set rows.
 /// - The step's decisions that read other blocks' rows get one number per channel, and each gets
 ///   the bits a one-rank run computes without a gather's re-layout: every rank keeps its block's
 ///   values, zeros elsewhere, and the ranks sum them. Each value is the sum of one rank's value
@@ -71,31 +69,14 @@ public:
   /// The squared totals' rescans of the split matrices: the plan's setup takes them.
   [[nodiscard]] const plan_inputs& inputs() const noexcept { return inputs_; }
 
-  /// The mean of every row this rank needs, into each parameter's mean buffer; zeros on the
-  /// other blocks' host-set rows. One batched gather into the reduction buffer, the collectives,
-  /// one batched scatter back. Returns the bytes this rank sent: the all-reduced rows in full, of
-  /// the reduce-scatter the other blocks' rows.
-  std::uint64_t reduce(cudaStream_t stream) {
-    const Backend& b = ctx_.backend();
-    auto& comm = *ctx_.comm;
-    rebuild(stream);
-    gathers_.run(b, row_copy_direction::gather, stream);
-    comm.all_reduce_mean(wide_, static_cast<std::size_t>(dense_total_), stream);
-    comm.reduce_scatter_mean(wide_ + dense_total_, mine_.data(), counts_, stream);
-    scatters_.run(b, row_copy_direction::scatter, stream);
-    const std::size_t sent = static_cast<std::size_t>(dense_total_) +
-                             std::accumulate(counts_.begin(), counts_.end(), std::size_t{0}) -
-                             counts_[static_cast<std::size_t>(me_)];
-    return 4u * sent;
-  }
-
-  /// After the prologue's norms on the rows of reduce(): the scores and the rescans of the
+  /// After the prologue's norms on the mean gradient: the scores and the rescans of the
   /// split matrices summed over the ranks (each its block's), the flags or-reduced. `rest`: the
   /// step reads the rest masses (write_rest()). Returns the bytes this rank sent.
   std::uint64_t finish_norms(bool rest, cudaStream_t stream) {
     const Backend& b = ctx_.backend();
     auto& comm = *ctx_.comm;
     const auto& params = *ctx_.params;
+    rebuild(stream); // the rescans' rows: this step's host sets
     std::uint64_t sent = sum_scores(stream);
     b.zero(rescan_.data(), rescan_.size() * 8, stream);
     b.run(stream, 0, "zenflow::engine: sq_rescan",
@@ -116,8 +97,8 @@ public:
   }
 
   /// A selection step, its new device sets `sets` chosen (before the migration): the rows that
-  /// enter a device set from their owners into every rank's mean gradient (`wide` as the
-  /// staging: the step's reduction is done with it). Blocking. Returns the bytes sent.
+  /// enter a device set from their owners into every rank's mean gradient, through the context's
+  /// staging (as many matrices at a time as it holds). Blocking. Returns the bytes sent.
   std::uint64_t fetch_entering(const std::vector<std::vector<std::int32_t>>& sets, cudaStream_t stream);
 
   /// After the step's packs were enqueued (which added masses of zeros on the other blocks'
@@ -159,10 +140,9 @@ public:
 
 private:
   struct param_lists {
-    const std::int32_t* idx = nullptr;             // device: the all-reduced rows, then the host set
-    std::int64_t dense = 0;                        // all-reduced rows
-    std::int64_t dense_at = 0;                     // their place in the reduction buffer (floats)
-    std::vector<std::int64_t> pos, count, send_at; // per owner: host-set positions, reduce-scatter place
+    const std::int32_t* idx = nullptr; // device: the all-reduced rows, then the host set
+    std::int64_t dense = 0;            // all-reduced rows
+    std::vector<std::int64_t> pos;     // per owner: its first host-set position
   };
 
   /// Every split matrix's scores: this rank's block kept, zeros elsewhere, summed over the ranks.
@@ -189,8 +169,8 @@ private:
     return 4u * scores_.size();
   }
 
-  /// The index lists, the reduction's layout and the masses' descriptors for the host sets as they
-  /// are, when one changed since the last call (see the file's comment for the mirrors).
+  /// The index lists and the masses' descriptors for the host sets as they are, when one changed
+  /// since the last call (see the file's comment for the mirrors).
   void rebuild(cudaStream_t stream);
 
   /// `dst` (device, sized by setup() for the largest host sets) <- `src`, on the stream, through
@@ -208,7 +188,6 @@ private:
     std::vector<std::int32_t> idx;
     std::vector<sq_rescan_item> rescans;
     std::vector<l1_mass_item> own_l1, slots, matrices;
-    std::vector<row_copy_item> gathers, scatters;
     hbuf<std::int32_t> idx_up; // pinned copies of the lists (setup), what the uploads read
     hbuf<sq_rescan_item> rescans_up;
     hbuf<l1_mass_item> own_l1_up, slots_up, matrices_up;
@@ -219,7 +198,6 @@ private:
   context ctx_;
   plan_inputs inputs_;
   owner_block_fn block_;
-  float* wide_ = nullptr;
   int me_ = 0;
   int ranks_ = 1;
   std::size_t slot_bytes_ = 0;
@@ -227,19 +205,16 @@ private:
   std::vector<std::int64_t> chan_off_;  // per parameter: its channels in scores_/rescan_, or -1
   std::vector<std::uint64_t> versions_; // the host sets' versions the lists were built for
   std::vector<param_lists> lists_;
-  std::vector<std::size_t> counts_; // the reduce-scatter's block per owner (floats)
-  std::int64_t dense_total_ = 0;    // floats all-reduced
-  std::int64_t mine_at_ = 0;        // this rank's block in the reduce-scatter's send region
-  std::int64_t rows_total_ = 0;     // host-set rows of the split matrices
+  std::int64_t rows_total_ = 0;         // host-set rows of the split matrices
   mirror mirrors_[2];
   int mirror_ = 1;
-  dbuf<float> scores_, row_l1_, mine_, rest_, junk_, slot_sums_;
+  dbuf<float> scores_, row_l1_, rest_, junk_, slot_sums_;
   dbuf<double> rescan_;
   dbuf<std::int32_t> idx_, enter_idx_;
   hbuf<std::int32_t> enter_idx_up_; // pinned (setup): fetch_entering()'s upload reads it
   dbuf<sq_rescan_item> rescan_items_;
   dbuf<l1_mass_item> own_l1_, slot_calls_, matrix_calls_;
-  row_copy_table<Backend> gathers_, scatters_, enter_gathers_, enter_scatters_;
+  row_copy_table<Backend> enter_gathers_, enter_scatters_;
   std::size_t rescan_count_ = 0, own_l1_count_ = 0, slot_call_count_ = 0, matrix_call_count_ = 0;
   std::int64_t rescan_max_ = 0, own_l1_max_ = 0;
   bool rest_ready_ = false;

@@ -23,7 +23,6 @@ std::size_t device_owner_reduction<Backend, Comm, Host>::setup(const context& ct
   ctx_ = ctx;
   const auto& params = *ctx.params;
   block_ = ctx.block;
-  wide_ = ctx.mean->wide();
   me_ = ctx.comm->rank();
   ranks_ = ctx.comm->size();
   slot_bytes_ = ctx.slot_bytes;
@@ -32,14 +31,13 @@ std::size_t device_owner_reduction<Backend, Comm, Host>::setup(const context& ct
   chan_off_.assign(params.size(), -1);
   // Everything at its largest (a host set of every channel: the warm-up's, offload_sync's), so
   // that nothing is allocated after initialize().
-  std::int64_t channels = 0, all = 0, mine = 0, entering = 0, split_params = 0, slots = 0;
+  std::int64_t channels = 0, all = 0, entering = 0, split_params = 0, slots = 0;
   for (std::size_t p = 0; p < params.size(); ++p) {
     const auto& pi = params[p];
     all += pi.channels;
     if (split(pi)) {
       chan_off_[p] = channels;
       channels += pi.channels;
-      mine += block_(p, me_).second * pi.channel_len;
       entering += pi.device_capacity;
       ++split_params;
       slots += (pi.channels + pi.rows_per_slot(slot_bytes) - 1) / pi.rows_per_slot(slot_bytes);
@@ -49,17 +47,12 @@ std::size_t device_owner_reduction<Backend, Comm, Host>::setup(const context& ct
   scores_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(channels, 1)));
   rescan_ = dbuf<double>(scores_.size());
   row_l1_ = dbuf<float>(scores_.size());
-  mine_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(mine, 1)));
   idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(std::max<std::int64_t>(all, 1)));
   enter_idx_ = dbuf<std::int32_t>(static_cast<std::size_t>(std::max<std::int64_t>(entering, 1)));
   rest_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(matrices_, 1)));
   junk_ = dbuf<float>(rest_.size());
   slot_sums_ = dbuf<float>(static_cast<std::size_t>(std::max<std::int64_t>(slots, 1)));
   const auto items = static_cast<std::size_t>(std::max<std::int64_t>(split_params, 1));
-  // A copy item per parameter (its all-reduced rows) and per split matrix and owner.
-  const auto copies = params.size() + static_cast<std::size_t>(split_params * ranks);
-  gathers_ = row_copy_table<Backend>(copies);
-  scatters_ = row_copy_table<Backend>(copies);
   // A selection's entering rows: this rank's of each split matrix, and every other owner's.
   enter_gathers_ = row_copy_table<Backend>(items);
   enter_scatters_ = row_copy_table<Backend>(items * static_cast<std::size_t>(std::max(ranks - 1, 1)));
@@ -82,12 +75,11 @@ std::size_t device_owner_reduction<Backend, Comm, Host>::setup(const context& ct
     }
   }
   versions_.assign(params.size(), ~std::uint64_t{0});
-  return (scores_.size() + row_l1_.size() + mine_.size() + idx_.size() + enter_idx_.size()) * 4 +
-         rescan_.size() * 8 + (rest_.size() + junk_.size() + slot_sums_.size()) * 4 +
+  return (scores_.size() + row_l1_.size() + idx_.size() + enter_idx_.size()) * 4 + rescan_.size() * 8 +
+         (rest_.size() + junk_.size() + slot_sums_.size()) * 4 +
          items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_item)) +
          slot_calls_.size() * sizeof(l1_mass_item) +
-         (2 * gathers_.items.size() + enter_gathers_.items.size() + enter_scatters_.items.size()) *
-             sizeof(row_copy_item);
+         (enter_gathers_.items.size() + enter_scatters_.items.size()) * sizeof(row_copy_item);
 }
 
 template <class Backend, class Comm, class Host>
@@ -97,8 +89,6 @@ std::uint64_t device_owner_reduction<Backend, Comm, Host>::fetch_entering(
   auto& comm = *ctx_.comm;
   const auto& params = *ctx_.params;
   const Host& host = *ctx_.host;
-  const auto& g = ctx_.mean->pairs();
-  float* const wide = wide_;
   // Per owner r, per matrix p: the entering rows (ascending), their place in the staging bytes.
   // Rows of a 4-byte type must start 4-byte aligned there (a GPU's float access): with such a
   // matrix among the split ones, each matrix's rows take a multiple of 4 bytes (2 bytes of
@@ -110,7 +100,6 @@ std::uint64_t device_owner_reduction<Backend, Comm, Host>::fetch_entering(
   }
   const auto padded = [align](std::size_t bytes) { return (bytes + align - 1) / align * align; };
   std::vector<std::int32_t> idx;
-  std::vector<std::size_t> sizes(R, 0);
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> at(R); // {idx offset, count} per p
   for (std::size_t r = 0; r < R; ++r) {
     at[r].assign(params.size(), {0, 0});
@@ -127,7 +116,6 @@ std::uint64_t device_owner_reduction<Backend, Comm, Host>::fetch_entering(
         }
       }
       at[r][p] = {start, idx.size() - start};
-      sizes[r] += padded((idx.size() - start) * params[p].channel_bytes());
     }
   }
   if (idx.empty()) {
@@ -135,32 +123,73 @@ std::uint64_t device_owner_reduction<Backend, Comm, Host>::fetch_entering(
   }
   std::copy(idx.begin(), idx.end(), enter_idx_up_.data()); // pinned (setup), at most enter_idx_'s size
   b.copy_h2d(enter_idx_.data(), enter_idx_up_.data(), idx.size() * 4, stream);
-  // The rows in the staging in owner order, each owner's matrix by matrix in the working type:
-  // this rank's gathered there from its mean gradient, the others' scattered from there into
-  // it after the all-gather; one batched row copy each.
-  auto* stage = reinterpret_cast<std::byte*>(wide);
+  // As many matrices at a time as the staging holds (one always does: it holds a device set's
+  // fp32 state), each group one all-gather: the rows in owner order, each owner's matrix by matrix
+  // in the working type, this rank's gathered there from its mean gradient, the others' scattered
+  // from there into it after the all-gather; one batched row copy each way per group, every
+  // group's items uploaded at once, so that the groups follow each other in stream order with
+  // no host wait between them.
+  auto* stage = ctx_.stage;
+  struct group {
+    std::vector<std::size_t> sizes;
+    std::size_t mine_at = 0;
+  };
+  std::vector<group> groups;
   std::vector<row_copy_item> mine, others;
-  std::size_t off = 0, mine_at = 0;
-  for (std::size_t r = 0; r < R; ++r) {
-    mine_at = static_cast<int>(r) == me_ ? off : mine_at;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto [i, n] = at[r][p];
-      const auto& pi = params[p];
-      if (n > 0) {
-        (static_cast<int>(r) == me_ ? mine : others)
-            .push_back({g[p].mean, pi.type, pi.channels, pi.channel_len, pi.ld, pi.layout,
-                        enter_idx_.data() + i, static_cast<std::int64_t>(n), stage + off, pi.type});
+  std::vector<int> n_mine, n_others;
+  for (std::size_t p0 = 0; p0 < params.size();) {
+    std::size_t p1 = p0, bytes = 0;
+    for (; p1 < params.size(); ++p1) {
+      std::size_t add = 0;
+      for (std::size_t r = 0; r < R; ++r) {
+        add += padded(at[r][p1].second * params[p1].channel_bytes());
       }
-      off += padded(n * pi.channel_bytes());
+      if (p1 > p0 && bytes + add > ctx_.stage_bytes) {
+        break;
+      }
+      bytes += add;
+    }
+    require(bytes <= ctx_.stage_bytes, "zenflow::engine", "stage",
+            "holds fewer bytes than one matrix's entering rows (an internal error)");
+    group gr;
+    gr.sizes.assign(R, 0);
+    const std::size_t mine_first = mine.size(), others_first = others.size();
+    std::size_t off = 0;
+    for (std::size_t r = 0; r < R; ++r) {
+      gr.mine_at = static_cast<int>(r) == me_ ? off : gr.mine_at;
+      for (std::size_t p = p0; p < p1; ++p) {
+        const auto [i, n] = at[r][p];
+        const auto& pi = params[p];
+        if (n > 0) {
+          (static_cast<int>(r) == me_ ? mine : others)
+              .push_back({const_cast<void*>(pi.step_grads), pi.type, pi.channels, pi.channel_len, pi.ld,
+                          pi.layout, enter_idx_.data() + i, static_cast<std::int64_t>(n), stage + off, pi.type});
+        }
+        const std::size_t rows = padded(n * pi.channel_bytes());
+        gr.sizes[r] += rows;
+        off += rows;
+      }
+    }
+    p0 = p1;
+    if (off > 0) { // the same on every rank
+      n_mine.push_back(static_cast<int>(mine.size() - mine_first));
+      n_others.push_back(static_cast<int>(others.size() - others_first));
+      groups.push_back(std::move(gr));
     }
   }
-  enter_gathers_.assign(b, mine, stream);
-  enter_gathers_.run(b, row_copy_direction::gather, stream, "zenflow::engine: entering rows' gradients");
-  comm.all_gather_bytes(stage + mine_at, stage, sizes, stream);
-  enter_scatters_.assign(b, others, stream);
-  enter_scatters_.run(b, row_copy_direction::scatter, stream, "zenflow::engine: entering rows' gradients");
+  const auto gathers = enter_gathers_.assign_ranges(b, mine, n_mine, stream);
+  const auto scatters = enter_scatters_.assign_ranges(b, others, n_others, stream);
+  std::uint64_t sent = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    enter_gathers_.run_range(b, gathers[g], row_copy_direction::gather, stream,
+                             "zenflow::engine: entering rows' gradients");
+    comm.all_gather_bytes(stage + groups[g].mine_at, stage, groups[g].sizes, stream);
+    enter_scatters_.run_range(b, scatters[g], row_copy_direction::scatter, stream,
+                              "zenflow::engine: entering rows' gradients");
+    sent += groups[g].sizes[static_cast<std::size_t>(me_)];
+  }
   b.synchronize(stream); // `idx` and the tables' host copies are freed on return
-  return sizes[static_cast<std::size_t>(me_)];
+  return sent;
 }
 
 template <class Backend, class Comm, class Host>
@@ -184,15 +213,10 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
   h.own_l1.clear();
   h.slots.clear();
   h.matrices.clear();
-  h.gathers.clear();
-  h.scatters.clear();
   lists_.assign(params.size(), {});
-  counts_.assign(R, 0);
-  dense_total_ = 0;
   rows_total_ = 0;
   rescan_max_ = own_l1_max_ = 0;
-  // The dense rows of every parameter first (the all-reduce), then the host-set rows by owner.
-  std::vector<std::vector<std::int64_t>> send_rel(params.size(), std::vector<std::int64_t>(R, 0));
+  // Per parameter its all-reduced rows, then the host-set rows: the owners' blocks in rank order.
   std::vector<std::int64_t> row_at(params.size(), 0), slots_at(params.size(), 0);
   std::int64_t slots = 0;
   for (std::size_t p = 0; p < params.size(); ++p) {
@@ -201,8 +225,6 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
     const auto& hs = host[p].host_set;
     versions_[p] = host[p].host_set_version;
     l.pos.assign(R, 0);
-    l.count.assign(R, 0);
-    l.send_at.assign(R, 0);
     const std::size_t start = h.idx.size();
     auto next = hs.begin();
     for (std::int32_t c = 0; c < pi.channels; ++c) { // the rows all-reduced, ascending
@@ -213,21 +235,18 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
       }
     }
     l.dense = static_cast<std::int64_t>(h.idx.size() - start);
-    l.dense_at = dense_total_;
-    dense_total_ += l.dense * pi.channel_len;
     l.idx = idx_.data() + start; // the host set follows: the owners' blocks in rank order
     if (!split(pi)) {
       continue;
     }
     h.idx.insert(h.idx.end(), hs.begin(), hs.end());
+    std::int64_t own_rows = 0;
     for (std::size_t r = 0; r < R; ++r) {
       const auto [first, count] = block_(p, static_cast<int>(r));
       const auto lo = std::lower_bound(hs.begin(), hs.end(), first);
       const auto hi = std::lower_bound(lo, hs.end(), first + count);
       l.pos[r] = lo - hs.begin();
-      l.count[r] = hi - lo;
-      send_rel[p][r] = static_cast<std::int64_t>(counts_[r]);
-      counts_[r] += static_cast<std::size_t>(l.count[r] * pi.channel_len);
+      own_rows = static_cast<int>(r) == me_ ? hi - lo : own_rows;
     }
     const auto n = static_cast<std::int64_t>(hs.size());
     row_at[p] = rows_total_;
@@ -246,49 +265,13 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
                      pi.layout,
                      pi.layout == channel_layout::contiguous};
     own.idx = l.idx + l.dense + l.pos[me];
-    own.count = l.count[me];
+    own.count = own_rows;
     own.row_l1 = row_l1_.data() + row_at[p] + l.pos[me];
     own.l1 = junk_.data() + h.own_l1.size(); // the rows are what is wanted here, not their sum
     h.own_l1.push_back(own);
     own_l1_max_ = std::max(own_l1_max_, own.count);
     slots_at[p] = slots;
     slots += n == 0 ? 0 : (n + pi.rows_per_slot(slot_bytes_) - 1) / pi.rows_per_slot(slot_bytes_);
-  }
-  // The reduce-scatter's blocks: owner by owner, each its rows of every matrix in order.
-  std::int64_t at = 0;
-  for (std::size_t r = 0; r < R; ++r) {
-    mine_at_ = r == static_cast<std::size_t>(me_) ? at : mine_at_;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      lists_[p].send_at[r] = at + send_rel[p][r];
-    }
-    at += static_cast<std::int64_t>(counts_[r]);
-  }
-  // The row copies: every parameter's all-reduced rows, then the host set's rows by owner (to
-  // the reduce-scatter's send region; back from this rank's block, zeros for the others').
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const auto& pi = params[p];
-    const auto& l = lists_[p];
-    row_copy_item it{const_cast<void*>(ctx_.mean->pairs()[p].user),
-                     pi.type,
-                     pi.channels,
-                     pi.channel_len,
-                     pi.ld,
-                     pi.layout};
-    row_copy_item back = it;
-    back.matrix = ctx_.mean->pairs()[p].mean;
-    it.idx = back.idx = l.idx;
-    it.count = back.count = l.dense;
-    it.packed = back.packed = wide_ + l.dense_at;
-    h.gathers.push_back(it);
-    h.scatters.push_back(back);
-    for (std::size_t r = 0; r < R && split(pi); ++r) {
-      it.idx = back.idx = l.idx + l.dense + l.pos[r];
-      it.count = back.count = l.count[r];
-      it.packed = wide_ + dense_total_ + l.send_at[r];
-      back.packed = static_cast<int>(r) == me_ ? mine_.data() + (l.send_at[r] - mine_at_) : nullptr;
-      h.gathers.push_back(it);
-      h.scatters.push_back(back);
-    }
   }
   // The rest masses: per D2H slot the rows in order, then per matrix the slots in order.
   for (std::size_t p = 0, m = 0; p < params.size(); ++p) {
@@ -322,8 +305,6 @@ void device_owner_reduction<Backend, Comm, Host>::rebuild(cudaStream_t stream) {
   upload(b, own_l1_, h.own_l1, h.own_l1_up, stream);
   upload(b, slot_calls_, h.slots, h.slots_up, stream);
   upload(b, matrix_calls_, h.matrices, h.matrices_up, stream);
-  gathers_.assign(b, h.gathers, stream);
-  scatters_.assign(b, h.scatters, stream);
 }
 
 } // namespace detail

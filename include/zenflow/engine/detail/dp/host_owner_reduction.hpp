@@ -1,10 +1,10 @@
 /// @file
-/// The gradients' reduction with the owner partition (docs/data-parallel-design.md, "The engine, data
-/// parallel"): the rows every rank needs (the device sets', the vectors') are all-reduced (mean);
-/// the host sets' rows are reduce-scattered by owner (mean), so each rank holds the mean of its
-/// own unselected rows only (all its D2H stream, its consumer and its window need). The step's
-/// decisions that read other rows get one float per channel instead, each with the bits a
-/// one-rank run fed the mean gradient computes:
+/// The owner partition's step over a host communicator (docs/data-parallel-design.md, "The engine,
+/// data parallel"): the gradients' reduction (grad_buckets.hpp) all-reduces the rows every rank
+/// needs (the device sets', the vectors') and reduce-scatters the host sets' rows by owner, so
+/// each rank holds the mean of its own unselected rows only (all its D2H stream, its consumer and
+/// its window need). The step's decisions that read other rows get one float per channel
+/// instead, each with the bits a one-rank run fed the mean gradient computes:
 /// - the scores (per-channel squared L2 of the mean; a selection step's L1 importance likewise):
 ///   each owner's block all-gathered; a score that is not finite makes the global norm rescan
 ///   that row (math/norms.hpp), so such rows themselves come from their owners (all ranks see the
@@ -61,20 +61,7 @@ public:
   /// Nothing for the plan's setup (the rescans of non-finite scores stay the plan's own).
   [[nodiscard]] plan_inputs inputs() const { return {}; }
 
-  /// Every parameter's gradient widened into the fp32 reduction buffer (channel-major: row c of p
-  /// at offsets[p] + c x len), reduced there (waiting for `stream` first), and narrowed into the
-  /// mean buffers: the mean of every row this rank needs, and zeros on the other blocks'
-  /// host-set rows. Returns the bytes this rank sent: the all-reduced rows in full (as every
-  /// all-reduce is counted), of the reduce-scatter what leaves the rank (the other blocks).
-  std::uint64_t reduce(cudaStream_t stream) {
-    ctx_.mean->widen(ctx_.backend(), stream);
-    ctx_.backend().synchronize(stream); // a host communicator reads the buffer when called
-    const std::uint64_t sent = reduce_wide();
-    ctx_.mean->narrow(ctx_.backend(), stream);
-    return sent;
-  }
-
-  /// After the prologue's norms (scores and flags) on the rows of reduce(): the scores by owner,
+  /// After the prologue's norms (scores and flags) on the mean gradient: the scores by owner,
   /// the flags or-reduced, the rows of non-finite scores from their owners; with `rest` (Zen-auto
   /// or select_on_mass_drop after the warm-up) write_rest() adds the rest masses. Synchronizes
   /// `stream`. Returns the bytes this rank sent.
@@ -138,72 +125,6 @@ public:
 private:
   [[nodiscard]] static bool split(const param_info& pi) noexcept { return context::split(pi); }
 
-  /// reduce() on the widened gradients (final: the stream synchronized).
-  std::uint64_t reduce_wide() {
-    auto& comm = *ctx_.comm;
-    const auto& params = *ctx_.params;
-    const Host& host = *ctx_.host;
-    const block_fn& block = ctx_.block;
-    float* const wide = ctx_.mean->wide();
-    const auto& offsets = ctx_.mean->offsets();
-    const auto ranks = static_cast<std::size_t>(comm.size());
-    const auto me = static_cast<std::size_t>(comm.rank());
-    dense_.clear();
-    counts_.assign(ranks, 0);
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      each_row(params[p], host[p], [&](std::int64_t c, bool unselected) {
-        if (!unselected) {
-          const float* row = wide + offsets[p] + c * params[p].channel_len;
-          dense_.insert(dense_.end(), row, row + params[p].channel_len);
-        }
-      });
-    }
-    send_.clear(); // block r: rank r's host-set rows of every matrix, in order
-    for (std::size_t r = 0; r < ranks; ++r) {
-      const std::size_t start = send_.size();
-      for (std::size_t p = 0; p < params.size(); ++p) {
-        for_owned_unselected(params[p], host[p], block(p, static_cast<int>(r)), [&](std::int64_t c) {
-          const float* row = wide + offsets[p] + c * params[p].channel_len;
-          send_.insert(send_.end(), row, row + params[p].channel_len);
-        });
-      }
-      counts_[r] = send_.size() - start;
-    }
-    mine_.resize(counts_[me]);
-    comm.all_reduce_mean(dense_.data(), dense_.size(), nullptr);
-    comm.reduce_scatter_mean(send_.data(), mine_.data(), counts_, nullptr);
-    std::size_t d = 0;
-    std::size_t o = 0;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto len = static_cast<std::size_t>(params[p].channel_len);
-      const auto own = block(p, static_cast<int>(me));
-      each_row(params[p], host[p], [&](std::int64_t c, bool unselected) {
-        float* row = wide + offsets[p] + c * params[p].channel_len;
-        if (!unselected) {
-          std::copy_n(dense_.data() + d, len, row);
-          d += len;
-        } else if (c >= own.first && c < own.first + own.second) {
-          std::copy_n(mine_.data() + o, len, row);
-          o += len;
-        } else {
-          std::fill_n(row, len, 0.0f); // never read as a gradient: its owner has it
-        }
-      });
-    }
-    return 4u * (dense_.size() + send_.size() - mine_.size());
-  }
-
-  /// f(c, unselected) for every channel of a split matrix, or f(c, false) for every channel of
-  /// any other parameter (all-reduced whole).
-  template <class HostParam, class F>
-  static void each_row(const param_info& pi, const HostParam& h, F&& f) {
-    auto next = h.host_set.begin();
-    for (std::int64_t c = 0; c < pi.channels; ++c) {
-      const bool unselected = split(pi) && next != h.host_set.end() && *next == c;
-      next += unselected ? 1 : 0;
-      f(c, unselected);
-    }
-  }
   /// f(c) for the host-set channels of split matrix `pi` inside `blk` (ascending).
   template <class HostParam, class F>
   static void for_owned_unselected(const param_info& pi,
@@ -401,8 +322,6 @@ private:
     return sizes[static_cast<std::size_t>(me)];
   }
 
-  std::vector<float> dense_, send_, mine_;
-  std::vector<std::size_t> counts_;
   std::vector<float> rest_; // per matrix, for write_rest()
   bool rest_ready_ = false;
   context ctx_;

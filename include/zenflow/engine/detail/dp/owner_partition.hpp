@@ -4,8 +4,9 @@
 /// rank), the channel partition, and the reduction of every rank's gradients to their mean before
 /// the step reads them.
 ///
-/// The gradients are reduced (mean) at the start of step(), into engine-owned buffers that the
-/// step reads instead of the user's (mean_gradients.hpp). With more than one rank the host state
+/// The gradients are reduced (mean) in fixed-size fp32 buckets as grad_ready() announces them,
+/// the rest at the start of step(), into your gradient buffers (reduce_in_place) or engine mean
+/// buffers that the step reads instead (grad_buckets.hpp). With more than one rank the host state
 /// is partitioned by owner: each rank keeps its block of every host-side matrix (its row_shard)
 /// and copies only its block's unselected gradients down; the window's weights and the rows
 /// entering the device are all-gathered. Every step with a host side reduce-scatters the host
@@ -38,8 +39,8 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/dp/collectives.hpp>
 #include <zenflow/engine/detail/dp/device_owner_reduction.hpp>
+#include <zenflow/engine/detail/dp/grad_buckets.hpp>
 #include <zenflow/engine/detail/dp/host_owner_reduction.hpp>
-#include <zenflow/engine/detail/dp/mean_gradients.hpp>
 #include <zenflow/engine/detail/dp/owner_reduction.hpp>
 #include <zenflow/engine/detail/dp/partitioned_migration.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
@@ -125,10 +126,10 @@ public:
   }
 
   /// initialize(), before the plan's setup (the parameters' device capacities and host sides
-  /// known): the partition; with more than one rank the mean gradient's buffers (every
-  /// parameter's `step_grads` pointed there), the owner reduction's and a selection's staging.
-  /// Binds this side to the engine's plan, parameters and host state. Returns the device bytes
-  /// allocated.
+  /// known): the partition; with more than one rank the reduction's buckets (every parameter's
+  /// `step_grads` pointed at the mean's destination: reduction_bytes()), the owner reduction's
+  /// buffers and a selection's staging. Binds this side to the engine's plan, parameters and host
+  /// state. Returns the device bytes allocated but the buckets'.
   std::size_t setup(const config& cfg,
                     device_plan<Backend>& plan,
                     std::vector<param_info>& params,
@@ -145,17 +146,17 @@ public:
     }
     split_ = split_by_owner(cfg);
     const Backend& b = plan.backend();
-    std::size_t bytes = mean_.setup(b, params, stream);
+    const auto owner_of = [this](std::size_t p, int r) { return block(p, (*params_)[p], r); };
+    reduction_ = buckets_.setup({&comm_, &b, &params, &host, owner_of, split_,
+                                 static_cast<std::size_t>(cfg.reduce_bucket_bytes), cfg.reduce_in_place},
+                                stream);
+    std::size_t bytes = 0;
     sums_ = dbuf<double>(stats_summed_counters);
-    if (split_) {
-      bytes += owners_.setup({&comm_, &plan, &params, &host,
-                              [this](std::size_t p, int r) { return block(p, (*params_)[p], r); }, &mean_,
-                              slot_bytes});
-    }
-    // A selection's entering state (migrate_partitioned's gathers, one matrix at a time) at its
-    // largest, so that no selection step allocates: the widest device set, fp32 moments.
+    // A selection's entering state (migrate_partitioned's gathers, one matrix at a time; over a
+    // device communicator its entering rows' gradients first) at its largest, so that no selection
+    // step allocates: the widest device set, fp32 moments.
     std::size_t entering = 0;
-    std::size_t staging = 0; // and the host sources of its copies up, pinned, every matrix's
+    std::size_t staging = 0; // and the host sources of its copies up, pinned: one matrix's at least
     for (const auto& pi : params) {
       const bool rows = split_ && pi.matrix && pi.host_side;
       entering = rows ? std::max(entering, static_cast<std::size_t>(pi.device_capacity) *
@@ -163,18 +164,26 @@ public:
                                                     static_cast<std::size_t>(pi.channel_len) +
                                                 4u))
                       : entering;
-      staging += rows ? selection_staging<Backend>::bound(pi, !Comm::is_device) : 0;
+      staging = std::max(staging, rows ? selection_staging<Backend>::bound(pi, !Comm::is_device) : 0);
     }
-    if (staging > 0) {
-      pending_ = selection_staging<Backend>(staging);
+    if (staging > 0) { // a bucket's worth, so that a selection seldom waits to reuse it
+      pending_ = selection_staging<Backend>(std::max(staging, static_cast<std::size_t>(cfg.reduce_bucket_bytes)));
     }
     if (entering > 0) {
       stage_ = dbuf<std::byte>(entering);
       bytes += entering;
     }
+    if (split_) {
+      bytes += owners_.setup({&comm_, &plan, &params, &host, owner_of, stage_.data(), stage_.size(), slot_bytes});
+    }
     b.synchronize(nullptr); // the allocations since the last wait, before a step's stream uses them
     return bytes + sums_.size() * 8;
   }
+  /// The device bytes of the reduction's buckets (and mean buffers), setup()'s:
+  /// stats().memory.device_reduction.
+  [[nodiscard]] std::size_t reduction_bytes() const noexcept { return reduction_; }
+  /// The pinned host bytes of a selection's staging (setup()'s): stats().memory.host_staging.
+  [[nodiscard]] std::size_t host_staging_bytes() const noexcept { return pending_.bytes(); }
   /// What the plan's setup takes: the owner reduction's rescans (a device communicator's).
   [[nodiscard]] plan_inputs inputs() const { return active() && split_ ? owners_.inputs() : plan_inputs{}; }
 
@@ -214,6 +223,13 @@ public:
   /// grad_ready() streams a step's gradients early only with one rank (the mean exists once
   /// step() made it).
   [[nodiscard]] bool streams_early() const noexcept { return !active(); }
+  /// grad_ready(p): with more than one rank the buckets whose every gradient is final are
+  /// reduced now (grad_buckets.hpp). A collective: it may wait for the other ranks.
+  void announce(std::size_t p, cudaStream_t stream) {
+    if (active()) {
+      buckets_.announce(p, stream);
+    }
+  }
   /// The packs start before the prologue unless a host communicator's reduction by owner
   /// completes gradient rows and the rest masses around them.
   [[nodiscard]] bool packs_before_norms() const noexcept { return Comm::is_device || !active(); }
@@ -221,26 +237,14 @@ public:
   /// At the start of step `t`: every parameter's gradient replaced by the mean over the ranks
   /// (fp32 rank-order mean, rounded once to the working type), the host sets' rows
   /// reduce-scattered by owner instead when the step has a host side (only this rank's block of
-  /// them holds the mean). Stream-ordered on a device communicator; a host communicator waits
-  /// for `stream` first.
+  /// them holds the mean): the buckets grad_ready() did not launch, then `stream` waits for them.
+  /// Stream-ordered on a device communicator; a host communicator waits for `stream` first.
   void reduce_gradients(std::int64_t t, cudaStream_t stream) {
     split_step_ = split_ && active();
     rest_ = split_step_ && reads_rest_masses(*cfg_, t);
-    if (!active()) {
-      return;
+    if (active()) {
+      sent_ += buckets_.finish(stream);
     }
-    if (split_step_) {
-      sent_ += owners_.reduce(stream);
-      return;
-    }
-    const Backend& b = plan_->backend();
-    mean_.widen(b, stream);
-    if constexpr (!Comm::is_device) {
-      b.synchronize(stream); // a host communicator reads the buffer when called
-    }
-    comm_.all_reduce_mean(mean_.wide(), mean_.wide_size(), stream);
-    sent_ += mean_.wide_size() * 4u;
-    mean_.narrow(b, stream);
   }
 
   /// The plan's step hooks: after the norms, the scores and flags completed from the owners (and
@@ -424,7 +428,8 @@ private:
   Host* host_ = nullptr;
   channel_partition partition_{};
   std::vector<std::int64_t> part_index_; // per parameter: its matrix in partition_, or -1
-  mean_gradients<Backend> mean_;
+  grad_buckets<Backend, Comm, Host> buckets_; // the gradients' reduction
+  std::size_t reduction_ = 0;                 // its device bytes
   dbuf<double> sums_;                  // summed()'s, in device memory for a device communicator
   dbuf<std::byte> stage_;              // a selection's entering rows, one matrix at a time
   selection_staging<Backend> pending_; // host sources of a selection's copies up

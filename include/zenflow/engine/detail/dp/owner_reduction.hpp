@@ -20,7 +20,6 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/dp/mean_gradients.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/select/types.hpp>
@@ -31,10 +30,12 @@ namespace detail {
 /// Channels [first, first + count) of parameter p owned by rank r.
 using owner_block_fn = std::function<std::pair<std::int64_t, std::int64_t>(std::size_t, int)>;
 
-/// What an owner reduction works on, fixed at initialize(): the engine's parameters, device plan
-/// and host sets (read at each call: a selection changes them), the communicator, who owns which
-/// channels, the mean gradient's buffers, and the D2H ring's slot size (the rest masses follow the
-/// packs' slot boundaries). Every pointer outlives the reduction.
+/// What an owner reduction works on, fixed at initialize(): the engine's parameters (their
+/// `step_grads`: the mean gradient, grad_buckets.hpp), device plan and host sets (read at each
+/// call: a selection changes them), the communicator, who owns which channels, a device staging
+/// buffer for a selection's entering rows (at least one matrix's device set in fp32 state: the
+/// parallel side's), and the D2H ring's slot size (the rest masses follow the packs' slot
+/// boundaries). Every pointer outlives the reduction.
 template <class Backend, class Comm, class Host>
 struct owner_context {
   Comm* comm = nullptr;
@@ -42,7 +43,8 @@ struct owner_context {
   const std::vector<param_info>* params = nullptr;
   const Host* host = nullptr;
   owner_block_fn block;
-  mean_gradients<Backend>* mean = nullptr;
+  std::byte* stage = nullptr;
+  std::size_t stage_bytes = 0;
   std::size_t slot_bytes = 0;
 
   [[nodiscard]] const Backend& backend() const { return plan->backend(); }
@@ -51,8 +53,9 @@ struct owner_context {
 };
 
 /// setup() allocates (device bytes) and keeps the context; inputs() is what the plan's setup
-/// takes from the reduction. One step's calls, in their order (each returns the bytes this rank sent):
-/// reduce() at the step's start; finish_norms() as the plan's after_norms hook (`rest`: the step
+/// takes from the reduction. One step's calls, after the gradients' reduction (grad_buckets.hpp),
+/// in their order (each returns the bytes this rank sent):
+/// finish_norms() as the plan's after_norms hook (`rest`: the step
 /// reads the rest masses); on a selection step complete_importance() as the after_importance hook,
 /// then fetch_entering() once the new sets are known; write_rest() after the packs were enqueued
 /// (`order()` makes `pack_stream` wait for `stream`).
@@ -66,7 +69,6 @@ concept owner_reduction = requires(R& r,
                                    void (*order)()) {
   { r.setup(ctx) } -> std::same_as<std::size_t>;
   { r.inputs() } -> std::convertible_to<plan_inputs>;
-  { r.reduce(s) } -> std::same_as<std::uint64_t>;
   { r.finish_norms(rest, s) } -> std::same_as<std::uint64_t>;
   { r.complete_importance(kind, s) } -> std::same_as<std::uint64_t>;
   { r.fetch_entering(sets, s) } -> std::same_as<std::uint64_t>;

@@ -8,10 +8,12 @@
 /// the order device_plan::migrate() installs them in (widening bf16 moments there). Over a device
 /// communicator each rank copies only its own rows up (its share of the entering state crosses
 /// PCIe once) and the gathers run on the device; over a host communicator the gathered rows go up
-/// in one copy. Nothing waits: the host sources of the copies up stay in `pending` until the
-/// next selection, whose top-k waits for the stream anyway. They are pinned (a selection_staging
-/// sized at setup): a copy from pageable memory would run synchronously, and an allocation in a
-/// step would synchronise the device.
+/// in one copy. The host sources of the copies up stay in `pending`, pinned (a selection_staging
+/// sized at setup: a copy from pageable memory would run synchronously, and an allocation in a
+/// step would synchronise the device), until the next selection, whose top-k waits for the
+/// stream anyway; a selection that moves more than it holds waits for the stream where it runs
+/// out (its copies done) and reuses it: the first selection after the warm-up, whose every row
+/// enters, on a large model.
 #pragma once
 
 #include <algorithm>
@@ -39,22 +41,31 @@ namespace detail {
 
 /// The host sources of a selection's copies up (pinned, `Backend::host_buffer`), handed out in
 /// pieces until clear() (the next selection, once its top-k has waited for the stream). Sized at
-/// setup for the largest selection; a piece that does not fit comes from pageable memory instead
-/// (correct, but its copy runs synchronously: the emulated device counts it).
+/// setup to hold one matrix's migration at least (owner_partition: and reduce_bucket_bytes); a
+/// piece that does not fit after what was handed out waits for the stream (whose copies read
+/// them) and starts over; one larger than the whole comes from pageable memory instead (correct,
+/// but its copy runs synchronously: the emulated device counts it).
 template <class Backend>
 class selection_staging {
 public:
   selection_staging() = default;
   explicit selection_staging(std::size_t bytes) : pinned_(std::max<std::size_t>(bytes, 1)) {}
-  /// `bytes` of host memory, 16-byte aligned, valid until clear().
-  std::byte* take(std::size_t bytes) {
-    const std::size_t at = (used_ + 15) / 16 * 16;
+  /// `bytes` of host memory, 16-byte aligned, valid until clear() or a take() that waits for
+  /// `stream` (`b`) to start over.
+  std::byte* take(std::size_t bytes, const Backend& b, cudaStream_t stream) {
+    std::size_t at = (used_ + 15) / 16 * 16;
+    if (at + bytes > pinned_.size() && bytes <= pinned_.size()) {
+      b.synchronize(stream); // the copies up from what was handed out are done
+      at = 0;
+    }
     if (at + bytes <= pinned_.size()) {
       used_ = at + bytes;
       return pinned_.data() + at;
     }
     return overflow_.emplace_back(bytes).data();
   }
+  /// Its pinned bytes.
+  [[nodiscard]] std::size_t bytes() const noexcept { return pinned_.size() > 1 ? pinned_.size() : 0; }
   void clear() {
     used_ = 0;
     overflow_.clear();
@@ -132,8 +143,11 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   const std::size_t mine = rows[me];
   const auto all_at = layout(enter.size());
   const auto own_at = layout(mine);
-  // This rank's rows, as they are stored on the host.
-  std::byte* const own = pending.take(own_at[4]);
+  // This rank's rows, as they are stored on the host, and over a host communicator everyone's
+  // gathered after them: one piece, valid together.
+  const std::size_t own_bytes = (own_at[4] + 15) / 16 * 16;
+  std::byte* const own =
+      pending.take(own_bytes + (Comm::is_device ? 0 : all_at[4]), plan.backend(), stream);
   for (std::size_t e = 0; e < mine; ++e) {
     const auto c = static_cast<std::size_t>(enter[before + e] - h.shard.first);
     std::memcpy(own + own_at[0] + e * width[0], h.master.data() + c * L, width[0]);
@@ -150,7 +164,7 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   std::byte* const staged = stage.data();
   std::byte* gathered_host = nullptr;
   if constexpr (!Comm::is_device) {
-    gathered_host = pending.take(all_at[4]);
+    gathered_host = own + own_bytes;
   }
   for (std::size_t a = 0; a < 4; ++a) {
     std::vector<std::size_t> sizes(R);

@@ -284,13 +284,36 @@ public:
   };
   [[nodiscard]] step_hooks hooks(std::int64_t /*t*/) noexcept { return {this}; }
 
-  /// A selection step's device sets: the whole matrices' top-k, the channels in this shard.
+  /// A selection step's device sets: the whole matrices' top-k, the channels in this shard; a
+  /// matrix whose top-k crowds more into this shard than its device rows hold grows them first
+  /// (fit_device_rows).
   bool select(channel_norm kind,
               std::vector<std::vector<std::int32_t>>& sets,
               std::size_t& d2h,
               cudaStream_t stream) {
-    return plan_->select_all(kind, sets, d2h, stream, hooks(0));
+    const bool bad = plan_->select_all(kind, sets, d2h, stream, hooks(0));
+    for (std::size_t p = 0; p < sets.size() && !bad; ++p) {
+      fit_device_rows(p, sets[p].size(), stream);
+    }
+    return bad;
   }
+  /// ZeRO-3's fallback (docs/data-parallel.md): `rows` of matrix p's top-k in this shard, more
+  /// than the device rows its share reserved: they grow to the most a selection can give it,
+  /// min(k, its channels), once (a device allocation, at a selection step or a load, which wait
+  /// for the device anyway), counted in stats().memory and stats().device_rows_grown. The same
+  /// bits as one rank either way.
+  void fit_device_rows(std::size_t p, std::size_t rows, cudaStream_t stream) {
+    auto& pi = (*params_)[p];
+    if (!pi.matrix || rows <= static_cast<std::size_t>(pi.device_capacity)) {
+      return;
+    }
+    const std::int64_t old = pi.device_capacity;
+    pi.device_capacity = pi.device_rows_most;
+    (void)plan_->grow_device_rows(p, old, stream);
+    ++grown_;
+  }
+  /// Matrices whose device rows grew (fit_device_rows).
+  [[nodiscard]] std::int64_t rows_grown() const noexcept { return grown_; }
   /// After the packs of a step that reads the masses: the one-rank crit and rest masses over the
   /// record's (shard_masses.hpp).
   template <class Order>
@@ -412,6 +435,7 @@ private:
   dbuf<double> sums_;
   shard_masses<Backend, Comm, Host> masses_;
   bool masses_step_ = false; // this step reads the masses (reduce_gradients)
+  std::int64_t grown_ = 0;   // fit_device_rows()' growths
   std::uint64_t sent_ = 0;
 };
 

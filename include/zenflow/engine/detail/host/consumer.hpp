@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +156,7 @@ private:
     }
     case record_first_slot: {
       const step_record_view rec{s.data, matrices_};
+      step_ = s.meta.step;
       coef_ = rec.coef();
       skip_ = rec.skip();
       last_skip_ = skip_;
@@ -199,6 +201,10 @@ private:
           }
         }
       }
+      if (!order_.empty()) { // the next window's job drains the parameters in this order
+        progress_->set_drain_order(order_);
+        order_.clear();
+      }
       return;
     }
     case window_sum_slot:
@@ -212,36 +218,46 @@ private:
   }
 
   /// acc[a] += coef_ * host-set positions [begin, end) of `p`'s packed gradients at `rows`, all of
-  /// them this rank's (data parallel: the D2H stream sends only those).
+  /// them this rank's (data parallel: the D2H stream sends only those). The accumulator holds the
+  /// same rows in the same order (window_accumulators), so row r of the slot is its row
+  /// begin - shard.pos + r. The window's first good step writes the rows: with one buffer for two
+  /// windows, once the last window's job has read them.
   void accumulate(std::size_t a, std::size_t p, const std::byte* rows, std::int64_t begin, std::int64_t end) {
     const auto& pi = (*params_)[p];
     auto& h = (*host_)[p];
+    const std::int64_t count = end - begin;
+    if (assign_) {
+      progress_->wait_read(a, p);
+    }
+    if (seen_.size() <= p) {
+      seen_.resize(host_->size(), -1);
+    }
+    if (seen_[p] != step_) {
+      seen_[p] = step_;
+      order_.push_back(p);
+    }
+    if (static_cast<std::int64_t>(iota_.size()) < count) {
+      const auto from = static_cast<std::int32_t>(iota_.size());
+      iota_.resize(static_cast<std::size_t>(count));
+      std::iota(iota_.begin() + from, iota_.end(), from);
+    }
     const auto mode = assign_ ? host::accumulate_mode::assign : host::accumulate_mode::add;
     dispatch_dtype(pi.type, [&](auto tag) {
       using T = decltype(tag);
-      check(host::accumulate_channels<T>(
-                h.sum(a).data(), h.shard.channels, pi.channel_len, reinterpret_cast<const T*>(rows),
-                h.shard.rows.data() + (begin - h.shard.pos), end - begin, coef_, pool_.get(), mode),
+      check(host::accumulate_channels<T>(h.sum(a).data() + (begin - h.shard.pos) * pi.channel_len, count,
+                                         pi.channel_len, reinterpret_cast<const T*>(rows), iota_.data(),
+                                         count, coef_, pool_.get(), mode),
             "zenflow::engine: accumulate_channels");
     });
   }
 
-  /// accumulate = device: elements [begin, end) of `p`'s window sum (host-set order) into the
-  /// accumulator's rows (row c = channel c), bit for bit.
+  /// accumulate = device: elements [begin, end) of `p`'s window sum (host-set order, one rank)
+  /// into the accumulator, which holds the host-set rows in that order: bit for bit.
   void
   land_window_sum(std::size_t a, std::size_t p, const std::byte* data, std::int64_t begin, std::int64_t end) {
     auto& h = (*host_)[p];
     const std::int64_t L = (*params_)[p].channel_len;
-    float* acc = h.sum(a).data();
-    const auto* src = reinterpret_cast<const float*>(data);
-    for (std::int64_t i = begin; i < end;) {
-      const std::int64_t r = i / L;
-      const std::int64_t j = i - r * L;
-      const std::int64_t n = std::min(end - i, L - j);
-      std::memcpy(acc + h.shard.rows[static_cast<std::size_t>(r - h.shard.pos)] * L + j, src + (i - begin),
-                  static_cast<std::size_t>(n) * 4);
-      i += n;
-    }
+    std::memcpy(h.sum(a).data() + (begin - h.shard.pos * L), data, static_cast<std::size_t>(end - begin) * 4);
   }
 
   const config* cfg_;
@@ -260,6 +276,10 @@ private:
   bool last_skip_ = false;
   bool assign_ = false;             // this step is its window's first good one: write the accumulator
   std::vector<std::size_t> landed_; // parameters landed early for the coming record
+  std::int64_t step_ = -1;          // of the last step record
+  std::vector<std::int64_t> seen_;  // by parameter: the last step whose rows it took in
+  std::vector<std::size_t> order_;  // the parameters of this step in the order they came in
+  std::vector<std::int32_t> iota_;  // 0, 1, 2, ...: the accumulator's rows of a slot, in order
 
   std::thread thread_; // last: it runs on everything above
 };

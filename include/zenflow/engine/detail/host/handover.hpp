@@ -8,12 +8,15 @@
 ///   consumer_progress    consumer -> training thread, window job (a mutex and a condition
 ///                        variable): slots consumed, steps per accumulator, the consumer's error
 ///   step_mass_ring       consumer -> training thread, ordered by consumer_progress
-///   window_accumulators  consumer -> window job, ordered by consumer_progress::take_n_w
+///   window_accumulators  consumer -> window job, ordered by consumer_progress::take_n_w; with one
+///                        buffer for two windows, window job -> consumer too, ordered by
+///                        consumer_progress::note_read / wait_read (the drain in place)
 ///   channel_sets         training thread -> consumer, window job (written at a selection, with
 ///                        every pushed slot consumed and no job running)
 ///   landing_buffer       training thread -> consumer, ordered by the ring's push
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -109,6 +112,69 @@ public:
   /// Skipped steps whose flag the consumer has read (relaxed: a statistic).
   [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
 
+  // ---- one accumulator buffer for two windows (config::host_accumulators 1, overlap_step) ----
+  // The job of window w reads the buffer while the consumer takes in window w + 1, whose first
+  // good step writes every row: before it writes a parameter's rows, the consumer waits until the
+  // job has read them (the job goes parameter by parameter, in the order the consumer took them
+  // in: drain_order). A wait only delays; the bits are those of two buffers.
+
+  /// initialize() (no thread started): `params` parameters; `shared`: the drain applies.
+  void set_drain(std::size_t params, bool shared) {
+    std::lock_guard lock(mutex_);
+    shared_ = shared;
+    read_.assign(params, 0);
+    order_.clear();
+  }
+  /// Training thread, at a window's close, before the job is submitted and before any slot of the
+  /// next window is pushed: the job of accumulator `a` will read the buffer. Returns its number.
+  std::uint64_t begin_read(std::size_t a) {
+    std::lock_guard lock(mutex_);
+    reading_[a] = ++jobs_;
+    return jobs_;
+  }
+  /// The window job `job`: parameter `p`'s rows are read (the consumer may write them).
+  void note_read(std::size_t p, std::uint64_t job) {
+    {
+      std::lock_guard lock(mutex_);
+      read_[p] = job;
+    }
+    cv_.notify_all();
+  }
+  /// The window job `job` is over (done, nothing to read, or failed): every row is free.
+  void note_all_read(std::uint64_t job) {
+    {
+      std::lock_guard lock(mutex_);
+      std::fill(read_.begin(), read_.end(), job);
+    }
+    cv_.notify_all();
+  }
+  /// The consumer, before it writes `p`'s rows into accumulator `a` for the first time in a
+  /// window: waits until the job of the other accumulator's window has read them.
+  void wait_read(std::size_t a, std::size_t p) {
+    std::unique_lock lock(mutex_);
+    if (!shared_) {
+      return;
+    }
+    const std::uint64_t job = reading_[a ^ 1u];
+    cv_.wait(lock, [&] { return read_[p] >= job; });
+  }
+  /// The consumer, at a step's last record: the parameters in the order their rows came in.
+  void set_drain_order(const std::vector<std::size_t>& order) {
+    std::lock_guard lock(mutex_);
+    order_ = order;
+  }
+  /// The window job: the order of the last step taken in (the next step's, most likely).
+  [[nodiscard]] std::vector<std::size_t> drain_order() {
+    std::lock_guard lock(mutex_);
+    return order_;
+  }
+  /// A checkpoint's restore (no job running): no job reads the buffer.
+  void reset_reads() {
+    std::lock_guard lock(mutex_);
+    reading_[0] = reading_[1] = 0;
+    std::fill(read_.begin(), read_.end(), jobs_);
+  }
+
   // ---- a checkpoint's restore (training thread, every pushed slot consumed) ----
 
   void restore_n_w(std::size_t a, std::int32_t n) {
@@ -124,6 +190,12 @@ private:
   std::int32_t n_w_[2] = {0, 0}; // guarded by mutex_
   std::exception_ptr error_;     // guarded by mutex_
   std::atomic<std::int64_t> skipped_{0};
+  // the drain in place, guarded by mutex_
+  bool shared_ = false;
+  std::uint64_t jobs_ = 0;            // window jobs that read the buffer so far
+  std::uint64_t reading_[2] = {0, 0}; // by accumulator: the job that reads (or read) it
+  std::vector<std::uint64_t> read_;   // by parameter: the last job that has read its rows
+  std::vector<std::size_t> order_;    // drain_order()
 };
 
 /// The masses of the last few steps, by step: the consumer writes step t's from its last record;
@@ -150,30 +222,50 @@ private:
   step_masses ring_[slots];
 };
 
-/// A parameter's window sums, one per accumulator (two with overlap_step: the open window fills
-/// one while the job of the closed one reads the other). The consumer writes accumulator a while
-/// a's window is open; the window job reads it after consumer_progress::take_n_w(a, seq) saw the
-/// window's last slot consumed, and the consumer does not write it again before the training
-/// thread has drained that job (the next window of a is pushed after). Checkpoints (training
-/// thread) read and restore them with every slot consumed and no job running.
+/// A parameter's window sums: the host-set rows this rank keeps, row i = the channel at host-set
+/// position shard.pos + i (channel_sets::shard.rows[i]), so the selected channels take no bytes.
+/// Accumulator a is acc[a], or acc[0] when acc[1] is not kept: one buffer (host_accumulators 1,
+/// no overlap, or device accumulation), two with overlap_step and host_accumulators 2 (the open
+/// window fills one while the job of the closed one reads the other). The consumer writes
+/// accumulator a while a's window is open; the window job reads it after
+/// consumer_progress::take_n_w(a, seq) saw the window's last slot consumed, and the consumer does
+/// not write it again before the job has read it: with two buffers the training thread drains that
+/// job before the next window of a is pushed; with one, the consumer waits for the job's
+/// note_read of each parameter (consumer_progress::wait_read). Checkpoints (training thread) read
+/// and restore them with every slot consumed and no job running; the training thread resizes them
+/// (fit) when the host set changes, under the same conditions.
 ///
 /// With accumulate = device the consumer writes no step into them: each closed window's sum
-/// lands from the device (window_sum_slot) into acc[0] alone (acc[1] stays empty). One buffer is
-/// enough because the sum of window w goes down only after the job of window w - 1, which read
-/// it, is done (host_jobs::close_window); it keeps the accumulators' layout (row c = channel c,
-/// full size: warm-up steps accumulate every channel into it) so the window job and checkpoints
-/// read it as they read a host accumulator.
+/// lands from the device (window_sum_slot) into acc[0]. One buffer is enough because the sum of
+/// window w goes down only after the job of window w - 1, which read it, is done
+/// (host_jobs::close_window).
 struct window_accumulators {
-  /// sum over the window's good steps of coef * g of the host channels (this rank's rows).
+  /// sum over the window's good steps of coef * g of this rank's host-set rows.
   std::vector<float> acc[2];
   /// The buffer of accumulator `a`: acc[a], or acc[0] where acc[1] is not kept.
-  [[nodiscard]] std::vector<float>& sum(std::size_t a) noexcept { return acc[acc[1].empty() ? 0 : a]; }
-  [[nodiscard]] const std::vector<float>& sum(std::size_t a) const noexcept {
-    return acc[acc[1].empty() ? 0 : a];
-  }
+  [[nodiscard]] std::vector<float>& sum(std::size_t a) noexcept { return acc[two ? a : 0]; }
+  [[nodiscard]] const std::vector<float>& sum(std::size_t a) const noexcept { return acc[two ? a : 0]; }
   /// Matrices: sum over the window's good steps of coef * |g|_1 of the host channels (the pack's
   /// rest mass); host_lr_scale "snr" compares it with |acc|_1. The window job resets it.
   double rest_l1[2] = {0.0, 0.0};
+  bool two = false;   ///< acc[1] is kept
+  bool exact = false; ///< the buffers are sized to the rows exactly (one rank), else to a block
+
+  /// The buffers for `rows` rows of `len` (the host set changed; no thread reads them): exactly
+  /// that many (the memory given back where fewer), or, with a block's capacity, at least.
+  void fit(std::int64_t rows, std::int64_t len) {
+    const auto n = static_cast<std::size_t>(rows * len);
+    for (std::size_t i = 0; i < (two ? 2u : 1u); ++i) {
+      acc[i].resize(n);
+      if (exact) {
+        acc[i].shrink_to_fit();
+      }
+    }
+  }
+  /// Bytes held (stats().memory.host_accumulators).
+  [[nodiscard]] std::size_t accumulator_bytes() const noexcept {
+    return (acc[0].capacity() + acc[1].capacity()) * sizeof(float);
+  }
 };
 
 /// A parameter's channel sets and this rank's rows of them. The training thread writes them (at

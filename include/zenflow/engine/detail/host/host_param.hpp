@@ -8,7 +8,8 @@
 ///                            training thread (initialize(), a selection's migration, a restore)
 ///                            only while none runs
 ///   acc, rest_l1             the consumer while the window is open, then the window job
-///                            (window_accumulators, host/handover.hpp)
+///                            (window_accumulators, host/handover.hpp); their size, the training
+///                            thread when the host set changes (fit)
 ///   matrix_index, sel, host_set, host_set_version, shard
 ///                            the training thread, with every pushed slot consumed and no job
 ///                            running (channel_sets)
@@ -43,32 +44,48 @@ struct host_param : window_accumulators, channel_sets {
   /// `upload` holds this rank's share only (data parallel over a device communicator: the other
   /// shares are gathered on the device), sized for its block; else every host-set position.
   bool upload_share = false;
-  landing_buffer land; ///< gradients announced early, until the step's coef arrives
+  bool upload_buffered = true; ///< `upload` is allocated (layout::buffered)
+  landing_buffer land;         ///< gradients announced early, until the step's coef arrives
+
+  /// How initialize() lays out a parameter's host buffers.
+  struct layout {
+    std::int64_t acc_rows = 0; ///< rows of the window accumulators (host-set rows it will hold)
+    bool two = false;          ///< a second accumulator: the window job runs beside the next window's sums
+    bool exact = false;        ///< the accumulators follow the host set's row count exactly (one rank)
+    bool buffered = true;      ///< an upload buffer (else the job's weights go up through the
+                               ///< plan's upload stage, device_plan_upload.hpp)
+    bool share = false;        ///< the upload buffer holds this rank's share only
+  };
 
   /// initialize(), after its rows (master, shard, host set) are set: zeroed moments (`cfg`'s
-  /// precision) and counts, the accumulators (`two`: the window job runs beside the next window's
-  /// sums), the upload buffer (`share`: this rank's share only) of `channel_bytes` per row of its
-  /// `channels`; their bytes added to `mem`.
+  /// precision) and counts, the accumulators and the upload buffer as `lay` says, of
+  /// `channel_bytes` per row of its `channels`; their bytes added to `mem`.
   void allocate_state(const config& cfg,
                       std::int64_t channel_len,
                       std::int64_t channels,
                       std::size_t channel_bytes,
-                      bool two,
-                      bool share,
+                      const layout& lay,
                       memory_usage& mem) {
     const std::size_t n = master.size();
     moments.assign(n, cfg.host_moments, static_cast<std::size_t>(channel_len));
     counts.assign(static_cast<std::size_t>(shard.channels), 0);
-    acc[0].assign(n, 0.0f);
-    if (two) {
-      acc[1].assign(n, 0.0f);
+    two = lay.two;
+    exact = lay.exact;
+    for (std::size_t i = 0; i < (two ? 2u : 1u); ++i) {
+      acc[i].assign(static_cast<std::size_t>(lay.acc_rows * channel_len), 0.0f);
     }
-    upload_share = share;
-    upload = HostBuffer(static_cast<std::size_t>(share ? shard.channels : channels) * channel_bytes);
+    upload_share = lay.share;
+    upload_buffered = lay.buffered;
+    if (lay.buffered) {
+      upload = HostBuffer(static_cast<std::size_t>(lay.share ? shard.channels : channels) * channel_bytes);
+    }
     mem.host_state += host_state_bytes(cfg.host_moments, counts.size(), channel_len);
-    mem.host_accumulators += (acc[0].size() + acc[1].size()) * 4;
+    mem.host_accumulators += accumulator_bytes();
     mem.host_upload += upload.size();
   }
+
+  /// The job's new weights are kept in `upload` (else they go up through the plan's stage).
+  [[nodiscard]] bool buffered_upload() const noexcept { return upload_buffered; }
 
   /// The host-set position of `upload`'s first row.
   [[nodiscard]] std::int64_t upload_origin() const noexcept { return upload_share ? shard.pos : 0; }

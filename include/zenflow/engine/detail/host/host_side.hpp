@@ -102,9 +102,34 @@ public:
 
   // ---- the host window (host/window_job.hpp) ----------------------------------------------------
 
-  /// One host window of accumulator `accumulator` (run_host_window); the seconds it took.
-  double run_window(std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool) {
-    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, pool);
+  /// One host window of accumulator `accumulator` (run_host_window) by window job `job`
+  /// (begin_read's number), its new weights to `sink`; the seconds it took.
+  template <class Sink>
+  double run_window(
+      std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool, Sink& sink, std::uint64_t job) {
+    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, pool, progress_.drain_order(), sink,
+                           [&](std::size_t p) { progress_.note_read(p, job); });
+  }
+  /// Where run_window puts the new weights when every parameter keeps an upload buffer.
+  [[nodiscard]] buffered_upload_sink<HostBuffer> buffered_sink() { return {&host_, params_}; }
+
+  // ---- one accumulator buffer for two windows (host/handover.hpp, consumer_progress) -------------
+
+  /// initialize(): whether the closed window's job and the next window share the buffer.
+  void set_drain(bool shared) { progress_.set_drain(host_.size(), shared); }
+  /// Training thread, before the job of accumulator `a` is submitted: its number.
+  std::uint64_t begin_read(std::size_t a) { return progress_.begin_read(a); }
+  /// The job `job` is over: every row is free.
+  void note_all_read(std::uint64_t job) { progress_.note_all_read(job); }
+  /// A restore (no job running): no job reads the buffer.
+  void reset_reads() { progress_.reset_reads(); }
+  /// Bytes of every parameter's accumulators (stats().memory.host_accumulators).
+  [[nodiscard]] std::size_t accumulator_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const auto& h : host_) {
+      n += h.accumulator_bytes();
+    }
+    return n;
   }
 
 private:

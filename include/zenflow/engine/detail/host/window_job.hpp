@@ -1,9 +1,10 @@
 /// @file
-/// The host window as a function: (accumulator, n_w, lr) -> new working weights in the upload
-/// buffers, the host AdamW of every host-set channel of this rank. Runs on the window job's thread
-/// (the window queue's executor, or the training thread for a synchronous window), after
-/// consumer_progress::take_n_w handed it the window's accumulator (host/handover.hpp); it writes
-/// the host optimizer state, the upload buffers and rest_l1, and reads the accumulators and sets.
+/// The host window as a function: (accumulator, n_w, lr) -> new working weights (into the upload
+/// buffers or through the plan's upload stage), the host AdamW of every host-set channel of this rank. Runs
+/// on the window job's thread (the window queue's executor, or the training thread for a synchronous window),
+/// after consumer_progress::take_n_w handed it the window's accumulator (host/handover.hpp); it writes the
+/// host optimizer state, the new weights and rest_l1, and reads the accumulators and sets (reporting each
+/// parameter's accumulator read: with one buffer the next window waits for it).
 #pragma once
 
 #include <algorithm>
@@ -29,24 +30,26 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// |x|_1 over the rows `rows` (ascending) of x (rows of `len`), in double, summed in fixed chunks
-/// of x in a fixed order: the same bits for any thread count. The other rows may hold an earlier
-/// window's values (the window keeps the accumulator); skipping them gives the same bits as
-/// summing the whole array with those rows zeroed (adding +0 to a sum >= 0 changes nothing).
-inline double rows_l1_norm(const std::vector<float>& x,
+/// |acc|_1 over a parameter's host rows (`acc` row i = the channel rows[i], ascending; rows of
+/// `len`; `channels` x `len` the whole block), in double. Summed as if over the block's
+/// channels x len array with every other row zero, in fixed chunks of it in a fixed order: the
+/// same bits for any thread count (and those of the accumulator when it held every channel's row).
+inline double rows_l1_norm(const std::vector<float>& acc,
                            const std::vector<std::int32_t>& rows,
                            std::int64_t len,
+                           std::int64_t channels,
                            worker_pool* pool) {
   constexpr std::int64_t chunk = 1 << 16;
-  const auto n = static_cast<std::int64_t>(x.size());
+  const std::int64_t n = channels * len;
   std::vector<double> part(static_cast<std::size_t>((n + chunk - 1) / chunk), 0.0);
   auto sum = [&](std::int64_t c, std::int64_t lo, std::int64_t hi) {
     double s = 0.0;
     auto r = std::lower_bound(rows.begin(), rows.end(), static_cast<std::int32_t>(lo / len));
     for (; r != rows.end() && *r * len < hi; ++r) {
       const std::int64_t end = std::min(hi, (*r + 1) * len);
+      const std::int64_t at = (r - rows.begin()) * len - *r * len; // block element i is acc[at + i]
       for (std::int64_t i = std::max(lo, *r * len); i < end; ++i) {
-        s += std::fabs(static_cast<double>(x[static_cast<std::size_t>(i)]));
+        s += std::fabs(static_cast<double>(acc[static_cast<std::size_t>(at + i)]));
       }
     }
     part[static_cast<std::size_t>(c)] = s;
@@ -65,52 +68,96 @@ inline double rows_l1_norm(const std::vector<float>& x,
   return total;
 }
 
-/// One host window: AdamW on acc[accumulator] / n_w for every host-set channel of `host`, the new
-/// working weights into the upload buffers. The accumulator is left as it is (4 bytes per element
-/// fewer than zeroing it): the next window's first good step overwrites it. With
-/// host_moments_per_step the window stands for n_w steps: the moments decay by beta^n_w and the
-/// counts advance by n_w, so that their memory is as many steps long as on the device (beta1 0.9
-/// and windows of 4 would otherwise remember 40 steps). Returns the seconds it took.
+/// Where a host window's new weights go: into each parameter's upload buffer, all of a
+/// parameter's rows at once (the rows are copied up after the window, host_jobs). The other
+/// sink is the plan's upload stage (host_jobs), a few chunks at a time.
 template <class HostBuffer>
+struct buffered_upload_sink {
+  std::vector<host_param<HostBuffer>>* host;
+  const std::vector<param_info>* params;
+  /// Rows of `p` one call writes (0: all).
+  [[nodiscard]] std::int64_t rows_per_call(std::size_t /*p*/) const noexcept { return 0; }
+  /// Where the new weights of `p`'s host-set positions [pos, pos + n) go.
+  [[nodiscard]] std::byte* begin_rows(std::size_t p, std::int64_t pos, std::int64_t /*n*/) const {
+    auto& h = (*host)[p];
+    return h.upload.data() + static_cast<std::size_t>(pos - h.upload_origin()) * (*params)[p].channel_bytes();
+  }
+  /// They are written.
+  void end_rows(std::size_t /*p*/, std::int64_t /*pos*/, std::int64_t /*n*/) const noexcept {}
+};
+
+/// One host window: AdamW on acc[accumulator] / n_w for every host-set channel of `host`, the new
+/// working weights to `sink` (buffered_upload_sink's shape). The accumulator is left as it is (4
+/// bytes per element fewer than zeroing it): the next window's first good step overwrites it.
+/// With host_moments_per_step the window stands for n_w steps: the moments decay by beta^n_w and
+/// the counts advance by n_w, so that their memory is as many steps long as on the device (beta1
+/// 0.9 and windows of 4 would otherwise remember 40 steps). The parameters go in `order` first
+/// (the order the next window's rows come in), then the others; `read(p)` is called once p's
+/// accumulator rows are read. Each parameter's update is its own, so the order changes no bit.
+/// Returns the seconds it took.
+template <class HostBuffer, class Sink, class Read>
 double run_host_window(const config& cfg,
                        const std::vector<param_info>& params,
                        std::vector<host_param<HostBuffer>>& host,
                        std::size_t accumulator,
                        std::int32_t n_w,
                        float lr,
-                       worker_pool* pool) {
+                       worker_pool* pool,
+                       const std::vector<std::size_t>& order,
+                       Sink& sink,
+                       Read&& read) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t a = accumulator;
-  for (std::size_t p = 0; p < host.size(); ++p) {
+  std::vector<char> done(host.size(), 0);
+  const auto window = [&](std::size_t p) {
     const auto& pi = params[p];
     auto& h = host[p];
+    done[p] = 1;
     const double rest_l1 = std::exchange(h.rest_l1[a], 0.0);
     if (!pi.host_side || h.host_set.empty()) {
-      continue;
+      return;
     }
     // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
     adamw_hparams hp = pi.hparams(cfg.adam, lr);
-    const double coherence = cfg.host_lr_scale == host_lr_scaling::snr
-                                 ? rows_l1_norm(h.sum(a), h.shard.rows, pi.channel_len, pool) / rest_l1
-                                 : 1.0;
+    const double coherence =
+        cfg.host_lr_scale == host_lr_scaling::snr
+            ? rows_l1_norm(h.sum(a), h.shard.rows, pi.channel_len, h.shard.channels, pool) / rest_l1
+            : 1.0;
     hp.lr =
         static_cast<float>(static_cast<double>(hp.lr) * host_lr_factor(cfg.host_lr_scale, n_w, coherence));
     // This rank's share only (data parallel: its block; the others' weights come by all-gather).
+    const auto rows = static_cast<std::int64_t>(h.shard.rows.size());
+    const std::int64_t step =
+        sink.rows_per_call(p) > 0 ? sink.rows_per_call(p) : std::max<std::int64_t>(rows, 1);
     h.moments.visit([&](auto m, auto v) {
       using M = moment_of_t<decltype(m)>;
       const basic_channel_state<M> st{h.master.data(), m, v, h.counts.data(), h.shard.channels,
                                       pi.channel_len};
       dispatch_dtype(pi.type, [&](auto tag) {
         using T = decltype(tag);
-        check(host::adamw_window<T, T, M>(
-                  st, h.sum(a).data(), h.shard.rows.data(), static_cast<std::int64_t>(h.shard.rows.size()),
-                  nullptr, 1.0f, n_w, hp,
-                  reinterpret_cast<T*>(h.upload.data()) + (h.shard.pos - h.upload_origin()) * pi.channel_len,
-                  pool, host::window_acc::keep, cfg.host_moments_per_step && n_w > 0 ? n_w : 1,
-                  h.shard.origin + h.shard.first),
-              "zenflow::engine: adamw_window");
+        for (std::int64_t b = 0; b < rows; b += step) {
+          const std::int64_t count = std::min(step, rows - b);
+          auto* out = reinterpret_cast<T*>(sink.begin_rows(p, h.shard.pos + b, count));
+          check(host::adamw_window<T, T, M>(st, h.sum(a).data() + b * pi.channel_len, h.shard.rows.data() + b,
+                                            count, nullptr, 1.0f, n_w, hp, out, pool, host::window_acc::keep,
+                                            cfg.host_moments_per_step && n_w > 0 ? n_w : 1,
+                                            h.shard.origin + h.shard.first, host::window_acc_rows::packed),
+                "zenflow::engine: adamw_window");
+          sink.end_rows(p, h.shard.pos + b, count);
+        }
       });
     });
+    read(p);
+  };
+  for (const std::size_t p : order) {
+    if (p < host.size() && done[p] == 0) {
+      window(p);
+    }
+  }
+  for (std::size_t p = 0; p < host.size(); ++p) {
+    if (done[p] == 0) {
+      window(p);
+    }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

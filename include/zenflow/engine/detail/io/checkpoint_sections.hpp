@@ -7,6 +7,7 @@
 #pragma once
 
 #include <bit>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -94,17 +95,19 @@ void ckpt_need(const In& in, const std::string& t, std::size_t bytes) {
   }
 }
 
-/// An ascending channel set of at most `pi`'s device capacity.
+/// An ascending channel set of at most `pi`'s device rows (device_rows_most: a shard's may have
+/// grown past its share of k).
 template <class In>
 std::vector<std::int32_t> ckpt_read_set(const In& in, const std::string& t, const param_info& pi) {
   const checkpoint_section* s = in.find(t);
   if (s == nullptr) {
     checkpoint::fail(checkpoint_errc::missing_section, in.name(), "no section '" + t + "'");
   }
-  if (s->bytes % 4 != 0 || s->bytes / 4 > static_cast<std::uint64_t>(pi.device_capacity)) {
+  const std::int64_t most = std::max(pi.device_capacity, pi.device_rows_most);
+  if (s->bytes % 4 != 0 || s->bytes / 4 > static_cast<std::uint64_t>(most)) {
     checkpoint::fail(checkpoint_errc::wrong_size, in.name(),
                      "section '" + t + "' holds " + std::to_string(s->bytes) + " bytes, more than " +
-                         std::to_string(pi.device_capacity) + " channels");
+                         std::to_string(most) + " channels");
   }
   std::vector<std::int32_t> out(static_cast<std::size_t>(s->bytes / 4));
   in.read(t, out.data(), out.size() * 4);

@@ -148,8 +148,13 @@ private:
       if (pi.host_side) {
         (void)e.plan.set_host_set(p, h.host_set, stream);
       }
+      if constexpr (requires { e.par.fit_device_rows(p, std::size_t{0}, stream); }) {
+        e.par.fit_device_rows(p, dev_sels[p].size(), stream); // a crowded shard's saved rows
+      }
       restore_device_rows(in, e.plan, p, pi, dev_sels[p], stream);
     }
+    e.stats.memory.host_accumulators = e.host.accumulator_bytes();
+    e.host.reset_reads();
     restore_masses(in, e.host, static_cast<std::size_t>(M));
     restore_voter(in, e.voter);
     e.host.restore_n_w(a, static_cast<std::int32_t>(s.n_w));
@@ -197,18 +202,11 @@ private:
       if (!e.params[p].host_side || rows == 0 || rows * L > sums.elements(p)) {
         continue; // larger: no selection yet (warm-up), nothing in the device's sum
       }
-      std::vector<float> packed(static_cast<std::size_t>(rows * L));
-      float* acc = h.sum(a).data();
+      float* acc = h.sum(a).data(); // one rank: the host set's rows in its order, as the device's sum
       if (to_host) {
-        (void)sums.read(e.plan.backend(), p, packed.data(), rows * L, stream);
-      }
-      for (std::int64_t r = 0; r < rows; ++r) { // one rank: shard.rows is the host set
-        float* row = acc + static_cast<std::int64_t>(h.shard.rows[static_cast<std::size_t>(r)]) * L;
-        float* pr = packed.data() + r * L;
-        std::copy(to_host ? pr : row, (to_host ? pr : row) + L, to_host ? row : pr);
-      }
-      if (!to_host) {
-        sums.write(e.plan.backend(), p, packed.data(), rows * L, n_w, stream);
+        (void)sums.read(e.plan.backend(), p, acc, rows * L, stream);
+      } else {
+        sums.write(e.plan.backend(), p, acc, rows * L, n_w, stream);
       }
     }
   }

@@ -14,12 +14,14 @@
 #include <vector>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/dtype.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/host/d2h_protocol.hpp>
 #include <zenflow/engine/detail/host/host_moments.hpp>
 #include <zenflow/engine/detail/io/checkpoint_sections.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/optim/detail/cpu_simd.hpp>
 #include <zenflow/schedule/zen_auto.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -130,11 +132,35 @@ void save_host_rows(checkpoint_writer& out,
     out.section(ckpt_tag(p, "v_scale"), h.moments.scales(1), h.moments.scale_count() * 4);
   }
   out.section(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
-  out.section(ckpt_tag(p, "acc"), h.sum(a).data(), n * 4);
+  // The accumulator in the file's layout, row c = channel c of the block (the engine keeps the
+  // host-set rows only: the others are written as zeros, which nothing reads).
+  const auto L = static_cast<std::size_t>(pi.channel_len);
+  const std::vector<float> zeros(L, 0.0f);
+  const float* acc = h.sum(a).data();
+  out.begin_section(ckpt_tag(p, "acc"), n * 4);
+  for (std::size_t c = 0, i = 0; c < static_cast<std::size_t>(h.shard.channels); ++c) {
+    const bool host_row = i < h.shard.rows.size() && static_cast<std::size_t>(h.shard.rows[i]) == c;
+    out.write(host_row ? acc + i++ * L : zeros.data(), L * 4);
+  }
+  out.end_section();
   out.section(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
   if (upload && !h.host_set.empty()) {
-    out.section(ckpt_tag(p, "upload"), h.upload.data(),
-                static_cast<std::size_t>(h.upload_rows()) * pi.channel_bytes());
+    const std::size_t bytes = static_cast<std::size_t>(h.upload_rows()) * pi.channel_bytes();
+    if (h.buffered_upload()) {
+      out.section(ckpt_tag(p, "upload"), h.upload.data(), bytes);
+    } else { // the job's weights went up from the stage: they are its masters, rounded as it did
+      out.begin_section(ckpt_tag(p, "upload"), bytes);
+      std::vector<std::byte> row(pi.channel_bytes());
+      for (const std::int32_t r : h.shard.rows) {
+        dispatch_dtype(pi.type, [&](auto tag) {
+          using T = decltype(tag);
+          (void)cpu::convert_span<float, T>(h.master.data() + static_cast<std::size_t>(r) * L,
+                                            reinterpret_cast<T*>(row.data()), pi.channel_len, false);
+        });
+        out.write(row.data(), row.size());
+      }
+      out.end_section();
+    }
   }
 }
 
@@ -183,8 +209,9 @@ void check_host_rows(const In& in,
   }
 }
 
-/// Restores `p`'s device set `sel` and, host-side, its rows into accumulator `a` (the other one
-/// empty, as after its job) and its host set. The caller installs the host set on the device.
+/// Restores `p`'s device set `sel` and, host-side, its host set, its rows and accumulator `a`
+/// (the other one empty, as after its job), the accumulators sized to the host set (the caller
+/// updates their count in the stats). The caller installs the host set on the device.
 template <class In, class HostParam>
 void restore_host_rows(const In& in,
                        std::size_t p,
@@ -198,6 +225,17 @@ void restore_host_rows(const In& in,
     return;
   }
   const std::size_t n = h.master.size();
+  h.set_host_set(complement(h.sel, pi.channels));
+  h.fit(static_cast<std::int64_t>(h.shard.rows.size()), pi.channel_len);
+  // The file's accumulator holds every channel's row: read through the master's buffer (as
+  // large, restored next) and keep the host-set rows.
+  in.read(ckpt_tag(p, "acc"), h.master.data(), n * 4);
+  const auto L = static_cast<std::size_t>(pi.channel_len);
+  std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
+  float* acc = h.sum(a).data();
+  for (std::size_t i = 0; i < h.shard.rows.size(); ++i) {
+    std::copy_n(h.master.data() + static_cast<std::size_t>(h.shard.rows[i]) * L, L, acc + i * L);
+  }
   in.read(ckpt_tag(p, "master"), h.master.data(), n * 4);
   in.read(ckpt_tag(p, "m"), h.moments.bytes(0), n * h.moments.element_bytes());
   in.read(ckpt_tag(p, "v"), h.moments.bytes(1), n * h.moments.element_bytes());
@@ -206,12 +244,11 @@ void restore_host_rows(const In& in,
     in.read(ckpt_tag(p, "v_scale"), h.moments.scales(1), h.moments.scale_count() * 4);
   }
   in.read(ckpt_tag(p, "counts"), h.counts.data(), h.counts.size() * 4);
-  std::fill(h.acc[a ^ 1u].begin(), h.acc[a ^ 1u].end(), 0.0f); // empty once its job ran
-  in.read(ckpt_tag(p, "acc"), h.sum(a).data(), n * 4);
   in.read(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);
   h.rest_l1[a ^ 1u] = 0.0;
-  h.set_host_set(complement(h.sel, pi.channels));
-  if (upload && !h.host_set.empty()) {
+  // Staged (no upload buffer): the pending job's weights are its masters rounded, uploaded again
+  // from them (host_jobs::submit_finished); the file's copy is checked for its size only.
+  if (upload && !h.host_set.empty() && h.buffered_upload()) {
     in.read(ckpt_tag(p, "upload"), h.upload.data(),
             static_cast<std::size_t>(h.upload_rows()) * pi.channel_bytes());
   }

@@ -33,7 +33,7 @@ registry_identity(const config& cfg, const std::vector<param_info>& params, int 
                               pi.channel_len,
                               pi.ld,
                               static_cast<std::int64_t>(pi.layout),
-                              pi.device_capacity,
+                              pi.device_rows_most, // a shard's device_capacity grows (crowded)
                               pi.host_side ? 1 : 0,
                               pi.device_dense ? 1 : 0,
                               static_cast<std::int64_t>(pi.name.size())};

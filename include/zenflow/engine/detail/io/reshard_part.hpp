@@ -116,6 +116,7 @@ inline std::vector<param_info> ckpt_old_params(const config& cfg,
     pi.shard_first = plain ? 0 : firsts[p][r];
     pi.shard_total = plain ? 0 : total;
     pi.device_capacity = pi.matrix_capacity(cfg);
+    pi.device_rows_most = pi.matrix_rows_most(cfg);
   }
   return params;
 }

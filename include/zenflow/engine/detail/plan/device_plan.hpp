@@ -188,6 +188,13 @@ public:
                                               std::int64_t host_first,
                                               const entering_rows<W>* on_device,
                                               cudaStream_t stream);
+  /// A sharded engine's selection that puts more of matrix `p`'s top-k in this shard than its
+  /// device rows hold (docs/data-parallel.md, ZeRO-3's device state): the caller has raised
+  /// `info(p).device_capacity`; the device rows (and the migration's stage, index lists and the
+  /// update's per-row masses, where they are sized by it) are reallocated to it, the rows in use
+  /// kept. Waits for the plan's work first; allocates (counted in setup()'s memory_usage: its
+  /// selected state and scratch). Returns the device bytes added.
+  std::size_t grow_device_rows(std::size_t p, std::int64_t old_capacity, cudaStream_t stream);
   /// Installs `p`'s ascending host-set channels (stream-ordered). Returns the bytes copied up.
   std::size_t set_host_set(std::size_t p, const std::vector<std::int32_t>& host_set, cudaStream_t stream);
   /// wait_upload_done() and wait_migration(), each whatever the other threw (the engine's
@@ -236,6 +243,19 @@ public:
   void end_apply(cudaStream_t stream);
   /// Blocks until the last upload copies have read the host upload buffers.
   void wait_upload_done();
+  /// The upload stage (whole_window, no host upload buffers; before setup): `chunks` pinned host
+  /// chunks of `chunk_bytes` through which the job's new weights go up, a few rows at a time.
+  void set_upload_stage(std::size_t chunks, std::size_t chunk_bytes) noexcept {
+    upload_.stage_chunks = chunks;
+    upload_.stage_bytes = chunks > 0 ? chunk_bytes : 0;
+  }
+  [[nodiscard]] std::size_t upload_stage_bytes() const noexcept { return upload_.stage_bytes; }
+  /// The copy phase, staged: the next chunk (once the copy that last read it is done: a wait on
+  /// the job's thread), to be written with new weights and sent by send_staged.
+  [[nodiscard]] std::byte* stage_chunk();
+  /// Copies the chunk stage_chunk() gave, holding host-set positions [begin, end) of `p`'s new
+  /// weights, into the device upload buffer. Returns the bytes.
+  std::size_t send_staged(std::size_t p, std::int64_t begin, std::int64_t end);
 
   /// The full state of `p`: the host rows (`host_rows`, or zeros where the parameter has none)
   /// with the device-resident rows written over their channels. Blocking.
@@ -394,6 +414,7 @@ private:
   Backend b_;
   std::size_t slots_;
   const std::vector<param_info>* params_ = nullptr;
+  memory_usage* mem_ = nullptr; // setup()'s: grow_device_rows() counts there
   std::vector<plan_inputs::whole_matrix> whole_; // per parameter (setup's inputs)
   std::vector<dev_param> dev_;
   std::vector<std::size_t> dense_order_; // device-dense parameters in count-slot order

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <zenflow/engine/detail/plan/device_plan.hpp>
@@ -20,6 +21,7 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
                                  memory_usage& mem,
                                  const plan_inputs& inputs) {
   params_ = &params;
+  mem_ = &mem;
   whole_ = inputs.whole;
   whole_.resize(params.size());
   setup_param_state(mem);
@@ -32,6 +34,68 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
   setup_selection(mem);
   setup_temp(mem);
   b_.synchronize_all(); // allocations and their first writes done
+}
+
+template <class Backend>
+std::size_t device_plan<Backend>::grow_device_rows(std::size_t p, std::int64_t old_capacity, cudaStream_t stream) {
+  const param_info& pi = info(p);
+  auto& d = dev_[p];
+  const auto cap = static_cast<std::size_t>(pi.device_capacity);
+  const auto old_cap = static_cast<std::size_t>(old_capacity);
+  if (cap <= old_cap) {
+    return 0;
+  }
+  // A matrix with no device rows has no slot in the update's tables (setup_batch_tables): only a
+  // shard of no channels reserves none, and nothing is ever selected into it.
+  require(old_cap > 0, "zenflow::engine", "device_capacity", "grows from zero rows (an internal error)");
+  b_.synchronize(stream);
+  wait_own_work(); // nothing reads the rows, the stage or the lists while they move
+  // The allocations on the plan's device (the caller's current one may be another), which is
+  // current again after (CUDA: the caller's device; the emulated device stays current).
+  const int caller = b_.current_device();
+  b_.bind_device(upload_.device);
+  const auto L = static_cast<std::size_t>(pi.channel_len);
+  const auto k = static_cast<std::size_t>(d.k);
+  const auto grow = [&](auto& buf, std::size_t n, std::size_t keep) {
+    using T = std::remove_reference_t<decltype(*buf.data())>;
+    dbuf<T> next(n);
+    b_.synchronize(nullptr); // CUDA allocates stream-ordered on the null stream
+    if (keep > 0) {
+      b_.copy_d2d(next.data(), buf.data(), keep * sizeof(T), stream);
+    }
+    b_.synchronize(stream);
+    buf = std::move(next);
+  };
+  grow(d.master, cap * L, k * L);
+  grow(d.m, cap * L, k * L);
+  grow(d.v, cap * L, k * L);
+  grow(d.counts, cap, k);
+  grow(d.sel, cap, k);
+  std::size_t added = (cap - old_cap) * (L * 12 + 8);
+  mem_->device_selected_state += added;
+  // The parts sized by every capacity (setup_staging, setup_selection, setup_batch_tables).
+  std::size_t scratch = 0;
+  if (pi.host_side && 3 * cap * L > stage_.size()) {
+    scratch += (3 * cap * L - stage_.size()) * 4;
+    stage_ = dbuf<float>(3 * cap * L);
+    h_stage_ = hbuf<float>(3 * cap * L);
+  }
+  if (pi.host_side) {
+    const std::size_t lists = lists_.size() + 3 * (cap - old_cap);
+    scratch += (lists - lists_.size()) * 4;
+    lists_ = dbuf<std::int32_t>(lists);
+    h_lists_ = hbuf<std::int32_t>(lists);
+  }
+  if (!pi.device_dense) {
+    const std::size_t rows = batch_.row_l1.size() + (old_cap == 0 ? cap : cap - old_cap);
+    scratch += (rows - batch_.row_l1.size()) * 4;
+    batch_.row_l1 = dbuf<float>(rows);
+  }
+  b_.synchronize(nullptr);
+  b_.bind_device(caller);
+  mem_->device_scratch += scratch;
+  batch_.dirty = true; // the update's tables point at the rows
+  return added + scratch;
 }
 
 template <class Backend>

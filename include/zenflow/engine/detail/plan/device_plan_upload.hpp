@@ -11,6 +11,12 @@
 /// the host buffers (wait_upload_done) and the device upload buffers (the next copies wait on the
 /// last scatter). The engine never runs two phases at once: the window queue orders the threads.
 ///
+/// Staged (set_upload_stage; whole_window without host upload buffers, the default): the job
+/// writes its new weights into a few pinned chunks (stage_chunk) and each goes up as soon as it
+/// is written (send_staged), on the upload stream; a chunk is written again once its copy is done
+/// (an event per chunk, waited for on the job's thread). Host memory: the chunks instead of a
+/// copy of every host-side weight; time: the job keeps pace with the copies up.
+///
 /// upload = chunk_ring (set_upload_chunk): upload only notes where the host buffer is; at the
 /// boundary apply_upload copies it up chunk by chunk into one device chunk and scatters each
 /// chunk, all on the user's stream (stream order reuses the chunk: no event, no host wait).
@@ -64,11 +70,20 @@ struct upload_phase {
   std::size_t chunk_bytes = 0; // chunk_ring: the device chunk's size (0: whole_window)
   buffer_type chunk;
   std::vector<param_upload> params; // per parameter (empty buffers where it has no host side)
+  // The upload stage (the copy phase's thread only, after setup).
+  std::size_t stage_chunks = 0, stage_bytes = 0;
+  std::vector<typename Backend::template host_buffer<std::byte>> stage;
+  std::vector<event_type> stage_copied;
+  std::vector<char> stage_recorded;
+  std::size_t stage_next = 0; // the chunk stage_chunk() gives next
 
   /// The events and the stream (the plan's destructor, after its work is done).
   void release(const typename Backend::copy_backend_type& c) {
     c.destroy_event(copied);
     c.destroy_event(scattered);
+    for (auto& e : stage_copied) {
+      c.destroy_event(e);
+    }
     if (stream_created) {
       c.destroy_stream(stream);
     }
@@ -96,6 +111,37 @@ void device_plan<Backend>::setup_upload(memory_usage& mem) {
   upload_.stream_created = true;
   c.create_event(upload_.copied);
   c.create_event(upload_.scattered);
+  if (upload_.chunk_bytes == 0 && upload_.stage_chunks > 0) {
+    upload_.stage.clear();
+    for (std::size_t i = 0; i < upload_.stage_chunks; ++i) {
+      upload_.stage.emplace_back(upload_.stage_bytes);
+      mem.host_upload += upload_.stage_bytes;
+    }
+    upload_.stage_copied.resize(upload_.stage_chunks);
+    for (auto& e : upload_.stage_copied) {
+      c.create_event(e);
+    }
+    upload_.stage_recorded.assign(upload_.stage_chunks, 0);
+  }
+}
+
+template <class Backend>
+std::byte* device_plan<Backend>::stage_chunk() {
+  const std::size_t i = upload_.stage_next;
+  if (upload_.stage_recorded[i] != 0) {
+    b_.copier().synchronize(upload_.stage_copied[i]);
+  }
+  return upload_.stage[i].data();
+}
+
+template <class Backend>
+std::size_t device_plan<Backend>::send_staged(std::size_t p, std::int64_t begin, std::int64_t end) {
+  const std::size_t i = upload_.stage_next;
+  const std::size_t bytes = upload(p, upload_.stage[i].data(), begin, begin, end);
+  b_.copier().record(upload_.stage_copied[i], upload_.stream);
+  upload_.stage_recorded[i] = 1;
+  upload_.stage_next = (i + 1) % upload_.stage.size();
+  return bytes;
 }
 
 template <class Backend>
@@ -176,6 +222,11 @@ template <class Backend>
 void device_plan<Backend>::wait_upload_done() {
   if (upload_.copy_recorded) {
     b_.copier().synchronize(upload_.copied);
+  }
+  for (std::size_t i = 0; i < upload_.stage_recorded.size(); ++i) { // a failed job's last chunks
+    if (upload_.stage_recorded[i] != 0) {
+      b_.copier().synchronize(upload_.stage_copied[i]);
+    }
   }
   if (upload_.chunk_bytes > 0 && upload_.scatter_recorded) {
     b_.copier().synchronize(upload_.scattered); // the boundary's copies read the host buffers before it

@@ -191,8 +191,46 @@ struct row_copy_table {
            row_copy_direction dir,
            cudaStream_t s,
            const char* name = "zenflow::engine: copy_rows_batched") const {
-    if (blocks > 0) {
-      b.run(s, bytes, name, [table = items.data(), n = n, blocks = blocks, dir](auto prim, auto on) {
+    run_range(b, {0, n, blocks, bytes}, dir, s, name);
+  }
+
+  /// Items [first, first + n) of the table, launched on their own: `blocks` from their first.
+  struct range {
+    std::size_t first = 0;
+    int n = 0;
+    std::int64_t blocks = 0;
+    std::size_t bytes = 0;
+  };
+  /// assign() of consecutive ranges of `host`, `sizes[i]` items each, that run_range() launches
+  /// one at a time (each range's block_begin counted from its first item). Returns the ranges.
+  std::vector<range>
+  assign_ranges(const Backend& b, std::vector<row_copy_item>& host, const std::vector<int>& sizes, cudaStream_t s) {
+    std::vector<range> out;
+    std::size_t first = 0;
+    for (const int k : sizes) {
+      out.push_back({first, k, row_copy_blocks(host.data() + first, k), row_copy_bytes(host.data() + first, k)});
+      first += static_cast<std::size_t>(k);
+    }
+    if (row_copies_misaligned(host.data(), static_cast<int>(host.size()))) {
+      detail::check(cudaErrorMisalignedAddress,
+                    "zenflow::engine: a batched row copy's item is not aligned to its element size");
+    }
+    n = static_cast<int>(host.size());
+    blocks = 0; // run() launches nothing: run_range() each range
+    bytes = 0;
+    if (n > 0) {
+      std::copy(host.begin(), host.end(), staging.data());
+      b.copy_h2d(items.data(), staging.data(), host.size() * sizeof(row_copy_item), s);
+    }
+    return out;
+  }
+  void run_range(const Backend& b,
+                 const range& r,
+                 row_copy_direction dir,
+                 cudaStream_t s,
+                 const char* name = "zenflow::engine: copy_rows_batched") const {
+    if (r.blocks > 0) {
+      b.run(s, r.bytes, name, [table = items.data() + r.first, n = r.n, blocks = r.blocks, dir](auto prim, auto on) {
         return prim.copy_rows_batched(table, n, blocks, dir, on);
       });
     }

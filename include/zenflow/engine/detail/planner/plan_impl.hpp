@@ -105,6 +105,10 @@ inline plan_config plan_config::of(const config& c) noexcept {
   p.ring_slot_bytes = c.ring_slot_bytes;
   p.ring_slots = c.ring_slots;
   p.overlap_step = c.overlap_step;
+  p.reduce_bucket_bytes = c.reduce_bucket_bytes;
+  p.reduce_in_place = c.reduce_in_place;
+  p.shard_state_headroom = c.shard_state_headroom;
+  p.host_accumulators = c.host_accumulators;
   return p;
 }
 
@@ -151,12 +155,11 @@ inline double plan_moment_bytes(const plan_config& c) noexcept {
 }
 
 /// Host memory bytes a window's AdamW reads and writes per element: the window's gradient sum
-/// (fp32), master and moments read; master, moments and the new working-precision weight written;
-/// the accumulator zeroed (host accumulation: cpu_adamw's window_acc::zero).
+/// (fp32), master and moments read; master, moments and the new working-precision weight written
+/// (the accumulator is left as it is: the next window's first step writes it, window_acc::keep).
 inline double plan_window_bytes(const plan_config& c, double elem_bytes) noexcept {
   const double mb = plan_moment_bytes(c);
-  return 4.0 + (4.0 + 2.0 * mb) + (4.0 + 2.0 * mb) + elem_bytes +
-         (c.accumulate == plan_accumulation::host ? 4.0 : 0.0);
+  return 4.0 + (4.0 + 2.0 * mb) + (4.0 + 2.0 * mb) + elem_bytes;
 }
 
 /// Host memory bytes one step's accumulation reads and writes per element: the landed gradient
@@ -195,6 +198,20 @@ inline void plan_validate(const plan_model& model, const plan_hardware& hw, cons
   require(cfg.ring_slots == 0 || (cfg.ring_slots >= 2 && cfg.ring_slots <= 1024), fn, "config",
           "ring_slots must be 0 (auto) or in [2, 1024]");
   require(cfg.int8_block >= 1, fn, "config", "int8_block must be >= 1");
+  require(cfg.reduce_bucket_bytes >= 256 && cfg.reduce_bucket_bytes < (std::int64_t{1} << 31) &&
+              cfg.reduce_bucket_bytes % 4 == 0,
+          fn, "config", "reduce_bucket_bytes must be a multiple of 4 in [256, 2^31)");
+  require(std::isfinite(cfg.shard_state_headroom) && cfg.shard_state_headroom >= 0 &&
+              cfg.shard_state_headroom <= 100,
+          fn, "config", "shard_state_headroom must be in [0, 100]");
+  if (hw.gpus > 1 && !cfg.sharded) {
+    for (const auto& m : model.matrices) {
+      require(m.channel_len * 4 <= cfg.reduce_bucket_bytes, fn, "config",
+              "reduce_bucket_bytes is smaller than one row in fp32 (" + std::to_string(m.channel_len) + " x 4 B)");
+    }
+  }
+  require(cfg.host_accumulators == 1 || cfg.host_accumulators == 2, fn, "config",
+          "host_accumulators must be 1 or 2, got " + std::to_string(cfg.host_accumulators));
   if (cfg.mode != optimizer_mode::gpu_adamw) {
     for (const auto& m : model.matrices) {
       require(m.channel_len * model.elem_bytes <= cfg.ring_slot_bytes, fn, "config",
@@ -235,6 +252,77 @@ inline std::vector<param_info> plan_params(const plan_model& model, const config
   return out;
 }
 
+/// Data parallel: every rank's GPU bytes from the one-rank figures in `r.device`
+/// (plan_parallel.hpp), `r.device` the largest of each term.
+inline void plan_parallel_plan(plan_result& r,
+                               const std::vector<param_info>& params,
+                               const std::vector<d2h_slots>& per_rank,
+                               const plan_config& cfg,
+                               double eb,
+                               double slot,
+                               int gpus) {
+  if (gpus <= 1 && !cfg.sharded) {
+    return;
+  }
+  plan_parallel_settings ps;
+  ps.ranks = gpus;
+  ps.sharded = cfg.sharded;
+  ps.gpu_adamw = cfg.mode == optimizer_mode::gpu_adamw;
+  ps.whole_window = cfg.upload == upload_policy::whole_window;
+  ps.elem_bytes = eb;
+  ps.bucket_bytes = static_cast<std::size_t>(cfg.reduce_bucket_bytes);
+  ps.in_place = cfg.reduce_in_place;
+  ps.headroom = cfg.shard_state_headroom;
+  ps.slot_bytes = static_cast<std::size_t>(cfg.ring_slot_bytes);
+  const auto dp = plan_data_parallel_device(params, ps);
+  const plan_device_bytes one = r.device;
+  plan_device_bytes most{};
+  const auto up = [](double& a, double b) { a = std::max(a, b); };
+  for (std::size_t q = 0; q < dp.size(); ++q) {
+    plan_device_bytes d = one;
+    const auto& x = dp[q];
+    d.staging = static_cast<double>(per_rank[std::min(q, per_rank.size() - 1)].staging) * slot;
+    d.scratch += x.scratch;
+    d.reduction = x.reduction;
+    if (cfg.sharded) { // its shard-sized buffers (the host side is owner_partition's)
+      d.weights_and_grads = x.weights_and_grads;
+      d.selected_state = x.selected_state;
+      d.upload = x.upload + (cfg.upload == upload_policy::chunk_ring ? slot : 0.0);
+    }
+    r.device_by_rank.push_back(d);
+    up(most.weights_and_grads, d.weights_and_grads);
+    up(most.selected_state, d.selected_state);
+    up(most.vector_state, d.vector_state);
+    up(most.staging, d.staging);
+    up(most.upload, d.upload);
+    up(most.scratch, d.scratch);
+    up(most.accumulators, d.accumulators);
+    up(most.reduction, d.reduction);
+  }
+  r.device = most;
+  if (!cfg.sharded && !ps.gpu_adamw) { // ZeRO-2: every rank's selection staging (NCCL's)
+    r.host.staging = static_cast<double>(gpus) * owner_host_staging(params, ps.bucket_bytes, true);
+  }
+}
+
+/// DeepSpeed's bytes for the same model over `N` GPUs of one node (docs/planning.md, "DeepSpeed
+/// beside zenflow"). ZeRO-Offload: DeepSpeed's estimator for ZeRO-2 with the optimizer on the CPU
+/// (estimate_zero2_model_states_mem_needs, documented in its memory guide) at an
+/// additional_buffer_factor of 1: per GPU 2 B a parameter (its fp16 weights; gradients pass through
+/// its reduce buckets), per node max(4 N, 16) B (fp32 master, gradient partition, m, v; 4 B a GPU
+/// when that is more). ZenFlow (zenflow_stage_1_and_2.py, ZenFlowSelectiveAdamW, from its source):
+/// the GPU adds for the selected share r of every matrix its m and v in the weights' dtype, the
+/// selected gradient and a copy of the selected weights (8 r B, 2-byte weights; 4 r with its
+/// `offload`, not modelled); the host with overlap_step keeps two fp32 gradient buffers, a stale
+/// fp32 master and two sets of m and v (32 B), else ZeRO-Offload's 16.
+inline void plan_deepspeed(plan_result& r, const plan_config& cfg, double N) {
+  const double P = r.params;
+  r.deepspeed_offload_device = 2.0 * P;
+  r.deepspeed_offload_host = std::max(4.0 * N, 16.0) * P;
+  r.deepspeed_zenflow_device = (2.0 + 8.0 * cfg.topk_ratio) * P;
+  r.deepspeed_zenflow_host = (cfg.overlap_step ? 32.0 : 16.0) * P;
+}
+
 } // namespace detail
 
 inline plan_result plan(const plan_model& model, const plan_hardware& hw, const plan_config& cfg) {
@@ -247,6 +335,7 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   e.upload = cfg.upload;
   const bool zen = cfg.mode == optimizer_mode::zenflow;
   const bool sync = cfg.mode == optimizer_mode::offload_sync;
+  const bool gpu_only = cfg.mode == optimizer_mode::gpu_adamw;
   const bool device_acc = zen && cfg.accumulate == plan_accumulation::device;
   const auto params = detail::plan_params(model, e);
   const auto slot = static_cast<double>(cfg.ring_slot_bytes);
@@ -264,6 +353,15 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   const double mb = detail::plan_moment_bytes(cfg);
   const auto N = static_cast<double>(hw.gpus);
   const double S = zen ? static_cast<double>(cfg.update_interval) : 1.0;
+  // One rank keeps exactly the unselected rows in its accumulators; a data-parallel rank (or a
+  // shard) its block's capacity, the whole block (engine_core::initialize).
+  const bool blocks = hw.gpus > 1 || cfg.sharded;
+  const bool overlap = zen && cfg.overlap_step;
+  const double accumulators = overlap && !device_acc && cfg.host_accumulators == 2 ? 2.0 : 1.0;
+  // whole_window: the job's weights go up through the upload stage's pinned chunks, one stage
+  // per rank (the modelled node's ranks gather on their devices); chunk_ring reads a host buffer
+  // at the boundary.
+  const bool staged = cfg.upload == upload_policy::whole_window;
 
   plan_result r;
   r.config = cfg;
@@ -308,18 +406,19 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
     host.state += q8 * channels * 8.0 * std::ceil(len / static_cast<double>(cfg.int8_block)) +
                   n * (4.0 + 2.0 * (q8 ? 1.0 : mb)) + channels * 4.0;
     const double rows = zen ? (channels - cap) * len : n;
+    // The accumulators hold the host set's rows: one rank's are the unselected rows; a block's
+    // capacity is all of its rows (the node: every row once). Device accumulation: the window
+    // sum lands in one such buffer, and the device sums the host set's rows in two sums (the
+    // closed window's goes down beside the next).
+    host.accumulators += (blocks ? n : rows) * 4.0 * accumulators;
     if (device_acc) {
-      // The window sum lands in one host buffer of the accumulators' layout (full size: the
-      // warm-up accumulates every channel into it); the device sums the host set's rows, in two
-      // sums (the closed window's goes down beside the next).
-      host.accumulators += n * 4.0;
       dev.accumulators += rows * 8.0;
-    } else {
-      host.accumulators += n * 4.0 * (zen && cfg.overlap_step ? 2.0 : 1.0);
     }
-    // One rank keeps every host-set row's new weights; over a device communicator (NCCL) each
-    // rank its share only (the shares are gathered on the devices): one copy on the node.
-    host.upload += n * eb;
+    if (!staged) {
+      // chunk_ring: one rank keeps every host-set row's new weights; over a device communicator
+      // (NCCL) each rank its share only: one copy on the node.
+      host.upload += n * eb;
+    }
     unselected += rows;
   }
   dev.vector_state += std::max(dense, 1.0) * 4.0; // the vectors' update counts
@@ -328,15 +427,9 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   dev.staging = static_cast<double>(slots.staging) * slot;
   dev.scratch += (sets + lists) * 4.0 + 3.0 * max_cap_elems * 4.0 + max_rows * 4.0 + mass_rows * 4.0;
   host.ring = ring_slots_node * slot;
-  const auto dp = detail::plan_data_parallel_device(
-      params, cfg.sharded, cfg.mode == optimizer_mode::gpu_adamw, cfg.upload == upload_policy::whole_window,
-      eb, static_cast<int>(hw.gpus));
-  dev.scratch += dp.scratch;
-  if (dp.sharded) { // one GPU's shard-sized buffers (the host side is owner_partition's)
-    dev.weights_and_grads = dp.weights_and_grads;
-    dev.selected_state = dp.selected_state;
-    dev.upload = dp.upload + (cfg.upload == upload_policy::chunk_ring ? slot : 0.0);
-  }
+  host.upload += staged && !gpu_only ? N * static_cast<double>(detail::upload_stage_chunks) * slot : 0.0;
+  detail::plan_parallel_plan(r, params, per_rank, cfg, eb, slot, static_cast<int>(hw.gpus));
+  detail::plan_deepspeed(r, cfg, N);
 
   // Per step: over one GPU's link its block's share (docs/data-parallel.md); through the host's
   // memory every rank's.
@@ -350,6 +443,11 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   t.d2h = tr.d2h_per_step / hw.pcie_bytes_per_s;
   t.h2d = tr.h2d_per_step / hw.pcie_bytes_per_s;
   t.host_window = tr.host_window_per_step / hw.host_bytes_per_s;
+  if (overlap && !device_acc && cfg.host_accumulators == 1) {
+    // One buffer: the next window's first step waits until the job has read it, so the job
+    // (which keeps pace with its staged copies up) has about one step, not S.
+    t.host_window = std::max(t.host_window * S, staged ? t.h2d * S : 0.0);
+  }
   t.accumulate = tr.accumulate_per_step / hw.host_bytes_per_s;
   r.bound = pipeline_bound(t);
   const double stages = std::max({t.d2h, t.h2d, t.host_window, t.accumulate});
@@ -382,52 +480,72 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
     plan_moments moments;
     plan_accumulation accumulate;
     upload_policy upload;
+    bool in_place;
+    bool sharded;
   };
   // The changes that cost no device memory first (the upload through the ring, bf16 moments, then
-  // int8), then device accumulation (8 B per unselected element on the device) with each.
+  // int8), then device accumulation (8 B per unselected element on the device) with each; over
+  // several GPUs, ZeRO-2's mean written into the gradients (reduce_in_place) before each, and
+  // ZeRO-3 (the trainer gathers and scatters the shards) after all of them.
+  const bool several = hw.gpus > 1;
   std::vector<choice> tries;
-  for (const plan_accumulation a : {cfg.accumulate, plan_accumulation::device}) {
-    for (const plan_moments m : {cfg.moments, plan_moments::bf16, plan_moments::int8}) {
-      for (const upload_policy u : {cfg.upload, upload_policy::chunk_ring}) {
-        const bool seen = std::any_of(tries.begin(), tries.end(), [&](const choice& c) {
-          return c.moments == m && c.accumulate == a && c.upload == u;
-        });
-        if (!seen && static_cast<int>(m) >= static_cast<int>(cfg.moments)) {
-          tries.push_back({m, a, u});
+  for (const bool z3 : {cfg.sharded, cfg.sharded || several}) {
+    for (const plan_accumulation a : {cfg.accumulate, plan_accumulation::device}) {
+      for (const plan_moments m : {cfg.moments, plan_moments::bf16, plan_moments::int8}) {
+        for (const upload_policy u : {cfg.upload, upload_policy::chunk_ring}) {
+          for (const bool ip : {cfg.reduce_in_place, cfg.reduce_in_place || several}) {
+            const bool seen = std::any_of(tries.begin(), tries.end(), [&](const choice& c) {
+              return c.moments == m && c.accumulate == a && c.upload == u && c.in_place == ip && c.sharded == z3;
+            });
+            if (!seen && static_cast<int>(m) >= static_cast<int>(cfg.moments)) {
+              tries.push_back({m, a, u, ip, z3});
+            }
+          }
         }
       }
     }
   }
-  for (const auto& [m, a, u] : tries) {
-    plan_config c = cfg;
-    c.moments = m;
-    c.accumulate = a;
-    c.upload = u;
-    for (std::int64_t s = 1; s <= max_interval; ++s) {
-      c.update_interval = s;
-      plan_result p = plan(model, hw, c);
-      if (!p.feasible()) {
-        continue;
+  // What the engine implements first; then, if nothing else fits, what it only models.
+  for (const bool modelled : {false, true}) {
+    for (const auto& [m, a, u, ip, z3] : tries) {
+      plan_config c = cfg;
+      c.moments = m;
+      c.accumulate = a;
+      c.upload = u;
+      c.reduce_in_place = ip;
+      c.sharded = z3;
+      for (std::int64_t s = 1; s <= max_interval; ++s) {
+        c.update_interval = s;
+        plan_result p = plan(model, hw, c);
+        if (!p.feasible() || p.not_implemented.empty() == modelled) {
+          continue;
+        }
+        std::string change = s == cfg.update_interval ? std::string() : "S = " + std::to_string(s);
+        const auto also = [&](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };
+        if (m != cfg.moments) {
+          also("moments " + std::string(to_string(m)));
+        }
+        if (u != cfg.upload) {
+          also("upload " + std::string(to_string(u)));
+        }
+        if (a != cfg.accumulate) {
+          also("accumulate " + std::string(to_string(a)));
+        }
+        if (ip != cfg.reduce_in_place) {
+          also("reduce_in_place");
+        }
+        if (z3 != cfg.sharded) {
+          also("ZeRO-3");
+        }
+        out.found = true;
+        out.change = change.empty() ? "none" : change;
+        out.result = std::move(p);
+        return out;
       }
-      std::string change = s == cfg.update_interval ? std::string() : "S = " + std::to_string(s);
-      const auto also = [&](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };
-      if (m != cfg.moments) {
-        also("moments " + std::string(to_string(m)));
-      }
-      if (u != cfg.upload) {
-        also("upload " + std::string(to_string(u)));
-      }
-      if (a != cfg.accumulate) {
-        also("accumulate " + std::string(to_string(a)));
-      }
-      out.found = true;
-      out.change = change.empty() ? "none" : change;
-      out.result = std::move(p);
-      return out;
     }
   }
   out.change = "none found (S up to " + std::to_string(max_interval) +
-               ", every moment precision, upload and accumulation)";
+               ", every moment precision, upload and accumulation" + (several ? ", ZeRO-2 and ZeRO-3)" : ")");
   return out;
 }
 

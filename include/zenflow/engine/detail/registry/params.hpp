@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -44,8 +45,9 @@ struct param_info {
   dtype type = dtype::f32;
   void* weights = nullptr;
   const void* grads = nullptr; ///< the user's, as registered
-  /// The gradient the step reads: `grads`, or with data parallel the engine's mean of every rank's
-  /// (detail/dp/mean_gradients.hpp, set at initialize()).
+  /// The gradient the step reads: `grads` (with data parallel and reduce_in_place, the mean of
+  /// every rank's written there), or the engine's mean buffer (detail/dp/grad_buckets.hpp; the
+  /// sharded policy's vectors: dp/mean_gradients.hpp; set at initialize()).
   const void* step_grads = nullptr;
   std::int64_t channels = 0;
   std::int64_t channel_len = 0;
@@ -70,10 +72,37 @@ struct param_info {
                ? whole_channels()
                : (cfg.mode == optimizer_mode::zenflow ? cfg.topk(whole_channels()) : 0);
   }
-  /// A matrix's device rows (initialize() sets device_capacity to it): the whole matrix's selected
-  /// channels, of which a shard holds at most all its own.
-  [[nodiscard]] std::int64_t matrix_capacity(const config& cfg) const {
+  /// A ZenFlow matrix's device rows: the whole matrix's top-k; a shard reserves its share of it
+  /// (shard_device_rows: its share of k and cfg.shard_state_headroom more, at most min(k, its
+  /// channels); a selection that crowds more into it grows it, docs/data-parallel.md).
+  [[nodiscard]] std::int64_t zenflow_capacity(const config& cfg) const {
+    const std::int64_t k = selected_channels(cfg); // zenflow: the whole matrix's top-k
+    return shard_total > 0 ? shard_device_rows(k, channels, shard_total, cfg.shard_state_headroom)
+                           : std::min(k, channels);
+  }
+  /// ZeRO-3: the device rows a shard of `count` of a matrix's `total` channels reserves for the
+  /// matrix's top-k of `k`: its share, ceil(k x count / total), and `headroom` of that more, at
+  /// most min(k, count) (a whole matrix: min(k, count)). The planner counts the same.
+  [[nodiscard]] static std::int64_t
+  shard_device_rows(std::int64_t k, std::int64_t count, std::int64_t total, double headroom) {
+    const std::int64_t most = std::min(k, count);
+    if (total <= 0 || count >= total) {
+      return most;
+    }
+    const std::int64_t share = (k * count + total - 1) / total;
+    const auto with = static_cast<std::int64_t>(std::ceil(static_cast<double>(share) * (1.0 + headroom)));
+    return std::min(most, std::max<std::int64_t>(with, 1));
+  }
+  /// The most device rows a selection can give this matrix in `cfg`'s mode: the whole matrix's
+  /// selected channels, of which a shard holds at most all its own (its whole matrix's top-k may
+  /// fall in it). initialize() sets device_rows_most to it.
+  [[nodiscard]] std::int64_t matrix_rows_most(const config& cfg) const {
     return std::min(selected_channels(cfg), channels);
+  }
+  /// A matrix's device rows in `cfg`'s mode (initialize() sets device_capacity to it): every
+  /// channel in gpu_adamw, the top-k's in zenflow (a shard: its share), none in offload_sync.
+  [[nodiscard]] std::int64_t matrix_capacity(const config& cfg) const {
+    return cfg.mode == optimizer_mode::zenflow ? zenflow_capacity(cfg) : std::min(selected_channels(cfg), channels);
   }
   /// The most host-set rows this matrix can have: its channels less the fewest selected ones that
   /// can fall in it (channels - k for a whole matrix; a shard's, those of the whole matrix's k
@@ -97,8 +126,12 @@ struct param_info {
 
   /// Channels whose optimizer state can live on the device (rows of the device's compact state):
   /// k for a ZenFlow matrix, 1 for a vector (zenflow, gpu_adamw), all channels for a gpu_adamw
-  /// matrix, 0 in offload_sync.
+  /// matrix, 0 in offload_sync; a shard's share of k (zenflow_capacity), grown when a selection
+  /// crowds more into it.
   std::int64_t device_capacity = 0;
+  /// The most device rows a selection can give it (matrix_rows_most; a vector: device_capacity):
+  /// what a checkpoint's sets are checked against, and part of its identity.
+  std::int64_t device_rows_most = 0;
   /// True when the parameter has full-size host state (ZenFlow matrices; vectors when there is a
   /// warm-up; every offload_sync parameter).
   bool host_side = false;
@@ -129,15 +162,28 @@ struct param_info {
   }
 };
 
+/// Pinned chunks (of ring_slot_bytes each) of the upload stage through which a window's new
+/// weights go up (whole_window, device_plan_upload.hpp): the job writes one while the others'
+/// copies run. The planner counts them.
+inline constexpr std::size_t upload_stage_chunks = 4;
+
 /// Slots of the D2H stream: `ring` host ring slots, `staging` device staging slots.
 struct d2h_slots {
   std::size_t ring = 0;
   std::size_t staging = 0;
 };
 
+/// The most pinned bytes the automatic sizing gives a rank's D2H ring (and the device staging,
+/// never larger than the ring): 1 GiB, 256 slots of 4 MiB (0.16 B a parameter at 7B on one GPU;
+/// it was 1024 slots, 0.64 B). A ring smaller than a step's D2H makes step() wait for the first
+/// copies to be taken in before it can push the last ones, unless the gradients are streamed
+/// during the backward (grad_ready): docs/planning.md measures both.
+inline constexpr std::size_t max_auto_ring_bytes = std::size_t{1} << 30;
+
 /// `cfg.ring_slots` resolved for these parameters: a fixed count is both; 0 (auto) sizes the
 /// staging for one step's D2H and the host ring for two, so that a step's pushes find free slots
-/// while the copies of the step before are still landing; at least 8, at most 1024. A step's D2H:
+/// while the copies of the step before are still landing; at least 8, at most 1024 and
+/// max_auto_ring_bytes. A step's D2H:
 /// in zenflow mode the unselected channels of every matrix (channels - k; a sharded engine's shard,
 /// the most its host set can hold for the whole matrix's k: max_host_rows; the warm-up's
 /// synchronous steps move more, and wait for it anyway), in offload_sync every host-side
@@ -166,7 +212,9 @@ inline d2h_slots resolve_d2h_slots(const config& cfg,
                                                     : std::min(slots, (rows + per_slot - 1) / per_slot + 1));
     }
   }
-  const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, 1024);
+  const std::size_t most =
+      std::clamp<std::size_t>(max_auto_ring_bytes / std::max<std::size_t>(slot_bytes, 1), 8, 1024);
+  const std::size_t ring = std::clamp<std::size_t>(2 * step, 8, most);
   return {ring, std::clamp<std::size_t>(step, 8, ring)};
 }
 

@@ -97,6 +97,7 @@ public:
     for (auto& pi : params_) {
       if (pi.matrix) {
         pi.device_capacity = pi.matrix_capacity(cfg_);
+        pi.device_rows_most = pi.matrix_rows_most(cfg_);
         pi.host_side = !gpu;
         // Zen-auto votes on the whole matrix's masses (a shard's too: the sharded policy's record
         // holds the one-rank masses), so on its whole k and channels (at least 1: offload_sync
@@ -105,6 +106,7 @@ public:
         cs.push_back(pi.whole_channels());
       } else {
         pi.device_capacity = cfg_.mode == optimizer_mode::offload_sync ? 0 : 1;
+        pi.device_rows_most = pi.device_capacity;
         pi.device_dense = pi.device_capacity == 1;
         pi.host_side = cfg_.mode == optimizer_mode::offload_sync || (zen && cfg_.full_warm_up_rounds > 0);
       }
@@ -116,9 +118,19 @@ public:
                                                [](const param_info& pi) { return pi.matrix; }));
     stats_.memory.device_scratch += // before the plan reads grads
         par_.setup(cfg_, plan_, params_, host_, slot_bytes, stream);
+    if constexpr (requires { par_.reduction_bytes(); }) { // data parallel: the gradients' buckets
+      stats_.memory.device_reduction += par_.reduction_bytes();
+      stats_.memory.host_staging += par_.host_staging_bytes(); // and a selection's staging
+    }
     const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, par_.kept_channels());
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
+    // whole_window: a window's new weights go up through a few pinned chunks as the job writes
+    // them, not through a host copy of every host-side weight; a host communicator's gather
+    // needs that copy (it gathers into it), chunk_ring reads it at the boundary.
+    const bool staged = !gpu && cfg_.upload == upload_policy::whole_window &&
+                        !(par_.gathers_windows() && !par_.gathers_on_device());
+    plan_.set_upload_stage(staged ? upload_stage_chunks : 0, slot_bytes);
     plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
     d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
@@ -137,11 +149,21 @@ public:
       }
       if (pi.host_side) {
         (void)par_.init_host_rows(p, stream); // data parallel: this rank's block
-        // Device accumulation: one buffer receives each window's sum. A device communicator
-        // gathers a window's shares on the device: this rank's share is all its upload holds.
-        h.allocate_state(cfg_, pi.channel_len, pi.channels, pi.channel_bytes(),
-                         overlap && !d2h_.sums_on_device(),
-                         par_.gathers_windows() && par_.gathers_on_device(), stats_.memory);
+        typename host_type::param::layout lay;
+        // One rank keeps exactly the host set's rows; a block (data parallel, a shard) holds a
+        // varying share of it: its capacity. Without warm-up the first step selects before any
+        // gradient is summed, so one rank starts at the size it keeps.
+        lay.exact = h.shard.whole(pi.channels) && pi.shard_total == 0;
+        lay.acc_rows = lay.exact && zen && pi.matrix && cfg_.full_warm_up_rounds == 0
+                           ? pi.channels - pi.device_capacity
+                           : h.shard.channels;
+        // Device accumulation: one buffer receives each window's sum.
+        lay.two = overlap && !d2h_.sums_on_device() && cfg_.host_accumulators == 2;
+        lay.buffered = !staged;
+        // A device communicator gathers a window's shares on the device: this rank's share is
+        // all its upload holds.
+        lay.share = par_.gathers_windows() && par_.gathers_on_device();
+        h.allocate_state(cfg_, pi.channel_len, pi.channels, pi.channel_bytes(), lay, stats_.memory);
         (void)plan_.set_host_set(p, h.host_set, stream);
       } else if (pi.device_dense) {
         // A vector without warm-up starts on the device: its master comes from its weights.
@@ -150,6 +172,8 @@ public:
       }
     }
     first_touch.reset(); // the host state above was first touched on the host cores (NUMA); no thread started
+    // One accumulator buffer for two windows: the next window's first step waits for the job's reads.
+    host_.set_drain(overlap && !d2h_.sums_on_device() && cfg_.host_accumulators == 1);
     host_.set_consumer_threads(stats_.placement); // the window job's pool is jobs_' own
     host_.set_trace(&trace_);
     if constexpr (Backend::is_device) {
@@ -176,6 +200,9 @@ public:
     const auto p = static_cast<std::size_t>(param.index);
     require(announced_[p] == announcement::none, fn, "param",
             "was already announced for this step (once per parameter, before step())");
+    if constexpr (requires { par_.announce(p, stream); }) {
+      par_.announce(p, stream); // data parallel: the buckets of final gradients reduced now
+    }
     const auto& pi = params_[p];
     auto& h = host_[p];
     if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
@@ -229,6 +256,9 @@ public:
     rep.skip_known = !Backend::is_device;
     rep.skipped = !Backend::is_device && host_.last_skip();
     stats_.skipped_steps = host_.skipped();
+    if constexpr (requires { par_.rows_grown(); }) { // ZeRO-3: crowded shards' device rows
+      stats_.device_rows_grown = par_.rows_grown();
+    }
     rep.d2h_bytes = cost.d2h;
     rep.h2d_bytes = cost.h2d;
     rep.stall_s = cost.stall_s;
@@ -313,7 +343,7 @@ public:
     zenflow::stats& stats;
     host_jobs<Backend>& jobs;
     d2h_stream<Backend>& d2h;
-    const parallel_type& par;
+    parallel_type& par; // a sharded engine's load may grow a shard's device rows
   };
   [[nodiscard]] checkpoint_parts_type checkpoint_parts() {
     return {cfg_, params_, plan_, host_, sched_, *voter_, trigger_, stats_, jobs_, d2h_, par_};
@@ -414,7 +444,20 @@ private:
     timed_stall(cost, "selection: migration", [&] {
       host_.wait_consumed(d2h_.pushed()); // the consumer reads the host sets that change here
       migrate_selection(plan_, params_, host_, par_, sets, stream, cost);
+      fit_accumulators();
     });
+  }
+
+  /// The accumulators follow the host sets (after a selection or a restore: every pushed slot
+  /// consumed, no job running), and their bytes the stats.
+  void fit_accumulators() {
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      if (params_[p].host_side) {
+        auto& h = host_[p];
+        h.fit(static_cast<std::int64_t>(h.shard.rows.size()), params_[p].channel_len);
+      }
+    }
+    stats_.memory.host_accumulators = host_.accumulator_bytes();
   }
 
   config cfg_;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -100,28 +101,48 @@ public:
   }
 
   /// Submits the host window of accumulator `a` once the consumer has taken in the first `seq`
-  /// slots (the window's last ones): the training thread does not wait for them. Returns the
+  /// slots (the window's last ones): the training thread does not wait for them. With one
+  /// accumulator buffer the next window's first step waits, parameter by parameter, for this job
+  /// to have read it (host_side::begin_read; every exit of the job frees all). Returns the
   /// queue's window index.
   std::int64_t submit(std::size_t a, float lr, std::uint64_t seq) {
-    return queue_->submit([this, a, lr, seq] {
-      plan_.enter_engine_thread(); // the queue's thread: the engine's device, relaxed capture mode
-      const std::int32_t n_w = host_.take_n_w(a, seq);
-      outcome_.produced = n_w > 0;
-      if (n_w > 0) {
-        plan_.wait_upload_done();
-        run(a, n_w, lr);
-      }
-    });
+    const std::uint64_t job = host_.begin_read(a);
+    try {
+      return queue_->submit([this, a, lr, seq, job] {
+        struct all_read { // whatever happens in the job, the consumer may write every row after it
+          host_side_type& host;
+          std::uint64_t job;
+          ~all_read() { host.note_all_read(job); }
+        } const guard{host_, job};
+        plan_.enter_engine_thread(); // the queue's thread: the engine's device, relaxed capture mode
+        const std::int32_t n_w = host_.take_n_w(a, seq);
+        outcome_.produced = n_w > 0;
+        if (n_w > 0) {
+          plan_.wait_upload_done();
+          run(a, n_w, lr, job);
+        }
+      });
+    } catch (...) {
+      host_.note_all_read(job);
+      throw;
+    }
   }
 
-  /// A job that already ran (a checkpoint's): it only uploads the weights in the host buffers, for
-  /// the next drain to apply. Returns the queue's window index.
+  /// A job that already ran (a checkpoint's): it only uploads the weights it left (in the host
+  /// buffers, or rounded again from the host masters, which hold them bit for bit), for the next
+  /// drain to apply. Returns the queue's window index.
   std::int64_t submit_finished(bool produced) {
     return queue_->submit([this, produced] {
       plan_.enter_engine_thread();
       outcome_ = job_outcome{produced, 0.0};
       if (produced && uploads_on_job_thread()) {
-        upload();
+        plan_.begin_uploads();
+        if (staged()) {
+          upload_masters();
+        } else {
+          upload_buffers();
+        }
+        plan_.end_uploads();
       }
     });
   }
@@ -194,7 +215,7 @@ public:
     if (n_w > 0) {
       timed_stall(cost, "synchronous window: host AdamW", [&] {
         plan_.wait_upload_done();
-        run(a, n_w, lr);
+        run(a, n_w, lr, 0); // no window is open beside it: nobody waits for its reads
       });
       account();
       apply(stream, cost);
@@ -202,13 +223,41 @@ public:
   }
 
 private:
-  /// The host window of accumulator `a` (host_side::run_window), then the copy up of its new
-  /// weights is enqueued. Runs on the queue's executor or inline.
-  void run(std::size_t a, std::int32_t n_w, float lr) {
+  /// The window's new weights through the plan's upload stage: a parameter's rows a chunk at a
+  /// time, each chunk sent up as soon as the window wrote it (device_plan_upload.hpp).
+  struct staged_sink {
+    device_plan<Backend>* plan;
+    const std::vector<param_info>* params;
+    [[nodiscard]] std::int64_t rows_per_call(std::size_t p) const noexcept {
+      return static_cast<std::int64_t>(plan->upload_stage_bytes() / (*params)[p].channel_bytes()); // >= 1
+    }
+    [[nodiscard]] std::byte* begin_rows(std::size_t /*p*/, std::int64_t /*pos*/, std::int64_t /*n*/) const {
+      return plan->stage_chunk();
+    }
+    void end_rows(std::size_t p, std::int64_t pos, std::int64_t n) const {
+      (void)plan->send_staged(p, pos, pos + n);
+    }
+  };
+
+  /// The job's weights go up through the plan's stage (no host upload buffers).
+  [[nodiscard]] bool staged() const noexcept { return plan_.upload_stage_bytes() > 0; }
+
+  /// The host window of accumulator `a` (host_side::run_window) as window job `job`, its new
+  /// weights up: through the stage as it goes, or from the upload buffers after it. Runs on the
+  /// queue's executor or inline.
+  void run(std::size_t a, std::int32_t n_w, float lr, std::uint64_t job) {
     const std::int64_t t0 = pipeline_trace::now();
-    outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get());
-    if (uploads_on_job_thread()) {
-      upload();
+    if (staged()) {
+      plan_.begin_uploads();
+      staged_sink sink{&plan_, &params_};
+      outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get(), sink, job);
+      plan_.end_uploads();
+    } else {
+      auto sink = host_.buffered_sink();
+      outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get(), sink, job);
+      if (uploads_on_job_thread()) {
+        upload();
+      }
     }
     trace_.span(trace_track::host_job, "window AdamW", "host_job", t0, pipeline_trace::now(),
                 "\"n_w\": " + std::to_string(n_w));
@@ -217,20 +266,59 @@ private:
   /// The job's thread starts the copy up (one rank, or a device communicator's gather).
   [[nodiscard]] bool uploads_on_job_thread() const noexcept { return where_ != window_gather::host_buffers; }
 
+  /// The host-set positions of `p` this rank's job writes and sends up: its share with a device
+  /// communicator's gather, else every position.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> sent_rows(std::size_t p) const {
+    const auto& h = host_[p];
+    const bool share = where_ == window_gather::device_buffers;
+    return {share ? h.shard.pos : 0, share ? h.shard.end() : static_cast<std::int64_t>(h.host_set.size())};
+  }
+
   /// On the job's thread, as soon as the job wrote its upload buffers: their copy up into the
   /// device upload buffers starts (CUDA: on the backend's upload stream, during the next window);
   /// with a device communicator's gather, this rank's share only.
   void upload() {
     plan_.begin_uploads();
+    upload_buffers();
+    plan_.end_uploads();
+  }
+  void upload_buffers() {
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const auto& h = host_[p];
       if (params_[p].host_side && !h.host_set.empty()) {
-        const bool share = where_ == window_gather::device_buffers;
-        (void)plan_.upload(p, h.upload.data(), h.upload_origin(), share ? h.shard.pos : 0,
-                           share ? h.shard.end() : static_cast<std::int64_t>(h.host_set.size()));
+        const auto [begin, end] = sent_rows(p);
+        (void)plan_.upload(p, h.upload.data(), h.upload_origin(), begin, end);
       }
     }
-    plan_.end_uploads();
+  }
+  /// Staged, a restored job's weights: this rank's host rows of the masters rounded to the working
+  /// precision as the window rounded them (RNE), through the stage. One rank or a device
+  /// communicator's gather, whose job wrote exactly these rows (this rank's shard of the host set).
+  void upload_masters() {
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const auto& h = host_[p];
+      const auto& pi = params_[p];
+      if (!pi.host_side || h.host_set.empty()) {
+        continue;
+      }
+      const std::int64_t step = plan_.upload_stage_bytes() / pi.channel_bytes();
+      const auto rows = static_cast<std::int64_t>(h.shard.rows.size());
+      for (std::int64_t b = 0; b < rows; b += step) {
+        const std::int64_t n = std::min(step, rows - b);
+        std::byte* out = plan_.stage_chunk();
+        dispatch_dtype(pi.type, [&](auto tag) {
+          using T = decltype(tag);
+          for (std::int64_t r = 0; r < n; ++r) {
+            const float* master =
+                h.master.data() +
+                static_cast<std::int64_t>(h.shard.rows[static_cast<std::size_t>(b + r)]) * pi.channel_len;
+            (void)cpu::convert_span<float, T>(master, reinterpret_cast<T*>(out) + r * pi.channel_len,
+                                              pi.channel_len, false);
+          }
+        });
+        (void)plan_.send_staged(p, h.shard.pos + b, h.shard.pos + b + n);
+      }
+    }
   }
 
   /// At the boundary: the last finished job's uploaded weights are scattered into the host-set
