@@ -317,11 +317,13 @@ struct byte_ledger {
 /// The engine data parallel on `Path` over MPI_COMM_WORLD, for the shared case bodies (the Driver
 /// interface of engine_cases.hpp), checked against a one-rank host engine fed the mean gradient.
 /// One engine per driver.
-template <class T, dp_path Path>
+/// `Emulated`: the emulated device's backend on the emulated paths (emulated_backend, or the CUDA
+/// plan's kernels with emulated_cuda_backend: tests/emu).
+template <class T, dp_path Path, class Emulated = zenflow::emulated_backend>
 struct dp_driver {
   static constexpr bool emulated = Path != dp_path::host;
   static constexpr bool device_comm = Path == dp_path::emulated_device_comm;
-  using backend = std::conditional_t<emulated, zenflow::emulated_backend, zenflow::host_backend>;
+  using backend = std::conditional_t<emulated, Emulated, zenflow::host_backend>;
   using comm = std::conditional_t<device_comm,
                                   zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
                                   zenflow::mpi_communicator>;
@@ -363,7 +365,7 @@ struct dp_driver {
     }
     const auto backend_of = [&] {
       if constexpr (emulated) {
-        return zenflow::emulated_backend{device};
+        return Emulated{device};
       } else {
         return zenflow::host_backend{};
       }

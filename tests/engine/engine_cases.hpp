@@ -2,7 +2,8 @@
 // each case is written once over a `Driver`, which owns where the parameters live.
 //
 //   host_driver<T> (here): the engine works on the model's own host arrays.
-//   emulated_driver<T> (here): the same arrays, the engine on an emulated device (its threads).
+//   emulated_driver<T> (here): the same arrays, the engine on an emulated device (its threads);
+//   emulated_driver_with<T, emulated_cuda_backend> (tests/emu): the CUDA plan's kernels there.
 //   device_driver<T> (engine_gpu_test.cu): device copies, gradients up before each step and the
 //   weights back after it.
 //
@@ -107,15 +108,15 @@ inline zenflow::emulated_timing& emulated_case_timing() {
 /// the ring's copies landing later) over the model's own arrays: step() synchronizes the training
 /// stream before returning, so the model's weights are current and the test may write the next
 /// gradients; the host job and the consumer still run concurrently with the training thread.
-template <class T>
-struct emulated_driver {
-  using engine_type = zenflow::engine<zenflow::emulated_backend>;
+template <class T, class Backend>
+struct emulated_driver_with {
+  using engine_type = zenflow::engine<Backend>;
   model<T>& m;
   zenflow::emulated_device device{emulated_case_timing()}; // outlives the engines this driver makes
   cudaStream_t s = device.create_stream();
-  explicit emulated_driver(model<T>& mod) : m(mod) {}
+  explicit emulated_driver_with(model<T>& mod) : m(mod) {}
   std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
-    return std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device});
+    return std::make_unique<engine_type>(cfg, Backend{device});
   }
   zenflow::param_id add(engine_type& eng, std::size_t p, const zenflow::param_options& options = {}) {
     const auto& sh = m.shapes[p];
@@ -152,6 +153,10 @@ struct emulated_driver {
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, s); }
   void pull() { device.synchronize_stream(s); }
 };
+/// The emulated backend's (the host twins); tests/emu runs the CUDA backend's plan
+/// (emulated_cuda_backend) through emulated_driver_with.
+template <class T>
+using emulated_driver = emulated_driver_with<T, zenflow::emulated_backend>;
 
 /// Every mode the engine runs a parameter's updates in: ZenFlow with fixed windows (overlap on
 /// and off), with Zen-auto and a warm-up, and the two baselines.

@@ -245,17 +245,17 @@ struct host_plan_driver {
 /// buffers of their own; each step's gradients are written on the training stream (an executor
 /// thread of the device), step() returns with its work in flight, the consumer thread drains the
 /// ring and the host job uploads on the plan's stream; the weights come back only at the end.
-template <class T>
-struct emulated_plan_driver {
-  using engine_type = zenflow::engine<zenflow::emulated_backend>;
+template <class T, class Backend>
+struct emulated_plan_driver_with {
+  using engine_type = zenflow::engine<Backend>;
   model<T>& m;
   zenflow::emulated_device device{emulated_driver_timing()}; // outlives the engine (declared first)
   cudaStream_t stream = device.create_stream();
   std::vector<std::vector<T>> w, g; // the "device" copies
 
-  explicit emulated_plan_driver(model<T>& mod) : m(mod), w(mod.w), g(mod.g) {}
+  explicit emulated_plan_driver_with(model<T>& mod) : m(mod), w(mod.w), g(mod.g) {}
   std::unique_ptr<engine_type> make_engine(const zenflow::config& cfg) {
-    return std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device});
+    return std::make_unique<engine_type>(cfg, Backend{device});
   }
   zenflow::param_id add(engine_type& eng, std::size_t p, zenflow::channel_layout layout) {
     const auto& sh = m.shapes[p];
@@ -281,5 +281,9 @@ struct emulated_plan_driver {
   }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id, stream); }
 };
+/// The emulated backend's (the host twins on the device's streams); tests/emu runs the CUDA
+/// backend's plan with emulated_cuda_backend through the same driver.
+template <class T>
+using emulated_plan_driver = emulated_plan_driver_with<T, zenflow::emulated_backend>;
 
 } // namespace zf_engine_test

@@ -84,12 +84,17 @@ using engine_of = std::conditional_t<Kind == engine_kind::one_rank,
                                                         zenflow::engine<Backend, Comm>,
                                                         zenflow::engine<Backend, zenflow::sharded<Comm>>>>;
 
-/// An engine of `Kind` on `Backend` (host_backend, emulated_backend) and the one-rank reference.
+/// An engine of `Kind` on the host backend or (`Emulated`) on `EmulatedBackend` (emulated_backend,
+/// or the CUDA plan's kernels with emulated_cuda_backend: tests/emu), and the one-rank reference.
 /// Its world (`ranks`, world_of): every rank (0), this rank alone (1: a one-rank engine's is), or
 /// the first `ranks`; each of its ranks r feeds grad_of(r, its ranks), the reference their mean.
-template <class T, bool Emulated, bool DeviceComm = false, engine_kind Kind = engine_kind::zero3>
+template <class T,
+          bool Emulated,
+          bool DeviceComm = false,
+          engine_kind Kind = engine_kind::zero3,
+          class EmulatedBackend = zenflow::emulated_backend>
 struct sharded_run {
-  using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
+  using backend = std::conditional_t<Emulated, EmulatedBackend, zenflow::host_backend>;
   using comm_type = std::conditional_t<DeviceComm,
                                        zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
                                        zenflow::mpi_communicator>;
@@ -133,15 +138,15 @@ struct sharded_run {
     const zenflow::mpi_options o{10s};
     if constexpr (Kind == engine_kind::one_rank) {
       if constexpr (Emulated) {
-        e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device});
+        e = std::make_unique<engine_type>(cfg, EmulatedBackend{device});
       } else {
         e = std::make_unique<engine_type>(cfg);
       }
     } else if constexpr (DeviceComm) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
+      e = std::make_unique<engine_type>(cfg, EmulatedBackend{device},
                                         comm_type(device, zenflow::mpi_communicator(world, o)));
     } else if constexpr (Emulated) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
+      e = std::make_unique<engine_type>(cfg, EmulatedBackend{device},
                                         zenflow::mpi_communicator(world, o));
     } else {
       e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, zenflow::mpi_communicator(world, o));

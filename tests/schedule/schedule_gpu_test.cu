@@ -62,9 +62,9 @@ std::vector<host_tensor> tensors(std::uint64_t seed) {
 
 void check_step_scalars(bool graph) {
   const auto items = tensors(zf_test::base_seed() + 800);
-  zenflow::stream s;
-  std::vector<zenflow::device_buffer<bfloat16>> d_grad;
-  std::vector<zenflow::device_buffer<float>> d_scores;
+  zf_test::stream s;
+  std::vector<zf_test::device_buffer<bfloat16>> d_grad;
+  std::vector<zf_test::device_buffer<float>> d_scores;
   std::vector<zenflow::sq_total_item> host_items, dev_items;
   for (const auto& it : items) {
     d_grad.push_back(upload(it.grad, s));
@@ -78,7 +78,7 @@ void check_step_scalars(bool graph) {
   std::vector<double> host_totals(items.size());
   ZF_CUDA_TRY(zenflow::host::sq_norm_totals(host_items.data(), n, host_totals.data()));
   auto d_items = upload(dev_items, s);
-  zenflow::device_buffer<double> d_totals(items.size(), s);
+  zf_test::device_buffer<double> d_totals(items.size(), s);
   run(s, graph, [&](cudaStream_t st) {
     ZF_CUDA_TRY(zenflow::device::sq_norm_totals(d_items.data(), n, d_totals.data(), st));
   });
@@ -88,7 +88,7 @@ void check_step_scalars(bool graph) {
     EXPECT_EQ(0, std::memcmp(&host_totals[i], &dev_totals[i], 8)) << i;
   }
   // The rescans (data parallel's owners'), and the totals from them, the gradients not read.
-  std::vector<zenflow::device_buffer<double>> d_rescan;
+  std::vector<zf_test::device_buffer<double>> d_rescan;
   std::vector<zenflow::sq_rescan_item> rescans;
   std::int64_t widest = 0;
   for (const auto& d : dev_items) {
@@ -151,7 +151,7 @@ TEST_F(schedule_gpu, step_scalars_are_the_host_twins_bits_in_a_graph) {
 /// host twins', and the second half alone against its host twin.
 void check_l1_masses(bool graph) {
   std::mt19937_64 gen(zf_test::base_seed() + 810);
-  zenflow::stream s;
+  zf_test::stream s;
   struct spec {
     zenflow::dtype type;
     channel_layout layout;
@@ -164,9 +164,9 @@ void check_l1_masses(bool graph) {
                         {zenflow::dtype::f32, channel_layout::strided, 40, 3, true, false},
                         {zenflow::dtype::bf16, channel_layout::contiguous, 10, 16, false, true}};
   std::vector<std::vector<std::uint16_t>> raw;
-  std::vector<zenflow::device_buffer<std::uint16_t>> d_raw;
+  std::vector<zf_test::device_buffer<std::uint16_t>> d_raw;
   std::vector<std::vector<std::int32_t>> idx;
-  std::vector<zenflow::device_buffer<std::int32_t>> d_idx;
+  std::vector<zf_test::device_buffer<std::int32_t>> d_idx;
   const std::uint32_t skip = 1;
   auto d_skip = upload(std::vector<std::uint32_t>{1}, s);
   std::vector<zenflow::l1_mass_item> host_items, dev_items;

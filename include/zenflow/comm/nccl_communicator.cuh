@@ -68,6 +68,7 @@
 #include <zenflow/comm/detail/nccl_probe.cuh>
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/kernel.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -197,9 +198,9 @@ public:
   void all_reduce_mean(float* buf, std::size_t n, cudaStream_t stream) {
     all_reduce(buf, n, ncclFloat, ncclSum, "all_reduce_mean", stream);
     if (size_ > 1 && n > 0) {
-      detail::comm::divide_kernel<float>
-          <<<detail::comm::grid_for(n), 256, 0, stream>>>(buf, n, static_cast<float>(size_));
-      detail::check(cudaGetLastError(), "zenflow::nccl_communicator::all_reduce_mean: divide kernel");
+      ZF_LAUNCH(detail::comm::grid_for(n), 256, 0, stream, detail::comm::divide_kernel<float>)
+      (buf, n, static_cast<float>(size_));
+      detail::check(detail::launch_status(), "zenflow::nccl_communicator::all_reduce_mean: divide kernel");
     }
   }
   void all_reduce_max(std::uint32_t* buf, std::size_t n, cudaStream_t stream) {
@@ -222,9 +223,9 @@ public:
     enqueue(stream, fn, [&] {
       nccl(ncclAllGather(buf, gathered, n, ncclUint32, comm_, stream), fn + ": ncclAllGather");
     });
-    detail::comm::or_kernel<std::uint32_t>
-        <<<detail::comm::grid_for(n), 256, 0, stream>>>(gathered, n, size_, buf);
-    detail::check(cudaGetLastError(), fn + ": or kernel");
+    ZF_LAUNCH(detail::comm::grid_for(n), 256, 0, stream, detail::comm::or_kernel<std::uint32_t>)
+    (gathered, n, size_, buf);
+    detail::check(detail::launch_status(), fn + ": or kernel");
   }
 
   void reduce_scatter_sum(const float* send,
@@ -246,9 +247,9 @@ public:
     scatter_sum(send, recv, counts, stream, fn);
     const std::size_t mine = counts[static_cast<std::size_t>(rank_)];
     if (size_ > 1 && mine > 0) {
-      detail::comm::divide_kernel<float>
-          <<<detail::comm::grid_for(mine), 256, 0, stream>>>(recv, mine, static_cast<float>(size_));
-      detail::check(cudaGetLastError(), fn + ": divide kernel");
+      ZF_LAUNCH(detail::comm::grid_for(mine), 256, 0, stream, detail::comm::divide_kernel<float>)
+      (recv, mine, static_cast<float>(size_));
+      detail::check(detail::launch_status(), fn + ": divide kernel");
     }
   }
 

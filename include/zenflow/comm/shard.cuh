@@ -16,6 +16,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/core/views.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -54,13 +55,13 @@ struct cuda_shard_rows {
 
   template <class T>
   static void widen(channel_matrix<const T> m, float* out, cudaStream_t stream) {
-    shard_widen_kernel<T><<<shard_rows_grid(m.elements()), 256, 0, stream>>>(m, out);
-    check(cudaGetLastError(), "zenflow::reduce_scatter_shard: widen kernel");
+    ZF_LAUNCH(shard_rows_grid(m.elements()), 256, 0, stream, shard_widen_kernel<T>)(m, out);
+    check(launch_status(), "zenflow::reduce_scatter_shard: widen kernel");
   }
   template <class T>
   static void narrow(const float* in, channel_matrix<T> m, cudaStream_t stream) {
-    shard_narrow_kernel<T><<<shard_rows_grid(m.elements()), 256, 0, stream>>>(in, m);
-    check(cudaGetLastError(), "zenflow::reduce_scatter_shard: narrow kernel");
+    ZF_LAUNCH(shard_rows_grid(m.elements()), 256, 0, stream, shard_narrow_kernel<T>)(in, m);
+    check(launch_status(), "zenflow::reduce_scatter_shard: narrow kernel");
   }
 };
 

@@ -26,6 +26,29 @@
 #  define ZF_DEVICE_COMPILE 0
 #endif
 
+// Which sanitizer instruments this translation unit (the kernel emulator and the emulated device
+// tell them about fibers and about memory that is not the caller's).
+#if defined(__SANITIZE_ADDRESS__)
+#  define ZF_ASAN 1
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer)
+#    define ZF_ASAN 1
+#  endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#  define ZF_TSAN 1
+#elif defined(__has_feature)
+#  if __has_feature(thread_sanitizer)
+#    define ZF_TSAN 1
+#  endif
+#endif
+#ifndef ZF_ASAN
+#  define ZF_ASAN 0
+#endif
+#ifndef ZF_TSAN
+#  define ZF_TSAN 0
+#endif
+
 #if defined(_MSC_VER)
 #  define ZF_FORCEINLINE __forceinline
 #else
@@ -38,8 +61,12 @@
 // deduces it): a plain __global__ function defined in a header is defined again by every .cu
 // file that includes it, and two of them in one program fail to link (the ci preset links two
 // such files: zenflow_header_check_two_units).
+// Under a host compiler a kernel is a plain function template, run by the kernel emulator
+// (<zenflow/core/kernel.hpp>, <zenflow/emu/emulator.hpp>).
 #if defined(__CUDACC__)
 #  define ZF_KERNEL __global__ __attribute__((visibility("hidden")))
+#else
+#  define ZF_KERNEL
 #endif
 
 // Everything lives in a versioned inline namespace so that two zenflow versions linked into

@@ -72,6 +72,10 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#if ZF_ASAN
+#  include <sanitizer/asan_interface.h>
+#endif
+
 #include <zenflow/core/copy_direction.hpp>
 #include <zenflow/core/detail/emulated_checks.hpp>
 #include <zenflow/core/detail/emulated_pinned.hpp>
@@ -112,6 +116,10 @@ struct emulated_rules {
   /// code that forgot its stream would cost; off by default (the null stream is then an ordinary
   /// stream, as with a per-thread default stream or streams created non-blocking).
   bool legacy_null_stream = false;
+  /// Fresh device allocations hold 0xff bytes (a float NaN, -1) instead of zeros, as a GPU's
+  /// `cudaMalloc` returns garbage: code that reads device memory it never wrote shows it (the
+  /// kernel emulator's poison). Pinned host allocations stay zero-filled.
+  bool poison_allocations = false;
 };
 
 /// What an `emulated_device` counted of the rules a GPU punishes (`emulated_device::stats()`;
@@ -210,7 +218,8 @@ public:
   [[nodiscard]] std::vector<std::string> reports() const { return checks_.reports(); }
 
   /// `bytes` of device memory (`emulated_memory::device`) or of pinned host memory, 256-byte
-  /// aligned, zero-filled; nullptr for 0 bytes. Synchronises the whole device first, as
+  /// aligned, zero-filled (device memory 0xff bytes with `emulated_rules::poison_allocations`);
+  /// nullptr for 0 bytes. Synchronises the whole device first, as
   /// `cudaMalloc` and `cudaHostAlloc` do (counted: `allocations`, `device_syncs`).
   [[nodiscard]] void* allocate(std::size_t bytes, emulated_memory kind = emulated_memory::device) {
     no_host_task("allocate");
@@ -224,7 +233,12 @@ public:
     if (p == nullptr) {
       throw std::bad_alloc();
     }
-    std::memset(p, 0, rounded);
+    std::memset(p, rules_.poison_allocations && kind == emulated_memory::device ? 0xff : 0, rounded);
+#if ZF_ASAN
+    // The rounding's tail is not the caller's: AddressSanitizer reports a kernel or a copy that
+    // reads or writes there, as past any heap block.
+    __asan_poison_memory_region(static_cast<char*>(p) + bytes, rounded - bytes);
+#endif
     memory_.add(p, bytes, kind == emulated_memory::pinned);
     if (kind == emulated_memory::pinned) {
       detail::emulated_pinned_ranges::instance().add(p, bytes);
@@ -457,17 +471,25 @@ public:
   }
 
   /// Records every operation's start and end from now on (off by default).
-  void set_tracing(bool on) { timeline_.set_tracing(on); }
+  void set_tracing(bool on) {
+    timeline_.set_tracing(on);
+  }
   /// The operations recorded so far, in completion order.
-  [[nodiscard]] std::vector<emulated_op> trace() const { return timeline_.trace(); }
+  [[nodiscard]] std::vector<emulated_op> trace() const {
+    return timeline_.trace();
+  }
   /// Time since the device was created, on the clock the trace uses.
-  [[nodiscard]] std::int64_t now_ns() const { return timeline_.now_ns(); }
+  [[nodiscard]] std::int64_t now_ns() const {
+    return timeline_.now_ns();
+  }
 
 private:
   using stream_state = detail::emulated_stream;
   using timeline = detail::emulated_timeline;
 
-  stream_state& find(cudaStream_t s) { return streams_.find(s); }
+  stream_state& find(cudaStream_t s) {
+    return streams_.find(s);
+  }
   static std::shared_ptr<emulated_event_state> checked(const event& e) {
     if (!e.state) {
       detail::fail_argument("zenflow::emulated_device", "event", "was not created by create_event()");
@@ -559,7 +581,9 @@ private:
     return *all;
   }
   /// Throws (and reports) when called from a stream's thread: CUDA calls are illegal there.
-  void no_host_task(const char* call) const { checks_.no_host_task(call); }
+  void no_host_task(const char* call) const {
+    checks_.no_host_task(call);
+  }
   /// Every stream drained, no rethrow (allocate, free, synchronize), counted.
   void quiet_synchronize() {
     checks_.device_syncs.fetch_add(1, std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/cuda_timeline.hpp>
 #include <zenflow/core/error.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/core/memory.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/engine/backend.hpp>
@@ -102,10 +103,10 @@ struct device_primitives {
                          0};
         const std::int64_t copy_blocks = row_copy_item_blocks(it);
         const std::int64_t mass_blocks = schedule_kernels::l1_rows_blocks(count, mass.lanes);
-        engine_kernels::pack_mass_kernel<Tin>
-            <<<static_cast<unsigned>(copy_blocks + mass_blocks), 256, 0, s>>>(it, copy_blocks, mass, ticket,
-                                                                              mass_blocks);
-        return cudaGetLastError();
+        ZF_LAUNCH(static_cast<unsigned>(copy_blocks + mass_blocks), 256, 0, s,
+                  engine_kernels::pack_mass_kernel<Tin>)
+        (it, copy_blocks, mass, ticket, mass_blocks);
+        return launch_status();
       }
     }
     if (const cudaError_t e = device::gather_channels(src, idx, count, dst, nullptr, s); e != cudaSuccess) {
@@ -123,10 +124,10 @@ struct device_primitives {
                                   float* rest,
                                   cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::shard_masses_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(
-          items, n, gathered, skip, crit, rest);
+      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::shard_masses_kernel)
+      (items, n, gathered, skip, crit, rest);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   /// Rows of a table of matrices to or from packed fp32 (row_copies.hpp; `items` in device
   /// memory, their `block_begin` from row_copy_blocks, `blocks` its total): one launch.
@@ -135,15 +136,15 @@ struct device_primitives {
     if (n > 0 && blocks > 0) {
       // Grid-stride: a grid of at most 2^20 blocks covers any number of rows.
       const auto grid = static_cast<unsigned>(std::min<std::int64_t>(blocks, std::int64_t{1} << 20));
-      engine_kernels::row_copy_batched_kernel<<<grid, 256, 0, s>>>(items, n, blocks, dir);
+      ZF_LAUNCH(grid, 256, 0, s, engine_kernels::row_copy_batched_kernel)(items, n, blocks, dir);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t adopt_early_mass(float* early, float* rest, int n, cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::adopt_early_mass_kernel<<<1, 128, 0, s>>>(early, rest, n);
+      ZF_LAUNCH(1, 128, 0, s, engine_kernels::adopt_early_mass_kernel)(early, rest, n);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t add_window_sum(const window_sum_args& a, dtype type, cudaStream_t s) {
     if (a.n > 0) {
@@ -151,26 +152,26 @@ struct device_primitives {
       const auto grid =
           static_cast<unsigned>(std::min<std::int64_t>((a.n + 255) / 256, std::int64_t{1} << 20));
       dispatch_dtype(type, [&](auto tag) {
-        engine_kernels::add_window_sum_kernel<decltype(tag)><<<grid, 256, 0, s>>>(a);
+        ZF_LAUNCH(grid, 256, 0, s, engine_kernels::add_window_sum_kernel<decltype(tag)>)(a);
       });
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t count_window_step(const float* record, std::uint32_t* steps, cudaStream_t s) {
-    engine_kernels::count_window_step_kernel<<<1, 1, 0, s>>>(record, steps);
-    return cudaGetLastError();
+    ZF_LAUNCH(1, 1, 0, s, engine_kernels::count_window_step_kernel)(record, steps);
+    return launch_status();
   }
   static cudaError_t iota(std::int32_t* out, std::int64_t n, cudaStream_t s) {
     if (n > 0) {
-      engine_kernels::iota_kernel<<<blocks(n), 256, 0, s>>>(out, n);
+      ZF_LAUNCH(blocks(n), 256, 0, s, engine_kernels::iota_kernel)(out, n);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
   static cudaError_t move_counts(const count_moves& m, cudaStream_t s) {
     if (m.n > 0) {
-      engine_kernels::move_counts_kernel<<<blocks(m.n), 256, 0, s>>>(m);
+      ZF_LAUNCH(blocks(m.n), 256, 0, s, engine_kernels::move_counts_kernel)(m);
     }
-    return cudaGetLastError();
+    return launch_status();
   }
 
 private:
@@ -206,7 +207,7 @@ public:
   void zero(void* dst, std::size_t bytes, cudaStream_t s) const {
     if (bytes > 0) {
       timeline_->bracket(s, detail::timeline_op::kind::kernel, "memset", bytes, [&] {
-        detail::check(cudaMemsetAsync(dst, 0, bytes, s), "zenflow::cuda_backend: cudaMemsetAsync");
+        detail::check(detail::memset_async(dst, 0, bytes, s), "zenflow::cuda_backend: cudaMemsetAsync");
       });
     }
   }

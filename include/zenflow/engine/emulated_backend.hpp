@@ -31,6 +31,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -117,6 +118,20 @@ private:
   T* data_ = nullptr;
   std::size_t size_ = 0;
   emulated_device* device_ = nullptr;
+};
+/// Device memory as `emulated_buffer`, but 0xff bytes until written, as `cudaMallocAsync` returns
+/// garbage (emulated_cuda_backend's buffers, the emulated gpu tests').
+template <class T>
+class emulated_garbage_buffer : public emulated_buffer<T, emulated_memory::device> {
+  static_assert(std::is_trivially_copyable_v<T>, "device memory holds trivially copyable values");
+
+public:
+  emulated_garbage_buffer() = default;
+  explicit emulated_garbage_buffer(std::size_t count) : emulated_buffer<T, emulated_memory::device>(count) {
+    if (count > 0) {
+      std::memset(static_cast<void*>(this->data()), 0xff, count * sizeof(T));
+    }
+  }
 };
 } // namespace detail
 
@@ -229,11 +244,7 @@ public:
   /// device's error sticky; the engine sees it at its next synchronising call.
   template <class Op>
   void run(cudaStream_t s, std::size_t bytes, const char* name, Op&& op) const {
-    count(&emulated_backend_counts::runs);
-    if (counts_ != nullptr) {
-      const std::lock_guard lock(counts_->mutex);
-      ++counts_->by_name[name];
-    }
+    note_run(name);
     device_->launch(s, std::function<void()>([op = std::forward<Op>(op), name, pool = kernel_threads_] {
                       detail::check(op(detail::host_primitives{}, pool), name);
                     }),
@@ -243,6 +254,16 @@ public:
   template <class Op>
   [[nodiscard]] cudaError_t query(Op&& op) const {
     return std::forward<Op>(op)(detail::host_primitives{}, static_cast<worker_pool*>(nullptr));
+  }
+
+protected:
+  /// A run of the plan, counted (`emulated_backend_counts::runs`, by name).
+  void note_run(const char* name) const {
+    count(&emulated_backend_counts::runs);
+    if (counts_ != nullptr) {
+      const std::lock_guard lock(counts_->mutex);
+      ++counts_->by_name[name];
+    }
   }
 
 private:

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/kernel.hpp>
 
 ZF_NAMESPACE_BEGIN
 

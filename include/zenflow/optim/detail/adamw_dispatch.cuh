@@ -11,6 +11,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/detail/adamw_kernels.cuh>
@@ -30,9 +31,10 @@ launch_counts(std::int32_t* counts, std::int64_t n, const std::uint32_t* skip, c
   if (n == 0) {
     return cudaSuccess;
   }
-  advance_counts<<<static_cast<unsigned>((n + block_threads - 1) / block_threads), block_threads, 0,
-                   stream>>>(counts, n, skip);
-  return cudaGetLastError();
+  ZF_LAUNCH(static_cast<unsigned>((n + block_threads - 1) / block_threads), block_threads, 0, stream,
+            advance_counts)
+  (counts, n, skip);
+  return launch_status();
 }
 
 [[nodiscard]] inline std::int64_t row_split(std::int64_t L) {
@@ -73,9 +75,9 @@ template <class T>
     }
     L.block_start[L.count] = blocks;
     if (blocks > 0) {
-      adamw_dense_kernel<T>
-          <<<static_cast<unsigned>(blocks), block_threads, 0, stream>>>(L, d_counts, d_grad_scale, d_skip);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      ZF_LAUNCH(static_cast<unsigned>(blocks), block_threads, 0, stream, adamw_dense_kernel<T>)
+      (L, d_counts, d_grad_scale, d_skip);
+      if (const cudaError_t e = launch_status(); e != cudaSuccess) {
         return e;
       }
     }
@@ -107,14 +109,15 @@ template <class T>
     const std::int64_t split = row_split(L);
     const bool vec = rows_vectorizable(weights) && rows_vectorizable(grads) && aligned(d_master, 16) &&
                      aligned(d_m, 16) && aligned(d_v, 16);
-    adamw_selective_rows_kernel<T><<<static_cast<unsigned>(k * split), block_threads, 0, stream>>>(
-        weights, grads, d_idx, split, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass, vec);
+    ZF_LAUNCH(static_cast<unsigned>(k * split), block_threads, 0, stream, adamw_selective_rows_kernel<T>)
+    (weights, grads, d_idx, split, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass, vec);
   } else {
-    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile), static_cast<unsigned>((L + tile - 1) / tile));
-    adamw_selective_tiles_kernel<T><<<grid, dim3(tile, tile_rows), 0, stream>>>(
-        weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass);
+    const dim3 grid(static_cast<unsigned>((k + tile - 1) / tile),
+                    static_cast<unsigned>((L + tile - 1) / tile));
+    ZF_LAUNCH(grid, dim3(tile, tile_rows), 0, stream, adamw_selective_tiles_kernel<T>)
+    (weights, grads, d_idx, k, d_master, d_m, d_v, d_counts, hp, d_grad_scale, d_skip, d_l1_mass);
   }
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+  if (const cudaError_t e = launch_status(); e != cudaSuccess) {
     return e;
   }
   return launch_counts(d_counts, k, d_skip, stream);
@@ -133,9 +136,9 @@ template <class T>
   }
   // Grid-stride: a grid of at most 2^20 blocks covers any number of rows.
   const auto grid = static_cast<unsigned>(std::min<std::int64_t>(blocks, std::int64_t{1} << 20));
-  adamw_selective_batched_kernel<T>
-      <<<grid, block_threads, 0, stream>>>(d_items, count, blocks, hp, d_grad_scale, d_skip);
-  return cudaGetLastError();
+  ZF_LAUNCH(grid, block_threads, 0, stream, adamw_selective_batched_kernel<T>)
+  (d_items, count, blocks, hp, d_grad_scale, d_skip);
+  return launch_status();
 }
 
 template <class Tin, class Tout>
@@ -152,15 +155,15 @@ template <class Tin, class Tout>
   if (src.layout == channel_layout::contiguous) {
     const std::int64_t split = row_split(L);
     const bool vec = rows_vectorizable(src) && aligned(d_dst, 4 * sizeof(Tout));
-    gather_rows_kernel<Tin, Tout><<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(
-        src, d_idx, split, d_dst, d_l1_mass, vec);
+    ZF_LAUNCH(static_cast<unsigned>(count * split), block_threads, 0, stream, gather_rows_kernel<Tin, Tout>)
+    (src, d_idx, split, d_dst, d_l1_mass, vec);
   } else {
     const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
                     static_cast<unsigned>(std::min<std::int64_t>((L + tile - 1) / tile, 65535)));
-    gather_tiles_kernel<Tin, Tout>
-        <<<grid, dim3(tile, tile_rows), 0, stream>>>(src, d_idx, count, d_dst, d_l1_mass);
+    ZF_LAUNCH(grid, dim3(tile, tile_rows), 0, stream, gather_tiles_kernel<Tin, Tout>)
+    (src, d_idx, count, d_dst, d_l1_mass);
   }
-  return cudaGetLastError();
+  return launch_status();
 }
 
 template <class Tin, class Tout>
@@ -176,14 +179,15 @@ template <class Tin, class Tout>
   if (dst.layout == channel_layout::contiguous) {
     const std::int64_t split = row_split(L);
     const bool vec = rows_vectorizable(dst) && aligned(d_src, 4 * sizeof(Tin));
-    scatter_rows_kernel<Tin, Tout>
-        <<<static_cast<unsigned>(count * split), block_threads, 0, stream>>>(d_src, d_idx, split, dst, vec);
+    ZF_LAUNCH(static_cast<unsigned>(count * split), block_threads, 0, stream, scatter_rows_kernel<Tin, Tout>)
+    (d_src, d_idx, split, dst, vec);
   } else {
     const dim3 grid(static_cast<unsigned>((count + tile - 1) / tile),
                     static_cast<unsigned>(std::min<std::int64_t>((L + tile - 1) / tile, 65535)));
-    scatter_tiles_kernel<Tin, Tout><<<grid, dim3(tile, tile_rows), 0, stream>>>(d_src, d_idx, count, dst);
+    ZF_LAUNCH(grid, dim3(tile, tile_rows), 0, stream, scatter_tiles_kernel<Tin, Tout>)
+    (d_src, d_idx, count, dst);
   }
-  return cudaGetLastError();
+  return launch_status();
 }
 } // namespace detail::optim
 

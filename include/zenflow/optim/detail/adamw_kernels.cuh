@@ -5,10 +5,9 @@
 
 #include <cstdint>
 
-#include <cub/block/block_reduce.cuh>
-
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/core/views.hpp>
 #include <zenflow/math/adam.hpp>
 #include <zenflow/optim/types.hpp>
@@ -103,7 +102,7 @@ ZF_KERNEL void __launch_bounds__(block_threads) adamw_dense_kernel(const __grid_
     }
   }
   const adamw_tensor<T>& d = L.tensors[lo];
-  __shared__ adam_constants shared_c;
+  ZF_SHARED(shared_c, adam_constants);
   if (threadIdx.x == 0) {
     shared_c = make_adam_constants(L.hp, counts[L.first + lo] + 1);
   }
@@ -154,8 +153,8 @@ advance_counts(std::int32_t* __restrict__ counts, std::int64_t n, const std::uin
 /// Block-wide sum of |grad| added to *l1 (one float atomic per block: the order of the blocks'
 /// additions is not fixed, so the last bits of *l1 may vary from run to run).
 __device__ ZF_FORCEINLINE void add_block_l1(float partial, float* l1) {
-  using reduce = cub::BlockReduce<float, block_threads>;
-  __shared__ typename reduce::TempStorage temp;
+  using reduce = block_reduce<float, block_threads>;
+  ZF_SHARED(temp, typename reduce::TempStorage);
   const float sum = reduce(temp).Sum(partial);
   if (threadIdx.x == 0) {
     atomicAdd(l1, sum);
@@ -241,9 +240,9 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows)
   if (skip != nullptr && *skip != 0) {
     return;
   }
-  __shared__ float buf[tile][tile + 1]; // [element][channel]
-  __shared__ adam_constants consts[tile];
-  __shared__ std::int32_t chans[tile];
+  ZF_SHARED(buf, float[tile][tile + 1]); // [element][channel]
+  ZF_SHARED(consts, adam_constants[tile]);
+  ZF_SHARED(chans, std::int32_t[tile]);
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * tile;
@@ -281,8 +280,8 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows)
     }
   }
   if (l1 != nullptr) {
-    using reduce = cub::BlockReduce<float, tile, cub::BLOCK_REDUCE_WARP_REDUCTIONS, tile_rows>;
-    __shared__ typename reduce::TempStorage temp;
+    using reduce = block_reduce<float, tile, block_reduce_warp_reductions, tile_rows>;
+    ZF_SHARED(temp, typename reduce::TempStorage);
     const float sum = reduce(temp).Sum(partial);
     if (tx == 0 && ty == 0) {
       atomicAdd(l1, sum);
@@ -336,9 +335,9 @@ ZF_KERNEL void __launch_bounds__(block_threads)
   if (skip != nullptr && *skip != 0) {
     return;
   }
-  __shared__ float buf[tile][tile + 1]; // strided items: [element][channel]
-  __shared__ adam_constants consts[tile];
-  __shared__ std::int32_t chans[tile];
+  ZF_SHARED(buf, float[tile][tile + 1]); // strided items: [element][channel]
+  ZF_SHARED(consts, adam_constants[tile]);
+  ZF_SHARED(chans, std::int32_t[tile]);
   const float s = grad_scale != nullptr ? *grad_scale : 1.0f;
   for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const adamw_selective_item<T> it = items[item_of_block(items, count, b)];
@@ -465,8 +464,8 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows) gather_tiles_kernel(channel_ma
                                                                       std::int64_t count,
                                                                       Tout* __restrict__ dst,
                                                                       float* __restrict__ l1) {
-  __shared__ float buf[tile][tile + 1];
-  __shared__ std::int32_t chans[tile];
+  ZF_SHARED(buf, float[tile][tile + 1]);
+  ZF_SHARED(chans, std::int32_t[tile]);
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * tile;
@@ -497,8 +496,8 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows) gather_tiles_kernel(channel_ma
     __syncthreads(); // buf is written again by the next tile
   }
   if (l1 != nullptr) {
-    using reduce = cub::BlockReduce<float, tile, cub::BLOCK_REDUCE_WARP_REDUCTIONS, tile_rows>;
-    __shared__ typename reduce::TempStorage temp;
+    using reduce = block_reduce<float, tile, block_reduce_warp_reductions, tile_rows>;
+    ZF_SHARED(temp, typename reduce::TempStorage);
     const float sum = reduce(temp).Sum(partial);
     if (tx == 0 && ty == 0) {
       atomicAdd(l1, sum);
@@ -513,8 +512,8 @@ ZF_KERNEL void __launch_bounds__(tile* tile_rows) scatter_tiles_kernel(const Tin
                                                                        const std::int32_t* __restrict__ idx,
                                                                        std::int64_t count,
                                                                        channel_matrix<Tout> dst) {
-  __shared__ float buf[tile][tile + 1]; // [element][channel]
-  __shared__ std::int32_t chans[tile];
+  ZF_SHARED(buf, float[tile][tile + 1]); // [element][channel]
+  ZF_SHARED(chans, std::int32_t[tile]);
   const int tx = threadIdx.x;
   const int ty = threadIdx.y;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * tile;

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/schedule/detail/l1_mass_body.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -49,7 +50,7 @@ l1_rows_block(const l1_mass_item& a, std::int64_t block, float (*lanes)[l1_row_l
 
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_item a) {
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
   l1_rows_block(a, blockIdx.x, lanes);
 }
 
@@ -58,7 +59,7 @@ ZF_KERNEL void __launch_bounds__(256) l1_rows_kernel(l1_mass_item a) {
 /// nothing). The loop's bounds are the block's, so every thread reaches the barrier.
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(256) l1_rows_batched_kernel(const l1_mass_item* calls, int n) {
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
+  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
   for (int y = static_cast<int>(blockIdx.y); y < n; y += static_cast<int>(gridDim.y)) {
     const l1_mass_item a = calls[y];
     if (a.l1 != nullptr) {
@@ -101,20 +102,20 @@ inline cudaError_t launch_l1_mass(const l1_mass_item& a, cudaStream_t s) {
   if (a.l1 == nullptr || a.count == 0) {
     return cudaSuccess;
   }
-  l1_rows_kernel<<<static_cast<unsigned>(l1_rows_blocks(a.count, a.lanes)), 256, 0, s>>>(a);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+  ZF_LAUNCH(static_cast<unsigned>(l1_rows_blocks(a.count, a.lanes)), 256, 0, s, l1_rows_kernel)(a);
+  if (const cudaError_t e = launch_status(); e != cudaSuccess) {
     return e;
   }
-  l1_add_rows_kernel<<<1, 32, 0, s>>>(a);
-  return cudaGetLastError();
+  ZF_LAUNCH(1, 32, 0, s, l1_add_rows_kernel)(a);
+  return launch_status();
 }
 
 inline cudaError_t launch_l1_add_rows_batched(const l1_mass_item* calls, std::int64_t n, cudaStream_t s) {
   if (n > 0) {
-    l1_add_rows_batched_kernel<<<static_cast<unsigned>((n + 31) / 32), 32, 0, s>>>(calls,
-                                                                                   static_cast<int>(n));
+    ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, l1_add_rows_batched_kernel)
+    (calls, static_cast<int>(n));
   }
-  return cudaGetLastError();
+  return launch_status();
 }
 
 /// Every row of every call (the grid sized for `max_rows` rows in the 16-lane order, the widest),
@@ -126,8 +127,8 @@ launch_l1_mass_batched(const l1_mass_item* calls, std::int64_t n, std::int64_t m
   }
   const dim3 grid(static_cast<unsigned>(l1_rows_blocks(max_rows, true)),
                   static_cast<unsigned>(std::min<std::int64_t>(n, 65535)));
-  l1_rows_batched_kernel<<<grid, 256, 0, s>>>(calls, static_cast<int>(n));
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+  ZF_LAUNCH(grid, 256, 0, s, l1_rows_batched_kernel)(calls, static_cast<int>(n));
+  if (const cudaError_t e = launch_status(); e != cudaSuccess) {
     return e;
   }
   return launch_l1_add_rows_batched(calls, n, s);

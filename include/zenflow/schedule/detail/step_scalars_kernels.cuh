@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/math/norms.hpp>
 #include <zenflow/schedule/detail/step_scalars_body.hpp>
 
@@ -22,7 +23,7 @@ namespace detail::schedule_kernels {
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(sq_total_lanes)
     sq_totals_kernel(const sq_total_item* items, double* totals) {
-  __shared__ double lanes[sq_total_lanes];
+  ZF_SHARED(lanes, double[sq_total_lanes]);
   const int lane = static_cast<int>(threadIdx.x);
   lanes[lane] = sq_total_item_lane(items[blockIdx.x], lane);
   __syncthreads();
@@ -64,23 +65,23 @@ inline unsigned grid_rows(std::int64_t n) {
 inline cudaError_t
 launch_sq_totals(const sq_total_item* items, std::int64_t n, double* totals, cudaStream_t s) {
   if (n > 0) { // one block per tensor (n < 2^31: the launcher checked)
-    sq_totals_kernel<<<static_cast<unsigned>(n), sq_total_lanes, 0, s>>>(items, totals);
+    ZF_LAUNCH(static_cast<unsigned>(n), sq_total_lanes, 0, s, sq_totals_kernel)(items, totals);
   }
-  return cudaGetLastError();
+  return launch_status();
 }
 
 inline cudaError_t
 launch_sq_rescan(const sq_rescan_item* items, std::int64_t n, std::int64_t max_count, cudaStream_t s) {
   if (n > 0 && max_count > 0) {
-    sq_rescan_kernel<<<dim3(static_cast<unsigned>((max_count + 255) / 256), grid_rows(n)), 256, 0, s>>>(
-        items, static_cast<int>(n));
+    ZF_LAUNCH(dim3(static_cast<unsigned>((max_count + 255) / 256), grid_rows(n)), 256, 0, s, sq_rescan_kernel)
+    (items, static_cast<int>(n));
   }
-  return cudaGetLastError();
+  return launch_status();
 }
 
 inline cudaError_t launch_step_header(const step_header_args& a, cudaStream_t s) {
-  step_header_kernel<<<1, 128, 0, s>>>(a);
-  return cudaGetLastError();
+  ZF_LAUNCH(1, 128, 0, s, step_header_kernel)(a);
+  return launch_status();
 }
 
 } // namespace detail::schedule_kernels

@@ -12,6 +12,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/temp_storage.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/select/detail/channel_norms_kernels.cuh>
 #include <zenflow/select/types.hpp>
 
@@ -80,8 +81,7 @@ template <channel_norm Norm, class T>
   }
   std::byte* base = align_pointer(d_temp);
   if (extras.nonfinite != nullptr) {
-    if (const cudaError_t e =
-            cudaMemsetAsync(extras.nonfinite, 0, static_cast<std::size_t>(count) * 4, stream);
+    if (const cudaError_t e = memset_async(extras.nonfinite, 0, static_cast<std::size_t>(count) * 4, stream);
         e != cudaSuccess) {
       return e;
     }
@@ -92,9 +92,9 @@ template <channel_norm Norm, class T>
   std::int64_t contig_blocks = 0, strided_blocks = 0, finish_blocks = 0;
   auto flush_contig = [&]() -> cudaError_t {
     if (contig.count > 0 && contig_blocks > 0) {
-      contiguous_norms_kernel<Norm, T>
-          <<<static_cast<unsigned>(contig_blocks), norm_block, 0, stream>>>(contig);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      ZF_LAUNCH(static_cast<unsigned>(contig_blocks), norm_block, 0, stream, contiguous_norms_kernel<Norm, T>)
+      (contig);
+      if (const cudaError_t e = launch_status(); e != cudaSuccess) {
         return e;
       }
     }
@@ -104,15 +104,15 @@ template <channel_norm Norm, class T>
   };
   auto flush_strided = [&]() -> cudaError_t {
     if (strided.count > 0 && strided_blocks > 0) {
-      strided_norms_kernel<Norm, T>
-          <<<static_cast<unsigned>(strided_blocks), norm_block, 0, stream>>>(strided);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      ZF_LAUNCH(static_cast<unsigned>(strided_blocks), norm_block, 0, stream, strided_norms_kernel<Norm, T>)
+      (strided);
+      if (const cudaError_t e = launch_status(); e != cudaSuccess) {
         return e;
       }
     }
     if (finish.count > 0 && finish_blocks > 0) {
-      strided_finish_kernel<<<static_cast<unsigned>(finish_blocks), norm_block, 0, stream>>>(finish);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      ZF_LAUNCH(static_cast<unsigned>(finish_blocks), norm_block, 0, stream, strided_finish_kernel)(finish);
+      if (const cudaError_t e = launch_status(); e != cudaSuccess) {
         return e;
       }
     }
@@ -194,8 +194,8 @@ template <channel_norm Norm, class T>
       tl.total[tl.count] = extras.total + i;
       tl.channels[tl.count] = static_cast<std::int32_t>(items[i].channels);
       if (++tl.count == norm_batch_max || i + 1 == count) {
-        norm_total_kernel<<<static_cast<unsigned>(tl.count), norm_block, 0, stream>>>(tl);
-        if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+        ZF_LAUNCH(static_cast<unsigned>(tl.count), norm_block, 0, stream, norm_total_kernel)(tl);
+        if (const cudaError_t e = launch_status(); e != cudaSuccess) {
           return e;
         }
         tl = {};

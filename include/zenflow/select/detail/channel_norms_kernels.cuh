@@ -17,6 +17,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/math/norms.hpp>
 #include <zenflow/select/detail/norm_order.hpp>
 
@@ -91,12 +92,12 @@ ZF_DEVICE float contiguous_warp_score(const T* p, std::int64_t len, int t, bool&
   std::int64_t i = 0;
   for (; i + unroll * norm_lanes <= len; i += unroll * norm_lanes) {
     T x[2 * unroll];
-#pragma unroll
+    ZF_UNROLL
     for (int u = 0; u < unroll; ++u) {
       x[2 * u] = __ldcs(p + i + u * norm_lanes + t);
       x[2 * u + 1] = __ldcs(p + i + u * norm_lanes + 32 + t);
     }
-#pragma unroll
+    ZF_UNROLL
     for (int u = 0; u < unroll; ++u) {
       lo = norm_accumulate<Norm>(lo, to_float(x[2 * u]));
       hi = norm_accumulate<Norm>(hi, to_float(x[2 * u + 1]));
@@ -116,7 +117,7 @@ ZF_DEVICE float contiguous_warp_score(const T* p, std::int64_t len, int t, bool&
     }
   }
   float v = norm_add(lo, hi);
-#pragma unroll
+  ZF_UNROLL
   for (int o = 16; o > 0; o >>= 1) {
     v = norm_add(v, __shfl_xor_sync(0xffffffffu, v, o));
   }
@@ -125,7 +126,7 @@ ZF_DEVICE float contiguous_warp_score(const T* p, std::int64_t len, int t, bool&
 
 /// A warp's sum, a fixed xor tree (the per-item totals).
 ZF_DEVICE ZF_FORCEINLINE float warp_sum(float v) {
-#pragma unroll
+  ZF_UNROLL
   for (int o = 16; o > 0; o >>= 1) {
     v = norm_add(v, __shfl_xor_sync(0xffffffffu, v, o)); // no add.ftz under -ftz=true
   }
@@ -161,7 +162,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
   constexpr int V = vec_elems<T>;
   constexpr int rows_per_pass = norm_block / 32;
   static_assert(rows_per_pass == strided_row_lanes, "the row lanes are norm_order.hpp's");
-  __shared__ float part[rows_per_pass][32 * V];
+  ZF_SHARED(part, float[rows_per_pass][32 * V]);
   const std::int64_t b = blockIdx.x;
   const auto& it = l.item[find_item(l, b)];
   const std::int64_t local = b - it.block_begin;
@@ -174,7 +175,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
   const std::int64_t r0 = chunk * it.rows_per_chunk;
   const std::int64_t r1 = r0 + it.rows_per_chunk < it.len ? r0 + it.rows_per_chunk : it.len;
   float acc[V];
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < V; ++j) {
     acc[j] = 0.0f;
   }
@@ -184,15 +185,15 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
     std::int64_t r = r0 + ty;
     for (; r + 3 * rows_per_pass < r1; r += 4 * rows_per_pass) {
       uint4 v[4];
-#pragma unroll
+      ZF_UNROLL
       for (int u = 0; u < 4; ++u) {
         v[u] = __ldcs(reinterpret_cast<const uint4*>(it.grad + (r + u * rows_per_pass) * it.ld + c0));
       }
-#pragma unroll
+      ZF_UNROLL
       for (int u = 0; u < 4; ++u) {
         float one[V];
         const std::uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
+        ZF_UNROLL
         for (int q = 0; q < 4; ++q) {
           if constexpr (std::is_same_v<T, float>) {
             one[q] = __uint_as_float(w[q]);
@@ -205,7 +206,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
             bad |= is_nonfinite(lo) | is_nonfinite(hi);
           }
         }
-#pragma unroll
+        ZF_UNROLL
         for (int j = 0; j < V; ++j) {
           acc[j] = norm_accumulate<Norm>(acc[j], one[j]);
         }
@@ -213,7 +214,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
     }
     for (; r < r1; r += rows_per_pass) {
       const T* row = it.grad + r * it.ld + c0;
-#pragma unroll
+      ZF_UNROLL
       for (int j = 0; j < V; ++j) {
         acc[j] = norm_accumulate<Norm>(acc[j], to_float(row[j]));
         bad |= is_nonfinite(row[j]);
@@ -226,7 +227,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
       const T* row = it.grad + r * it.ld + c0;
       // Fully unrolled with a guard: a runtime bound on `acc[j]` would put `acc` in local memory
       // (a stack frame for the whole kernel, the 16-byte path included).
-#pragma unroll
+      ZF_UNROLL
       for (int j = 0; j < V; ++j) {
         if (j < ncols) {
           const T x = row[j];
@@ -236,7 +237,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
       }
     }
   }
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < V; ++j) {
     if (j < vw) {
       part[ty][tx * vw + j] = acc[j];
@@ -249,7 +250,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) strided_norms_kernel(const __grid_c
     const std::int64_t c = col_block * 32 * vw + slot;
     if (c < it.channels) {
       float s = 0.0f;
-#pragma unroll
+      ZF_UNROLL
       for (int y = 0; y < rows_per_pass; ++y) {
         s = norm_add(s, part[y][slot]);
       }
@@ -281,7 +282,7 @@ ZF_KERNEL void __launch_bounds__(norm_block)
 /// Per-item total of the scores: one block per item, a fixed-order tree.
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const __grid_constant__ norm_total_launch l) {
-  __shared__ float warp_acc[norm_block / 32];
+  ZF_SHARED(warp_acc, float[norm_block / 32]);
   const int i = static_cast<int>(blockIdx.x);
   const float* s = l.scores[i];
   float acc = 0.0f;
@@ -295,7 +296,7 @@ ZF_KERNEL void __launch_bounds__(norm_block) norm_total_kernel(const __grid_cons
   __syncthreads();
   if (threadIdx.x == 0) {
     float t = 0.0f;
-#pragma unroll
+    ZF_UNROLL
     for (int w = 0; w < norm_block / 32; ++w) {
       t = norm_add(t, warp_acc[w]);
     }

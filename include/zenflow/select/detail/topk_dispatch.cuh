@@ -12,6 +12,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/temp_storage.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/select/detail/topk_kernels.cuh>
 #include <zenflow/select/types.hpp>
 
@@ -46,35 +47,36 @@ dispatch_topk_large(std::byte* temp, const topk_item& it, cudaStream_t stream) {
   // Candidate passes: enough blocks to fill the device, never more than the tiles.
   const unsigned cand_blocks = std::min(tiles, 1024u);
   // The state and the histogram start cleared; pass 0 seeds k_remaining = k.
-  cudaError_t e = cudaMemsetAsync(temp, 0, align_up(sizeof(topk_device_state)) + topk_bins * 4, stream);
+  cudaError_t e = memset_async(temp, 0, align_up(sizeof(topk_device_state)) + topk_bins * 4, stream);
   if (e != cudaSuccess) {
     return e;
   }
-  topk_hist0_kernel<<<tiles, topk_block, 0, stream>>>(it.scores, it.n, static_cast<std::uint64_t>(it.k), hist,
-                                                      st);
-  if ((e = cudaGetLastError()) != cudaSuccess) {
+  ZF_LAUNCH(tiles, topk_block, 0, stream, topk_hist0_kernel)
+  (it.scores, it.n, static_cast<std::uint64_t>(it.k), hist, st);
+  if ((e = launch_status()) != cudaSuccess) {
     return e;
   }
-  topk_pass1_kernel<<<tiles, topk_block, 0, stream>>>(it.scores, it.n, hist, st, cand, tile_count);
-  if ((e = cudaGetLastError()) != cudaSuccess) {
+  ZF_LAUNCH(tiles, topk_block, 0, stream, topk_pass1_kernel)(it.scores, it.n, hist, st, cand, tile_count);
+  if ((e = launch_status()) != cudaSuccess) {
     return e;
   }
   for (int p = 2; p < topk_passes; ++p) {
-    topk_cand_kernel<<<cand_blocks, topk_block, 0, stream>>>(hist, st, cand, p);
-    if ((e = cudaGetLastError()) != cudaSuccess) {
+    ZF_LAUNCH(cand_blocks, topk_block, 0, stream, topk_cand_kernel)(hist, st, cand, p);
+    if ((e = launch_status()) != cudaSuccess) {
       return e;
     }
   }
-  topk_cand_count_kernel<<<cand_blocks, topk_block, 0, stream>>>(st, cand, tile_count);
-  if ((e = cudaGetLastError()) != cudaSuccess) {
+  ZF_LAUNCH(cand_blocks, topk_block, 0, stream, topk_cand_count_kernel)(st, cand, tile_count);
+  if ((e = launch_status()) != cudaSuccess) {
     return e;
   }
-  topk_scan_kernel<<<1, 1024, 0, stream>>>(tile_count, static_cast<std::int64_t>(tiles));
-  if ((e = cudaGetLastError()) != cudaSuccess) {
+  ZF_LAUNCH(1, 1024, 0, stream, topk_scan_kernel)(tile_count, static_cast<std::int64_t>(tiles));
+  if ((e = launch_status()) != cudaSuccess) {
     return e;
   }
-  topk_write_kernel<<<tiles, topk_block, 0, stream>>>(it.scores, it.n, st, tile_count, it.indices, it.values);
-  return cudaGetLastError();
+  ZF_LAUNCH(tiles, topk_block, 0, stream, topk_write_kernel)
+  (it.scores, it.n, st, tile_count, it.indices, it.values);
+  return launch_status();
 }
 
 /// Segments of up to `topk_segment_one_block_max_n` scores, 32 per launch, one block each.
@@ -89,16 +91,16 @@ dispatch_topk_small(const topk_item* items, std::int64_t count, std::int64_t max
     }
     l.seg[m++] = {it.scores, it.indices, it.values, it.n, it.k};
     if (m == topk_segment_batch_max) {
-      topk_block_kernel<<<static_cast<unsigned>(m), topk_segment_block, 0, stream>>>(l);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      ZF_LAUNCH(static_cast<unsigned>(m), topk_segment_block, 0, stream, topk_block_kernel)(l);
+      if (const cudaError_t e = launch_status(); e != cudaSuccess) {
         return e;
       }
       m = 0;
     }
   }
   if (m > 0) {
-    topk_block_kernel<<<static_cast<unsigned>(m), topk_segment_block, 0, stream>>>(l);
-    return cudaGetLastError();
+    ZF_LAUNCH(static_cast<unsigned>(m), topk_segment_block, 0, stream, topk_block_kernel)(l);
+    return launch_status();
   }
   return cudaSuccess;
 }
@@ -115,16 +117,16 @@ dispatch_topk_wide(const topk_item* items, std::int64_t count, cudaStream_t stre
     }
     l.seg[m++] = {it.scores, it.wide, it.indices, it.values, it.n, it.k};
     if (m == topk_segment_batch_max) {
-      topk_wide_kernel<<<static_cast<unsigned>(m), topk_block, 0, stream>>>(l);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+      ZF_LAUNCH(static_cast<unsigned>(m), topk_block, 0, stream, topk_wide_kernel)(l);
+      if (const cudaError_t e = launch_status(); e != cudaSuccess) {
         return e;
       }
       m = 0;
     }
   }
   if (m > 0) {
-    topk_wide_kernel<<<static_cast<unsigned>(m), topk_block, 0, stream>>>(l);
-    return cudaGetLastError();
+    ZF_LAUNCH(static_cast<unsigned>(m), topk_block, 0, stream, topk_wide_kernel)(l);
+    return launch_status();
   }
   return cudaSuccess;
 }

@@ -21,10 +21,10 @@
 
 #include <cstdint>
 
-#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/select/detail/radix_math.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -57,12 +57,12 @@ ZF_DEVICE ZF_FORCEINLINE std::uint32_t index_of(std::uint64_t composite) {
 template <int Block, bool Global>
 ZF_DEVICE void block_choose(const std::uint32_t* hist, topk_radix_state* s, int p) {
   constexpr int per = topk_bins / Block;
-  using scan_t = cub::BlockScan<std::uint32_t, Block>;
-  __shared__ typename scan_t::TempStorage scan_tmp;
+  using scan_t = block_scan<std::uint32_t, Block>;
+  ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
   const int t = static_cast<int>(threadIdx.x);
   std::uint32_t local[per];
   std::uint32_t sum = 0;
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < per; ++j) {
     const int d = topk_bins - 1 - (t * per + j); // thread 0 owns the top digits
     if constexpr (Global) {
@@ -76,7 +76,7 @@ ZF_DEVICE void block_choose(const std::uint32_t* hist, topk_radix_state* s, int 
   std::uint32_t above = 0;
   scan_t(scan_tmp).ExclusiveSum(sum, above);
   std::uint64_t run = above;
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < per; ++j) {
     if (run < k && run + local[j] >= k) {
       topk_bucket b;
@@ -98,8 +98,8 @@ ZF_DEVICE inline void finish_histogram_pass(const std::uint32_t* sh_hist,
                                             topk_device_state* st,
                                             int p,
                                             std::uint64_t seed_k = 0) {
-  __shared__ bool is_last;
-  __shared__ topk_radix_state s;
+  ZF_SHARED(is_last, bool);
+  ZF_SHARED(s, topk_radix_state);
   for (int d = static_cast<int>(threadIdx.x); d < topk_bins; d += topk_block) {
     if (sh_hist[d] != 0) {
       atomicAdd(g_hist + d, sh_hist[d]);
@@ -135,19 +135,19 @@ ZF_DEVICE inline void finish_histogram_pass(const std::uint32_t* sh_hist,
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block) topk_hist0_kernel(
     const float* scores, std::int64_t n, std::uint64_t k, std::uint32_t* g_hist, topk_device_state* st) {
-  __shared__ std::uint32_t hist[topk_bins];
+  ZF_SHARED(hist, std::uint32_t[topk_bins]);
   for (int d = static_cast<int>(threadIdx.x); d < topk_bins; d += topk_block) {
     hist[d] = 0;
   }
   __syncthreads();
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * topk_tile;
   float v[topk_items];
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     v[j] = i < n ? __ldg(scores + i) : 0.0f;
   }
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     if (i < n) {
@@ -169,21 +169,21 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_pass1_kernel(const float* scor
                                                                topk_device_state* st,
                                                                std::uint64_t* cand,
                                                                std::uint32_t* tile_count) {
-  using scan_t = cub::BlockScan<std::uint32_t, topk_block>;
-  __shared__ std::uint32_t hist[topk_bins];
-  __shared__ typename scan_t::TempStorage scan_tmp;
-  __shared__ std::uint32_t cand_base;
+  using scan_t = block_scan<std::uint32_t, topk_block>;
+  ZF_SHARED(hist, std::uint32_t[topk_bins]);
+  ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
+  ZF_SHARED(cand_base, std::uint32_t);
   const topk_radix_state s = st->s;
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * topk_tile;
   float v[topk_items];
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     v[j] = i < n ? __ldg(scores + i) : 0.0f;
   }
   if (s.done != 0) {
     std::uint32_t m = 0;
-#pragma unroll
+    ZF_UNROLL
     for (int j = 0; j < topk_items; ++j) {
       const std::int64_t i = base + j * topk_block + threadIdx.x;
       m += (i < n && topk_composite(topk_value_key(v[j]), static_cast<std::uint32_t>(i)) >= s.prefix) ? 1u
@@ -203,7 +203,7 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_pass1_kernel(const float* scor
   const std::uint64_t mask = topk_known_mask(1);
   std::uint32_t above = 0, mine = 0;
   std::uint64_t key[topk_items];
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     key[j] = i < n ? topk_composite(topk_value_key(v[j]), static_cast<std::uint32_t>(i)) : 0ull;
@@ -223,7 +223,7 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_pass1_kernel(const float* scor
   }
   __syncthreads();
   std::uint32_t o = cand_base + off;
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     if (i < n && (key[j] & mask) == s.prefix) {
@@ -243,7 +243,7 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_pass1_kernel(const float* scor
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block)
     topk_cand_kernel(std::uint32_t* g_hist, topk_device_state* st, const std::uint64_t* cand, int p) {
-  __shared__ std::uint32_t hist[topk_bins];
+  ZF_SHARED(hist, std::uint32_t[topk_bins]);
   const topk_radix_state s = st->s;
   if (s.done != 0) {
     return;
@@ -285,8 +285,8 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_cand_count_kernel(const topk_d
 /// Exclusive scan of the per-tile counts, in place (one block).
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(1024) topk_scan_kernel(std::uint32_t* tile_count, std::int64_t tiles) {
-  using scan_t = cub::BlockScan<std::uint32_t, 1024>;
-  __shared__ typename scan_t::TempStorage scan_tmp;
+  using scan_t = block_scan<std::uint32_t, 1024>;
+  ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
   std::uint32_t carry = 0;
   for (std::int64_t b = 0; b < tiles; b += 1024) {
     const std::int64_t i = b + threadIdx.x;
@@ -310,18 +310,18 @@ ZF_KERNEL void __launch_bounds__(topk_block) topk_write_kernel(const float* scor
                                                                const std::uint32_t* tile_offset,
                                                                std::int32_t* indices,
                                                                float* values) {
-  using scan_t = cub::BlockScan<std::uint32_t, topk_block>;
-  __shared__ typename scan_t::TempStorage scan_tmp;
+  using scan_t = block_scan<std::uint32_t, topk_block>;
+  ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
   const std::uint64_t threshold = st->s.prefix;
   const std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * topk_tile;
   float v[topk_items];
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     v[j] = i < n ? __ldcs(scores + i) : 0.0f;
   }
   std::uint32_t o = tile_offset[blockIdx.x];
-#pragma unroll
+  ZF_UNROLL
   for (int j = 0; j < topk_items; ++j) {
     const std::int64_t i = base + j * topk_block + threadIdx.x;
     const bool sel =
@@ -357,10 +357,10 @@ struct topk_segment_launch {
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_segment_block)
     topk_block_kernel(const __grid_constant__ topk_segment_launch l) {
-  using scan_t = cub::BlockScan<std::uint32_t, topk_segment_block>;
-  __shared__ std::uint32_t hist[topk_bins];
-  __shared__ typename scan_t::TempStorage scan_tmp;
-  __shared__ topk_radix_state s;
+  using scan_t = block_scan<std::uint32_t, topk_segment_block>;
+  ZF_SHARED(hist, std::uint32_t[topk_bins]);
+  ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
+  ZF_SHARED(s, topk_radix_state);
   const topk_segment g = l.seg[blockIdx.x];
   if (g.k == 0) {
     return;
@@ -431,25 +431,22 @@ struct topk_wide_launch {
 /// the host's set (host_topk_wide), whatever the block size.
 template <int = 0>
 ZF_KERNEL void __launch_bounds__(topk_block) topk_wide_kernel(const __grid_constant__ topk_wide_launch l) {
-  using scan_t = cub::BlockScan<std::uint32_t, topk_block>;
-  __shared__ typename scan_t::TempStorage scan_tmp;
-  __shared__ unsigned long long count;
-  __shared__ int all_inf;
+  using scan_t = block_scan<std::uint32_t, topk_block>;
+  ZF_SHARED(scan_tmp, typename scan_t::TempStorage);
+  ZF_SHARED(count, unsigned long long);
   const topk_wide_segment g = l.seg[blockIdx.x];
   if (g.k == 0 || g.wide == nullptr) {
     return;
   }
-  if (threadIdx.x == 0) {
-    all_inf = 1;
-  }
-  __syncthreads();
+  // Whether every selected score is +Inf, voted by the block (not a shared flag many threads
+  // clear at once: a data race, found by the kernel emulator under ThreadSanitizer).
+  int mine = 1;
   for (std::int64_t o = threadIdx.x; o < g.k; o += topk_block) {
     if (!topk_is_pos_inf(g.scores[g.indices[o]])) {
-      all_inf = 0;
+      mine = 0;
     }
   }
-  __syncthreads();
-  if (all_inf == 0) {
+  if (__syncthreads_and(mine) == 0) {
     return; // every +Inf score is selected (the same for every thread)
   }
   topk_wide96 t{};

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/kernel.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
@@ -165,9 +166,9 @@ ZF_KERNEL void __launch_bounds__(256) pack_mass_kernel(row_copy_item it,
                                                        std::int64_t mass_blocks) {
   using schedule_kernels::l1_rows_block;
   using schedule_kernels::l1_rows_per_block;
-  __shared__ float tile[row_copy_tile][row_copy_tile + 1];
-  __shared__ float lanes[l1_rows_per_block][l1_row_lanes];
-  __shared__ bool last;
+  ZF_SHARED(tile, float[row_copy_tile][row_copy_tile + 1]);
+  ZF_SHARED(lanes, float[l1_rows_per_block][l1_row_lanes]);
+  ZF_SHARED(last, bool);
   const std::int64_t b = blockIdx.x;
   if (b < copy_blocks) {
     row_copy_block<T, T>(it, b, row_copy_direction::gather, tile);
@@ -202,7 +203,7 @@ ZF_KERNEL void __launch_bounds__(256) row_copy_batched_kernel(const row_copy_ite
                                                               int n,
                                                               std::int64_t blocks,
                                                               row_copy_direction dir) {
-  __shared__ float tile[row_copy_tile][row_copy_tile + 1];
+  ZF_SHARED(tile, float[row_copy_tile][row_copy_tile + 1]);
   for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const row_copy_item it = items[item_of_block(items, n, b)];
     const std::int64_t local = b - it.block_begin;
