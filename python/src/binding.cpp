@@ -3,6 +3,7 @@
 // primitives. Errors: zenflow::invalid_argument -> ValueError, everything else -> RuntimeError,
 // with the library's message. The GIL is released in every call that can wait.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -77,16 +78,65 @@ elem check_pair(const std::string& fn, const array& w, const array& g, where wh,
 
 // ---- Engine ------------------------------------------------------------------------------
 
+/// The emulated device's timing model from a dict (tests: streams that run late): its keys are
+/// emulated_timing's fields, the durations in microseconds (`launch_latency_us`).
+zenflow::emulated_timing emulated_timing_of(const nb::dict& d) {
+  constexpr const char* fn = "zenflow.Engine";
+  zenflow::emulated_timing t;
+  for (auto [k, v] : d) {
+    const std::string key = nb::cast<std::string>(k);
+    const auto number = [&] {
+      try {
+        return nb::cast<double>(v);
+      } catch (const nb::cast_error&) {
+        bad(fn, "emulated_timing." + key, "must be a number");
+      }
+    };
+    const double x = number();
+    if (!(x >= 0.0)) {
+      bad(fn, "emulated_timing." + key, "must be >= 0");
+    }
+    if (key == "d2h_bytes_per_second") {
+      t.d2h_bytes_per_second = x;
+    } else if (key == "h2d_bytes_per_second") {
+      t.h2d_bytes_per_second = x;
+    } else if (key == "device_bytes_per_second") {
+      t.device_bytes_per_second = x;
+    } else if (key == "launch_latency_us") {
+      t.launch_latency = std::chrono::nanoseconds(static_cast<std::int64_t>(x * 1e3));
+    } else if (key == "max_jitter_us") {
+      t.max_jitter = std::chrono::microseconds(static_cast<std::int64_t>(x));
+    } else if (key == "max_host_jitter_us") {
+      t.max_host_jitter = std::chrono::microseconds(static_cast<std::int64_t>(x));
+    } else if (key == "jitter_seed") {
+      t.jitter_seed = static_cast<std::uint64_t>(x);
+    } else {
+      bad(fn, "emulated_timing",
+          "has an unknown key '" + key +
+              "' (d2h_bytes_per_second, h2d_bytes_per_second, device_bytes_per_second, "
+              "launch_latency_us, max_jitter_us, max_host_jitter_us, jitter_seed)");
+    }
+  }
+  return t;
+}
+
 /// The Python Engine: the backend-erased engine, the arrays it was given (kept alive), its backend.
 class py_engine {
 public:
-  py_engine(const zenflow::config& cfg, const std::string& backend, int device) : backend_(backend) {
+  py_engine(const zenflow::config& cfg,
+            const std::string& backend,
+            int device,
+            const std::optional<zenflow::emulated_timing>& timing)
+      : backend_(backend) {
     constexpr const char* fn = "zenflow.Engine";
+    if (timing && backend != "emulated") {
+      bad(fn, "emulated_timing", "is for backend \"emulated\" only (the backend is \"" + backend + "\")");
+    }
     if (backend == "host") {
       e_ = std::make_unique<engine_impl<zenflow::engine<zenflow::host_backend>>>(cfg);
       where_ = where::host;
     } else if (backend == "emulated") {
-      emu_ = std::make_unique<zenflow::emulated_device>();
+      emu_ = std::make_unique<zenflow::emulated_device>(timing.value_or(zenflow::emulated_timing{}));
       e_ = std::make_unique<engine_impl<zenflow::engine<zenflow::emulated_backend>>>(cfg, *emu_);
       where_ = where::host;
     } else if (backend == "cuda") {
@@ -185,9 +235,56 @@ public:
     nb::gil_scoped_release nogil;
     e_->grad_ready(zenflow::param_id{p}, to_stream(s));
   }
-  zenflow::step_report step(float lr, std::uintptr_t s) {
-    nb::gil_scoped_release nogil;
-    return e_->step(lr, to_stream(s));
+  /// One step; `loss_scale`, `found_inf`: one float32 each in the backend's memory (checked, and
+  /// kept alive for the two steps after: the backend reads them when its stream gets there).
+  zenflow::step_report step(float lr,
+                            std::uintptr_t s,
+                            const std::optional<array>& loss_scale,
+                            const std::optional<array>& found_inf,
+                            std::optional<float> max_norm,
+                            const std::vector<std::int32_t>& no_grad) {
+    const std::string fn = "zenflow.Engine.step";
+    zenflow::step_options opt;
+    if (loss_scale) {
+      opt.loss_scale = static_cast<const float*>(scalar_f32(fn, "loss_scale", *loss_scale).data());
+    }
+    if (found_inf) {
+      opt.found_inf = static_cast<float*>(scalar_f32(fn, "found_inf", *found_inf).data());
+    }
+    opt.max_norm = max_norm;
+    std::vector<zenflow::param_id> ids;
+    ids.reserve(no_grad.size());
+    for (const std::int32_t p : no_grad) {
+      ids.push_back(zenflow::param_id{p});
+    }
+    opt.no_grad = ids;
+    zenflow::step_report r;
+    {
+      nb::gil_scoped_release nogil;
+      r = e_->step(lr, to_stream(s), opt);
+    }
+    step_arrays_[1] = std::move(step_arrays_[0]);
+    step_arrays_[0].clear();
+    for (const auto* a : {&loss_scale, &found_inf}) {
+      if (*a) {
+        step_arrays_[0].push_back(**a);
+      }
+    }
+    return r;
+  }
+  void set_lr_scale(std::int32_t p, float lr_scale) {
+    check_param("zenflow.Engine.set_lr_scale", p);
+    e_->set_lr_scale(zenflow::param_id{p}, lr_scale);
+  }
+  /// A one-element float32 array in the backend's memory.
+  const array& scalar_f32(const std::string& fn, const char* name, const array& a) const {
+    if (a.size() != 1 || !(a.dtype() == nb::dtype<float>())) {
+      bad(fn, name,
+          "must be one float32 (it has " + std::to_string(a.size()) + " elements of " +
+              dtype_name(a.dtype()) + ")");
+    }
+    check_place(fn, name, a, where_, device_);
+    return a;
   }
   void flush(std::uintptr_t s) {
     nb::gil_scoped_release nogil;
@@ -247,7 +344,8 @@ private:
   int device_ = -1;
   std::unique_ptr<zenflow::emulated_device> emu_; // before e_: outlives the engine on it
   std::unique_ptr<engine_iface> e_;
-  std::vector<array> keep_; // the arrays registered: the engine writes them until it is gone
+  std::vector<array> keep_;           // the arrays registered: the engine writes them until it is gone
+  std::vector<array> step_arrays_[2]; // the last two steps' loss_scale / found_inf
 };
 
 // ---- config: the enums as their JSON spellings --------------------------------------------
@@ -502,8 +600,17 @@ NB_MODULE(_zenflow, mod) {
 
   // ---- Engine ----
   nb::class_<py_engine>(mod, "_Engine")
-      .def(nb::init<const config&, const std::string&, int>(), "config"_a, "backend"_a = "host",
-           "device"_a = -1)
+      .def(
+          "__init__",
+          [](py_engine* self, const config& c, const std::string& backend, int device,
+             std::optional<nb::dict> timing) {
+            std::optional<zenflow::emulated_timing> t;
+            if (timing) {
+              t = emulated_timing_of(*timing);
+            }
+            new (self) py_engine(c, backend, device, t);
+          },
+          "config"_a, "backend"_a = "host", "device"_a = -1, "emulated_timing"_a = nb::none())
       .def(
           "add_matrix",
           [](py_engine& e, const array& w, const array& g, std::optional<std::int64_t> channels,
@@ -524,7 +631,16 @@ NB_MODULE(_zenflow, mod) {
           "weights"_a, "grads"_a, "lr_scale"_a = nb::none(), "weight_decay"_a = nb::none(), "name"_a = "")
       .def("initialize", &py_engine::initialize, "stream"_a = 0)
       .def("grad_ready", &py_engine::grad_ready, "param"_a, "stream"_a = 0)
-      .def("step", &py_engine::step, "lr"_a, "stream"_a = 0)
+      .def("step", &py_engine::step, "lr"_a, "stream"_a = 0, "loss_scale"_a = nb::none(),
+           "found_inf"_a = nb::none(), "max_norm"_a = nb::none(), "no_grad"_a = std::vector<std::int32_t>{})
+      .def("set_lr_scale", &py_engine::set_lr_scale, "param"_a, "lr_scale"_a)
+      .def(
+          "release_gradients",
+          [](py_engine& e, std::uintptr_t s) {
+            nb::gil_scoped_release nogil;
+            e.e().release_gradients(to_stream(s));
+          },
+          "stream"_a = 0)
       .def("flush", &py_engine::flush, "stream"_a = 0)
       .def("synchronize", &py_engine::synchronize, "stream"_a = 0)
       .def("save", &py_engine::save, "path"_a, "stream"_a = 0)

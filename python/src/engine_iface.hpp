@@ -15,6 +15,7 @@
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/params.hpp>
 #include <zenflow/engine/stats.hpp>
+#include <zenflow/engine/step_options.hpp>
 
 namespace zenflow_py {
 
@@ -36,7 +37,9 @@ public:
   add_vector(elem t, void* w, const void* g, std::int64_t n, const zenflow::param_options& opt) = 0;
   virtual void initialize(cudaStream_t s) = 0;
   virtual void grad_ready(zenflow::param_id p, cudaStream_t s) = 0;
-  virtual zenflow::step_report step(float lr, cudaStream_t s) = 0;
+  virtual zenflow::step_report step(float lr, cudaStream_t s, const zenflow::step_options& opt) = 0;
+  virtual void set_lr_scale(zenflow::param_id p, float lr_scale) = 0;
+  virtual void release_gradients(cudaStream_t s) = 0;
   virtual void flush(cudaStream_t s) = 0;
   virtual void save(const std::string& path, cudaStream_t s) = 0;
   virtual void load(const std::string& path, cudaStream_t s) = 0;
@@ -97,7 +100,11 @@ public:
   }
   void initialize(cudaStream_t s) override { e_.initialize(s); }
   void grad_ready(zenflow::param_id p, cudaStream_t s) override { e_.grad_ready(p, s); }
-  zenflow::step_report step(float lr, cudaStream_t s) override { return e_.step(lr, s); }
+  zenflow::step_report step(float lr, cudaStream_t s, const zenflow::step_options& opt) override {
+    return e_.step(lr, s, opt);
+  }
+  void set_lr_scale(zenflow::param_id p, float lr_scale) override { e_.set_lr_scale(p, lr_scale); }
+  void release_gradients(cudaStream_t s) override { e_.release_gradients(s); }
   void flush(cudaStream_t s) override { e_.flush(s); }
   void save(const std::string& path, cudaStream_t s) override { e_.save(path, s); }
   void load(const std::string& path, cudaStream_t s) override { e_.load(path, s); }

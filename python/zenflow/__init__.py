@@ -148,10 +148,11 @@ class Engine(_C._Engine):
     (``torch.cuda.current_stream().cuda_stream``) or stream objects. docs/python.md.
     """
 
-    def __init__(self, config: Optional[Config] = None, backend: str = "host", device: int = -1, **options: Any):
+    def __init__(self, config: Optional[Config] = None, backend: str = "host", device: int = -1, *,
+                 emulated_timing: Optional[Mapping[str, float]] = None, **options: Any):
         cfg = Config() if config is None else config.copy()
         cfg.update(**options)
-        super().__init__(cfg, backend, device)
+        super().__init__(cfg, backend, device, None if emulated_timing is None else dict(emulated_timing))
 
     def add_matrix(self, weights: Any, grads: Any, *args: Any, **kwargs: Any) -> int:
         """Registers a matrix (docs/python.md): ``layout="contiguous"`` takes ``[channels,
@@ -172,8 +173,24 @@ class Engine(_C._Engine):
     def grad_ready(self, param: int, stream: Any = 0) -> None:
         super().grad_ready(param, _stream_int(stream))
 
-    def step(self, lr: float, stream: Any = 0) -> StepReport:
-        return super().step(lr, _stream_int(stream))
+    def step(self, lr: float, stream: Any = 0, *, loss_scale: Any = None, found_inf: Any = None,
+             max_norm: Optional[float] = None, no_grad: Any = ()) -> StepReport:
+        """One step (docs/python.md, "Per-step inputs"): ``loss_scale`` and ``found_inf`` are
+        one-element float32 arrays in the backend's memory, read (and found_inf written: 1.0 when
+        the step was skipped, else 0.0) where the step runs, without a host wait; ``max_norm``
+        this step's clipping threshold (None: the config's gradient_clipping; inf: none);
+        ``no_grad`` the ids of the parameters without a gradient this step (their gradients
+        must be zeros)."""
+        fn = "zenflow.Engine.step"
+        ls = None if loss_scale is None else _array(loss_scale, "loss_scale", fn)
+        fi = None if found_inf is None else _array(found_inf, "found_inf", fn)
+        return super().step(lr, _stream_int(stream), ls, fi, None if max_norm is None else float(max_norm),
+                            [int(p) for p in no_grad])
+
+    def release_gradients(self, stream: Any = 0) -> None:
+        """Work enqueued on ``stream`` from now on waits for every gradient pack enqueued so far
+        (grad_ready()'s and the last step's): before writing a gradient the engine may still read."""
+        super().release_gradients(_stream_int(stream))
 
     def flush(self, stream: Any = 0) -> None:
         super().flush(_stream_int(stream))

@@ -33,6 +33,7 @@
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
+#include <zenflow/engine/step_options.hpp>
 
 #include "engine_harness.hpp"
 #include "support/log_capture.hpp"
@@ -44,6 +45,23 @@ namespace zf_engine_test {
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// step() with `opt`, its loss scale and found-inf in `scalars` (host memory: the host and emulated
+/// backends'); the caller reads the found-inf the step wrote in scalars[1] once the step ran.
+template <class Engine>
+zenflow::step_report step_with_host_scalars(Engine& eng,
+                                            float lr,
+                                            cudaStream_t s,
+                                            float (&scalars)[2],
+                                            std::optional<float> loss_scale,
+                                            float found_inf,
+                                            zenflow::step_options opt) {
+  scalars[0] = loss_scale.value_or(0.0f);
+  scalars[1] = found_inf;
+  opt.loss_scale = loss_scale ? &scalars[0] : nullptr;
+  opt.found_inf = &scalars[1];
+  return eng.step(lr, s, opt);
 }
 
 template <class T>
@@ -61,6 +79,18 @@ struct host_driver {
   }
   void initialize(engine_type& eng) { eng.initialize(); }
   zenflow::step_report step(engine_type& eng, float lr) { return eng.step(lr); }
+  /// step() with `opt` and its loss scale and found-inf in host memory; the found-inf it wrote.
+  std::pair<zenflow::step_report, float> step_with(engine_type& eng,
+                                                   float lr,
+                                                   std::optional<float> loss_scale,
+                                                   float found_inf,
+                                                   zenflow::step_options opt) {
+    const auto rep = step_with_host_scalars(eng, lr, nullptr, scalars, loss_scale, found_inf, opt);
+    return {rep, scalars[1]};
+  }
+  float scalars[2] = {};
+  /// The test may write the gradients grad_ready() announced (every pack ran already).
+  void release(engine_type&) {}
   void flush(engine_type& eng) { eng.flush(); }
   zenflow::param_state state(engine_type& eng, zenflow::param_id id) { return eng.state(id); }
   void pull() {}
@@ -97,6 +127,23 @@ struct emulated_driver {
     const auto rep = eng.step(lr, s);
     device.synchronize_stream(s);
     return rep;
+  }
+  /// step() with `opt` and its loss scale and found-inf in the device's (host) memory, read and
+  /// written on the stream; the found-inf it wrote.
+  std::pair<zenflow::step_report, float> step_with(engine_type& eng,
+                                                   float lr,
+                                                   std::optional<float> loss_scale,
+                                                   float found_inf,
+                                                   zenflow::step_options opt) {
+    const auto rep = step_with_host_scalars(eng, lr, s, scalars, loss_scale, found_inf, opt);
+    device.synchronize_stream(s);
+    return {rep, scalars[1]};
+  }
+  float scalars[2] = {};
+  /// The test may write the gradients grad_ready() announced: the packs that read them are done.
+  void release(engine_type& eng) {
+    eng.release_gradients(s);
+    device.synchronize_stream(s);
   }
   void flush(engine_type& eng) {
     eng.flush(s);
@@ -150,18 +197,12 @@ inline group_case kshapes_groups() {
   return g;
 }
 
-/// The engine with per-parameter options against the float64 reference given the same values,
-/// `steps` steps. Returns the worst weight distance (ulps of T) after any step.
-template <template <class> class Driver, class T>
-double param_groups_against_reference(const zenflow::config& cfg,
-                                      int steps,
-                                      std::uint64_t seed,
-                                      const group_case& groups = kshapes_groups()) {
-  model<T> m(kShapes, seed);
-  Driver<T> d(m);
-  const auto owned = d.make_engine(cfg);
-  auto& eng = *owned;
-  zf_test::zenflow_reference ref(cfg);
+/// The model's parameters registered with `groups`' options and added to the reference with its
+/// hyper-parameters; the engine initialized. Returns the ids.
+template <class T, class Driver, class Engine>
+std::vector<zenflow::param_id> register_groups(
+    const model<T>& m, Driver& d, Engine& eng, zf_test::zenflow_reference& ref, const group_case& groups) {
+  std::vector<zenflow::param_id> ids;
   for (std::size_t p = 0; p < m.shapes.size(); ++p) {
     const auto& sh = m.shapes[p];
     if (sh.matrix) {
@@ -169,18 +210,30 @@ double param_groups_against_reference(const zenflow::config& cfg,
     } else {
       ref.add_vector(sh.len, zenflow::dtype_of<T>(), m.weights_as_float(p), groups.hyper[p]);
     }
-  }
-  std::vector<zenflow::param_id> ids;
-  for (std::size_t p = 0; p < m.shapes.size(); ++p) {
     ids.push_back(d.add(eng, p, groups.options[p]));
   }
   d.initialize(eng);
+  return ids;
+}
+
+/// The loop of a run against the reference: `steps` steps, each with new gradients and a decaying
+/// lr, `step(t, lr)` stepping the engine and the reference and returning the engine's report;
+/// the window closes and the selections checked after every step, the counts at the end. Returns
+/// the worst weight distance (ulps of T) after any step.
+template <class T, class Driver, class Engine, class Step>
+double run_against_reference(model<T>& m,
+                             Driver& d,
+                             Engine& eng,
+                             zf_test::zenflow_reference& ref,
+                             const std::vector<zenflow::param_id>& ids,
+                             const zenflow::config& cfg,
+                             int steps,
+                             Step&& step) {
   double worst = 0.0;
   for (int t = 0; t < steps; ++t) {
     m.next_grads();
     const float lr = cfg.adam.lr * (1.0f - 0.3f * static_cast<float>(t) / static_cast<float>(steps));
-    const auto rep = d.step(eng, lr);
-    ref.step(m.grads_as_float(), static_cast<double>(lr));
+    const zenflow::step_report rep = step(t, lr);
     EXPECT_EQ(rep.window_closed, ref.last_step_closed_window()) << "step " << t;
     for (std::size_t p = 0; p < ids.size(); ++p) {
       if (m.shapes[p].matrix && cfg.mode == zenflow::optimizer_mode::zenflow) {
@@ -196,6 +249,26 @@ double param_groups_against_reference(const zenflow::config& cfg,
     EXPECT_EQ(d.state(eng, ids[p]).counts, ref.counts(p)) << "param " << p;
   }
   return worst;
+}
+
+/// The engine with per-parameter options against the float64 reference given the same values,
+/// `steps` steps. Returns the worst weight distance (ulps of T) after any step.
+template <template <class> class Driver, class T>
+double param_groups_against_reference(const zenflow::config& cfg,
+                                      int steps,
+                                      std::uint64_t seed,
+                                      const group_case& groups = kshapes_groups()) {
+  model<T> m(kShapes, seed);
+  Driver<T> d(m);
+  const auto owned = d.make_engine(cfg);
+  auto& eng = *owned;
+  zf_test::zenflow_reference ref(cfg);
+  const auto ids = register_groups(m, d, eng, ref, groups);
+  return run_against_reference(m, d, eng, ref, ids, cfg, steps, [&](int, float lr) {
+    const auto rep = d.step(eng, lr);
+    ref.step(m.grads_as_float(), static_cast<double>(lr));
+    return rep;
+  });
 }
 
 /// A one-parameter model registered with {lr_scale, weight_decay} must give the same bits as the

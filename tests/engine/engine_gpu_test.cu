@@ -9,8 +9,10 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include "plan_scenarios.hpp"
 #include "reference_cases.hpp"
 #include "resume_cases.hpp"
+#include "step_inputs_cases.hpp"
 #include "support/gpu.hpp"
 #include "support/random.hpp"
 #include "trace_checks.hpp"
@@ -90,6 +93,27 @@ struct device_driver {
   }
   void initialize(engine_type& eng) { eng.initialize(s); }
   zenflow::step_report step(engine_type& eng, float lr) { return d.step(eng, m, lr, s); }
+  /// step() with `opt`, its loss scale and found-inf in device memory (read and written on the
+  /// device, on the stream); the found-inf it wrote.
+  std::pair<zenflow::step_report, float> step_with(engine_type& eng,
+                                                   float lr,
+                                                   std::optional<float> loss_scale,
+                                                   float found_inf,
+                                                   zenflow::step_options opt) {
+    const float host[2] = {loss_scale.value_or(0.0f), found_inf};
+    ZF_CUDA_TRY(cudaMemcpyAsync(scalars.data(), host, sizeof host, cudaMemcpyHostToDevice, s));
+    opt.loss_scale = loss_scale ? scalars.data() : nullptr;
+    opt.found_inf = scalars.data() + 1;
+    for (std::size_t p = 0; p < m.g.size(); ++p) {
+      ZF_CUDA_TRY(cudaMemcpyAsync(d.g[p].data(), m.g[p].data(), d.g[p].bytes(), cudaMemcpyHostToDevice, s));
+    }
+    const auto rep = eng.step(lr, s, opt);
+    float written = 0.0f;
+    ZF_CUDA_TRY(cudaMemcpyAsync(&written, scalars.data() + 1, 4, cudaMemcpyDeviceToHost, s));
+    d.pull(m, s);
+    return {rep, written};
+  }
+  zenflow::device_buffer<float> scalars{2};
   void flush(engine_type& eng) {
     eng.flush(s);
     d.pull(m, s);
@@ -148,6 +172,12 @@ INSTANTIATE_TEST_SUITE_P(cases,
 
 TEST_F(engine_gpu, baselines_equal_offload_sync_gpu_adamw_and_dense_adamw_bit_for_bit) {
   zf_engine_test::run_baseline_cases<device_driver>(2);
+}
+
+// step_options and set_lr_scale (step_inputs_cases.hpp): the loss scale read and found-inf written
+// by the device, the clip per step, parameters without a gradient, lr scales changing every step.
+TEST_F(engine_gpu, step_inputs_match_the_reference_in_every_mode) {
+  zf_engine_test::run_step_inputs_cases<device_driver>(2);
 }
 
 // accumulate = device (accumulate_cases.hpp): the CUDA kernels' window sums have the host's bits.

@@ -51,6 +51,8 @@ zenflow::config engine_config(bool overlap) {
   c.adam.weight_decay = 0.01f;
   c.gradient_clipping = 2.0f;
   c.host_threads = 2;
+  // The loop keeps its host moments in fp32 (bf16 and int8 are the engine's: own_loop.hpp).
+  c.host_moments = zenflow::moment_precision::fp32;
   return c;
 }
 

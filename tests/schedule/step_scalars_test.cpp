@@ -254,6 +254,49 @@ TEST(compute_step_header, coef_skip_and_norm_match_float64_arithmetic) {
   EXPECT_GT(near_one, 20); // clip factors between 0.6 and 1, and not clipped where the norm is below
 }
 
+/// step_scale_io: the scale read from memory equals the same scale as the argument, bit for bit; a
+/// scale that is not finite and > 0, or a found-inf set, skips the step (the header as with a
+/// NaN flag and a scale of 1); found-inf is written back 1 when the step is skipped, 0 when not.
+TEST(compute_step_header, scale_and_found_inf_in_memory_match_the_arguments) {
+  std::mt19937_64 gen(zf_test::base_seed() + 21);
+  std::uniform_real_distribution<double> mant(0.5, 2.0);
+  std::uniform_int_distribution<int> expo(-20, 60);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  int skipped = 0;
+  for (int rep = 0; rep < 120; ++rep) {
+    std::vector<double> totals(4);
+    for (double& t : totals) {
+      t = std::ldexp(mant(gen), expo(gen));
+    }
+    const std::vector<std::uint32_t> flags(3, rep % 11 == 0 ? 1u : 0u);
+    const float max_norm = rep % 2 == 0 ? 0.0f : static_cast<float>(std::ldexp(mant(gen), rep % 30 - 5));
+    const float scales[] = {std::ldexp(1.0f, rep % 20), nan, inf, -2.0f, 0.0f};
+    const float scale = scales[rep % 7 < 3 ? 0 : rep % 5];
+    const float found_in = rep % 4 == 3 ? 1.0f : 0.0f;
+    float found = found_in;
+    zenflow::step_header got{};
+    ASSERT_EQ(zenflow::host::compute_step_header(totals.data(), 4, flags.data(), 3, 1.0f, max_norm, &got,
+                                                 nullptr, 0, nullptr, zenflow::step_scale_io{&scale, &found}),
+              cudaSuccess);
+    const bool bad_scale = !(std::isfinite(scale) && scale > 0.0f);
+    std::vector<std::uint32_t> want_flags = flags;
+    want_flags.push_back(bad_scale || found_in != 0.0f ? 1u : 0u);
+    zenflow::step_header want{};
+    ASSERT_EQ(zenflow::host::compute_step_header(totals.data(), 4, want_flags.data(), 4, bad_scale ? 1.0f : scale,
+                                                 max_norm, &want),
+              cudaSuccess);
+    SCOPED_TRACE("rep " + std::to_string(rep));
+    EXPECT_EQ(got.skip, want.skip);
+    EXPECT_EQ(bits(got.coef), bits(want.coef));
+    EXPECT_EQ(bits(got.squared_norm()), bits(want.squared_norm()));
+    EXPECT_EQ(found, want.skip != 0 ? 1.0f : 0.0f);
+    skipped += want.skip != 0 ? 1 : 0;
+  }
+  EXPECT_GT(skipped, 30);
+  EXPECT_LT(skipped, 90);
+}
+
 // ---- bad arguments: named, nothing written -------------------------------------------------------
 
 TEST(step_scalars_args, sq_norm_totals_names_the_bad_argument_and_writes_nothing) {

@@ -13,7 +13,15 @@
 ///    window's length; the boundary actions of its step number (close, jobs, drain) still happen.
 ///  - coef_t = min(1, clip / (||G_t|| / loss_scale + 1e-6)) / loss_scale (global norm over all
 ///    parameters), on every path (device, host accumulator, warm-up, vectors, baselines).
-///  - Parameter groups: lr x lr_scale on every path (the host window's before host_lr_scale's).
+///  - Parameter groups: lr x lr_scale on every path (the host window's before host_lr_scale's);
+///    set_lr_scale() changes it from the next step (a window's host update takes the scale of the
+///    step that closes it, as it takes that step's lr).
+///  - Per-step inputs (step_inputs, the engine's step_options): a loss scale that is not finite and
+///    > 0, or found_inf, makes a bad step; max_norm replaces the config's clipping (inf: none); a
+///    parameter without a gradient (no_grad, its gradient zeros) is not updated where it lives on
+///    the device (vectors, device channels: no count, no moment, no weight change) and its host
+///    channels add zero; a window in none of whose steps it had a gradient does not update it on
+///    the host (a synchronous step: that step).
 ///  - Selection steps: t >= W and (t - W) % config::select_interval_steps() == 0. At one, first
 ///    the previous window has closed (at t - 1), then every host job is drained and applied, then
 ///    the top-k of step t's raw gradient scores is taken (k = config::topk, ties to the lower
@@ -67,6 +75,16 @@ struct param_hyper {
   std::optional<double> weight_decay;
 };
 
+/// What one step takes beyond its gradients and lr (the engine's step_options): this step's loss
+/// scale and clipping threshold (unset: the config's), a scaler's found-inf, and the parameters
+/// without a gradient.
+struct step_inputs {
+  std::optional<double> loss_scale;
+  std::optional<double> max_norm;
+  bool found_inf = false;
+  std::vector<std::size_t> no_grad;
+};
+
 /// The float64 ZenFlow reference (and the two baselines, by `config::mode`).
 class zenflow_reference {
 public:
@@ -107,9 +125,12 @@ public:
     return add(false, 1, n, dt, initial, hyper);
   }
 
+  /// Parameter p's lr scale from the next step on.
+  void set_lr_scale(std::size_t p, double lr_scale) { params_.at(p).lr_scale = lr_scale; }
+
   /// One training step: `grads[p]` holds parameter p's gradient (working-precision values, the
-  /// layout of add_matrix), `lr` the step's learning rate.
-  void step(const std::vector<std::vector<float>>& grads, double lr) {
+  /// layout of add_matrix), `lr` the step's learning rate, `in` its other inputs.
+  void step(const std::vector<std::vector<float>>& grads, double lr, const step_inputs& in = {}) {
     if (grads.size() != params_.size()) {
       throw std::invalid_argument("zenflow_reference::step: one gradient per parameter expected");
     }
@@ -132,11 +153,23 @@ public:
         sq += static_cast<double>(x) * x;
       }
     }
-    const double ls = cfg_.loss_scale;
+    double ls = in.loss_scale.value_or(static_cast<double>(cfg_.loss_scale));
+    if (!(ls > 0.0 && std::isfinite(ls)) || in.found_inf) {
+      bad = true;
+      ls = 1.0;
+    }
+    const double clip = in.max_norm.value_or(static_cast<double>(cfg_.gradient_clipping));
     double coef = 1.0 / ls;
-    if (!bad && cfg_.gradient_clipping > 0.0f) {
+    if (!bad && clip > 0.0 && std::isfinite(clip)) {
       const double norm = std::sqrt(sq) / ls;
-      coef = std::min(1.0, static_cast<double>(cfg_.gradient_clipping) / (norm + 1e-6)) / ls;
+      coef = std::min(1.0, clip / (norm + 1e-6)) / ls;
+    }
+    std::vector<char> absent(params_.size(), 0);
+    for (const std::size_t i : in.no_grad) {
+      absent.at(i) = 1;
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      params_[i].had_grad = params_[i].had_grad || absent[i] == 0;
     }
     last_coef_ = bad ? 0.0 : coef;
     if (bad) {
@@ -148,8 +181,13 @@ public:
       if (!bad) {
         const bool host = cfg_.mode != zenflow::optimizer_mode::gpu_adamw; // warm-up runs on the host
         for (std::size_t i = 0; i < params_.size(); ++i) {
-          dense_update(params_[i], grads[i], coef, lr * params_[i].lr_scale, host);
+          if (absent[i] == 0) {
+            dense_update(params_[i], grads[i], coef, lr * params_[i].lr_scale, host);
+          }
         }
+      }
+      for (param& p : params_) { // a synchronous step is a window of its own
+        p.had_grad = false;
       }
       return;
     }
@@ -180,7 +218,9 @@ public:
         param& p = params_[i];
         const auto& g = grads[i];
         if (!p.matrix) {
-          dense_update(p, g, coef, lr * p.lr_scale);
+          if (absent[i] == 0) {
+            dense_update(p, g, coef, lr * p.lr_scale);
+          }
           continue;
         }
         double crit = 0.0;
@@ -188,6 +228,9 @@ public:
         for (std::int64_t j = 0; j < p.channels; ++j) {
           double mass = 0.0;
           if (p.is_sel[static_cast<std::size_t>(j)] != 0) {
+            if (absent[i] != 0) { // not stepped on the device (its gradient and mass are zero)
+              continue;
+            }
             const std::int32_t c = ++p.count[static_cast<std::size_t>(j)];
             for (std::int64_t e = j * p.len; e < (j + 1) * p.len; ++e) {
               const auto u = static_cast<std::size_t>(e);
@@ -309,6 +352,7 @@ private:
     std::int64_t crit_n = 0;
     double rest_sum = 0.0;    ///< Zen-auto: rest over the window's good steps (to t-2)
     double window_rest = 0.0; ///< host_lr_scale "snr": rest over all of the window's good steps
+    bool had_grad = false;    ///< a gradient in one of the open window's steps (step_inputs::no_grad)
   };
 
   struct job_result {
@@ -520,7 +564,7 @@ private:
       job.touched.resize(params_.size());
       for (std::size_t i = 0; i < params_.size(); ++i) {
         param& p = params_[i];
-        if (!p.matrix) {
+        if (!p.matrix || !p.had_grad) {
           continue;
         }
         double host_lr = lr * scale;
@@ -559,6 +603,7 @@ private:
       std::fill(p.acc.begin(), p.acc.end(), 0.0);
       p.rest_sum = 0.0;
       p.window_rest = 0.0;
+      p.had_grad = false;
     }
     if (cfg_.overlap_step) {
       write(pending_); // job w-1 first

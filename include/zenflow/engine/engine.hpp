@@ -28,6 +28,7 @@
 #include <zenflow/engine/parallel.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
+#include <zenflow/engine/step_options.hpp>
 #include <zenflow/optim/types.hpp>
 #include <zenflow/transport/pinned_ring.hpp>
 
@@ -150,10 +151,13 @@ public:
   /// that it is ordered after (the pack reads the gradient the backward wrote there). No host
   /// wait except back-pressure from a full D2H ring (a stall, counted in that step's report).
   ///
+  /// Announcing a parameter again before the step (its gradient changed since: a step not taken,
+  /// the gradients zeroed and another backward) reads its gradient again: what the last
+  /// announcement read is what the step uses, with the same bits as a single announcement.
+  ///
   /// Throws zenflow::invalid_argument, changing nothing: 'this' before initialize() or before a
-  /// due release_gradients(); 'param' for an unregistered parameter, or one already announced
-  /// for this step (once per parameter per step; after step() returns, announcements are for
-  /// the next step).
+  /// due release_gradients(); 'param' for an unregistered parameter. After step() returns,
+  /// announcements are for the next step.
   void grad_ready(param_id param, cudaStream_t stream = nullptr) { core_.grad_ready(param, stream); }
 
   /// Who orders your next gradient writes after a step's packs read them (docs/engine.md, "The
@@ -174,7 +178,25 @@ public:
   /// One optimizer step after the user's backward, with learning rate `lr`. Stream-ordered on
   /// `stream`; blocks only where docs/engine-semantics.md says (synchronous modes, the drain at a
   /// selection step, a host job not done at the close that must apply it), all counted as stall.
-  step_report step(float lr, cudaStream_t stream = nullptr) { return core_.step(lr, stream); }
+  /// `options`: this step's loss scale and found-inf (read and written on `stream`, no host wait),
+  /// clipping threshold and parameters without a gradient (step_options.hpp).
+  ///
+  /// Throws zenflow::invalid_argument, changing nothing: 'this' before initialize(); 'lr' not
+  /// finite and >= 0; 'options.max_norm' negative or NaN; 'options.no_grad' naming a parameter
+  /// that is not registered, or given to a data-parallel engine.
+  step_report step(float lr, cudaStream_t stream = nullptr, const step_options& options = {}) {
+    return core_.step(lr, stream, options);
+  }
+
+  /// Sets the lr scale of `param` (the registered `param_options::lr_scale`) from the next step()
+  /// on: lr_used = float(lr * lr_scale) on the device, and for a host window that closes from then
+  /// on (a window's host update takes the lr and the lr scales of the step that closes it, as it
+  /// takes that step's lr). Between steps, any number of times (a schedule per parameter group:
+  /// torch's param_groups whose learning rates do not keep one ratio). Not saved in a checkpoint
+  /// (set it again after load(), as the lr), and not part of the checkpoint's identity (the
+  /// registered scale is). Throws zenflow::invalid_argument naming 'param' (not registered) or
+  /// 'lr_scale' (not finite and >= 0), changing nothing.
+  void set_lr_scale(param_id param, float lr_scale) { core_.set_lr_scale(param, lr_scale); }
 
   /// Waits for every submitted host job and writes its weights (docs/engine-semantics.md, 6:
   /// the open window stays open), and for the host to have read every step so far (so
@@ -202,7 +224,8 @@ public:
   /// Steps taken so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return core_.steps(); }
 
-  /// The name, lr scale and weight decay `param` was registered with (after param_groups).
+  /// The name, lr scale and weight decay `param` was registered with (after param_groups; the lr
+  /// scale set_lr_scale() set since).
   [[nodiscard]] param_settings settings(param_id param) const {
     const auto& pi = core_.params()[core_.index(param)];
     return {pi.name, pi.lr_scale, pi.weight_decay};
@@ -261,6 +284,7 @@ public:
   /// Blocking. @throws invalid_argument as save().
   void load(const std::string& path, cudaStream_t stream = nullptr) {
     detail::engine_checkpoint<core_type>::load(core_, path, stream);
+    core_.restored();
   }
 
 private:

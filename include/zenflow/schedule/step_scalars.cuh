@@ -75,6 +75,7 @@ namespace device {
 /// @param zero        nullable: `zero_count` floats (device) zeroed, not overlapping `header`
 /// @param zero_count  >= 0
 /// @param stream      stream everything is ordered on
+/// @param io          nullable loss scale and found-inf where the step runs (step_scale_io)
 [[nodiscard]] inline cudaError_t compute_step_header(const double* totals,
                                                      std::int64_t tensors,
                                                      const std::uint32_t* flags,
@@ -84,10 +85,11 @@ namespace device {
                                                      step_header* header,
                                                      float* zero = nullptr,
                                                      std::int64_t zero_count = 0,
-                                                     cudaStream_t stream = nullptr) {
+                                                     cudaStream_t stream = nullptr,
+                                                     step_scale_io io = {}) {
   constexpr const char* fn = "zenflow::device::compute_step_header";
   const detail::step_header_args a{totals,   tensors, flags, flag_count, loss_scale,
-                                   max_norm, header,  zero,  zero_count};
+                                   max_norm, header,  zero,  zero_count, io};
   if (const cudaError_t e = detail::check_step_header_args(fn, a); e != cudaSuccess) {
     return e;
   }

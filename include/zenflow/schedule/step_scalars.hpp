@@ -103,6 +103,7 @@ sq_norm_totals(const sq_total_item* items, std::int64_t count, double* totals, w
 ///                    accumulators, which the L1 masses add into: one launch fewer on the device)
 /// @param zero_count  >= 0
 /// @param pool        unused (one tensor's worth of work); kept for the launcher shape
+/// @param io          nullable loss scale and found-inf where the step runs (step_scale_io)
 [[nodiscard]] inline cudaError_t compute_step_header(const double* totals,
                                                      std::int64_t tensors,
                                                      const std::uint32_t* flags,
@@ -112,11 +113,12 @@ sq_norm_totals(const sq_total_item* items, std::int64_t count, double* totals, w
                                                      step_header* header,
                                                      float* zero = nullptr,
                                                      std::int64_t zero_count = 0,
-                                                     worker_pool* pool = nullptr) {
+                                                     worker_pool* pool = nullptr,
+                                                     step_scale_io io = {}) {
   constexpr const char* fn = "zenflow::host::compute_step_header";
   (void)pool;
   const detail::step_header_args a{totals,   tensors, flags, flag_count, loss_scale,
-                                   max_norm, header,  zero,  zero_count};
+                                   max_norm, header,  zero,  zero_count, io};
   if (const cudaError_t e = detail::check_step_header_args(fn, a); e != cudaSuccess) {
     return e;
   }

@@ -17,6 +17,18 @@
 
 ZF_NAMESPACE_BEGIN
 
+/// compute_step_header's inputs that live where the step runs (device memory for the device
+/// primitive), read and written there so that a dynamic loss scale (torch's GradScaler) costs no
+/// host wait. Both nullable.
+/// - `loss_scale`: read instead of the `loss_scale` argument; one that is not finite and > 0 skips
+///   the step (as found-inf does) and counts as 1;
+/// - `found_inf`: read (non-zero: the step is skipped), then written 1 when the step is skipped,
+///   else 0 (what the scaler's update reads).
+struct step_scale_io {
+  const float* loss_scale = nullptr;
+  float* found_inf = nullptr;
+};
+
 /// The step's scalars as `compute_step_header` writes them (16 bytes, 4-byte aligned, so that it
 /// can open a record of floats; the engine's step record starts with one):
 /// - `coef`: coef_t, the factor every gradient of the step is multiplied by (loss-scale

@@ -82,6 +82,7 @@ struct step_header_args {
   step_header* header = nullptr;
   float* zero = nullptr;
   std::int64_t zero_count = 0;
+  step_scale_io io{};
 };
 
 /// Lane `lane`'s share of item `it`'s fp64 squared norm (`sq_total_lane` of its working type).
@@ -130,10 +131,22 @@ ZF_HOST_DEVICE inline void finish_step_header(const step_header_args& a) {
   for (std::int64_t i = 0; i < a.flag_count; ++i) {
     bad |= a.flags[i];
   }
+  float scale = a.io.loss_scale != nullptr ? *a.io.loss_scale : a.loss_scale;
+  // A scale that is not finite and > 0 (NaN fails both tests) skips the step, as found_inf does.
+  if (!(scale > 0.0f && scale <= 3.40282347e38f)) {
+    bad |= 1u;
+    scale = 1.0f;
+  }
+  if (a.io.found_inf != nullptr && *a.io.found_inf != 0.0f) {
+    bad |= 1u;
+  }
   float coef = 1.0f;
   std::uint32_t skip = 0;
-  finish_step_scalars(sum, bad, a.loss_scale, a.max_norm, &coef, &skip);
+  finish_step_scalars(sum, bad, scale, a.max_norm, &coef, &skip);
   write_step_header(a.header, coef, skip, sum);
+  if (a.io.found_inf != nullptr) {
+    *a.io.found_inf = skip != 0 ? 1.0f : 0.0f;
+  }
 }
 
 // ---- the host loops over the bodies (the host twins) ----------------------------------------------

@@ -149,7 +149,8 @@ private:
       const std::size_t cb = (*params_)[p].channel_bytes();
       std::memcpy(host[p].land.data() + static_cast<std::size_t>(s.meta.begin) * cb, s.data,
                   static_cast<std::size_t>(s.meta.end - s.meta.begin) * cb);
-      if (s.meta.begin == 0) {
+      // Announced again (grad_ready() after a step not taken): the new slots replace the old.
+      if (s.meta.begin == 0 && std::find(landed_.begin(), landed_.end(), p) == landed_.end()) {
         landed_.push_back(p);
       }
       return;

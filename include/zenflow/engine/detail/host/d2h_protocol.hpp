@@ -20,7 +20,8 @@
 ///   zenflow:               [grad_early_slot x (each matrix whose gradients grad_ready() streamed,
 ///                          in the order of the announcements, its positions ascending, the first
 ///                          slot at begin == 0; only once the host sets are known, never with data
-///                          parallel)], record_first_slot, grad_slot x (the other host-side
+///                          parallel; a matrix announced again sends its slots again, which replace
+///                          the first ones)], record_first_slot, grad_slot x (the other host-side
 ///                          parameters with a non-empty host set, in parameter order),
 ///                          record_last_slot
 ///

@@ -14,6 +14,7 @@
 ///   channel_sets         training thread -> consumer, window job (written at a selection, with
 ///                        every pushed slot consumed and no job running)
 ///   landing_buffer       training thread -> consumer, ordered by the ring's push
+///   window_params        training thread -> window job, ordered by the queue's submit
 #pragma once
 
 #include <algorithm>
@@ -303,6 +304,17 @@ public:
 
 private:
   std::vector<std::byte> bytes_;
+};
+
+/// What a closed window's host job updates with, fixed at the close: every parameter's lr scale
+/// then (engine::set_lr_scale may change it while the job runs) and whether the parameter had a
+/// gradient in any of the window's steps (step_options::no_grad). The training thread fills it at
+/// the close and hands it to the job by value through the queue's submit (or runs the job itself:
+/// a synchronous window). Empty vectors: every parameter had a gradient, at its current lr scale.
+struct window_params {
+  std::vector<float> lr_scale;
+  std::vector<std::uint8_t> had_grad;
+  [[nodiscard]] bool updates(std::size_t p) const noexcept { return had_grad.empty() || had_grad[p] != 0; }
 };
 
 } // namespace detail

@@ -105,9 +105,14 @@ public:
   /// One host window of accumulator `accumulator` (run_host_window) by window job `job`
   /// (begin_read's number), its new weights to `sink`; the seconds it took.
   template <class Sink>
-  double run_window(
-      std::size_t accumulator, std::int32_t n_w, float lr, worker_pool* pool, Sink& sink, std::uint64_t job) {
-    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, pool, progress_.drain_order(), sink,
+  double run_window(std::size_t accumulator,
+                    std::int32_t n_w,
+                    float lr,
+                    const window_params& wp,
+                    worker_pool* pool,
+                    Sink& sink,
+                    std::uint64_t job) {
+    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, wp, pool, progress_.drain_order(), sink,
                            [&](std::size_t p) { progress_.note_read(p, job); });
   }
   /// Where run_window puts the new weights when every parameter keeps an upload buffer.

@@ -21,6 +21,7 @@
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/host/handover.hpp>
 #include <zenflow/engine/detail/host/host_param.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/optim/adamw.hpp>
@@ -94,7 +95,8 @@ struct buffered_upload_sink {
 /// 0.9 and windows of 4 would otherwise remember 40 steps). The parameters go in `order` first
 /// (the order the next window's rows come in), then the others; `read(p)` is called once p's
 /// accumulator rows are read. Each parameter's update is its own, so the order changes no bit.
-/// Returns the seconds it took.
+/// `wp`: the lr scales and the parameters with a gradient in the window, as they were at its
+/// close (one without is not updated). Returns the seconds it took.
 template <class HostBuffer, class Sink, class Read>
 double run_host_window(const config& cfg,
                        const std::vector<param_info>& params,
@@ -102,6 +104,7 @@ double run_host_window(const config& cfg,
                        std::size_t accumulator,
                        std::int32_t n_w,
                        float lr,
+                       const window_params& wp,
                        worker_pool* pool,
                        const std::vector<std::size_t>& order,
                        Sink& sink,
@@ -117,8 +120,14 @@ double run_host_window(const config& cfg,
     if (!pi.host_side || h.host_set.empty()) {
       return;
     }
+    // Without a gradient in the window: no update; its upload gets the current master (steps 0),
+    // so that every window uploads and applies every host-side parameter alike.
+    const std::int32_t steps = wp.updates(p) ? n_w : 0;
     // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
     adamw_hparams hp = pi.hparams(cfg.adam, lr);
+    if (!wp.lr_scale.empty()) {
+      hp.lr = lr * wp.lr_scale[p]; // the scale at the close (pi.hparams' product, another scale)
+    }
     const double coherence =
         cfg.host_lr_scale == host_lr_scaling::snr
             ? rows_l1_norm(h.sum(a), h.shard.rows, pi.channel_len, h.shard.channels, pool) / rest_l1
@@ -139,8 +148,8 @@ double run_host_window(const config& cfg,
           const std::int64_t count = std::min(step, rows - b);
           auto* out = reinterpret_cast<T*>(sink.begin_rows(p, h.shard.pos + b, count));
           check(host::adamw_window<T, T, M>(st, h.sum(a).data() + b * pi.channel_len, h.shard.rows.data() + b,
-                                            count, nullptr, 1.0f, n_w, hp, out, pool, host::window_acc::keep,
-                                            cfg.host_moments_per_step && n_w > 0 ? n_w : 1,
+                                            count, nullptr, 1.0f, steps, hp, out, pool, host::window_acc::keep,
+                                            cfg.host_moments_per_step && steps > 0 ? steps : 1,
                                             h.shard.origin + h.shard.first, host::window_acc_rows::packed),
                 "zenflow::engine: adamw_window");
           sink.end_rows(p, h.shard.pos + b, count);

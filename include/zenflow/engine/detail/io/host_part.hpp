@@ -137,10 +137,18 @@ void save_host_rows(checkpoint_writer& out,
   const auto L = static_cast<std::size_t>(pi.channel_len);
   const std::vector<float> zeros(L, 0.0f);
   const float* acc = h.sum(a).data();
+  // Before the first step's selection the buffer may hold fewer rows than the host set (sized for
+  // the set it will keep; nothing is summed yet): the rows past it are written as zeros, not read
+  // past its end (a save right after initialize(), as accelerate's optimizer wrapper does).
+  const std::size_t held = L > 0 ? h.sum(a).size() / L : 0;
   out.begin_section(ckpt_tag(p, "acc"), n * 4);
   for (std::size_t c = 0, i = 0; c < static_cast<std::size_t>(h.shard.channels); ++c) {
-    const bool host_row = i < h.shard.rows.size() && static_cast<std::size_t>(h.shard.rows[i]) == c;
-    out.write(host_row ? acc + i++ * L : zeros.data(), L * 4);
+    const float* row = zeros.data();
+    if (i < h.shard.rows.size() && static_cast<std::size_t>(h.shard.rows[i]) == c) {
+      row = i < held ? acc + i * L : row;
+      ++i;
+    }
+    out.write(row, L * 4);
   }
   out.end_section();
   out.section(ckpt_tag(p, "rest_l1"), &h.rest_l1[a], 8);

@@ -39,7 +39,7 @@ registry_identity(const config& cfg, const std::vector<param_info>& params, int 
                               static_cast<std::int64_t>(pi.name.size())};
     put(f, sizeof f);
     put(pi.name.data(), pi.name.size());
-    put(&pi.lr_scale, 4);
+    put(&pi.registered_lr_scale, 4); // the current scale is the caller's, set like lr each step
     put(&pi.weight_decay, 4);
     if (pi.shard_total > 0) { // a sharded engine's: loadable only into the same ranges
       const std::int64_t sh[] = {pi.shard_first, pi.shard_total};

@@ -108,10 +108,10 @@ public:
   /// after_norms(), the fp64 per-tensor squared totals (overflow-safe for finite gradients), then
   /// coef_t and bad_t into the record, its crit masses zeroed (the rest masses: begin_rest_masses).
   template <class Hooks = no_step_hooks>
-  void prologue(float loss_scale, float max_norm, cudaStream_t stream, Hooks&& hooks = {}) {
+  void prologue(const step_scalar_inputs& in, cudaStream_t stream, Hooks&& hooks = {}) {
     norms(stream);
     hooks.after_norms(stream);
-    scalars(loss_scale, max_norm, stream);
+    scalars(in, stream);
   }
   /// A selection step's device work up to its one wait (P5): every matrix's importance (the
   /// prologue's squared L2, or the L1 norms here: one batched call per dtype), `hooks`'
@@ -194,8 +194,25 @@ public:
   }
 
   /// Fused selective AdamW on the device channels of every matrix (crit masses into the record)
-  /// and dense AdamW on the device-resident vectors, with the record's coef_t and skip flag.
+  /// and dense AdamW on the device-resident vectors, with the record's coef_t and skip flag;
+  /// parameters set_without_grad() names are left out.
   void update(float lr, const adamw_hparams& base, cudaStream_t stream);
+  /// The parameters the coming update() leaves out (step_options::no_grad; per parameter, non-zero:
+  /// no gradient this step). A change rebuilds the batched update's tables.
+  void set_without_grad(const std::vector<std::uint8_t>& without) {
+    if (without != without_grad_) {
+      without_grad_ = without;
+      batch_.dirty = true;
+    }
+  }
+  /// A parameter's lr scale changed (engine::set_lr_scale): the batched update's tables, which
+  /// carry it, are rebuilt before the next update.
+  void lr_scales_changed() noexcept { batch_.dirty = true; }
+  /// The early rest mass of `p` (a matrix) starts again from zero, after the packs enqueued so far
+  /// on `stream` (the pack stream): grad_ready() announces `p` again and packs it anew.
+  void restart_early_mass(std::size_t p, cudaStream_t stream) {
+    b_.zero(early_rest_.data() + dev_[p].matrix_index, 4, stream);
+  }
   /// Packs the gradients of host-set positions [begin, end) of `p` into `dst`; their rest mass
   /// goes into the record (after begin_rest_masses()), or (`early`: grad_ready(), before the step
   /// has its record) into the early masses that begin_rest_masses() moves into it.
@@ -292,7 +309,7 @@ private:
   /// Matrix `p`'s top-k, no output yet (a range of a larger one: the whole's, plan_inputs::whole).
   [[nodiscard]] topk_item topk_of(std::size_t p) const;
   void norms(cudaStream_t stream);
-  void scalars(float loss_scale, float max_norm, cudaStream_t stream);
+  void scalars(const step_scalar_inputs& in, cudaStream_t stream);
   void importance(channel_norm kind, cudaStream_t stream);
   bool select_top(std::vector<std::vector<std::int32_t>>& sets, std::size_t& d2h, cudaStream_t stream);
 
@@ -329,8 +346,14 @@ private:
   batch_table<T>& table() {
     return batch_.template of<T>();
   }
-  /// The parameters the batched update covers (rows on the device, not a dense vector).
-  [[nodiscard]] bool batched(std::size_t p) const { return dev_[p].k != 0 && !info(p).device_dense; }
+  /// The parameters the batched update covers (rows on the device, not a dense vector, a gradient
+  /// this step).
+  [[nodiscard]] bool batched(std::size_t p) const {
+    return dev_[p].k != 0 && !info(p).device_dense && !without_grad(p);
+  }
+  [[nodiscard]] bool without_grad(std::size_t p) const {
+    return p < without_grad_.size() && without_grad_[p] != 0;
+  }
   void build_batch(cudaStream_t stream);
 
   /// Waits for the plan's own work only (not the whole device: other work of the user's may run
@@ -443,8 +466,9 @@ private:
   std::size_t lists_at_ = 0;
   event_type migrated_{};
   bool migration_recorded_ = false;
-  event_type tail_{};           // recorded after init_device_state and update (wait_own_work)
-  batch_tables<Backend> batch_; // the batched update's (build_batch, device_plan_batch.hpp)
+  event_type tail_{};                      // recorded after init_device_state and update (wait_own_work)
+  batch_tables<Backend> batch_;            // the batched update's (build_batch, device_plan_batch.hpp)
+  std::vector<std::uint8_t> without_grad_; // per parameter (empty: none): left out of update()
 };
 
 } // namespace detail

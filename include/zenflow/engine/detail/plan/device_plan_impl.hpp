@@ -73,7 +73,7 @@ void device_plan<Backend>::norms(cudaStream_t stream) {
 }
 
 template <class Backend>
-void device_plan<Backend>::scalars(float loss_scale, float max_norm, cudaStream_t stream) {
+void device_plan<Backend>::scalars(const step_scalar_inputs& in, cudaStream_t stream) {
   const auto n = static_cast<std::int64_t>(params_->size()); // every parameter has its total and flag
   // (The operations keep their names in the pipeline trace: sq_totals, finish_scalars.)
   b_.run(stream, 0, "zenflow::engine: sq_totals",
@@ -82,11 +82,11 @@ void device_plan<Backend>::scalars(float loss_scale, float max_norm, cudaStream_
          });
   // The header, and the crit masses zeroed in the same launch (the update adds into them next).
   b_.run(stream, 0, "zenflow::engine: finish_scalars",
-         [totals = totals_.data(), n, flags = flags_.data(), loss_scale, max_norm,
+         [totals = totals_.data(), n, flags = flags_.data(), loss_scale = in.loss_scale, max_norm = in.max_norm,
           header = step_record_layout::header(record_words()), crit = layout_.crit(record_words(), 0),
-          matrices = layout_.matrices](auto prim, auto on) {
+          matrices = layout_.matrices, io = step_scale_io{in.loss_scale_at, in.found_inf}](auto prim, auto on) {
            return prim.compute_step_header(totals, n, flags, n, loss_scale, max_norm, header, crit, matrices,
-                                           on);
+                                           on, io);
          });
 }
 
@@ -102,11 +102,11 @@ void device_plan<Backend>::update(float lr, const adamw_hparams& base, cudaStrea
     const std::size_t first = i;
     const param_info& lead = info(dense_order_[i]);
     const dtype type = lead.type;
-    while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 && info(dense_order_[i]).type == type &&
-           info(dense_order_[i]).same_hparams(lead)) {
+    while (i < dense_order_.size() && dev_[dense_order_[i]].k != 0 && !without_grad(dense_order_[i]) &&
+           info(dense_order_[i]).type == type && info(dense_order_[i]).same_hparams(lead)) {
       ++i;
     }
-    if (i == first) { // a vector not on the device (yet)
+    if (i == first) { // a vector not on the device (yet), or without a gradient this step
       ++i;
       continue;
     }

@@ -50,6 +50,16 @@ struct plan_inputs {
   std::vector<whole_matrix> whole;
 };
 
+/// What a step's scalars (coef_t, the skip flag) are computed from beside the gradients: the
+/// loss scale and clipping threshold (the config's or step_options'), and step_options' loss scale
+/// and found-inf in the backend's memory (nullable), read and written where the scalars are.
+struct step_scalar_inputs {
+  float loss_scale = 1.0f;
+  float max_norm = 0.0f;
+  const float* loss_scale_at = nullptr;
+  float* found_inf = nullptr;
+};
+
 /// The step's hooks: a no-op at each point where a step completes the plan's numbers between two
 /// of its phases (prologue(), select_all()). A hook type has these two members.
 struct no_step_hooks {

@@ -54,8 +54,9 @@ struct param_info {
   std::int64_t ld = 0;
   channel_layout layout = channel_layout::contiguous;
   std::string name;
-  float lr_scale = 1.0f;     ///< resolved from param_options / param_groups
-  float weight_decay = 0.0f; ///< resolved from param_options / param_groups / config
+  float lr_scale = 1.0f;            ///< resolved from param_options / param_groups; engine::set_lr_scale
+  float registered_lr_scale = 1.0f; ///< lr_scale as registered (a checkpoint's identity)
+  float weight_decay = 0.0f;        ///< resolved from param_options / param_groups / config
   /// A sharded engine's matrix (param_options::shard): these channels are [shard_first,
   /// shard_first + channels) of a matrix of shard_total; shard_total 0: the whole matrix.
   std::int64_t shard_first = 0;

@@ -141,6 +141,7 @@ inline param_info checked_param(const config& cfg,
   pi.layout = layout;
   pi.name = options.name;
   pi.lr_scale = lr_scale;
+  pi.registered_lr_scale = lr_scale;
   pi.weight_decay = wd;
   pi.shard_first = options.shard ? options.shard->first : 0;
   pi.shard_total = options.shard ? options.shard->total : 0;

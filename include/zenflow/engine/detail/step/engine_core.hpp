@@ -16,8 +16,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -42,6 +44,7 @@
 #include <zenflow/engine/detail/step/window_close.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
+#include <zenflow/engine/step_options.hpp>
 #include <zenflow/optim/types.hpp>
 #include <zenflow/schedule/mass_trigger.hpp>
 #include <zenflow/schedule/zen_auto.hpp>
@@ -135,6 +138,7 @@ public:
     d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
+    had_grad_.assign(params_.size(), 0);
     std::optional<scoped_thread_affinity> first_touch(std::in_place, stats_.placement.pinned_cores());
     std::int64_t matrices = 0; // the backends number the matrices in the same order
     for (std::size_t p = 0; p < params_.size(); ++p) {
@@ -198,14 +202,21 @@ public:
     require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
             "is not a registered parameter");
     const auto p = static_cast<std::size_t>(param.index);
-    require(announced_[p] == announcement::none, fn, "param",
-            "was already announced for this step (once per parameter, before step())");
     if constexpr (requires { par_.announce(p, stream); }) {
-      par_.announce(p, stream); // data parallel: the buckets of final gradients reduced now
+      // Data parallel: the buckets of final gradients are reduced now, once (a gradient announced
+      // again, as a single engine allows, would be reduced twice).
+      require(announced_[p] == announcement::none, fn, "param",
+              "was already announced for this step (once per parameter data parallel, before step())");
+      par_.announce(p, stream);
     }
     const auto& pi = params_[p];
     auto& h = host_[p];
-    if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
+    if (announced_[p] == announcement::streamed) {
+      // Announced again (its gradient changed: a step not taken, then another backward): packed
+      // anew, its early mass restarted after the first packs; the consumer's landing buffer
+      // takes the new slots over the old ones.
+      plan_.restart_early_mass(p, d2h_.pack_stream());
+    } else if (!early_stream_step() || !pi.matrix || !pi.host_side || h.host_set.empty()) {
       announced_[p] = announcement::hint;
       return;
     }
@@ -224,13 +235,42 @@ public:
     d2h_.push_gradients(sched_.step, p, grad_early_slot, sched_.accumulator, stream, early_cost_);
   }
 
+  // ---- set_lr_scale ---------------------------------------------------------------------------
+
+  void set_lr_scale(param_id param, float lr_scale) {
+    constexpr const char* fn = "zenflow::engine::set_lr_scale";
+    require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
+            "is not a registered parameter");
+    require(std::isfinite(lr_scale) && lr_scale >= 0.0f, fn, "lr_scale", "must be finite and >= 0");
+    auto& pi = params_[static_cast<std::size_t>(param.index)];
+    if (std::memcmp(&pi.lr_scale, &lr_scale, 4) != 0) {
+      pi.lr_scale = lr_scale; // the host job reads its window's copy (window_params), not this
+      plan_.lr_scales_changed();
+    }
+  }
+
   // ---- step -----------------------------------------------------------------------------------
 
-  step_report step(float lr, cudaStream_t stream) {
+  step_report step(float lr, cudaStream_t stream, const step_options& opt) {
     constexpr const char* fn = "zenflow::engine::step";
     require(initialized(), fn, "this", "is not initialized (call initialize() first)");
     require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
+    require(!opt.max_norm || *opt.max_norm >= 0.0f, fn, "options.max_norm", "must be >= 0 (or +Inf)");
+    require(opt.no_grad.empty() || std::is_same_v<Policy, single_rank>, fn, "options.no_grad",
+            "is not supported data parallel (every rank steps every parameter)");
+    for (const param_id q : opt.no_grad) {
+      require(q.index >= 0 && static_cast<std::size_t>(q.index) < params_.size(), fn, "options.no_grad",
+              "holds a parameter that is not registered (" + std::to_string(q.index) + ")");
+    }
     d2h_.require_released(fn);
+    std::vector<std::uint8_t> without(params_.size(), 0);
+    for (const param_id q : opt.no_grad) {
+      without[static_cast<std::size_t>(q.index)] = 1;
+    }
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      had_grad_[p] |= without[p] == 0 ? 1 : 0;
+    }
+    plan_.set_without_grad(without);
     step_report rep{};
     const std::int64_t t = sched_.step;
     rep.step = t;
@@ -242,7 +282,9 @@ public:
     if (packs_before_prologue()) { // they need the gradients only: they run beside the prologue
       d2h_.begin_packs(stream, early_any_);
     }
-    plan_.prologue(cfg_.loss_scale, cfg_.gradient_clipping, stream, par_.hooks(t));
+    const float max_norm = opt.max_norm.value_or(cfg_.gradient_clipping);
+    plan_.prologue({cfg_.loss_scale, std::isinf(max_norm) ? 0.0f : max_norm, opt.loss_scale, opt.found_inf},
+                   stream, par_.hooks(t));
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       plan_.update(lr, cfg_.adam, stream);
       d2h_.push_record(t, record_first_slot, sched_.accumulator, stream, cost);
@@ -290,6 +332,10 @@ public:
     stats_.comm_bytes += cost.comm;
     account(cost);
   }
+
+  /// After a checkpoint's restore: the open window's steps before it are taken to have had every
+  /// gradient (the file does not say which parameters had none).
+  void restored() { std::fill(had_grad_.begin(), had_grad_.end(), 1); }
 
   // ---- reading --------------------------------------------------------------------------------
 
@@ -379,6 +425,18 @@ private:
     return sched_.host_sets_known(cfg_) && par_.packs_before_norms() && !d2h_.sums_on_device();
   }
 
+  /// What the window closing now updates with (handover.hpp): the lr scales now, and the
+  /// parameters with a gradient in one of its steps; the next window starts with none.
+  window_params take_window_params() {
+    window_params wp;
+    wp.lr_scale.reserve(params_.size());
+    for (const auto& pi : params_) {
+      wp.lr_scale.push_back(pi.lr_scale);
+    }
+    wp.had_grad = std::exchange(had_grad_, std::vector<std::uint8_t>(params_.size(), 0));
+    return wp;
+  }
+
   void drain(cudaStream_t stream, call_cost& cost) {
     jobs_.drain(sched_.job, sched_.windows_closed, stream, cost);
   }
@@ -392,7 +450,7 @@ private:
     d2h_.push_record(t, record_first_slot, sched_.accumulator, stream, cost);
     d2h_.begin_packs(stream, false);
     d2h_.push_all_gradients(t, announced_, sched_.accumulator, stream, cost);
-    jobs_.run_now(sched_.accumulator, lr, d2h_.pushed(), stream, cost);
+    jobs_.run_now(sched_.accumulator, lr, take_window_params(), d2h_.pushed(), stream, cost);
   }
 
   void zenflow_step(std::int64_t t, float lr, cudaStream_t stream, step_report& rep, call_cost& cost) {
@@ -433,7 +491,7 @@ private:
     // Zen-auto, select_on_mass_drop or the fixed length (semantics, 5 and 7).
     if (window_closes_after({cfg_, sched_, voter_, trigger_, pushed_before_prev_step_}, host_, t, length,
                             cost)) {
-      jobs_.close_window(sched_, cfg_.overlap_step, lr, stream, cost,
+      jobs_.close_window(sched_, cfg_.overlap_step, lr, take_window_params(), stream, cost,
                          [&](std::size_t a) { return d2h_.close_window(t, a, cost); });
       rep.window_closed = true;
     }
@@ -480,6 +538,8 @@ private:
   // grad_ready() (training thread): per parameter, and what it spent before the step
   std::vector<announcement> announced_;
   bool early_any_ = false;
+  // step(): per parameter, a gradient in one of the open window's steps (step_options::no_grad)
+  std::vector<std::uint8_t> had_grad_;
   call_cost early_cost_;
 };
 

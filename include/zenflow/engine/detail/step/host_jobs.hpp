@@ -101,14 +101,15 @@ public:
   }
 
   /// Submits the host window of accumulator `a` once the consumer has taken in the first `seq`
-  /// slots (the window's last ones): the training thread does not wait for them. With one
+  /// slots (the window's last ones): the training thread does not wait for them. `wp`: the
+  /// window's lr scales and parameters with a gradient (handover.hpp). With one
   /// accumulator buffer the next window's first step waits, parameter by parameter, for this job
   /// to have read it (host_side::begin_read; every exit of the job frees all). Returns the
   /// queue's window index.
-  std::int64_t submit(std::size_t a, float lr, std::uint64_t seq) {
+  std::int64_t submit(std::size_t a, float lr, window_params wp, std::uint64_t seq) {
     const std::uint64_t job = host_.begin_read(a);
     try {
-      return queue_->submit([this, a, lr, seq, job] {
+      return queue_->submit([this, a, lr, wp = std::move(wp), seq, job] {
         struct all_read { // whatever happens in the job, the consumer may write every row after it
           host_side_type& host;
           std::uint64_t job;
@@ -119,7 +120,7 @@ public:
         outcome_.produced = n_w > 0;
         if (n_w > 0) {
           plan_.wait_upload_done();
-          run(a, n_w, lr, job);
+          run(a, n_w, lr, wp, job);
         }
       });
     } catch (...) {
@@ -187,6 +188,7 @@ public:
   void close_window(schedule& sched,
                     bool overlap,
                     float lr,
+                    window_params wp,
                     cudaStream_t stream,
                     call_cost& cost,
                     PushWindow&& push_window) {
@@ -194,10 +196,10 @@ public:
     const open_window window = *sched.window;
     const std::int64_t w = sched.windows_closed++;
     if (!overlap) {
-      run_now(a, lr, push_window(a), stream, cost);
+      run_now(a, lr, wp, push_window(a), stream, cost);
     } else {
       drain(sched.job, sched.windows_closed, stream, cost);
-      const std::int64_t qw = submit(a, lr, push_window(a));
+      const std::int64_t qw = submit(a, lr, std::move(wp), push_window(a));
       sched.job = submitted_job{qw, w, window.start, window.start + window.length - 1};
       sched.accumulator ^= 1u;
     }
@@ -209,13 +211,18 @@ public:
   /// The host window of accumulator `a` run now, on the training thread, and applied: every slot
   /// pushed so far (`pushed`) consumed, the host AdamW, the new weights up and scattered (all a
   /// stall).
-  void run_now(std::size_t a, float lr, std::uint64_t pushed, cudaStream_t stream, call_cost& cost) {
+  void run_now(std::size_t a,
+               float lr,
+               const window_params& wp,
+               std::uint64_t pushed,
+               cudaStream_t stream,
+               call_cost& cost) {
     std::int32_t n_w = 0;
     timed_stall(cost, "synchronous window: gradients down", [&] { n_w = host_.take_n_w(a, pushed); });
     if (n_w > 0) {
       timed_stall(cost, "synchronous window: host AdamW", [&] {
         plan_.wait_upload_done();
-        run(a, n_w, lr, 0); // no window is open beside it: nobody waits for its reads
+        run(a, n_w, lr, wp, 0); // no window is open beside it: nobody waits for its reads
       });
       account();
       apply(stream, cost);
@@ -245,16 +252,16 @@ private:
   /// The host window of accumulator `a` (host_side::run_window) as window job `job`, its new
   /// weights up: through the stage as it goes, or from the upload buffers after it. Runs on the
   /// queue's executor or inline.
-  void run(std::size_t a, std::int32_t n_w, float lr, std::uint64_t job) {
+  void run(std::size_t a, std::int32_t n_w, float lr, const window_params& wp, std::uint64_t job) {
     const std::int64_t t0 = pipeline_trace::now();
     if (staged()) {
       plan_.begin_uploads();
       staged_sink sink{&plan_, &params_};
-      outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get(), sink, job);
+      outcome_.seconds = host_.run_window(a, n_w, lr, wp, pool_.get(), sink, job);
       plan_.end_uploads();
     } else {
       auto sink = host_.buffered_sink();
-      outcome_.seconds = host_.run_window(a, n_w, lr, pool_.get(), sink, job);
+      outcome_.seconds = host_.run_window(a, n_w, lr, wp, pool_.get(), sink, job);
       if (uploads_on_job_thread()) {
         upload();
       }
