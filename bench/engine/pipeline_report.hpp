@@ -392,6 +392,7 @@ inline std::string json_settings(
       << (o.chunk_ring ? "chunk_ring" : "whole_window") << "\""
       << ",\n  \"grad_ready\": " << (o.grad_ready ? "true" : "false") << ",\n  \"gradient_release\": \""
       << (o.release_by_caller ? "by_caller" : "at_step") << "\""
+      << ",\n  \"overlap_step\": " << (o.sync_windows ? "false" : "true")
       << ",\n  \"backward_share\": " << o.backward_share << ",\n  \"select_interval\": " << o.select_interval
       << ",\n  \"mass_drop\": " << o.mass_drop << ",\n  \"host_moments\": \""
       << zenflow::to_string(o.host_moments) << "\",\n  \"host_accumulators\": " << o.host_accumulators
@@ -523,7 +524,8 @@ inline void print_settings(const options& o) {
       "host B/p: everything the engine holds on the host per parameter (state, accumulators, pinned "
       "ring, upload); pred: the planner's step (zenflow::plan from C + K, B and the host bandwidth of "
       "this run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
-  std::printf("gradient release: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step");
+  std::printf("gradient release: %s; host windows: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step",
+              o.sync_windows ? "synchronous (overlap_step false)" : "overlapped (overlap_step true)");
   std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
               "step's last D2H copy after the end of its backward (median; nan: not measured here)\n",
               100.0 * o.backward_share, o.layers, o.compute_ms * o.backward_share / o.layers,

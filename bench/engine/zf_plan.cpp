@@ -32,7 +32,8 @@ void usage(const char* program) {
       "    [--mode zenflow|offload_sync|gpu_adamw] [--topk-ratio R] [--update-interval S]\n"
       "    [--moments fp32|bf16|int8] [--accumulate host|device] [--upload whole_window|chunk_ring]\n"
       "    [--host-accumulators 1|2] [--ring-slot-bytes B] [--max-interval S] [--zero 2|3]\n"
-      "    [--reduce-bucket-bytes B] [--reduce-in-place true|false] [--shard-headroom H] [--json]\n"
+      "    [--reduce-bucket-bytes B] [--reduce-in-place true|false] [--shard-headroom H]\n"
+      "    [--overlap-step true|false] [--json]\n"
       "  --machine: dgx-h100 = 8 GPUs of 80 GB, 2 TB host, 600 GB/s host (2 sockets x 300), 25 GB/s PCIe,\n"
       "             400 TFLOP/s achieved per GPU; workstation = 1 GPU of 80 GB, 128 GB host, 100 GB/s host,\n"
       "             25 GB/s PCIe, 400 TFLOP/s. Explicit options override it.\n"
@@ -42,7 +43,9 @@ void usage(const char* program) {
       "  --reduce-bucket-bytes, --reduce-in-place: ZeRO-2's fp32 reduction bucket (25 MiB) and where\n"
       "            the mean goes (true: your gradient buffers); --shard-headroom: ZeRO-3's device rows\n"
       "            above a shard's share of k (0.25): config's reduce_bucket_bytes, reduce_in_place,\n"
-      "            shard_state_headroom.\n",
+      "            shard_state_headroom.\n"
+      "  --overlap-step: true (the default here: the stall-free pipeline) or false (the engine's default:\n"
+      "            synchronous windows, the step that closes a window waits for its host job).\n",
       program);
 }
 
@@ -83,7 +86,7 @@ int parse(int argc, char** argv, cli& c) {
         "--step-ms",         "--tokens",    "--tflops",     "--mode",        "--topk-ratio",
         "--update-interval", "--moments",   "--accumulate", "--upload",      "--ring-slot-bytes",
         "--max-interval",    "--zero",      "--reduce-bucket-bytes", "--reduce-in-place", "--shard-headroom",
-        "--host-accumulators"};
+        "--host-accumulators", "--overlap-step"};
     bool known = false;
     for (const char* v : valued) {
       known = known || a == v;
@@ -204,6 +207,10 @@ int parse(int argc, char** argv, cli& c) {
       ok = integer(c.cfg.reduce_bucket_bytes, 256) && c.cfg.reduce_bucket_bytes < (std::int64_t{1} << 31) &&
            c.cfg.reduce_bucket_bytes % 4 == 0;
       why = "must be in [256, 2^31) and a multiple of 4";
+    } else if (a == "--overlap-step") {
+      ok = v == "true" || v == "false";
+      c.cfg.overlap_step = v == "true";
+      why = "expected true or false";
     } else if (a == "--reduce-in-place") {
       ok = v == "true" || v == "false";
       c.cfg.reduce_in_place = v == "true";
@@ -261,11 +268,12 @@ void print(const cli& c,
               hw.device_memory_bytes > 0 ? gb(hw.device_memory_bytes).c_str() : "(unchecked)");
   const auto& k = r.config;
   std::printf("config: %s, r = %g, S = %lld, moments %s, accumulate %s, host accumulators %d, upload %s, "
-              "ZeRO-%d\n\n",
+              "ZeRO-%d, %s windows\n\n",
               std::string(zenflow::to_string(k.mode)).c_str(), k.topk_ratio,
               static_cast<long long>(k.update_interval), std::string(zenflow::to_string(k.moments)).c_str(),
               std::string(zenflow::to_string(k.accumulate)).c_str(), k.host_accumulators,
-              std::string(zenflow::to_string(k.upload)).c_str(), k.sharded ? 3 : 2);
+              std::string(zenflow::to_string(k.upload)).c_str(), k.sharded ? 3 : 2,
+              k.overlap_step ? "overlapped" : "synchronous");
   std::printf("%-34s %9s %10s\n", "host (the node)", "B/param", "GB");
   const auto row = [&](const char* what, double bytes) {
     std::printf("  %-32s %9.2f %10s\n", what, bytes / P, gb(bytes).c_str());
@@ -356,7 +364,8 @@ std::string json_plan(const zenflow::plan_result& r) {
     << ", \"update_interval\": " << k.update_interval << ", \"moments\": \"" << zenflow::to_string(k.moments)
     << "\", \"accumulate\": \"" << zenflow::to_string(k.accumulate)
     << "\", \"host_accumulators\": " << k.host_accumulators << ", \"upload\": \""
-    << zenflow::to_string(k.upload) << "\", \"zero\": " << (k.sharded ? 3 : 2) << ", \"params\": " << r.params
+    << zenflow::to_string(k.upload) << "\", \"zero\": " << (k.sharded ? 3 : 2)
+    << ", \"overlap_step\": " << (k.overlap_step ? "true" : "false") << ", \"params\": " << r.params
     << ", \"host_bytes\": {\"state\": " << r.host.state << ", \"accumulators\": " << r.host.accumulators
     << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload << ", \"staging\": " << r.host.staging
     << ", \"total\": " << r.host.total()

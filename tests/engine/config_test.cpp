@@ -34,7 +34,7 @@ TEST(config, default_config_is_valid_and_matches_spec_defaults) {
   EXPECT_EQ(c.select_interval, 0);
   EXPECT_EQ(c.update_interval, 0);
   EXPECT_TRUE(c.auto_update());
-  EXPECT_TRUE(c.overlap_step);
+  EXPECT_FALSE(c.overlap_step); // synchronous windows: the accuracy study's worst case (docs/accuracy.md)
   EXPECT_EQ(c.auto_ratio, 0.99);
   EXPECT_EQ(c.pt_reserved_cores_perc, 0.5);
   EXPECT_FALSE(c.pin_host_threads); // placement is asked for: several ranks on one node would share cores

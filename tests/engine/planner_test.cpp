@@ -100,6 +100,38 @@ TEST(planner, zenflow_numbers_match_the_hand_computation) {
   expect_rel(f.device.upload, slot, "chunk_ring: one slot on the GPU");
 }
 
+/// Synchronous windows (overlap_step false, the engine's default): the step that closes a window
+/// waits for its host AdamW and its copy up; per step their time over S adds to the overlapped
+/// stages. The bytes are those of one accumulator with overlap.
+TEST(planner, synchronous_windows_add_the_host_window_to_the_step) {
+  const auto m = small_model();
+  auto hw = small_machine();
+  const double unsel = 2.0 * 900 * 512 + 231.0 * 1024;
+  zenflow::plan_config overlap;
+  zenflow::plan_config sync;
+  sync.overlap_step = false;
+  for (const double step_s : {5e-3, 1e-4}) { // the copies down under C, then above it
+    hw.step_s = step_s;
+    for (const std::int64_t S : {1, 2, 4}) {
+      overlap.update_interval = sync.update_interval = S;
+      const auto a = zenflow::plan(m, hw, overlap);
+      const auto b = zenflow::plan(m, hw, sync);
+      const double window = unsel * 22 / 10e9 / static_cast<double>(S); // bf16 moments: 22 B
+      const double up = unsel * 2 / static_cast<double>(S) / 1e9;
+      const double down = unsel * 2 / 1e9;
+      const double acc = unsel * 10 / 10e9;
+      expect_rel(b.predicted_step_s, std::max({step_s, down, acc}) + window + up, "C or the copies down, + window + up");
+      EXPECT_FALSE(b.stall_free) << S;
+      EXPECT_TRUE(b.feasible()) << "synchronous windows stall by design; they fit";
+      expect_rel(b.host.total(), a.host.total(), "the same host bytes as one accumulator with overlap");
+      expect_rel(b.device.total(), a.device.total(), "and device bytes");
+      EXPECT_GT(b.predicted_step_s, a.predicted_step_s) << S;
+    }
+  }
+  // Taken from an engine config: its default is synchronous windows.
+  EXPECT_FALSE(zenflow::plan_config::of(zenflow::config{}).overlap_step);
+}
+
 /// One accumulator buffer: the job has about one step (the next window's first step waits for its
 /// reads), whatever S, and it keeps pace with its staged copies up; two: S steps.
 TEST(planner, one_accumulator_gives_the_job_one_step) {

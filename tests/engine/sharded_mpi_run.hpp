@@ -1,7 +1,8 @@
 // The sharded engine's (ZeRO-3) harness under mpiexec, shared by sharded_mpi_test.cpp and
 // sharded_mpi_checkpoint_test.cpp (one binary: cpu.engine.sharded_mpi_np1/2/3): each rank's
-// sharded engine beside a one-rank host engine on the whole model fed the float64 rank-order mean,
-// and the backends the typed cases run on.
+// sharded engine (or, for the checkpoints that cross engines, a one-rank or owner-partition
+// engine) beside a one-rank host engine on the whole model fed the float64 rank-order mean, and
+// the backends the typed cases run on.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <zenflow/comm/shard.hpp>
 #include <zenflow/core/emulated_device.hpp>
 #include <zenflow/engine/checkpoint_file.hpp>
+#include <zenflow/engine/data_parallel.hpp>
 #include <zenflow/engine/emulated_backend.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
@@ -37,6 +39,20 @@ using namespace std::chrono_literals;
 using namespace zf_sharded_test;
 using zf_test::world_rank;
 using zf_test::world_size;
+
+/// An engine's world: MPI_COMM_WORLD, MPI_COMM_SELF (this rank alone), or the first `ranks` ranks
+/// of the world (MPI_COMM_NULL on the others).
+inline MPI_Comm world_of(int ranks) {
+  if (ranks <= 0 || ranks >= world_size()) {
+    return MPI_COMM_WORLD;
+  }
+  if (ranks == 1) {
+    return MPI_COMM_SELF;
+  }
+  MPI_Comm out = MPI_COMM_NULL; // collective over the world: every rank makes the same runs
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &out);
+  return out;
+}
 
 /// `self`: a world of this rank alone (MPI_COMM_SELF), an engine of another world size.
 inline zenflow::mpi_communicator make_comm(bool self = false) {
@@ -57,20 +73,37 @@ inline zenflow::shard_layout layout_for(const zenflow::config& cfg, int world) {
   return zenflow::shard_channels(list, world);
 }
 
-/// The sharded engine on `Backend` (host_backend, emulated_backend) and the one-rank reference.
-template <class T, bool Emulated, bool DeviceComm = false>
+/// The engine a run trains: one rank (`engine<Backend>`), the owner partition (ZeRO-2) or the
+/// sharded engine (ZeRO-3).
+enum class engine_kind { one_rank, zero2, zero3 };
+
+template <class Backend, class Comm, engine_kind Kind>
+using engine_of = std::conditional_t<Kind == engine_kind::one_rank,
+                                     zenflow::engine<Backend>,
+                                     std::conditional_t<Kind == engine_kind::zero2,
+                                                        zenflow::engine<Backend, Comm>,
+                                                        zenflow::engine<Backend, zenflow::sharded<Comm>>>>;
+
+/// An engine of `Kind` on `Backend` (host_backend, emulated_backend) and the one-rank reference.
+/// Its world (`ranks`, world_of): every rank (0), this rank alone (1: a one-rank engine's is), or
+/// the first `ranks`; each of its ranks r feeds grad_of(r, its ranks), the reference their mean.
+template <class T, bool Emulated, bool DeviceComm = false, engine_kind Kind = engine_kind::zero3>
 struct sharded_run {
   using backend = std::conditional_t<Emulated, zenflow::emulated_backend, zenflow::host_backend>;
   using comm_type = std::conditional_t<DeviceComm,
                                        zenflow::emulated_device_communicator<zenflow::mpi_communicator>,
                                        zenflow::mpi_communicator>;
-  using engine_type = zenflow::engine<backend, zenflow::sharded<comm_type>>;
+  using engine_type = engine_of<backend, comm_type, Kind>;
+  static constexpr bool whole_matrices = Kind != engine_kind::zero3; // every matrix registered whole
 
   zenflow::config cfg;
-  bool self = false; // the engine's world is this rank alone (fed the mean): another world size
-  zenflow::shard_layout layout = layout_for(cfg, self ? 1 : world_size());
-  int me = self ? 0 : world_rank();
-  zenflow::mpi_communicator trainer = make_comm(self); // the trainer's reduce-scatter
+  MPI_Comm world = MPI_COMM_WORLD;
+  bool member = true; // this rank is in the engine's world (else the run does nothing)
+  int world_n = 1;    // the engine's ranks
+  int me = 0;         // and this rank among them
+  bool self = false;  // the engine's world is this rank alone
+  zenflow::shard_layout layout;
+  std::unique_ptr<zenflow::mpi_communicator> trainer; // the trainer's reduce-scatter
   zenflow::emulated_device device{};
   cudaStream_t s = Emulated ? device.create_stream() : nullptr;
   std::vector<std::vector<T>> ref_w, ref_g, w, g;
@@ -79,31 +112,58 @@ struct sharded_run {
   std::unique_ptr<zenflow::engine<zenflow::host_backend>> ref;
   std::unique_ptr<engine_type> e;
 
-  explicit sharded_run(const zenflow::config& c, bool alone = false) : cfg(c), self(alone) {
+  explicit sharded_run(const zenflow::config& c, int ranks = 0)
+      : cfg(c), world(world_of(Kind == engine_kind::one_rank ? 1 : ranks)) {
+    member = world != MPI_COMM_NULL;
+    if (!member) {
+      return;
+    }
+    MPI_Comm_size(world, &world_n);
+    MPI_Comm_rank(world, &me);
+    self = world_n == 1;
+    own_shards = self;
+    layout = layout_for(cfg, world_n);
+    trainer = std::make_unique<zenflow::mpi_communicator>(world, zenflow::mpi_options{10s});
     std::size_t most = 1;
     for (std::size_t m = 0; m < layout.matrices(); ++m) {
       most = std::max(most, zenflow::shard_staging_floats(layout, m, me));
     }
     staging.resize(most);
     ref = std::make_unique<zenflow::engine<zenflow::host_backend>>(cfg);
-    if constexpr (DeviceComm) {
+    const zenflow::mpi_options o{10s};
+    if constexpr (Kind == engine_kind::one_rank) {
+      if constexpr (Emulated) {
+        e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device});
+      } else {
+        e = std::make_unique<engine_type>(cfg);
+      }
+    } else if constexpr (DeviceComm) {
       e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
-                                        comm_type(device, make_comm(self)));
+                                        comm_type(device, zenflow::mpi_communicator(world, o)));
     } else if constexpr (Emulated) {
-      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device}, make_comm(self));
+      e = std::make_unique<engine_type>(cfg, zenflow::emulated_backend{device},
+                                        zenflow::mpi_communicator(world, o));
     } else {
-      e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, make_comm(self));
+      e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, zenflow::mpi_communicator(world, o));
+    }
+  }
+  sharded_run(const sharded_run&) = delete;
+  sharded_run& operator=(const sharded_run&) = delete;
+  ~sharded_run() {
+    e.reset(); // the engine's communicator first (each duplicated `world`)
+    if (world != MPI_COMM_NULL && world != MPI_COMM_WORLD && world != MPI_COMM_SELF) {
+      MPI_Comm_free(&world);
     }
   }
 
   [[nodiscard]] std::int64_t first(std::size_t m) const {
-    return m < firsts_.size() ? firsts_[m] : layout.first(m, me);
+    return whole_matrices ? 0 : m < firsts_.size() ? firsts_[m] : layout.first(m, me);
   }
   [[nodiscard]] std::int64_t count(std::size_t m) const {
     return m < counts_.size() ? counts_[m] : layout.count(m, me);
   }
-  std::vector<std::int64_t> firsts_, counts_; // per matrix: the registered shard
-  bool own_shards = self;                     // not the layout's: fed the mean's rows directly
+  std::vector<std::int64_t> firsts_, counts_; // per matrix: the registered shard (whole: the matrix)
+  bool own_shards = false;                    // not the layout's: fed the mean's rows directly
 
   /// Registers the model on both engines. `shift`: this rank's shards start that many channels
   /// off (a misconfiguration); `moved`: every boundary between ranks one channel earlier (a valid
@@ -125,7 +185,10 @@ struct sharded_run {
         id.push_back(e->add_vector(w[p].data(), g[p].data(), sh.len, {.name = name}));
         continue;
       }
-      if (moved) {
+      if (whole_matrices) {
+        firsts_.push_back(0);
+        counts_.push_back(sh.channels);
+      } else if (moved) {
         own_shards = true;
         const bool last = me == layout.ranks() - 1;
         firsts_.push_back(first(m) - (me > 0 ? 1 : 0));
@@ -140,8 +203,10 @@ struct sharded_run {
       g.push_back(std::vector<T>(w.back().size()));
       ref_id.push_back(
           ref->add_matrix(ref_w[p].data(), ref_g[p].data(), sh.channels, sh.len, {.name = name}));
-      id.push_back(e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
-                                 {.name = name, .shard = zenflow::shard_range{f, sh.channels}}));
+      id.push_back(whole_matrices
+                       ? e->add_matrix(w[p].data(), g[p].data(), n, sh.len, {.name = name})
+                       : e->add_matrix(w[p].data(), g[p].data(), n, sh.len,
+                                       {.name = name, .shard = zenflow::shard_range{f, sh.channels}}));
       ++m;
     }
   }
@@ -163,15 +228,16 @@ struct sharded_run {
     e->initialize(s);
   }
 
-  /// Step `t`: every rank's gradients, the reference fed their mean, this rank's shard from the
-  /// trainer's reduce-scatter; both engines step and (`flush`) flush. Then the checks of the step.
+  /// Step `t`: every rank's gradients, the reference fed their mean; a sharded engine this rank's
+  /// shard from the trainer's reduce-scatter, the others this rank's whole gradient; both engines
+  /// step and (`flush`) flush. Then the checks of the step.
   void step(std::int64_t t, bool nan = false, bool huge = false, bool drift = false, bool flush = true) {
     std::size_t m = 0;
     for (std::size_t p = 0; p < kModel.size(); ++p) {
       const auto& sh = kModel[p];
       std::vector<std::vector<T>> all;
-      for (int r = 0; r < world_size(); ++r) {
-        all.push_back(grad_of<T>(r, world_size(), p, t, nan, huge, drift));
+      for (int r = 0; r < world_n; ++r) {
+        all.push_back(grad_of<T>(r, world_n, p, t, nan, huge, drift));
       }
       const std::vector<T> mean = mean_of(all);
       std::copy(mean.begin(), mean.end(), ref_g[p].begin()); // in place: the engine reads ref_g[p].data()
@@ -181,7 +247,7 @@ struct sharded_run {
         m += sh.matrix ? 1 : 0;
         continue;
       }
-      if (!sh.matrix) {
+      if (!sh.matrix || whole_matrices) {
         std::copy(all[static_cast<std::size_t>(me)].begin(), all[static_cast<std::size_t>(me)].end(),
                   g[p].begin());
         continue;
@@ -190,7 +256,7 @@ struct sharded_run {
                                                   sh.len, sh.len, zenflow::channel_layout::contiguous};
       const zenflow::channel_matrix<T> out{g[p].data(), count(m), sh.len, sh.len,
                                            zenflow::channel_layout::contiguous};
-      zenflow::reduce_scatter_shard(trainer, layout, m, mine, out, std::span<float>(staging), nullptr);
+      zenflow::reduce_scatter_shard(*trainer, layout, m, mine, out, std::span<float>(staging), nullptr);
       ++m;
     }
     const float lr = 1e-2f;
@@ -239,11 +305,13 @@ struct sharded_run {
   /// steps' masses (crit and rest per matrix, as floats), the voter's sums and the trigger's.
   void check_masses(std::int64_t t) {
     SCOPED_TRACE("masses at step " + std::to_string(t) + ", rank " + std::to_string(me));
-    const std::string base = ::testing::TempDir() + "zf_sharded_masses_" + std::to_string(world_size());
-    const std::string ref_path = base + "_ref_rank" + std::to_string(me) + ".ckpt";
+    // Every rank its own names (only it reads its files back).
+    const std::string base = ::testing::TempDir() + "zf_sharded_masses_" + std::to_string(world_size()) +
+                             "_" + std::to_string(world_rank());
+    const std::string ref_path = base + "_ref.ckpt";
     ref->save(ref_path);
     e->save(base + ".ckpt", s);
-    const zenflow::checkpoint_reader a(zenflow::checkpoint_rank_path(base + ".ckpt", me, world_size()));
+    const zenflow::checkpoint_reader a(zenflow::checkpoint_rank_path(base + ".ckpt", me, world_n));
     const zenflow::checkpoint_reader b(ref_path);
     for (const char* tag : {"engine/masses", "engine/voter", "engine/trigger"}) {
       const auto* want = b.find(tag);

@@ -135,7 +135,10 @@ struct config {
   std::int64_t select_interval = 0;                    ///< 0 = "auto"
   std::int64_t update_interval = 0;                    ///< 0 = "auto" (Zen-auto)
   std::int64_t full_warm_up_rounds = 0;                ///< >= 0
-  bool overlap_step = true;                            ///< DeepSpeed's (and a DeepSpeed file's): false
+  /// false (DeepSpeed's default too, since 2026-11-29): each window's host AdamW runs at its close
+  /// and the step waits for it. true: it runs during the next window (stall-free, one window
+  /// stale), which costs accuracy where a step moves the weights far (docs/accuracy.md).
+  bool overlap_step = false;
   double auto_ratio = 0.99;                            ///< [0, 1]; 0: close at min_update_interval
   double pt_reserved_cores_perc = 0.5;                 ///< [0, 1]; 1: the host pool gets one thread
   std::int64_t steps_per_epoch = 0;                    ///< 0 = unknown ("epoch" then rejected)

@@ -387,6 +387,12 @@ public:
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t stream) {
     return active() ? stats_over_ranks(plan_->backend(), comm_, s, sums_.data(), stream) : s;
   }
+  /// The whole matrix, the host rows of this rank's block (parallel_side.hpp).
+  [[nodiscard]] rank_part checkpoint_part(std::size_t p) const {
+    const auto& pi = (*params_)[p];
+    const auto [first, count] = block(p, pi, comm_.rank());
+    return {0, pi.channels, first, count};
+  }
 
 private:
   /// More than one rank: the step reduces the gradients, and each rank keeps the host state of

@@ -95,8 +95,6 @@ class parallel_side<Backend, sharded<Comm>, Host> {
 
 public:
   using argument_type = Comm;
-  /// load() takes another world's files, or other shards', re-sharded (io/reshard_part.hpp).
-  static constexpr bool reshards_checkpoints = true;
 
   explicit parallel_side(Comm comm) : comm_(std::move(comm)) {}
   parallel_side(const parallel_side&) = delete;
@@ -340,6 +338,8 @@ public:
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t stream) {
     return active() ? stats_over_ranks(plan_->backend(), comm_, s, sums_.data(), stream) : s;
   }
+  /// The shard, every row of it on the host (parallel_side.hpp).
+  [[nodiscard]] rank_part checkpoint_part(std::size_t p) const { return whole_part((*params_)[p]); }
 
 private:
   [[nodiscard]] bool active() const noexcept { return comm_.size() > 1; }

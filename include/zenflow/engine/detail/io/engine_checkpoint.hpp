@@ -5,9 +5,10 @@
 /// restores its own part (io/): the registry its identity (registry_part.hpp), the schedule its
 /// scalars, voter and trigger (schedule_part.hpp), the host state its rows and masses
 /// (host_part.hpp), the device plan its device rows (plan_part.hpp); the data-parallel policy
-/// names the rank's file. This file composes them over the engine's parts
-/// (engine_core::checkpoint_parts()). A sharded engine whose own file does not fit loads the
-/// saving world's files re-sharded (reshard_part.hpp) through the same checks and restores.
+/// names the rank's file and says which channels it holds (checkpoint_part). This file composes
+/// them over the engine's parts (engine_core::checkpoint_parts()). An engine whose own file does
+/// not fit (absent, or written for other channels: another world size, policy or shards) loads
+/// the saving world's files re-sharded (reshard_part.hpp) through the same checks and restores.
 ///
 /// Sections (little-endian; `p<i>` is the parameter of registration index i):
 ///
@@ -35,7 +36,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -86,36 +86,54 @@ struct engine_checkpoint {
     between_steps(core, "zenflow::engine::load", path);
     auto e = core.checkpoint_parts();
     const std::string own = rank_path(e, path);
+    const checkpoint_identity mine = identity(e);
     std::unique_ptr<checkpoint_reader> in;
-    if (!reshards || ckpt_file_exists(own)) {
+    if (ckpt_file_exists(own)) {
       in = std::make_unique<checkpoint_reader>(own); // structure and checksums
     }
-    if constexpr (reshards) {
-      // A sharded engine whose own file is absent or was written for other shards or another
-      // world size: its shard's state assembled from every file of the world that saved
-      // (reshard_part.hpp). A damaged own file, or one of another configuration, stays an error
-      // of that file (below: one that names a host_moments setting).
-      const checkpoint_identity mine = identity(e);
-      if (!in || (in->identity().config_hash == mine.config_hash && !same_identity(in->identity(), mine))) {
-        in.reset();
-        const ckpt_image img = reshard_image(e.cfg, e.params, e.host, e.par.rank(), e.par.ranks(), path,
-                                             e.voter.matrices(), e.jobs.overlapped());
-        load_from(e, img, stream);
-        return;
+    // This rank's own file when an engine of this layout wrote it; else (absent, or written for
+    // other channels: another world size, policy or shards) this rank's part assembled from
+    // every file of the world that saved (reshard_part.hpp). A damaged own file, or one of another
+    // configuration, stays an error of that file (below: one that names a host_moments setting).
+    if (!in || (in->identity().config_hash == mine.config_hash && !fits(*in, e, mine))) {
+      in.reset();
+      std::vector<rank_part> parts;
+      for (std::size_t p = 0; p < e.params.size(); ++p) {
+        parts.push_back(e.par.checkpoint_part(p));
       }
+      const ckpt_image img = reshard_image(e.cfg, e.params, e.host, parts, e.par.rank(), e.par.ranks(), path,
+                                           e.voter.matrices(), e.jobs.overlapped());
+      load_from(e, img, stream);
+      return;
     }
     // Before the config hash: an error that names the setting.
     same_host_moments(*in, e.cfg, e.params);
-    in->expect(identity(e));
+    in->expect(mine);
     load_from(e, *in, stream);
   }
 
 private:
   using parts = typename Core::checkpoint_parts_type;
-  /// The sharded policy's engines load another world's files (parallel_side::reshards_checkpoints).
-  static constexpr bool reshards = requires {
-    requires std::remove_cvref_t<decltype(std::declval<parts>().par)>::reshards_checkpoints;
-  };
+
+  /// True when `in`, this rank's own file, was written by an engine of this one's layout: its
+  /// identity, and a pending job's weights in the rows this engine's buffers hold (an owner
+  /// partition over a device communicator keeps its block's share, over a host one every row: the
+  /// same world's files of the other kind are assembled instead).
+  static bool fits(const checkpoint_reader& in, const parts& e, const checkpoint_identity& mine) {
+    if (!same_identity(in.identity(), mine)) {
+      return false;
+    }
+    for (std::size_t p = 0; p < e.params.size(); ++p) {
+      const auto& pi = e.params[p];
+      const checkpoint_section* up = pi.host_side ? in.find(ckpt_tag(p, "upload")) : nullptr;
+      if (up != nullptr && in.find(ckpt_tag(p, "sel")) != nullptr &&
+          up->bytes != upload_rows_after(pi, e.host[p], ckpt_read_set(in, ckpt_tag(p, "sel"), pi)) *
+                           pi.channel_bytes()) {
+        return false;
+      }
+    }
+    return true;
+  }
 
   /// `in`: this engine's own file, its identity checked, or a re-sharded image.
   template <class In>

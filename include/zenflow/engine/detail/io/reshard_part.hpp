@@ -1,24 +1,35 @@
 /// @file
-/// A sharded engine's load from the files of another world (docs/data-parallel.md,
-/// "Checkpoints"): when its own file is absent or was written for other shards, every rank reads
-/// every file of the world that saved (a shared file system) and assembles its new shard's state
-/// as a ckpt_image, which engine_checkpoint's one load path then checks and restores.
+/// An engine's load from files that another layout wrote (docs/checkpoint.md, "Another world
+/// size"): when this rank's own file is absent or was written for other channels (another world
+/// size, another policy, other shards), every rank reads every file of the world that saved (a
+/// shared file system) and assembles its own part's state as a ckpt_image, which
+/// engine_checkpoint's one load path then checks and restores. One path for every pair of
+/// engines: each file's part of each matrix (rank_part) is recovered from the file, this rank's
+/// comes from its policy (parallel_side::checkpoint_part), and the state goes across channel by
+/// channel.
 ///
 /// The world that saved: the files of this world size if `base.rank0-of-<ranks>` is there, else
-/// the one world whose rank 0 file is (`base` itself: one rank, a sharded engine's or a one-rank
-/// engine's file of the same model; `base.rank0-of-<n>`); several are ambiguous, none an error.
-/// Its shards are each file's row count (a rank's `counts`, or its device rows in gpu_adamw
-/// mode), in rank order; each file is then checked as a load checks one (structure, checksums,
-/// the configuration's hash, the parameter list's hash with that shard, its rank and world size)
-/// before anything is assembled. Assembled (old shard r: channels [f_r, f_r + c_r)):
+/// the one world whose rank 0 file is (`base` itself: one rank; `base.rank0-of-<n>`); several are
+/// ambiguous, none an error. Each file is checked as a load checks one (structure, checksums, the
+/// configuration's hash, the parameter list's hash, its rank and world size) before anything is
+/// assembled, and its parameter list says what it holds:
+/// - whole matrices (a one-rank engine's file, or an owner partition's rank's): the whole device
+///   set, the same in every file, and the host rows of a block; the blocks (each file's `counts`
+///   rows, in rank order) tile every host-side matrix;
+/// - shards (a sharded engine's): its shard's device set and host rows, the shard being the
+///   file's `counts` rows (its device rows in gpu_adamw mode), in rank order.
+/// A channel's state comes from the first file whose host rows hold it (a matrix without host
+/// rows: the first file that registered it). Assembled:
 /// - the scalars, masses, voter and trigger from rank 0's file, the others' equal to it (the byte
 ///   and time counters are rank 0's; the masses only when Zen-auto or the trigger reads them:
 ///   else each rank's own, read by nothing);
 /// - a vector's sections from rank 0's file, the others' equal to it;
-/// - a matrix's device sets (sel, dev_sel): the union of the old sets, each offset by f_r,
-///   within the new shard; its host rows (master, m, v, their int8 scales, counts, acc) and device
-///   rows (dev_rows, dev_counts) channel by channel from the file that held the channel; rest_l1
-///   the same in every file; the pending upload (host-set order) row by row from its owner's.
+/// - a matrix's device sets (sel, dev_sel), device rows (dev_rows, dev_counts) and host rows
+///   (master, m, v, their int8 scales, counts, acc) channel by channel from the channel's file,
+///   within this rank's part; rest_l1 the same in every file; the pending host job's weights
+///   (upload, host-set order) row by row from the row's file, which held them at its host-set
+///   position (the section holds every host-set row of the file's channels, or of its block only:
+///   its size says which; the rows of other blocks are not that file's to give).
 #pragma once
 
 #include <algorithm>
@@ -36,9 +47,11 @@
 #include <zenflow/engine/checkpoint_file.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/io/checkpoint_sections.hpp>
+#include <zenflow/engine/detail/io/host_part.hpp>
 #include <zenflow/engine/detail/io/plan_part.hpp>
 #include <zenflow/engine/detail/io/registry_part.hpp>
 #include <zenflow/engine/detail/io/schedule_part.hpp>
+#include <zenflow/engine/detail/policy/rank_part.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN
@@ -98,23 +111,26 @@ inline int ckpt_saved_world(const std::string& base, int ranks, const std::strin
   return found[0];
 }
 
-/// The parameter list of old rank `r`'s file: every matrix's shard {first, count} (`plain`: a
-/// one-rank engine's whole matrices, unsharded), its device capacity as initialize() set it.
-inline std::vector<param_info> ckpt_old_params(const config& cfg,
-                                               std::vector<param_info> params,
-                                               const std::vector<std::vector<std::int64_t>>& firsts,
-                                               const std::vector<std::vector<std::int64_t>>& counts,
-                                               std::size_t r,
-                                               bool plain) {
+/// The rows of every matrix in every file of the saving world, [p][r]: from channel 0 on, in rank
+/// order, each file's `counts` rows (host rows) or device rows (gpu_adamw).
+struct ckpt_rows {
+  std::vector<std::vector<std::int64_t>> first, count;
+};
+
+/// `params` as the engine that wrote a file registered them: every matrix whole (one rank, the
+/// owner partition), or (`shards`) as file r's rows of it (a sharded engine); each device
+/// capacity as initialize() set it.
+inline std::vector<param_info>
+ckpt_params_as(const config& cfg, std::vector<param_info> params, const ckpt_rows* shards, std::size_t r) {
   for (std::size_t p = 0; p < params.size(); ++p) {
     auto& pi = params[p];
     if (!pi.matrix) {
       continue;
     }
     const std::int64_t total = pi.whole_channels();
-    pi.channels = counts[p][r];
-    pi.shard_first = plain ? 0 : firsts[p][r];
-    pi.shard_total = plain ? 0 : total;
+    pi.channels = shards != nullptr ? shards->count[p][r] : total;
+    pi.shard_first = shards != nullptr ? shards->first[p][r] : 0;
+    pi.shard_total = shards != nullptr ? total : 0;
     pi.device_capacity = pi.matrix_capacity(cfg);
     pi.device_rows_most = pi.matrix_rows_most(cfg);
   }
@@ -148,30 +164,33 @@ inline std::vector<std::byte> ckpt_same_everywhere(const std::vector<std::unique
   return first;
 }
 
-/// The state of this rank's shard (`params`, `host`: this engine's) assembled from the files of
-/// checkpoint `base` (see the file comment). Reads only; throws checkpoint_error naming the file.
-template <class Host>
-ckpt_image reshard_image(const config& cfg,
-                         const std::vector<param_info>& params,
-                         const Host& host,
-                         int rank,
-                         int ranks,
-                         const std::string& base,
-                         std::size_t matrices,
-                         bool overlap) {
+/// The saving world's files, checked (see the file comment): what each holds of each matrix.
+struct ckpt_world {
+  std::vector<std::unique_ptr<checkpoint_reader>> in;
+  std::vector<std::vector<param_info>> params; // [r]: the parameter list as file r's engine registered it
+  std::vector<std::vector<rank_part>> parts;   // [p][r]: file r's part of matrix p
+  bool sharded = false;                        // shards, else whole matrices
+};
+
+/// Opens and checks every file of the world that saved checkpoint `base` (this rank: `rank` of
+/// `ranks`, registered `params` under `cfg`). Reads only; throws checkpoint_error naming the file.
+inline ckpt_world ckpt_open_world(
+    const config& cfg, const std::vector<param_info>& params, int rank, int ranks, const std::string& base) {
   const int n = ckpt_saved_world(base, ranks, checkpoint_rank_path(base, rank, ranks));
   const auto N = static_cast<std::size_t>(n);
-  std::vector<std::unique_ptr<checkpoint_reader>> in;
+  ckpt_world w;
   const std::uint64_t config_hash = registry_identity(cfg, {}, 0, 1).config_hash;
   for (int r = 0; r < n; ++r) {
-    in.push_back(std::make_unique<checkpoint_reader>(checkpoint_rank_path(base, r, n))); // checksums
-    if (in.back()->identity().config_hash != config_hash) { // the parameters and rank: below
-      checkpoint::fail(checkpoint_errc::other_config, in.back()->name(),
+    w.in.push_back(std::make_unique<checkpoint_reader>(checkpoint_rank_path(base, r, n))); // checksums
+    same_host_moments(*w.in.back(), cfg, params);             // an error that names the setting
+    if (w.in.back()->identity().config_hash != config_hash) { // the parameters and rank: below
+      checkpoint::fail(checkpoint_errc::other_config, w.in.back()->name(),
                        "written under another configuration (config hash differs)");
     }
   }
-  // The old shards: each file's rows, in rank order.
-  std::vector<std::vector<std::int64_t>> firsts(params.size()), counts(params.size());
+  ckpt_rows rows;
+  rows.first.resize(params.size());
+  rows.count.resize(params.size());
   for (std::size_t p = 0; p < params.size(); ++p) {
     if (!params[p].matrix) {
       continue;
@@ -179,37 +198,79 @@ ckpt_image reshard_image(const config& cfg,
     std::int64_t at = 0;
     for (std::size_t r = 0; r < N; ++r) {
       const std::string tag = ckpt_tag(p, params[p].host_side ? "counts" : "dev_sel");
-      const checkpoint_section* s = in[r]->find(tag);
+      const checkpoint_section* s = w.in[r]->find(tag);
       if (s == nullptr) {
-        checkpoint::fail(checkpoint_errc::other_parameters, in[r]->name(),
+        checkpoint::fail(checkpoint_errc::other_parameters, w.in[r]->name(),
                          "written for another parameter list (no section '" + tag + "')");
       }
-      firsts[p].push_back(at);
-      counts[p].push_back(static_cast<std::int64_t>(s->bytes / 4));
-      at += counts[p].back();
+      rows.first[p].push_back(at);
+      rows.count[p].push_back(static_cast<std::int64_t>(s->bytes / 4));
+      at += rows.count[p].back();
     }
   }
-  // Identity: this configuration, the parameter list with the file's shards, its rank of n.
-  std::vector<std::vector<param_info>> olds(N);
+  // What each file holds: its identity is that of this parameter list with whole matrices or
+  // with its shards, as its rank of n.
+  const std::vector<param_info> whole = ckpt_params_as(cfg, params, nullptr, 0);
   for (std::size_t r = 0; r < N; ++r) {
-    olds[r] = ckpt_old_params(cfg, params, firsts, counts, r, false);
-    if (n == 1 &&
-        same_identity(in[r]->identity(),
-                      registry_identity(cfg, ckpt_old_params(cfg, params, firsts, counts, r, true), 0, 1))) {
-      continue; // a one-rank engine's file of the same model (its device sets read as a shard's)
+    const checkpoint_reader& f = *w.in[r];
+    std::vector<param_info> shards = ckpt_params_as(cfg, params, &rows, r);
+    const checkpoint_identity as_whole = registry_identity(cfg, whole, static_cast<int>(r), n);
+    const checkpoint_identity as_shards = registry_identity(cfg, shards, static_cast<int>(r), n);
+    const bool is_whole = same_identity(f.identity(), as_whole);
+    const bool is_shards = !is_whole && same_identity(f.identity(), as_shards);
+    if (!is_whole && !is_shards) { // another parameter list, or a file of another rank or world
+      f.expect(f.identity().params_hash == as_shards.params_hash ? as_shards : as_whole);
+      checkpoint::fail(checkpoint_errc::other_parameters, f.name(), "written for another parameter list");
     }
-    in[r]->expect(registry_identity(cfg, olds[r], static_cast<int>(r), n));
+    if (r > 0 && is_shards != w.sharded) {
+      checkpoint::fail(checkpoint_errc::other_parameters, f.name(),
+                       std::string("holds ") + (is_shards ? "a sharded engine's shards" : "whole matrices") +
+                           ", " + w.in[0]->name() + (w.sharded ? " shards" : " whole matrices") +
+                           ": the files of two runs");
+    }
+    w.sharded = is_shards;
+    w.params.push_back(is_shards ? std::move(shards) : whole);
   }
+  w.parts.resize(params.size());
   for (std::size_t p = 0; p < params.size(); ++p) {
-    if (params[p].matrix && firsts[p].back() + counts[p].back() != params[p].whole_channels()) {
-      checkpoint::fail(checkpoint_errc::other_parameters, in[N - 1]->name(),
-                       "its shards of parameter " + std::to_string(p) + " end at channel " +
-                           std::to_string(firsts[p].back() + counts[p].back()) + " of " +
-                           std::to_string(params[p].whole_channels()));
+    if (!params[p].matrix) {
+      continue;
+    }
+    const std::int64_t total = params[p].whole_channels();
+    for (std::size_t r = 0; r < N; ++r) {
+      const std::int64_t f = rows.first[p][r], c = rows.count[p][r];
+      // Whole matrices without host rows (gpu_adamw): every file registered all of it.
+      const bool all = !w.sharded && !params[p].host_side;
+      w.parts[p].push_back(w.sharded ? rank_part{f, c, f, c}
+                                     : rank_part{0, total, all ? 0 : f, all ? total : c});
+    }
+    const std::int64_t end = rows.first[p].back() + rows.count[p].back();
+    if ((w.sharded || params[p].host_side) && end != total) {
+      checkpoint::fail(checkpoint_errc::other_parameters, w.in[N - 1]->name(),
+                       "its rows of parameter " + std::to_string(p) + " end at channel " +
+                           std::to_string(end) + " of " + std::to_string(total));
     }
   }
+  return w;
+}
 
-  ckpt_image img(base + " (re-sharded from " + std::to_string(n) + " file" + (n == 1 ? "" : "s") + ")");
+/// The state of this rank's part (`params`, `host`: this engine's; `mine`: per parameter its
+/// policy's checkpoint_part) assembled from the files of checkpoint `base` (see the file
+/// comment). Reads only; throws checkpoint_error naming the file.
+template <class Host>
+ckpt_image reshard_image(const config& cfg,
+                         const std::vector<param_info>& params,
+                         const Host& host,
+                         const std::vector<rank_part>& mine,
+                         int rank,
+                         int ranks,
+                         const std::string& base,
+                         std::size_t matrices,
+                         bool overlap) {
+  const ckpt_world w = ckpt_open_world(cfg, params, rank, ranks, base);
+  const auto& in = w.in;
+  const std::size_t N = in.size();
+  ckpt_image img(base + " (re-sharded from " + std::to_string(N) + " file" + (N == 1 ? "" : "s") + ")");
   // The global sections: one state on every rank.
   const ckpt_scalars s0 = read_scalars(*in[0], static_cast<std::int64_t>(matrices), overlap);
   for (std::size_t r = 1; r < N; ++r) {
@@ -244,27 +305,43 @@ ckpt_image reshard_image(const config& cfg,
       }
       continue;
     }
-    const std::int64_t F = pi.shard_first, C = pi.channels;
+    const rank_part& me = mine[p];
+    const std::int64_t F = me.first, C = me.channels;
+    const std::int64_t HF = me.host_first, HE = me.host_first + me.host_count;
     const auto L = static_cast<std::size_t>(pi.channel_len);
+    // The channels whose state file r gives, [lo[r], hi[r]): its host rows', less an earlier file's.
+    std::vector<std::int64_t> lo(N), hi(N);
+    std::int64_t given = 0; // the channels an earlier file gives: [0, given)
+    for (std::size_t r = 0; r < N; ++r) {
+      const rank_part& o = w.parts[p][r];
+      lo[r] = std::max(o.host_first, given);
+      hi[r] = std::max(lo[r], o.host_first + o.host_count);
+      given = hi[r];
+    }
+    const auto gives = [&](std::size_t r, std::int64_t c) {
+      return c >= lo[r] && c < hi[r] && c >= F && c < F + C;
+    };
     std::vector<std::vector<std::int32_t>> sel(N);
     std::vector<std::int32_t> new_sel, new_dev_sel, dev_counts;
     std::vector<float> dev_rows[3];
     for (std::size_t r = 0; r < N; ++r) {
-      const param_info& old = olds[r][p];
-      const std::int64_t f = firsts[p][r];
-      const auto mine = [&](std::int64_t c) { return f + c >= F && f + c < F + C; };
+      const param_info& old = w.params[r][p];
+      const std::int64_t f = w.parts[p][r].first;
       sel[r] = ckpt_read_set(*in[r], ckpt_tag(p, "sel"), old);
       for (const std::int32_t c : sel[r]) {
-        if (mine(c)) {
+        if (gives(r, f + c)) {
           new_sel.push_back(static_cast<std::int32_t>(f + c - F));
         }
       }
       const std::vector<std::int32_t> ds = check_device_rows(*in[r], p, old);
+      if (std::none_of(ds.begin(), ds.end(), [&](std::int32_t c) { return gives(r, f + c); })) {
+        continue; // (a world of whole matrices: the same rows in every file)
+      }
       const std::size_t k = ds.size();
       const auto rows = ckpt_bytes<float>(*in[r], ckpt_tag(p, "dev_rows"), 3 * k * L * 4);
       const auto dc = ckpt_bytes<std::int32_t>(*in[r], ckpt_tag(p, "dev_counts"), k * 4);
       for (std::size_t i = 0; i < k; ++i) {
-        if (!mine(ds[i])) {
+        if (!gives(r, f + ds[i])) {
           continue;
         }
         new_dev_sel.push_back(static_cast<std::int32_t>(f + ds[i] - F));
@@ -284,18 +361,21 @@ ckpt_image reshard_image(const config& cfg,
     if (!pi.host_side) {
       continue;
     }
-    // Host rows, channel order: the new shard's rows from the files that held them.
+    // Host rows, channel order: this rank's block from the files that hold it.
     const auto gather = [&](const char* what, std::size_t row_bytes) {
-      std::vector<std::byte> out(static_cast<std::size_t>(C) * row_bytes);
+      std::vector<std::byte> out(static_cast<std::size_t>(HE - HF) * row_bytes);
       for (std::size_t r = 0; r < N; ++r) {
-        const std::int64_t f = firsts[p][r], c = counts[p][r];
-        const auto all = ckpt_bytes(*in[r], ckpt_tag(p, what), static_cast<std::size_t>(c) * row_bytes);
-        const std::int64_t lo = std::max(F, f), hi = std::min(F + C, f + c);
-        if (lo < hi) {
-          std::memcpy(out.data() + static_cast<std::size_t>(lo - F) * row_bytes,
-                      all.data() + static_cast<std::size_t>(lo - f) * row_bytes,
-                      static_cast<std::size_t>(hi - lo) * row_bytes);
+        const rank_part& o = w.parts[p][r];
+        const std::size_t bytes = static_cast<std::size_t>(o.host_count) * row_bytes;
+        const std::int64_t a = std::max(HF, lo[r]), b = std::min(HE, hi[r]);
+        if (a >= b) {
+          ckpt_need(*in[r], ckpt_tag(p, what), bytes);
+          continue;
         }
+        const auto all = ckpt_bytes(*in[r], ckpt_tag(p, what), bytes);
+        std::memcpy(out.data() + static_cast<std::size_t>(a - HF) * row_bytes,
+                    all.data() + static_cast<std::size_t>(a - o.host_first) * row_bytes,
+                    static_cast<std::size_t>(b - a) * row_bytes);
       }
       img.put(ckpt_tag(p, what), std::move(out));
     };
@@ -311,32 +391,43 @@ ckpt_image reshard_image(const config& cfg,
     gather("acc", L * 4);
     img.put(ckpt_tag(p, "rest_l1"),
             ckpt_same_everywhere(in, ckpt_tag(p, "rest_l1"), "the window's rest mass"));
-    // The pending upload, host-set order: channel g's row from its owner, at its place there.
-    const std::size_t cb = pi.channel_bytes();
-    const std::size_t host_rows = static_cast<std::size_t>(C) - new_sel.size();
-    if (!upload || host_rows == 0) {
+    if (!upload) {
       continue;
     }
+    // The pending upload, host-set order: this rank's buffer's rows (every host-set row of its
+    // channels, or its block's share), each from its file, at its place there.
+    const std::size_t cb = pi.channel_bytes();
+    std::vector<std::int64_t> want; // whole-matrix channels
+    for (const std::int32_t c : complement(new_sel, C)) {
+      if (!host[p].upload_share || (F + c >= HF && F + c < HE)) {
+        want.push_back(F + c);
+      }
+    }
     std::vector<std::byte> out;
-    out.reserve(host_rows * cb);
+    out.reserve(want.size() * cb);
     for (std::size_t r = 0; r < N; ++r) {
-      const std::int64_t f = firsts[p][r], c = counts[p][r];
-      const std::size_t held = static_cast<std::size_t>(c) - sel[r].size();
-      const std::int64_t lo = std::max(F, f), hi = std::min(F + C, f + c);
-      if (lo >= hi || held == 0) {
+      const rank_part& o = w.parts[p][r];
+      const auto first_row = std::lower_bound(want.begin(), want.end(), lo[r]);
+      const auto last_row = std::lower_bound(first_row, want.end(), hi[r]);
+      if (first_row == last_row) {
         continue;
       }
+      std::vector<std::int64_t> hs; // the file's host set, whole-matrix channels
+      for (const std::int32_t c : complement(sel[r], o.channels)) {
+        hs.push_back(o.first + c);
+      }
+      // Its section: every host-set row, or those of its block (from `origin` on).
+      const auto block_lo = std::lower_bound(hs.begin(), hs.end(), o.host_first);
+      const auto block_hi = std::lower_bound(block_lo, hs.end(), o.host_first + o.host_count);
+      const checkpoint_section* sec = in[r]->find(ckpt_tag(p, "upload"));
+      const bool every = sec != nullptr && sec->bytes == hs.size() * cb;
+      const std::size_t held = every ? hs.size() : static_cast<std::size_t>(block_hi - block_lo);
+      const auto origin = every ? std::ptrdiff_t{0} : block_lo - hs.begin();
       const auto rows = ckpt_bytes(*in[r], ckpt_tag(p, "upload"), held * cb);
-      std::size_t pos = 0; // host-set position of channel f + c in rank r's file
-      for (std::int64_t ch = 0; ch < c; ++ch) {
-        if (std::binary_search(sel[r].begin(), sel[r].end(), static_cast<std::int32_t>(ch))) {
-          continue;
-        }
-        if (f + ch >= lo && f + ch < hi) {
-          out.insert(out.end(), rows.begin() + static_cast<std::ptrdiff_t>(pos * cb),
-                     rows.begin() + static_cast<std::ptrdiff_t>((pos + 1) * cb));
-        }
-        ++pos;
+      for (auto it = first_row; it != last_row; ++it) {
+        const std::ptrdiff_t pos = (std::lower_bound(hs.begin(), hs.end(), *it) - hs.begin()) - origin;
+        out.insert(out.end(), rows.begin() + pos * static_cast<std::ptrdiff_t>(cb),
+                   rows.begin() + (pos + 1) * static_cast<std::ptrdiff_t>(cb));
       }
     }
     img.put(ckpt_tag(p, "upload"), std::move(out));

@@ -85,7 +85,11 @@ struct plan_config {
   upload_policy upload = upload_policy::whole_window;
   std::int64_t ring_slot_bytes = 4 << 20;
   std::int32_t ring_slots = 0; ///< 0: the engine's automatic sizing
-  bool overlap_step = true;    ///< the window job runs beside the next window
+  /// true: the window's host job runs beside the next window (stall-free), which the planner plans
+  /// by default; the engine's default is false since 2026-11-29 (synchronous windows, for accuracy
+  /// at high learning rates: docs/accuracy.md), and plan_config::of(config) takes the config's.
+  /// false: the step that closes a window waits for its host job (predicted_step_s adds it).
+  bool overlap_step = true;
   /// config::host_accumulators: 1, one fp32 buffer of the unselected rows, which the next window's
   /// first step writes once the job has read it (so the job must fit in about one step); 2, one
   /// each (the job may take the whole next window, S steps).
@@ -196,7 +200,12 @@ struct plan_result {
   [[nodiscard]] double host_bytes_per_param() const noexcept { return host.total() / params; }
   [[nodiscard]] double device_bytes_per_param() const noexcept { return device.total() / params; }
   /// Stall-free and within both memories.
-  [[nodiscard]] bool feasible() const noexcept { return stall_free && fits_host && fits_device; }
+  /// Within both memories, and stall-free where the configuration asks for the overlapped pipeline
+  /// (synchronous windows stall by design: their price is in predicted_step_s).
+  [[nodiscard]] bool feasible() const noexcept {
+    const bool sync_windows = config.mode == optimizer_mode::zenflow && !config.overlap_step;
+    return (stall_free || sync_windows) && fits_host && fits_device;
+  }
 };
 
 /// Plans one configuration. Throws zenflow::invalid_argument naming the argument ('model',

@@ -453,6 +453,13 @@ inline plan_result plan(const plan_model& model, const plan_hardware& hw, const 
   const double stages = std::max({t.d2h, t.h2d, t.host_window, t.accumulate});
   r.predicted_step_s = sync ? t.compute + t.d2h + t.h2d + t.host_window + t.accumulate : r.bound.value;
   r.stall_free = zen ? stages <= t.compute * (1.0 + 1e-12) : !sync;
+  if (zen && !cfg.overlap_step) {
+    // Synchronous windows (the engine's default since 2026-11-29, docs/accuracy.md): the step that
+    // closes a window waits for the window's host AdamW and its copy up, so per step their time
+    // over S adds to the stages that still overlap the compute (the copies down, the accumulation).
+    r.predicted_step_s = std::max({t.compute, t.d2h, t.accumulate}) + t.host_window + t.h2d;
+    r.stall_free = false;
+  }
   r.fits_host = hw.host_memory_bytes == 0 || host.total() <= hw.host_memory_bytes;
   r.fits_device = hw.device_memory_bytes == 0 || dev.total() <= hw.device_memory_bytes;
   if (zen && cfg.moments == plan_moments::int8 && cfg.int8_block != 64) {

@@ -22,6 +22,7 @@
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
 #include <zenflow/engine/detail/plan/moment_rows.hpp>
+#include <zenflow/engine/detail/policy/rank_part.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/engine/param_state.hpp>
 
@@ -45,7 +46,8 @@ namespace detail {
 ///   since the last take_sent() sent;
 /// - migrate(p, new_sel, stream, comm_bytes): a re-selection's rows ({down, up} bytes);
 /// - gathers_windows(), gather_window(stream): a window's weights from every rank (bytes);
-/// - read_state(p, stream), summed(stats, stream): collectives with more than one rank.
+/// - read_state(p, stream), summed(stats, stream): collectives with more than one rank;
+/// - checkpoint_part(p): the channels of matrix `p` this rank's checkpoint file holds (rank_part.hpp).
 template <class Backend, class Policy, class Host>
 class parallel_side;
 

@@ -82,6 +82,8 @@ public:
     return read_whole_state(*plan_, p, (*params_)[p], (*host_)[p], stream);
   }
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t /*stream*/) const { return s; }
+  /// Every channel of every matrix (parallel_side.hpp).
+  [[nodiscard]] rank_part checkpoint_part(std::size_t p) const { return whole_part((*params_)[p]); }
 
 private:
   device_plan<Backend>* plan_ = nullptr;
