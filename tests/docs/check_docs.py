@@ -57,6 +57,10 @@ def enums_in(rel):
 def public_enums():
     headers = sorted("include/zenflow/engine/" + f for f in os.listdir(os.path.join(ROOT, "include/zenflow/engine"))
                      if f.endswith(".hpp"))
+    # The public headers that are thin hold their declarations in a detail header of their own.
+    headers += ["include/zenflow/engine/detail/config/config_decl.hpp",
+                "include/zenflow/engine/detail/checkpoint_file/checkpoint_file_decl.hpp",
+                "include/zenflow/engine/detail/planner/plan_decl.hpp"]
     headers += ["include/zenflow/math/norms.hpp", "include/zenflow/core/views.hpp"]
     enums = {}
     for h in headers:

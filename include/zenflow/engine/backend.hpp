@@ -27,7 +27,6 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/transport/copy_backend.hpp>
 
 ZF_NAMESPACE_BEGIN

@@ -22,8 +22,8 @@
 #include <cstdint>
 
 #include <zenflow/core/config.hpp>
+#include <zenflow/core/detail/fp.hpp>
 #include <zenflow/core/detail/moment_rounding.hpp>
-#include <zenflow/math/adam.hpp>
 
 ZF_NAMESPACE_BEGIN
 

@@ -17,9 +17,9 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/cpu_simd.hpp>
+#include <zenflow/core/detail/fp.hpp>
 #include <zenflow/core/detail/moment_rounding.hpp>
 #include <zenflow/core/dtype.hpp>
-#include <zenflow/math/fp.hpp>
 
 ZF_NAMESPACE_BEGIN
 

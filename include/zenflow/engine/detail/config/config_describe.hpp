@@ -1,6 +1,6 @@
 /// @file
 /// zenflow::config::describe(): the resolved configuration as text (the mode and why, the host
-/// windows, every setting and where it came from). Included by detail/config/config_impl.hpp.
+/// windows, every setting and where it came from). Included by <zenflow/engine/config.hpp>.
 #pragma once
 
 #include <array>
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/config/config_decl.hpp>
+#include <zenflow/engine/detail/config/config_impl.hpp>
 
 ZF_NAMESPACE_BEGIN
 

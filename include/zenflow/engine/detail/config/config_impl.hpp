@@ -1,10 +1,9 @@
 /// @file
 /// Definitions of zenflow::config's members that need no JSON: defaults, validation, the derived
 /// quantities and the enums' spellings (the JSON keys' names and the "did you mean" of an
-/// error: detail/config/config_keys.hpp). Included at the end of <zenflow/engine/config.hpp>; then
-/// includes describe() (detail/config/config_describe.hpp) and, when ZENFLOW_WITH_JSON is 1, the JSON
-/// reader's definitions (detail/config/config_json.hpp, then detail/config/config_json_members.hpp): a chain
-/// rather than several includes in config.hpp, so that each header also compiles on its own.
+/// error: detail/config/config_keys.hpp). Included by <zenflow/engine/config.hpp> after the
+/// declarations (detail/config/config_decl.hpp); describe() and the JSON reader's definitions are
+/// the headers that include this one, so that each compiles on its own and none includes back.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +21,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
-#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/config/config_decl.hpp>
 #include <zenflow/engine/detail/config/config_fail.hpp>
 #include <zenflow/engine/detail/config/config_keys.hpp>
 #include <zenflow/schedule/step_schedule.hpp>
@@ -362,10 +361,3 @@ inline void config::validate() const {
 }
 
 ZF_NAMESPACE_END
-
-// describe(): the resolved configuration as text.
-#include <zenflow/engine/detail/config/config_describe.hpp>
-
-#if ZENFLOW_WITH_JSON
-#  include <zenflow/engine/detail/config/config_json.hpp>
-#endif

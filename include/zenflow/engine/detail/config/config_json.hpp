@@ -1,10 +1,9 @@
 /// @file
 /// The DeepSpeed JSON reader's blocks (needs nlohmann-json: link zenflow::json): one function per
 /// block of the file (zero_optimization.zenflow, zenflow_ext, optimizer, fp16/bf16), each reading
-/// its keys into a config with their ranges and messages. Included at the end of
-/// detail/config/config_impl.hpp (so of <zenflow/engine/config.hpp>) when ZENFLOW_WITH_JSON is 1; not a
-/// public header on its own. Ends with detail/config/config_json_members.hpp, zenflow::config's JSON
-/// members that call these (a chain, as config.hpp's, so that each header compiles alone).
+/// its keys into a config with their ranges and messages. Included by <zenflow/engine/config.hpp>
+/// when ZENFLOW_WITH_JSON is 1, before detail/config/config_json_members.hpp (zenflow::config's JSON
+/// members, which call these and include this header); not a public header on its own.
 #pragma once
 
 #include <algorithm>
@@ -27,7 +26,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/core/log.hpp>
-#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/config/config_decl.hpp>
 #include <zenflow/engine/detail/config/config_impl.hpp>
 #include <zenflow/engine/detail/config/config_json_values.hpp>
 #include <zenflow/engine/detail/config/config_keys.hpp>
@@ -356,6 +355,3 @@ inline void read_precision_blocks(const nlohmann::json& ds, config& c, const jso
 } // namespace detail
 
 ZF_NAMESPACE_END
-
-// The members: from_deepspeed_json (the blocks in order, the mode, the unknown keys) and the writer.
-#include <zenflow/engine/detail/config/config_json_members.hpp>

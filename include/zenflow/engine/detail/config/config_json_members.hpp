@@ -3,7 +3,7 @@
 /// zenflow::json): the reader's entry points (from_deepspeed_json and its string and file forms:
 /// the blocks in order, the mode a file implies, the warnings on keys DeepSpeed would reject or
 /// ignore) and the writer (to_deepspeed_json). The blocks' readers are in detail/config/config_json.hpp,
-/// which includes this header at its end; not a public header on its own.
+/// which this header includes; <zenflow/engine/config.hpp> includes both. Not a public header on its own.
 #pragma once
 
 #include <fstream>
@@ -17,7 +17,7 @@
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/error.hpp>
-#include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/config/config_decl.hpp>
 #include <zenflow/engine/detail/config/config_fail.hpp>
 #include <zenflow/engine/detail/config/config_json.hpp>
 #include <zenflow/engine/detail/config/config_json_values.hpp>

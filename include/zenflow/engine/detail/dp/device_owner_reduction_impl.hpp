@@ -13,7 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/dp/device_owner_reduction.hpp>
+#include <zenflow/engine/detail/dp/device_owner_reduction_decl.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

@@ -94,26 +94,12 @@ public:
   /// moment type is moment_of_t<decltype(m)>.
   template <class F>
   decltype(auto) visit(F&& f) {
-    switch (precision_) {
-    case moment_precision::bf16:
-      return f(m16_.data(), v16_.data());
-    case moment_precision::int8:
-      return f(q8(0), q8(1));
-    default:
-      return f(m32_.data(), v32_.data());
-    }
+    return visit_arrays(*this, f);
   }
   /// The same, read-only (int8's q8_ptr points at the same codes: do not write through it).
   template <class F>
   decltype(auto) visit(F&& f) const {
-    switch (precision_) {
-    case moment_precision::bf16:
-      return f(m16_.data(), v16_.data());
-    case moment_precision::int8:
-      return f(q8(0), q8(1));
-    default:
-      return f(m32_.data(), v32_.data());
-    }
+    return visit_arrays(*this, f);
   }
 
   /// The stored bytes of m or v (`which` 0 or 1), size() * element_bytes() of them: checkpoints
@@ -137,6 +123,19 @@ public:
   [[nodiscard]] std::size_t scale_count() const noexcept { return ms_.size(); }
 
 private:
+  // Both visits' one switch: `Self` is host_moments or const host_moments, so the float and bf16
+  // arrays come typed as the caller may use them.
+  template <class Self, class F>
+  static decltype(auto) visit_arrays(Self& self, F& f) {
+    switch (self.precision_) {
+    case moment_precision::bf16:
+      return f(self.m16_.data(), self.v16_.data());
+    case moment_precision::int8:
+      return f(self.q8(0), self.q8(1));
+    default:
+      return f(self.m32_.data(), self.v32_.data());
+    }
+  }
   [[nodiscard]] q8_ptr q8(int which) const noexcept {
     auto& self = const_cast<host_moments&>(*this);
     return which == 0

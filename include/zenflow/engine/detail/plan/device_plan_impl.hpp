@@ -5,7 +5,7 @@
 /// device_plan_migrate.hpp).
 #pragma once
 
-#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan_decl.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -366,7 +366,3 @@ std::vector<channel_norm_item<T>> device_plan<Backend>::norm_items(const std::ve
 
 } // namespace detail
 ZF_NAMESPACE_END
-
-#include <zenflow/engine/detail/plan/device_plan_migrate.hpp>
-#include <zenflow/engine/detail/plan/device_plan_setup.hpp>
-#include <zenflow/engine/detail/plan/device_plan_upload.hpp>

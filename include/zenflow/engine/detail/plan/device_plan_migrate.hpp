@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan_decl.hpp>
 #include <zenflow/engine/detail/plan/moment_rows.hpp>
 
 ZF_NAMESPACE_BEGIN

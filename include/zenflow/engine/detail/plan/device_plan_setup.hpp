@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan_decl.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

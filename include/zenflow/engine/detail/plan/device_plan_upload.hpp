@@ -33,7 +33,7 @@
 #include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
-#include <zenflow/engine/detail/plan/device_plan.hpp>
+#include <zenflow/engine/detail/plan/device_plan_decl.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {

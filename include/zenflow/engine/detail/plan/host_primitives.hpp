@@ -79,6 +79,11 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
+/// The primitive set of the host and emulated backends. Its members that are not plain forwards
+/// (the masses beside the updates) and device_primitives' (cuda_backend.cuh) are twins on purpose:
+/// the same signatures, so that the plan calls `prim.name(args..., on)` once for every backend, and
+/// bodies that differ where the two compute the same bits by different routes (fused here, row
+/// by row there); only the signatures repeat.
 struct host_primitives {
   using exec_type = worker_pool*;
 

@@ -19,9 +19,9 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/planner/plan_decl.hpp>
 #include <zenflow/engine/detail/planner/plan_parallel.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
-#include <zenflow/engine/plan.hpp> // the declarations; plan.hpp includes this file at its end
 
 ZF_NAMESPACE_BEGIN
 

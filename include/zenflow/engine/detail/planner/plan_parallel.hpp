@@ -24,7 +24,6 @@
 #include <zenflow/engine/detail/dp/bucket_layout.hpp>
 #include <zenflow/schedule/types.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
-#include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 
 ZF_NAMESPACE_BEGIN

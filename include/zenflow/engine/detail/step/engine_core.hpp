@@ -42,6 +42,7 @@
 #include <zenflow/engine/detail/step/schedule.hpp>
 #include <zenflow/engine/detail/step/selection.hpp>
 #include <zenflow/engine/detail/step/window_close.hpp>
+#include <zenflow/engine/parallel.hpp>
 #include <zenflow/engine/param_state.hpp>
 #include <zenflow/engine/stats.hpp>
 #include <zenflow/engine/step_options.hpp>

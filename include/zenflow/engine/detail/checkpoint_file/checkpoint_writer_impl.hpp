@@ -1,7 +1,7 @@
 /// @file
 /// checkpoint_writer's definitions (<zenflow/engine/checkpoint_file.hpp>): a temporary file beside
 /// the target, streamed in 1 MiB chunks with each section's checksum, then fsync, an atomic rename
-/// and the directory's fsync at commit. The format's helpers: detail/io/checkpoint_file_impl.hpp.
+/// and the directory's fsync at commit. The format's helpers: detail/checkpoint_file/checkpoint_file_impl.hpp.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +22,8 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/xxhash.hpp>
 #include <zenflow/core/error.hpp>
-#include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/detail/io/checkpoint_file_impl.hpp>
+#include <zenflow/engine/detail/checkpoint_file/checkpoint_file_decl.hpp>
+#include <zenflow/engine/detail/checkpoint_file/checkpoint_file_impl.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -179,6 +179,12 @@ inline void checkpoint_writer::end_section() {
   impl_->trailer_hash.add_u64(sum);
   impl_->in_section = false;
   ++impl_->sections;
+}
+
+inline void checkpoint_writer::section(std::string_view tag, const void* data, std::size_t bytes) {
+  begin_section(tag, bytes);
+  write(data, bytes);
+  end_section();
 }
 
 inline void checkpoint_writer::commit() {

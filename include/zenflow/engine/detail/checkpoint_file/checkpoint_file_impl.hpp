@@ -1,9 +1,9 @@
 /// @file
 /// Implementation of <zenflow/engine/checkpoint_file.hpp> (POSIX I/O, xxHash's XXH3-64): the
 /// format's constants, its little-endian fields, the streaming hash and the errors that the writer
-/// and the reader share, and the free functions. Included at the end of checkpoint_file.hpp; ends
-/// with the writer (detail/io/checkpoint_writer_impl.hpp) and the reader
-/// (detail/io/checkpoint_reader_impl.hpp), a chain so that each of these headers compiles alone.
+/// and the reader share, and the free functions. Included by checkpoint_file.hpp after the
+/// declarations (checkpoint_file_decl.hpp, beside this file); the reader (checkpoint_reader_impl.hpp)
+/// and the writer (checkpoint_writer_impl.hpp) include this header, never the public one.
 #pragma once
 
 #include <cerrno>
@@ -18,7 +18,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/xxhash.hpp>
 #include <zenflow/core/error.hpp>
-#include <zenflow/engine/checkpoint_file.hpp>
+#include <zenflow/engine/detail/checkpoint_file/checkpoint_file_decl.hpp>
 
 ZF_NAMESPACE_BEGIN
 
@@ -157,7 +157,3 @@ inline std::uint64_t checkpoint_hash(std::span<const std::byte> bytes) noexcept 
 }
 
 ZF_NAMESPACE_END
-
-// The writer and the reader, which use the helpers above.
-#include <zenflow/engine/detail/io/checkpoint_reader_impl.hpp>
-#include <zenflow/engine/detail/io/checkpoint_writer_impl.hpp>

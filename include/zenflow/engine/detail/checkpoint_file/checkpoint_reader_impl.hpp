@@ -2,7 +2,7 @@
 /// checkpoint_reader's definitions (<zenflow/engine/checkpoint_file.hpp>): a file or a memory
 /// span checked whole when opened (header, every section's checksum, the trailer), then sections
 /// read by tag, each checked again as it is read. The format's helpers:
-/// detail/io/checkpoint_file_impl.hpp.
+/// detail/checkpoint_file/checkpoint_file_impl.hpp.
 #pragma once
 
 #include <algorithm>
@@ -22,8 +22,8 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/detail/xxhash.hpp>
 #include <zenflow/core/error.hpp>
-#include <zenflow/engine/checkpoint_file.hpp>
-#include <zenflow/engine/detail/io/checkpoint_file_impl.hpp>
+#include <zenflow/engine/detail/checkpoint_file/checkpoint_file_decl.hpp>
+#include <zenflow/engine/detail/checkpoint_file/checkpoint_file_impl.hpp>
 
 ZF_NAMESPACE_BEGIN
 
