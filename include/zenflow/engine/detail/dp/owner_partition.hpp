@@ -38,6 +38,7 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/dp/collectives.hpp>
+#include <zenflow/engine/detail/dp/comm_side.hpp>
 #include <zenflow/engine/detail/dp/device_owner_reduction.hpp>
 #include <zenflow/engine/detail/dp/grad_buckets.hpp>
 #include <zenflow/engine/detail/dp/host_owner_reduction.hpp>
@@ -62,14 +63,10 @@ inline bool split_by_owner(const config& cfg) {
 }
 
 template <class Backend, class Comm, class Host>
-class parallel_side<Backend, owner_partition<Comm>, Host> {
+class parallel_side<Backend, owner_partition<Comm>, Host> : public comm_side<Comm> {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
-  // A host communicator reads host memory; a device one, device memory (the emulated device's
-  // is host memory: emulated_device_communicator, stream-ordered on its streams).
-  static constexpr bool host_memory_backend = std::is_base_of_v<host_memory, Backend>;
-  static_assert(host_memory_backend ? !Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)
-                                    : Comm::is_device && !emulates_device_memory<Comm>,
+  static_assert(comm_fits_backend<Backend, Comm>,
                 "zenflow::engine: the communicator's memory (is_device) must be the backend's: "
                 "local/mpi_communicator for the host and emulated backends (or, on the emulated "
                 "backend, emulated_device_communicator), local_device/nccl_communicator for the "
@@ -80,16 +77,7 @@ class parallel_side<Backend, owner_partition<Comm>, Host> {
   static_assert(owner_reduction<reduction, owner_context<Backend, Comm, Host>>);
 
 public:
-  using argument_type = Comm;
-
-  explicit parallel_side(Comm comm) : comm_(std::move(comm)) {}
-  parallel_side(const parallel_side&) = delete;
-  parallel_side& operator=(const parallel_side&) = delete;
-
-  [[nodiscard]] Comm& comm() noexcept { return comm_; }
-  [[nodiscard]] const Comm& comm() const noexcept { return comm_; }
-  [[nodiscard]] int rank() const { return comm_.rank(); }
-  [[nodiscard]] int ranks() const { return comm_.size(); }
+  using comm_side<Comm>::comm_side;
   [[nodiscard]] const channel_partition& partition() const noexcept { return partition_; }
 
   /// initialize(), before anything is changed: every rank must hold the same configuration and
@@ -427,7 +415,7 @@ private:
     return {partition_.begin(m, r), partition_.count(m, r)};
   }
 
-  Comm comm_;
+  using comm_side<Comm>::comm_;
   const config* cfg_ = nullptr;
   device_plan<Backend>* plan_ = nullptr;
   std::vector<param_info>* params_ = nullptr;

@@ -40,6 +40,7 @@
 #include <zenflow/engine/backend.hpp>
 #include <zenflow/engine/config.hpp>
 #include <zenflow/engine/detail/dp/collectives.hpp>
+#include <zenflow/engine/detail/dp/comm_side.hpp>
 #include <zenflow/engine/detail/dp/mean_gradients.hpp>
 #include <zenflow/engine/detail/dp/shard_masses.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
@@ -80,30 +81,19 @@ inline std::string shard_tiling_error(std::span<const std::int64_t> ranks3) {
 }
 
 template <class Backend, class Comm, class Host>
-class parallel_side<Backend, sharded<Comm>, Host> {
+class parallel_side<Backend, sharded<Comm>, Host> : public comm_side<Comm>, public whole_rows_side<Backend, Host> {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
   // A device communicator's collectives are stream-ordered (no host wait): the emulated
   // device's, or NCCL's on the CUDA backend (device memory: nothing here reads it on the host).
   static constexpr bool device_comm = Comm::is_device;
-  static_assert(std::is_base_of_v<host_memory, Backend>
-                    ? !Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)
-                    : Comm::is_device && !emulates_device_memory<Comm>,
+  static_assert(comm_fits_backend<Backend, Comm>,
                 "zenflow::engine: sharded<Comm> takes local/mpi_communicator on the host or emulated "
                 "backend (or, on the emulated backend, emulated_device_communicator), "
                 "local_device/nccl_communicator on the CUDA backend");
 
 public:
-  using argument_type = Comm;
-
-  explicit parallel_side(Comm comm) : comm_(std::move(comm)) {}
-  parallel_side(const parallel_side&) = delete;
-  parallel_side& operator=(const parallel_side&) = delete;
-
-  [[nodiscard]] Comm& comm() noexcept { return comm_; }
-  [[nodiscard]] const Comm& comm() const noexcept { return comm_; }
-  [[nodiscard]] int rank() const { return comm_.rank(); }
-  [[nodiscard]] int ranks() const { return comm_.size(); }
+  using comm_side<Comm>::comm_side;
 
   /// initialize(), before anything changes: the same configuration and parameter list (whole
   /// matrices) on every rank, and each matrix's shards tiling [0, total) in rank order; else every
@@ -175,9 +165,7 @@ public:
                     Host& host,
                     std::size_t slot_bytes,
                     cudaStream_t stream) {
-    plan_ = &plan;
-    params_ = &params;
-    host_ = &host;
+    this->bind(plan, params, host);
     const Backend& b = plan.backend();
     std::size_t bytes = 0;
     // The vectors' mean: mean_gradients over them alone (the matrices' step gradients stay the
@@ -322,24 +310,9 @@ public:
   }
   [[nodiscard]] std::uint64_t take_sent() noexcept { return std::exchange(sent_, 0); }
 
-  std::pair<std::size_t, std::size_t>
-  migrate(std::size_t p, const std::vector<std::int32_t>& new_sel, cudaStream_t stream) {
-    return migrate_whole(*plan_, p, (*params_)[p], (*host_)[p], new_sel, stream);
-  }
-
-  [[nodiscard]] static constexpr bool gathers_windows() noexcept { return false; }
-  [[nodiscard]] static constexpr bool gathers_on_device() noexcept { return false; }
-  std::uint64_t gather_window(cudaStream_t /*stream*/) { return 0; }
-
-  /// The state of `p` as registered here: a matrix's shard, a vector whole.
-  param_state read_state(std::size_t p, cudaStream_t stream) {
-    return read_whole_state(*plan_, p, (*params_)[p], (*host_)[p], stream);
-  }
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t stream) {
     return active() ? stats_over_ranks(plan_->backend(), comm_, s, sums_.data(), stream) : s;
   }
-  /// The shard, every row of it on the host (parallel_side.hpp).
-  [[nodiscard]] rank_part checkpoint_part(std::size_t p) const { return whole_part((*params_)[p]); }
 
 private:
   [[nodiscard]] bool active() const noexcept { return comm_.size() > 1; }
@@ -415,11 +388,11 @@ private:
     std::int64_t at = 0; // its first channel in scores_ / rescans_
   };
 
-  Comm comm_;
+  using comm_side<Comm>::comm_;
+  using whole_rows_side<Backend, Host>::plan_;
+  using whole_rows_side<Backend, Host>::params_;
+  using whole_rows_side<Backend, Host>::host_;
   const config* cfg_ = nullptr;
-  device_plan<Backend>* plan_ = nullptr;
-  std::vector<param_info>* params_ = nullptr;
-  Host* host_ = nullptr;
   mean_gradients<Backend> mean_; // the vectors'
   bool has_vectors_ = false;
   plan_inputs inputs_;

@@ -273,17 +273,9 @@ public:
                          std::vector<std::int32_t>& sel,
                          cudaStream_t stream);
 
-  /// Writes `p`'s device-resident state (checkpoint restore): `k` compact rows of `master`, `m`,
-  /// `v` (k x channel_len each), `counts` and the ascending device set `sel` (k <= capacity).
-  /// Blocking (the host arrays may be pageable and are reused next).
-  void write_device_state(std::size_t p,
-                          std::int64_t k,
-                          const float* master,
-                          const float* m,
-                          const float* v,
-                          const std::int32_t* counts,
-                          const std::int32_t* sel,
-                          cudaStream_t stream);
+  /// Writes `p`'s device-resident state (checkpoint restore): `rows`, its k compact rows
+  /// (k <= capacity). Blocking (the host arrays may be pageable and are reused next).
+  void write_device_state(std::size_t p, const device_state_rows& rows, cudaStream_t stream);
 
 private:
   // setup()'s parts, in its order (device_plan_setup.hpp; the upload's: device_plan_upload.hpp).

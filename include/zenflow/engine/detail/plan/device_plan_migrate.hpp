@@ -395,23 +395,17 @@ void device_plan<Backend>::read_device_state(std::size_t p,
 }
 
 template <class Backend>
-void device_plan<Backend>::write_device_state(std::size_t p,
-                                              std::int64_t k,
-                                              const float* master,
-                                              const float* m,
-                                              const float* v,
-                                              const std::int32_t* counts,
-                                              const std::int32_t* sel,
-                                              cudaStream_t stream) {
+void device_plan<Backend>::write_device_state(std::size_t p, const device_state_rows& rows, cudaStream_t stream) {
   auto& d = dev_[p];
+  const std::int64_t k = rows.k;
   const auto n = static_cast<std::size_t>(k * info(p).channel_len);
   if (k > 0) {
-    b_.copy_h2d(d.master.data(), master, n * 4, stream);
-    b_.copy_h2d(d.m.data(), m, n * 4, stream);
-    b_.copy_h2d(d.v.data(), v, n * 4, stream);
-    b_.copy_h2d(dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), counts, static_cast<std::size_t>(k) * 4,
-                stream);
-    b_.copy_h2d(d.sel.data(), sel, static_cast<std::size_t>(k) * 4, stream);
+    b_.copy_h2d(d.master.data(), rows.master, n * 4, stream);
+    b_.copy_h2d(d.m.data(), rows.m, n * 4, stream);
+    b_.copy_h2d(d.v.data(), rows.v, n * 4, stream);
+    b_.copy_h2d(dense_slot_[p] >= 0 ? counts_of(p) : d.counts.data(), rows.counts,
+                static_cast<std::size_t>(k) * 4, stream);
+    b_.copy_h2d(d.sel.data(), rows.sel, static_cast<std::size_t>(k) * 4, stream);
   }
   d.k = k;
   batch_.dirty = true;

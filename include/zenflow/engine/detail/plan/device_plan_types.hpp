@@ -26,6 +26,17 @@ struct entering_rows {
   const std::int32_t* counts;
 };
 
+/// `k` compact device rows of one parameter in host memory (a checkpoint's, to restore): master,
+/// m and v (k x channel_len fp32 each), the Adam step counts and the ascending device set.
+struct device_state_rows {
+  std::int64_t k = 0;
+  const float* master = nullptr;
+  const float* m = nullptr;
+  const float* v = nullptr;
+  const std::int32_t* counts = nullptr;
+  const std::int32_t* sel = nullptr;
+};
+
 /// What the plan takes from outside at setup: a step that completes some per-channel numbers
 /// from rows this rank does not hold (the engine's data-parallel policy, detail/dp/) supplies
 /// them; a single-rank step leaves it empty.

@@ -107,5 +107,40 @@ param_state read_whole_state(
   });
 }
 
+/// The members of a side whose device and host rows are this rank's registered parameters
+/// whole (single_rank; sharded, whose rank registered its shard of each matrix): migration,
+/// state reads and the checkpoint part over the engine's plan, parameters and host state, bound
+/// at setup(), and no window to gather.
+template <class Backend, class Host>
+class whole_rows_side {
+public:
+  std::pair<std::size_t, std::size_t>
+  migrate(std::size_t p, const std::vector<std::int32_t>& new_sel, cudaStream_t stream) {
+    return migrate_whole(*plan_, p, (*params_)[p], (*host_)[p], new_sel, stream);
+  }
+
+  [[nodiscard]] static constexpr bool gathers_windows() noexcept { return false; }
+  [[nodiscard]] static constexpr bool gathers_on_device() noexcept { return false; }
+  std::uint64_t gather_window(cudaStream_t /*stream*/) { return 0; }
+
+  /// The state of `p` as registered here (a sharded rank's: its shard of a matrix, a vector whole).
+  param_state read_state(std::size_t p, cudaStream_t stream) {
+    return read_whole_state(*plan_, p, (*params_)[p], (*host_)[p], stream);
+  }
+  /// Every channel of `p` as registered here, every host row of it (rank_part.hpp).
+  [[nodiscard]] rank_part checkpoint_part(std::size_t p) const { return whole_part((*params_)[p]); }
+
+protected:
+  void bind(device_plan<Backend>& plan, std::vector<param_info>& params, Host& host) noexcept {
+    plan_ = &plan;
+    params_ = &params;
+    host_ = &host;
+  }
+
+  device_plan<Backend>* plan_ = nullptr;
+  std::vector<param_info>* params_ = nullptr;
+  Host* host_ = nullptr;
+};
+
 } // namespace detail
 ZF_NAMESPACE_END

@@ -24,7 +24,7 @@ ZF_NAMESPACE_BEGIN
 namespace detail {
 
 template <class Backend, class Host>
-class parallel_side<Backend, single_rank, Host> {
+class parallel_side<Backend, single_rank, Host> : public whole_rows_side<Backend, Host> {
 public:
   using argument_type = single_rank;
 
@@ -40,9 +40,7 @@ public:
                     Host& host,
                     std::size_t /*slot_bytes*/,
                     cudaStream_t /*stream*/) {
-    plan_ = &plan;
-    params_ = &params;
-    host_ = &host;
+    this->bind(plan, params, host);
     return 0;
   }
   [[nodiscard]] plan_inputs inputs() const { return {}; }
@@ -69,26 +67,12 @@ public:
   }
   [[nodiscard]] static constexpr std::uint64_t take_sent() noexcept { return 0; }
 
-  std::pair<std::size_t, std::size_t>
-  migrate(std::size_t p, const std::vector<std::int32_t>& new_sel, cudaStream_t stream) {
-    return migrate_whole(*plan_, p, (*params_)[p], (*host_)[p], new_sel, stream);
-  }
-
-  [[nodiscard]] static constexpr bool gathers_windows() noexcept { return false; }
-  [[nodiscard]] static constexpr bool gathers_on_device() noexcept { return false; }
-  std::uint64_t gather_window(cudaStream_t /*stream*/) { return 0; }
-
-  param_state read_state(std::size_t p, cudaStream_t stream) {
-    return read_whole_state(*plan_, p, (*params_)[p], (*host_)[p], stream);
-  }
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t /*stream*/) const { return s; }
-  /// Every channel of every matrix (parallel_side.hpp).
-  [[nodiscard]] rank_part checkpoint_part(std::size_t p) const { return whole_part((*params_)[p]); }
 
 private:
-  device_plan<Backend>* plan_ = nullptr;
-  std::vector<param_info>* params_ = nullptr;
-  Host* host_ = nullptr;
+  using whole_rows_side<Backend, Host>::plan_;
+  using whole_rows_side<Backend, Host>::params_;
+  using whole_rows_side<Backend, Host>::host_;
 };
 
 } // namespace detail
