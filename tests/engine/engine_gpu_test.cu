@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <zenflow/core/memory.hpp>
+#include <zenflow/engine/detail/dp/shard_mass.hpp>
 #include <zenflow/engine/engine.cuh>
 
 #include "accumulate_cases.hpp"
@@ -438,7 +439,7 @@ TEST_F(engine_gpu, batched_row_copies_are_bit_identical_to_the_host_loop) {
   }
 }
 
-// ZeRO-3's masses (dp/shard_masses.hpp): the kernel adds the ranks' gathered row masses in the
+// ZeRO-3's masses (dp/shard_masses.hpp): for_each_item's kernel adds the ranks' gathered row masses in the
 // host body's order (subnormal rows too), for a batch of matrices, with and without the skip flag.
 TEST_F(engine_gpu, sharded_masses_are_bit_identical_to_the_host_body) {
   using zenflow::detail::shard_mass_item;
@@ -476,12 +477,12 @@ TEST_F(engine_gpu, sharded_masses_are_bit_identical_to_the_host_body) {
   zenflow::device_buffer<std::uint32_t> d_skip(1);
   for (const std::uint32_t skip : {0u, 1u}) {
     ZF_CUDA_TRY(cudaMemcpy(d_skip.data(), &skip, 4, cudaMemcpyHostToDevice));
-    ZF_CUDA_TRY(zenflow::detail::device_primitives::shard_masses(d_items.data(), matrices, d_gathered.data(),
-                                                                 d_skip.data(), d_masses.data(),
-                                                                 d_masses.data() + matrices, nullptr));
+    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(zenflow::detail::device_primitives{}, d_items.data(), matrices,
+                                                 d_gathered.data(), d_skip.data(), d_masses.data(),
+                                                 d_masses.data() + matrices, nullptr));
     std::vector<float> want(2 * matrices, -1.0f), got(2 * matrices);
-    ZF_CUDA_TRY(zenflow::detail::host_primitives::shard_masses(
-        host_items.data(), matrices, gathered.data(), &skip, want.data(), want.data() + matrices, nullptr));
+    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(zenflow::detail::host_primitives{}, host_items.data(), matrices,
+                                                 gathered.data(), &skip, want.data(), want.data() + matrices, nullptr));
     ZF_CUDA_TRY(cudaMemcpy(got.data(), d_masses.data(), got.size() * 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "skip " << skip;
     EXPECT_GT(want[static_cast<std::size_t>(matrices)], 0.0f); // a real mass, not zeros

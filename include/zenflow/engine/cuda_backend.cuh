@@ -115,17 +115,11 @@ struct device_primitives {
     return device::l1_mass(mass, s);
   }
 
-  /// Sharded matrices' record masses from the ranks' gathered row masses (shard_mass.hpp).
-  static cudaError_t shard_masses(const shard_mass_item* items,
-                                  int n,
-                                  const float* gathered,
-                                  const std::uint32_t* skip,
-                                  float* crit,
-                                  float* rest,
-                                  cudaStream_t s) {
+  /// f(i) for every item i of [0, n), a thread per item (host_primitives' twin runs them in order).
+  template <class F>
+  static cudaError_t for_each_item(int n, const F& f, cudaStream_t s) {
     if (n > 0) {
-      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::shard_masses_kernel)
-      (items, n, gathered, skip, crit, rest);
+      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::for_each_item_kernel<F>)(f, n);
     }
     return launch_status();
   }

@@ -21,8 +21,8 @@
 
 #include <zenflow/comm/communicator.hpp>
 #include <zenflow/core/config.hpp>
+#include <zenflow/engine/detail/dp/shard_mass.hpp>
 #include <zenflow/engine/detail/plan/device_plan.hpp>
-#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
 #include <zenflow/schedule/types.hpp>
 
@@ -164,7 +164,7 @@ public:
     b.run(pack_stream, 0, "zenflow::engine: shard_masses",
           [items = items_.data(), M, g, skip = rec.record_skip(), crit = rec.record_crit(),
            rest = rec.record_rest()](auto prim, auto on) {
-            return prim.shard_masses(items, M, g, skip, crit, rest, on);
+            return shard_masses_on(prim, items, M, g, skip, crit, rest, on);
           });
     return seg_counts_[me] * 4;
   }

@@ -17,7 +17,6 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/worker_pool.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
-#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/optim/adamw.hpp>
@@ -129,16 +128,12 @@ struct host_primitives {
     return host::gather_channels(src, idx, count, dst, mass.l1, on);
   }
 
-  /// Sharded matrices' record masses from the ranks' gathered row masses (shard_mass.hpp).
-  static cudaError_t shard_masses(const shard_mass_item* items,
-                                  int n,
-                                  const float* gathered,
-                                  const std::uint32_t* skip,
-                                  float* crit,
-                                  float* rest,
-                                  exec_type) {
+  /// f(i) for every item i of [0, n), in order on the calling thread (the CUDA twin runs a thread
+  /// per item: `f` is a ZF_HOST_DEVICE functor whose items are independent).
+  template <class F>
+  static cudaError_t for_each_item(int n, const F& f, exec_type) {
     for (int i = 0; i < n; ++i) {
-      shard_masses_of(items[i], gathered, skip, crit, rest);
+      f(i);
     }
     return cudaSuccess;
   }

@@ -1,7 +1,7 @@
 /// @file
 /// The CUDA backend's kernels of the device plan's small operations (detail/plan/step_kernels.hpp
 /// holds their bodies, shared with the host loops): the early-mass adoption, an iota, count moves,
-/// device accumulation, a sharded matrix's masses, the batched row copies (row_copies.hpp) and the
+/// device accumulation, a table of items run through a functor (for_each_item), the batched row copies (row_copies.hpp) and the
 /// pack fused with its Zen-auto mass. The step's scalars and Zen-auto's masses themselves are the
 /// schedule layer's launchers (schedule/step_scalars.cuh, schedule/l1_mass.cuh).
 #pragma once
@@ -13,7 +13,6 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/kernel.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
-#include <zenflow/engine/detail/plan/shard_mass.hpp>
 #include <zenflow/engine/detail/plan/step_kernels.hpp>
 #include <zenflow/engine/detail/plan/window_sum.hpp>
 #include <zenflow/math/norms.hpp>
@@ -60,17 +59,13 @@ ZF_KERNEL void move_counts_kernel(count_moves m) {
   }
 }
 
-/// One thread per sharded matrix: its record masses from the gathered row masses.
-template <int = 0>
-ZF_KERNEL void shard_masses_kernel(const shard_mass_item* items,
-                                   int n,
-                                   const float* gathered,
-                                   const std::uint32_t* skip,
-                                   float* crit,
-                                   float* rest) {
+/// f(i) a thread per item i of [0, n): a small per-item body a caller of the backend supplies (a
+/// ZF_HOST_DEVICE functor, which host_primitives::for_each_item runs in order).
+template <class F>
+ZF_KERNEL void for_each_item_kernel(F f, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) {
-    shard_masses_of(items[i], gathered, skip, crit, rest);
+    f(i);
   }
 }
 

@@ -1,12 +1,15 @@
 /// @file
-/// A sharded matrix's Zen-auto masses (ZeRO-3, dp/shard_masses.hpp) from every rank's row masses
-/// (the schedule layer's l1_row values), written once as a host+device body: the host primitive
-/// set loops over it, the CUDA backend's shard_masses_kernel (kernels.cuh) runs it a thread per
-/// matrix. Shard code in plan/ until the engine's wing moves it to dp/.
+/// A sharded matrix's Zen-auto masses (ZeRO-3, shard_masses.hpp) from every rank's row masses
+/// (the schedule layer's l1_row values), written once as a host+device body that the backend's
+/// generic for_each_item runs a matrix per item: in order on the host and emulated backends'
+/// primitive set (plan/host_primitives.hpp), a thread per matrix on the CUDA backend's
+/// (cuda_backend.cuh, plan/kernels.cuh's for_each_item_kernel). The plan knows nothing of it.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#include <cuda_runtime_api.h>
 
 #include <zenflow/core/config.hpp>
 #include <zenflow/core/dtype.hpp>
@@ -15,7 +18,7 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// A sharded matrix's masses (ZeRO-3: dp/shard_masses.hpp) from every rank's row masses,
+/// A sharded matrix's masses (ZeRO-3: shard_masses.hpp) from every rank's row masses,
 /// gathered: rank r's part holds, at `count_at`, its device-set row count (int32 bits), and at
 /// `rows_at` its `rows` row masses (l1_row's values), its device-set rows ascending, then its
 /// host-set rows ascending. The ranks' shards are contiguous and in rank order, so the parts in
@@ -65,6 +68,32 @@ ZF_HOST_DEVICE inline void shard_masses_of(
     }
   }
   rest[it.matrix] = in_call > 0 ? add_f(mass, call) : mass;
+}
+
+/// shard_masses_of over a table of items: for_each_item's body, item i a matrix.
+struct shard_masses_body {
+  const shard_mass_item* items = nullptr;
+  const float* gathered = nullptr;
+  const std::uint32_t* skip = nullptr;
+  float* crit = nullptr;
+  float* rest = nullptr;
+
+  ZF_HOST_DEVICE void operator()(int i) const { shard_masses_of(items[i], gathered, skip, crit, rest); }
+};
+
+/// The record masses of `n` sharded matrices (`items`, `gathered`, `skip`, `crit` and `rest` in
+/// the memory of primitive set `Prim`: host_primitives or the CUDA backend's device_primitives),
+/// on `on` (a worker pool or nullptr; a stream). Stream-ordered on a device; returns its status.
+template <class Prim>
+cudaError_t shard_masses_on(Prim prim,
+                            const shard_mass_item* items,
+                            int n,
+                            const float* gathered,
+                            const std::uint32_t* skip,
+                            float* crit,
+                            float* rest,
+                            typename Prim::exec_type on) {
+  return prim.for_each_item(n, shard_masses_body{items, gathered, skip, crit, rest}, on);
 }
 
 } // namespace detail
