@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 #include <zenflow/comm/partition.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/registry/params.hpp> // upload_stage_chunks
 #include <zenflow/engine/stats.hpp>
 
 namespace zf_bench_dp {
@@ -90,7 +92,7 @@ inline zenflow::channel_partition blocks_of(const std::vector<tensor>& list, int
 }
 
 /// Rank `rank`'s bytes by term, from the engine's allocations (engine_core, device_plan_setup,
-/// host_param: fp32 host moments, ZenFlow, whole-window upload), `s` bytes a working weight:
+/// host_param: ZenFlow, whole-window upload), `s` bytes a working weight:
 ///   weights_grads       the trainer's weights and gradients the engine reads: ZeRO-2 the whole
 ///                       model, ZeRO-3 the shards of the matrices and the vectors whole;
 ///   device_selected     fp32 master, m, v of the device set + an int32 count and index per row:
@@ -99,12 +101,13 @@ inline zenflow::channel_partition blocks_of(const std::vector<tensor>& list, int
 ///                       (`grown`: per matrix, a selection crowded the shard: min(k, c));
 ///   device_vector       the vectors' fp32 master, m, v + count and index, + one int32 per vector;
 ///   device_upload       the window's new weights: every registered row of each matrix (s B);
-///   host_state          fp32 master, m, v of its block + an int32 count per row (the same block
-///                       under both);
-///   host_accumulators   two fp32 window sums of its block (overlap_step);
-///   host_upload         pinned upload buffer: ZeRO-2 over a host communicator every row (the
-///                       window's all-gather lands there), over a device communicator its block;
-///                       ZeRO-3 its shard's rows.
+///   host_state          fp32 master, m, v (fp32 or bf16: host_moments) of its block + an int32
+///                       count per row (the same block under both);
+///   host_accumulators   one fp32 window sum of its block (two with overlap_step and
+///                       host_accumulators 2);
+///   host_upload         ZeRO-2 over a host communicator: a pinned buffer of every row (the
+///                       window's all-gather lands there); otherwise (whole_window) the upload
+///                       stage's pinned chunks, upload_stage_chunks x ring_slot_bytes.
 /// Not here (measured only): the D2H ring and staging (its block's D2H), the device scratch.
 inline nlohmann::json memory_formula(const std::vector<tensor>& list,
                                      const zenflow::channel_partition& part,
@@ -116,6 +119,14 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
                                      const std::vector<char>& grown = {}) {
   double wg = 0, sel = 0, vec = 0, up = 0, state = 0, acc = 0, hup = 0, vectors = 0;
   std::size_t m = 0;
+  if (cfg.host_moments == zenflow::moment_precision::int8) {
+    throw std::invalid_argument("memory_formula: int8 host moments are not in the formula");
+  }
+  const double moment_bytes = cfg.host_moments == zenflow::moment_precision::fp32 ? 4.0 : 2.0;
+  // whole_window: the job's new weights go up through the upload stage's pinned chunks (a ZeRO-3
+  // rank, or ZeRO-2 over a device communicator); ZeRO-2 over a host communicator gathers the
+  // window into a host buffer of every row (engine_core's upload).
+  const bool staged = cfg.upload == zenflow::upload_policy::whole_window && (sharded || device_comm);
   for (const auto& t : list) {
     const auto len = static_cast<double>(t.len);
     if (!t.matrix) {
@@ -136,11 +147,14 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
     wg += 2 * s * rows * len;
     sel += dev * (12 * len + 8);
     up += s * rows * len;
-    state += c * (12 * len + 4);
-    acc += (cfg.overlap_step ? 2 : 1) * 4 * c * len;
-    hup += s * (sharded || device_comm ? c : C) * len;
+    state += c * ((4 + 2 * moment_bytes) * len + 4);
+    acc += (cfg.overlap_step && cfg.host_accumulators == 2 ? 2 : 1) * 4 * c * len;
+    // ZeRO-2 over a host communicator: the window's all-gather lands in a buffer of every row.
+    hup += staged ? 0.0 : s * C * len;
     ++m;
   }
+  hup += staged ? static_cast<double>(zenflow::detail::upload_stage_chunks) * static_cast<double>(cfg.ring_slot_bytes)
+                : 0.0;
   vec += 4 * std::max(vectors, 1.0);
   return {{"weights_grads", wg},
           {"device_selected", sel},

@@ -133,11 +133,14 @@ ZF_HOST_DEVICE inline void finish_step_header(const step_header_args& a) {
   }
   float scale = a.io.loss_scale != nullptr ? *a.io.loss_scale : a.loss_scale;
   // A scale that is not finite and > 0 (NaN fails both tests) skips the step, as found_inf does.
-  if (!(scale > 0.0f && scale <= 3.40282347e38f)) {
+  // The tests in fp64 (f32_to_f64 widens exactly and never flushes): an fp32 comparison compiles
+  // to setp.ftz under the consumer's -ftz=true, which would take a subnormal scale for 0.
+  const double scale_d = f32_to_f64(scale);
+  if (!(scale_d > 0.0 && scale_d <= 3.40282347e38)) {
     bad |= 1u;
     scale = 1.0f;
   }
-  if (a.io.found_inf != nullptr && *a.io.found_inf != 0.0f) {
+  if (a.io.found_inf != nullptr && f32_to_f64(*a.io.found_inf) != 0.0) {
     bad |= 1u;
   }
   float coef = 1.0f;
