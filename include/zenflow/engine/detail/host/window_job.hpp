@@ -123,11 +123,12 @@ double run_host_window(const config& cfg,
     // Without a gradient in the window: no update; its upload gets the current master (steps 0),
     // so that every window uploads and applies every host-side parameter alike.
     const std::int32_t steps = wp.updates(p) ? n_w : 0;
-    // The parameter's lr (lr x lr_scale, as on the device), then the window's scaling.
-    adamw_hparams hp = pi.hparams(cfg.adam, lr);
-    if (!wp.lr_scale.empty()) {
-      hp.lr = lr * wp.lr_scale[p]; // the scale at the close (pi.hparams' product, another scale)
-    }
+    // The parameter's lr (lr x lr_scale, as on the device: pi.hparams' product), then the window's
+    // scaling. The scale is the window's copy from its close: engine::set_lr_scale may write
+    // pi.lr_scale on the training thread while this job runs, so the job never reads it there.
+    adamw_hparams hp = cfg.adam;
+    hp.weight_decay = pi.weight_decay;
+    hp.lr = lr * (wp.lr_scale.empty() ? pi.lr_scale : wp.lr_scale[p]);
     const double coherence =
         cfg.host_lr_scale == host_lr_scaling::snr
             ? rows_l1_norm(h.sum(a), h.shard.rows, pi.channel_len, h.shard.channels, pool) / rest_l1
