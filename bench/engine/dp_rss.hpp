@@ -156,8 +156,12 @@ inline nlohmann::json rss_check(const nlohmann::json& runs,
                          std::to_string(planned) + " B (ratio " + std::to_string(ratio) + ", allowed " +
                          std::to_string(within) + ")");
   }
-  return {{"model", {{"params", model.params()}, {"matrices", layers}, {"channels", hidden},
-                     {"channel_len", model.matrices[0].channel_len}, {"elem_bytes", 2}}},
+  return {{"model",
+           {{"params", model.params()},
+            {"matrices", layers},
+            {"channels", hidden},
+            {"channel_len", model.matrices[0].channel_len},
+            {"elem_bytes", 2}}},
           {"ranks", ranks},
           {"summed_growth", growth},
           {"summed_counted", counted},

@@ -141,9 +141,10 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
     const double rows = sharded ? c : C;
     const double share = std::ceil(k * c / C);
     const bool crowded = m < grown.size() && grown[m] != 0;
-    const double dev = !sharded ? k
-                       : crowded ? std::min(k, c)
-                                 : std::min({k, c, std::max(1.0, std::ceil(share * (1.0 + cfg.shard_state_headroom)))});
+    const double dev =
+        !sharded  ? k
+        : crowded ? std::min(k, c)
+                  : std::min({k, c, std::max(1.0, std::ceil(share * (1.0 + cfg.shard_state_headroom)))});
     wg += 2 * s * rows * len;
     sel += dev * (12 * len + 8);
     up += s * rows * len;
@@ -153,7 +154,8 @@ inline nlohmann::json memory_formula(const std::vector<tensor>& list,
     hup += staged ? 0.0 : s * C * len;
     ++m;
   }
-  hup += staged ? static_cast<double>(zenflow::detail::upload_stage_chunks) * static_cast<double>(cfg.ring_slot_bytes)
+  hup += staged ? static_cast<double>(zenflow::detail::upload_stage_chunks) *
+                      static_cast<double>(cfg.ring_slot_bytes)
                 : 0.0;
   vec += 4 * std::max(vectors, 1.0);
   return {{"weights_grads", wg},

@@ -332,8 +332,9 @@ int rss_main(double millions, int layers, int hidden, int steps, double within, 
   if (rank == 0) {
     nlohmann::json runs = nlohmann::json::array();
     for (int i = 0; i < n; ++i) {
-      runs.push_back(nlohmann::json::parse(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(i)]),
-                                                      static_cast<std::size_t>(lens[static_cast<std::size_t>(i)]))));
+      runs.push_back(
+          nlohmann::json::parse(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(i)]),
+                                           static_cast<std::size_t>(lens[static_cast<std::size_t>(i)]))));
     }
     std::vector<std::string> bad;
     nlohmann::json out;

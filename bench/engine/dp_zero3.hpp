@@ -201,8 +201,9 @@ nlohmann::json measured_zero3(int steps) {
                          std::to_string(crowded) + " matrices crowded");
   }
   // What the growth added to the reservation the planner counts (its figure is the share's).
-  const double grown_bytes = formula["device_selected"].get<double>() -
-                             memory_formula(list, blocks, rank, cfg, 4, true, Device)["device_selected"].get<double>();
+  const double grown_bytes =
+      formula["device_selected"].get<double>() -
+      memory_formula(list, blocks, rank, cfg, 4, true, Device)["device_selected"].get<double>();
   const double ring = static_cast<double>(n - 1) / n;
   nlohmann::json j;
   j["shapes"] = "charlm cpu (V=48, C=8, E=16, H=512, 4 layers), fp32";
@@ -292,8 +293,9 @@ inline nlohmann::json planner_check(const nlohmann::json& runs,
   const auto most = [&](const char* key, const char* term) {
     double v = 0;
     for (const auto& run : runs) {
-      v = std::max(v, std::string(term) == "device_selected" && std::string(key) == "memory" ? reserved(run)
-                                                                                             : run[key][term].get<double>());
+      v = std::max(v, std::string(term) == "device_selected" && std::string(key) == "memory"
+                          ? reserved(run)
+                          : run[key][term].get<double>());
     }
     return v;
   };

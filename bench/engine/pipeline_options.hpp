@@ -81,7 +81,9 @@ inline int parse_options(int argc, char** argv, options& o) {
       return 0;
     }
     if (a == "--grad-ready" || a == "--release-by-caller" || a == "--sync-windows") {
-      (a == "--grad-ready" ? o.grad_ready : a == "--release-by-caller" ? o.release_by_caller : o.sync_windows) = true;
+      (a == "--grad-ready"          ? o.grad_ready
+       : a == "--release-by-caller" ? o.release_by_caller
+                                    : o.sync_windows) = true;
       continue;
     }
     static const char* const valued[] = {

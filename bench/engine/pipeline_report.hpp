@@ -524,7 +524,8 @@ inline void print_settings(const options& o) {
       "host B/p: everything the engine holds on the host per parameter (state, accumulators, pinned "
       "ring, upload); pred: the planner's step (zenflow::plan from C + K, B and the host bandwidth of "
       "this run's accumulation), x pred: mean / pred, '!' past 10%% (ZenFlow at a fixed S)\n");
-  std::printf("gradient release: %s; host windows: %s\n", o.release_by_caller ? "by_caller (after the forward)" : "at_step",
+  std::printf("gradient release: %s; host windows: %s\n",
+              o.release_by_caller ? "by_caller (after the forward)" : "at_step",
               o.sync_windows ? "synchronous (overlap_step false)" : "overlapped (overlap_step true)");
   std::printf("backward: %.0f%% of C in %d ops of %.2f ms (one per matrix, last first)%s; tail: end of the "
               "step's last D2H copy after the end of its backward (median; nan: not measured here)\n",

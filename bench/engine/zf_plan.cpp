@@ -80,13 +80,33 @@ int parse(int argc, char** argv, cli& c) {
       c.json = true;
       continue;
     }
-    static const char* const valued[] = {
-        "--preset",          "--params",    "--layers",     "--hidden",      "--machine",
-        "--host-gbps",       "--pcie-gbps", "--gpus",       "--host-mem-gb", "--gpu-mem-gb",
-        "--step-ms",         "--tokens",    "--tflops",     "--mode",        "--topk-ratio",
-        "--update-interval", "--moments",   "--accumulate", "--upload",      "--ring-slot-bytes",
-        "--max-interval",    "--zero",      "--reduce-bucket-bytes", "--reduce-in-place", "--shard-headroom",
-        "--host-accumulators", "--overlap-step"};
+    static const char* const valued[] = {"--preset",
+                                         "--params",
+                                         "--layers",
+                                         "--hidden",
+                                         "--machine",
+                                         "--host-gbps",
+                                         "--pcie-gbps",
+                                         "--gpus",
+                                         "--host-mem-gb",
+                                         "--gpu-mem-gb",
+                                         "--step-ms",
+                                         "--tokens",
+                                         "--tflops",
+                                         "--mode",
+                                         "--topk-ratio",
+                                         "--update-interval",
+                                         "--moments",
+                                         "--accumulate",
+                                         "--upload",
+                                         "--ring-slot-bytes",
+                                         "--max-interval",
+                                         "--zero",
+                                         "--reduce-bucket-bytes",
+                                         "--reduce-in-place",
+                                         "--shard-headroom",
+                                         "--host-accumulators",
+                                         "--overlap-step"};
     bool known = false;
     for (const char* v : valued) {
       known = known || a == v;
@@ -338,8 +358,8 @@ void print(const cli& c,
                 std::string(zenflow::to_string(s.result.config.moments)).c_str(),
                 std::string(zenflow::to_string(s.result.config.upload)).c_str(),
                 std::string(zenflow::to_string(s.result.config.accumulate)).c_str(),
-                s.result.config.sharded ? 3 : 2, s.result.host_bytes_per_param(), s.result.device_bytes_per_param(),
-                s.result.bound.value * 1e3);
+                s.result.config.sharded ? 3 : 2, s.result.host_bytes_per_param(),
+                s.result.device_bytes_per_param(), s.result.bound.value * 1e3);
     for (const auto& n : s.result.not_implemented) {
       std::printf("  the suggestion needs what the engine does not implement yet: %s\n", n.c_str());
     }
@@ -367,8 +387,8 @@ std::string json_plan(const zenflow::plan_result& r) {
     << zenflow::to_string(k.upload) << "\", \"zero\": " << (k.sharded ? 3 : 2)
     << ", \"overlap_step\": " << (k.overlap_step ? "true" : "false") << ", \"params\": " << r.params
     << ", \"host_bytes\": {\"state\": " << r.host.state << ", \"accumulators\": " << r.host.accumulators
-    << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload << ", \"staging\": " << r.host.staging
-    << ", \"total\": " << r.host.total()
+    << ", \"ring\": " << r.host.ring << ", \"upload\": " << r.host.upload
+    << ", \"staging\": " << r.host.staging << ", \"total\": " << r.host.total()
     << "}, \"host_bytes_per_param\": " << r.host_bytes_per_param()
     << ", \"device_bytes\": {\"weights_and_grads\": " << r.device.weights_and_grads
     << ", \"selected_state\": " << r.device.selected_state << ", \"vector_state\": " << r.device.vector_state
@@ -379,8 +399,9 @@ std::string json_plan(const zenflow::plan_result& r) {
     << ", \"reduce_bucket_bytes\": " << k.reduce_bucket_bytes
     << ", \"reduce_in_place\": " << (k.reduce_in_place ? "true" : "false")
     << ", \"deepspeed\": {\"zero_offload\": {\"host_bytes\": " << r.deepspeed_offload_host
-    << ", \"device_bytes\": " << r.deepspeed_offload_device << "}, \"zenflow\": {\"host_bytes\": "
-    << r.deepspeed_zenflow_host << ", \"device_bytes\": " << r.deepspeed_zenflow_device << "}}"
+    << ", \"device_bytes\": " << r.deepspeed_offload_device
+    << "}, \"zenflow\": {\"host_bytes\": " << r.deepspeed_zenflow_host
+    << ", \"device_bytes\": " << r.deepspeed_zenflow_device << "}}"
     << ", \"ring_slots\": " << r.ring_slots << ", \"staging_slots\": " << r.staging_slots
     << ", \"d2h_bytes_per_step\": " << r.traffic.d2h_per_step
     << ", \"h2d_bytes_per_step\": " << r.traffic.h2d_per_step

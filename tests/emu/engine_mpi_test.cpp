@@ -55,7 +55,9 @@ INSTANTIATE_TEST_SUITE_P(reference,
 /// The sharded engine's steps on the emulated CUDA plan, checked by sharded_run after each.
 template <class T>
 void sharded_steps(const zenflow::config& cfg, std::int64_t steps, std::int64_t nan_step = -1) {
-  zf_sharded_mpi::sharded_run<T, true, true, zf_sharded_mpi::engine_kind::zero3, zenflow::emulated_cuda_backend> r(cfg);
+  zf_sharded_mpi::sharded_run<T, true, true, zf_sharded_mpi::engine_kind::zero3,
+                              zenflow::emulated_cuda_backend>
+      r(cfg);
   r.add();
   r.initialize();
   for (std::int64_t t = 0; t < steps; ++t) {

@@ -396,9 +396,11 @@ TEST_F(plan_kernels, sharded_masses_and_batched_row_copies) {
     std::vector<float> h_masses(2 * matrices, -1.0f);
     auto d_masses = upload(h_masses, s);
     ZF_CUDA_TRY(zenflow::detail::shard_masses_on(host_primitives{}, h_items.data(), matrices, gathered.data(),
-                                                 h_skip.data(), h_masses.data(), h_masses.data() + matrices, nullptr));
-    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(device_primitives{}, d_table.data(), matrices, d_gathered.data(),
-                                                 d_skip.data(), d_masses.data(), d_masses.data() + matrices, s));
+                                                 h_skip.data(), h_masses.data(), h_masses.data() + matrices,
+                                                 nullptr));
+    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(device_primitives{}, d_table.data(), matrices,
+                                                 d_gathered.data(), d_skip.data(), d_masses.data(),
+                                                 d_masses.data() + matrices, s));
     EXPECT_TRUE(same_bits(download(d_masses, s), h_masses)) << "skip " << skip;
   }
   // Row copies: a table of every type and layout, packed in fp32 or in the matrix's own type,

@@ -27,8 +27,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <mpi.h>
+#include <numeric>
 #include <random>
 #include <type_traits>
 #include <vector>

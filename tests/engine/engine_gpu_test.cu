@@ -477,12 +477,13 @@ TEST_F(engine_gpu, sharded_masses_are_bit_identical_to_the_host_body) {
   zenflow::device_buffer<std::uint32_t> d_skip(1);
   for (const std::uint32_t skip : {0u, 1u}) {
     ZF_CUDA_TRY(cudaMemcpy(d_skip.data(), &skip, 4, cudaMemcpyHostToDevice));
-    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(zenflow::detail::device_primitives{}, d_items.data(), matrices,
-                                                 d_gathered.data(), d_skip.data(), d_masses.data(),
+    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(zenflow::detail::device_primitives{}, d_items.data(),
+                                                 matrices, d_gathered.data(), d_skip.data(), d_masses.data(),
                                                  d_masses.data() + matrices, nullptr));
     std::vector<float> want(2 * matrices, -1.0f), got(2 * matrices);
-    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(zenflow::detail::host_primitives{}, host_items.data(), matrices,
-                                                 gathered.data(), &skip, want.data(), want.data() + matrices, nullptr));
+    ZF_CUDA_TRY(zenflow::detail::shard_masses_on(zenflow::detail::host_primitives{}, host_items.data(),
+                                                 matrices, gathered.data(), &skip, want.data(),
+                                                 want.data() + matrices, nullptr));
     ZF_CUDA_TRY(cudaMemcpy(got.data(), d_masses.data(), got.size() * 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << "skip " << skip;
     EXPECT_GT(want[static_cast<std::size_t>(matrices)], 0.0f); // a real mass, not zeros

@@ -269,8 +269,8 @@ TEST(owner_sums, a_sharded_matrixs_gathered_row_masses_give_one_ranks_crit_and_r
   const zenflow::detail::shard_mass_item item{parts.data(), 3, per_slot, 1};
   std::array<float, 2> got_crit{-1.0f, -1.0f}, got_rest{-1.0f, -1.0f};
   const std::uint32_t go = 0, skip = 1;
-  ASSERT_EQ(zenflow::detail::shard_masses_on(host_primitives{}, &item, 1, gathered.data(), &go, got_crit.data(),
-                                             got_rest.data(), nullptr),
+  ASSERT_EQ(zenflow::detail::shard_masses_on(host_primitives{}, &item, 1, gathered.data(), &go,
+                                             got_crit.data(), got_rest.data(), nullptr),
             cudaSuccess);
   EXPECT_EQ(bits(got_crit[1]), bits(crit)) << got_crit[1] << " vs " << crit;
   EXPECT_EQ(bits(got_rest[1]), bits(rest)) << got_rest[1] << " vs " << rest;
@@ -286,8 +286,8 @@ TEST(owner_sums, a_sharded_matrixs_gathered_row_masses_give_one_ranks_crit_and_r
   EXPECT_NEAR(got_crit[1], ref_crit, 1e-5 * ref_crit);
   EXPECT_NEAR(got_rest[1], ref_rest, 1e-5 * ref_rest);
   // A skipped step: no crit mass (the update adds none), the rest mass all the same (the packs').
-  ASSERT_EQ(zenflow::detail::shard_masses_on(host_primitives{}, &item, 1, gathered.data(), &skip, got_crit.data(),
-                                             got_rest.data(), nullptr),
+  ASSERT_EQ(zenflow::detail::shard_masses_on(host_primitives{}, &item, 1, gathered.data(), &skip,
+                                             got_crit.data(), got_rest.data(), nullptr),
             cudaSuccess);
   EXPECT_EQ(got_crit[1], 0.0f);
   EXPECT_EQ(bits(got_rest[1]), bits(rest));

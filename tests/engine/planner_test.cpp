@@ -14,9 +14,9 @@
 #include <zenflow/core/dtype.hpp>
 #include <zenflow/core/error.hpp>
 #include <zenflow/engine/config.hpp>
+#include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/engine.hpp>
 #include <zenflow/engine/host_backend.hpp>
-#include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/plan.hpp>
 
 namespace {
@@ -120,7 +120,8 @@ TEST(planner, synchronous_windows_add_the_host_window_to_the_step) {
       const double up = unsel * 2 / static_cast<double>(S) / 1e9;
       const double down = unsel * 2 / 1e9;
       const double acc = unsel * 10 / 10e9;
-      expect_rel(b.predicted_step_s, std::max({step_s, down, acc}) + window + up, "C or the copies down, + window + up");
+      expect_rel(b.predicted_step_s, std::max({step_s, down, acc}) + window + up,
+                 "C or the copies down, + window + up");
       EXPECT_FALSE(b.stall_free) << S;
       EXPECT_TRUE(b.feasible()) << "synchronous windows stall by design; they fit";
       expect_rel(b.host.total(), a.host.total(), "the same host bytes as one accumulator with overlap");

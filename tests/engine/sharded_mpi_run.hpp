@@ -146,8 +146,7 @@ struct sharded_run {
       e = std::make_unique<engine_type>(cfg, EmulatedBackend{device},
                                         comm_type(device, zenflow::mpi_communicator(world, o)));
     } else if constexpr (Emulated) {
-      e = std::make_unique<engine_type>(cfg, EmulatedBackend{device},
-                                        zenflow::mpi_communicator(world, o));
+      e = std::make_unique<engine_type>(cfg, EmulatedBackend{device}, zenflow::mpi_communicator(world, o));
     } else {
       e = std::make_unique<engine_type>(cfg, zenflow::host_backend{}, zenflow::mpi_communicator(world, o));
     }

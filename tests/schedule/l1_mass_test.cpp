@@ -204,7 +204,8 @@ TEST(l1_mass, batched_calls_equal_the_single_ones_and_the_float64_mass) {
   const auto ga = spread_values<float>(60 * 40, seed);
   const auto gb = spread_values<zenflow::bfloat16>(33 * 50, seed + 1);
   const channel_matrix<const float> a{ga.data(), 60, 40, 40, channel_layout::contiguous};
-  const channel_matrix<const zenflow::bfloat16> b{gb.data(), 33, 50, 33, channel_layout::strided}; // ld >= channels
+  const channel_matrix<const zenflow::bfloat16> b{gb.data(), 33, 50, 33,
+                                                  channel_layout::strided}; // ld >= channels
   std::vector<std::int32_t> ia, ib;
   for (std::int32_t c = 0; c < 60; c += 3) {
     ia.push_back(c);

@@ -283,8 +283,8 @@ TEST(compute_step_header, scale_and_found_inf_in_memory_match_the_arguments) {
     std::vector<std::uint32_t> want_flags = flags;
     want_flags.push_back(bad_scale || found_in != 0.0f ? 1u : 0u);
     zenflow::step_header want{};
-    ASSERT_EQ(zenflow::host::compute_step_header(totals.data(), 4, want_flags.data(), 4, bad_scale ? 1.0f : scale,
-                                                 max_norm, &want),
+    ASSERT_EQ(zenflow::host::compute_step_header(totals.data(), 4, want_flags.data(), 4,
+                                                 bad_scale ? 1.0f : scale, max_norm, &want),
               cudaSuccess);
     SCOPED_TRACE("rep " + std::to_string(rep));
     EXPECT_EQ(got.skip, want.skip);

@@ -6,7 +6,8 @@
 /// compiled by the host compiler (tests/emu) gets the emulated half of this header, where
 /// `zf_test::stream` is a stream of an emulated device, `zf_test::device_buffer` its memory,
 /// filled with 0xff bytes (as fresh device memory holds garbage; AddressSanitizer sees an access
-/// past it), and a graph capture runs the work directly (capture is not emulated). Test bodies use these names, never zenflow::stream or zenflow::device_buffer.
+/// past it), and a graph capture runs the work directly (capture is not emulated). Test bodies use these
+/// names, never zenflow::stream or zenflow::device_buffer.
 #pragma once
 
 #include <cstdint>

@@ -20,8 +20,8 @@
 // reader and writer when ZENFLOW_WITH_JSON is 1 (config_decl.hpp sets its default). Each part
 // includes what it needs below it and none includes this header.
 #include <zenflow/engine/detail/config/config_decl.hpp>
-#include <zenflow/engine/detail/config/config_impl.hpp>
 #include <zenflow/engine/detail/config/config_describe.hpp>
+#include <zenflow/engine/detail/config/config_impl.hpp>
 #if ZENFLOW_WITH_JSON
 #  include <zenflow/engine/detail/config/config_json.hpp>
 #  include <zenflow/engine/detail/config/config_json_members.hpp>

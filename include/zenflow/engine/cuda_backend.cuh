@@ -119,7 +119,8 @@ struct device_primitives {
   template <class F>
   static cudaError_t for_each_item(int n, const F& f, cudaStream_t s) {
     if (n > 0) {
-      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::for_each_item_kernel<F>)(f, n);
+      ZF_LAUNCH(static_cast<unsigned>((n + 31) / 32), 32, 0, s, engine_kernels::for_each_item_kernel<F>)
+      (f, n);
     }
     return launch_status();
   }

@@ -22,11 +22,11 @@ struct memory_usage {
   /// Data parallel (ZeRO-2): the fp32 reduction bucket, its receive buffer, their index lists and
   /// copy tables, and with reduce_in_place false the mean buffers (docs/data-parallel.md)
   std::size_t device_reduction = 0;
-  std::size_t host_state = 0;            ///< fp32 master, m/v (fp32, bf16, int8 + scales), counts
-  std::size_t host_accumulators = 0;     ///< fp32 gradient accumulators (two when overlapping)
-  std::size_t host_ring = 0;             ///< pinned D2H ring
-  std::size_t host_upload = 0;           ///< pinned upload buffer
-  std::size_t host_landing = 0; ///< gradients announced by grad_ready() until their step's coef (lazy)
+  std::size_t host_state = 0;        ///< fp32 master, m/v (fp32, bf16, int8 + scales), counts
+  std::size_t host_accumulators = 0; ///< fp32 gradient accumulators (two when overlapping)
+  std::size_t host_ring = 0;         ///< pinned D2H ring
+  std::size_t host_upload = 0;       ///< pinned upload buffer
+  std::size_t host_landing = 0;      ///< gradients announced by grad_ready() until their step's coef (lazy)
   /// Data parallel (ZeRO-2): a selection's pinned staging of the entering rows' state
   std::size_t host_staging = 0;
   [[nodiscard]] std::size_t device_total() const noexcept {

@@ -1,7 +1,8 @@
 /// @file
 /// checkpoint_writer's definitions (<zenflow/engine/checkpoint_file.hpp>): a temporary file beside
 /// the target, streamed in 1 MiB chunks with each section's checksum, then fsync, an atomic rename
-/// and the directory's fsync at commit. The format's helpers: detail/checkpoint_file/checkpoint_file_impl.hpp.
+/// and the directory's fsync at commit. The format's helpers:
+/// detail/checkpoint_file/checkpoint_file_impl.hpp.
 #pragma once
 
 #include <algorithm>

@@ -139,9 +139,9 @@ struct config {
   /// and the step waits for it. true: it runs during the next window (stall-free, one window
   /// stale), which costs accuracy where a step moves the weights far (docs/accuracy.md).
   bool overlap_step = false;
-  double auto_ratio = 0.99;                            ///< [0, 1]; 0: close at min_update_interval
-  double pt_reserved_cores_perc = 0.5;                 ///< [0, 1]; 1: the host pool gets one thread
-  std::int64_t steps_per_epoch = 0;                    ///< 0 = unknown ("epoch" then rejected)
+  double auto_ratio = 0.99;            ///< [0, 1]; 0: close at min_update_interval
+  double pt_reserved_cores_perc = 0.5; ///< [0, 1]; 1: the host pool gets one thread
+  std::int64_t steps_per_epoch = 0;    ///< 0 = unknown ("epoch" then rejected)
 
   // --- zenflow_ext (zenflow's own keys, a top-level block DeepSpeed ignores) ---
   host_lr_scaling host_lr_scale = host_lr_scaling::linear; ///< the host job's lr x f(n_w) (docs/defaults.md)

@@ -346,7 +346,8 @@ inline void config::validate() const {
         "must be a multiple of 256 in [4096, 2^30], got " + std::to_string(ring_slot_bytes));
   check(ring_slots == 0 || (ring_slots >= 2 && ring_slots <= 1024), ext_key("ring_slots"),
         "must be 0 (auto) or in [2, 1024], got " + std::to_string(ring_slots));
-  check(reduce_bucket_bytes >= 256 && reduce_bucket_bytes < (std::int64_t{1} << 31) && reduce_bucket_bytes % 4 == 0,
+  check(reduce_bucket_bytes >= 256 && reduce_bucket_bytes < (std::int64_t{1} << 31) &&
+            reduce_bucket_bytes % 4 == 0,
         ext_key("reduce_bucket_bytes"),
         "must be a multiple of 4 in [256, 2^31), got " + std::to_string(reduce_bucket_bytes));
   check(std::isfinite(shard_state_headroom) && shard_state_headroom >= 0.0 && shard_state_headroom <= 100.0,

@@ -251,13 +251,14 @@ inline void read_extension_block(const nlohmann::json& ext, config& c, json_read
       config_fail(key, "is also given as '" + zenflow_key(name) + "' (its deprecated place): keep one");
     }
     if (!read_extension_key(name, v, key, c)) {
-      config_fail(key, "is not a known key of " + std::string(extension_block) +
-                           did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
-                           " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
-                           "host_moments_per_step, host_moments, mode, upload, accumulate, host_accumulators, "
-                           "ring_slot_bytes, ring_slots, "
-                           "reduce_bucket_bytes, reduce_in_place, shard_state_headroom, host_threads, "
-                           "pin_host_threads, param_groups, select_on_mass_drop, min_select_interval)");
+      config_fail(key,
+                  "is not a known key of " + std::string(extension_block) +
+                      did_you_mean(name, {extension_keys, deepspeed_zenflow_keys}) +
+                      " (known: host_lr_scale, max_update_interval, min_update_interval, importance, "
+                      "host_moments_per_step, host_moments, mode, upload, accumulate, host_accumulators, "
+                      "ring_slot_bytes, ring_slots, "
+                      "reduce_bucket_bytes, reduce_in_place, shard_state_headroom, host_threads, "
+                      "pin_host_threads, param_groups, select_on_mass_drop, min_select_interval)");
     }
     if (name == "mode") {
       r.mode_key = key;

@@ -127,10 +127,8 @@ struct bucket_bytes {
 /// The most row-copy items any layout of these parameters takes: a piece per non-empty list of
 /// each parameter, one more for each bucket that closes inside a list, a gather and a scatter
 /// item each. `floats`: every element; `longest`: the longest row.
-[[nodiscard]] inline std::size_t bucket_items_bound(std::size_t lists,
-                                                    std::size_t floats,
-                                                    std::size_t longest,
-                                                    std::size_t capacity) {
+[[nodiscard]] inline std::size_t
+bucket_items_bound(std::size_t lists, std::size_t floats, std::size_t longest, std::size_t capacity) {
   // A closed bucket holds more than capacity - longest floats (the next row did not fit).
   const std::size_t buckets = floats / (capacity - longest + 1) + 1;
   return 2 * (lists + buckets);

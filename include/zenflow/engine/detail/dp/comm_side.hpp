@@ -18,9 +18,10 @@ namespace detail {
 /// emulated backends take local/mpi_communicator (the emulated one also
 /// emulated_device_communicator), the CUDA backend local_device/nccl_communicator.
 template <class Backend, class Comm>
-inline constexpr bool comm_fits_backend = std::is_base_of_v<host_memory, Backend>
-                                              ? !Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)
-                                              : Comm::is_device && !emulates_device_memory<Comm>;
+inline constexpr bool comm_fits_backend =
+    std::is_base_of_v<host_memory, Backend>
+        ? !Comm::is_device || (Backend::is_device && emulates_device_memory<Comm>)
+        : Comm::is_device && !emulates_device_memory<Comm>;
 
 /// The communicator a data-parallel side is constructed from (the engine constructor's third
 /// argument), its rank and world size. Not copyable: the side's buffers are the communicator's.

@@ -181,7 +181,7 @@ private:
   std::vector<std::int64_t> chan_off_;  // per parameter: its channels in scores_/rescan_, or -1
   std::vector<std::uint64_t> versions_; // the host sets' versions the lists were built for
   std::vector<param_lists> lists_;
-  std::int64_t rows_total_ = 0;         // host-set rows of the split matrices
+  std::int64_t rows_total_ = 0; // host-set rows of the split matrices
   mirror mirrors_[2];
   int mirror_ = 1;
   dbuf<float> scores_, row_l1_, rest_, junk_, slot_sums_;

@@ -163,7 +163,8 @@ std::uint64_t device_owner_reduction<Backend, Comm, Host>::fetch_entering(
         if (n > 0) {
           (static_cast<int>(r) == me_ ? mine : others)
               .push_back({const_cast<void*>(pi.step_grads), pi.type, pi.channels, pi.channel_len, pi.ld,
-                          pi.layout, enter_idx_.data() + i, static_cast<std::int64_t>(n), stage + off, pi.type});
+                          pi.layout, enter_idx_.data() + i, static_cast<std::int64_t>(n), stage + off,
+                          pi.type});
         }
         const std::size_t rows = padded(n * pi.channel_bytes());
         gr.sizes[r] += rows;

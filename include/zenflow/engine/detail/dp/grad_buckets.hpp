@@ -77,8 +77,8 @@ public:
                                                                   bool split) {
     std::vector<bucket_param> out;
     for (const auto& pi : params) {
-      out.push_back(
-          {pi.channels, pi.channel_len, extent_bytes(pi), split && owner_context<Backend, Comm, Host>::split(pi)});
+      out.push_back({pi.channels, pi.channel_len, extent_bytes(pi),
+                     split && owner_context<Backend, Comm, Host>::split(pi)});
     }
     return out;
   }
@@ -99,11 +99,12 @@ public:
       own += split(pi) ? static_cast<std::size_t>(in_.block(p, me_).second * pi.channel_len) : 0;
       longest = std::max(longest, pi.channel_len);
     }
-    require(capacity_ >= static_cast<std::size_t>(longest), "zenflow::engine::initialize", "reduce_bucket_bytes",
+    require(capacity_ >= static_cast<std::size_t>(longest), "zenflow::engine::initialize",
+            "reduce_bucket_bytes",
             "is " + std::to_string(in_.bucket_bytes) + ": a bucket must hold the longest row in fp32 (" +
                 std::to_string(longest * 4) + " bytes)");
-    const bucket_bytes fp = bucket_footprint(footprint_params(params, in_.split), ranks_, own, capacity_,
-                                             in_.in_place);
+    const bucket_bytes fp =
+        bucket_footprint(footprint_params(params, in_.split), ranks_, own, capacity_, in_.in_place);
     const Backend& b = *in_.backend;
     send_ = dbuf<float>(fp.send / 4);
     recv_ = dbuf<float>(fp.recv / 4);
@@ -209,7 +210,8 @@ private:
     }
     const std::size_t scattered = bk.floats() - bk.dense;
     if (scattered > 0) {
-      comm.reduce_scatter_mean(send_.data() + bk.dense, recv_.data(), std::span<const std::size_t>(bk.counts), on);
+      comm.reduce_scatter_mean(send_.data() + bk.dense, recv_.data(), std::span<const std::size_t>(bk.counts),
+                               on);
     }
     run(b, t.scatter, row_copy_direction::scatter, on);
     sent_ += 4u * (bk.dense + scattered - bk.mine);
@@ -319,8 +321,9 @@ private:
                            pi.channel_len,
                            pi.ld,
                            pi.layout};
-          it.idx = idx_.data() + idx_at[pc.param] +
-                   static_cast<std::size_t>(list_at[pc.param][static_cast<std::size_t>(pc.list + 1)] + pc.first);
+          it.idx =
+              idx_.data() + idx_at[pc.param] +
+              static_cast<std::size_t>(list_at[pc.param][static_cast<std::size_t>(pc.list + 1)] + pc.first);
           it.count = pc.count;
           it.packed = send_.data() + pc.at;
           if (dir == 1 && pc.list >= 0) {

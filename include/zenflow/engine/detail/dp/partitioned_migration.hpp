@@ -146,8 +146,7 @@ partitioned_migration_bytes migrate_partitioned(device_plan<Backend>& plan,
   // This rank's rows, as they are stored on the host, and over a host communicator everyone's
   // gathered after them: one piece, valid together.
   const std::size_t own_bytes = (own_at[4] + 15) / 16 * 16;
-  std::byte* const own =
-      pending.take(own_bytes + (Comm::is_device ? 0 : all_at[4]), plan.backend(), stream);
+  std::byte* const own = pending.take(own_bytes + (Comm::is_device ? 0 : all_at[4]), plan.backend(), stream);
   for (std::size_t e = 0; e < mine; ++e) {
     const auto c = static_cast<std::size_t>(enter[before + e] - h.shard.first);
     std::memcpy(own + own_at[0] + e * width[0], h.master.data() + c * L, width[0]);

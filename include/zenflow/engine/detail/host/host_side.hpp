@@ -112,8 +112,8 @@ public:
                     worker_pool* pool,
                     Sink& sink,
                     std::uint64_t job) {
-    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, wp, pool, progress_.drain_order(), sink,
-                           [&](std::size_t p) { progress_.note_read(p, job); });
+    return run_host_window(*cfg_, *params_, host_, accumulator, n_w, lr, wp, pool, progress_.drain_order(),
+                           sink, [&](std::size_t p) { progress_.note_read(p, job); });
   }
   /// Where run_window puts the new weights when every parameter keeps an upload buffer.
   [[nodiscard]] buffered_upload_sink<HostBuffer> buffered_sink() { return {&host_, params_}; }

@@ -149,7 +149,8 @@ double run_host_window(const config& cfg,
           const std::int64_t count = std::min(step, rows - b);
           auto* out = reinterpret_cast<T*>(sink.begin_rows(p, h.shard.pos + b, count));
           check(host::adamw_window<T, T, M>(st, h.sum(a).data() + b * pi.channel_len, h.shard.rows.data() + b,
-                                            count, nullptr, 1.0f, steps, hp, out, pool, host::window_acc::keep,
+                                            count, nullptr, 1.0f, steps, hp, out, pool,
+                                            host::window_acc::keep,
                                             cfg.host_moments_per_step && steps > 0 ? steps : 1,
                                             h.shard.origin + h.shard.first, host::window_acc_rows::packed),
                 "zenflow::engine: adamw_window");

@@ -6,8 +6,8 @@
 /// from another world's files: reshard_part.hpp), so that one load path checks and restores both.
 #pragma once
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -59,8 +59,8 @@ void restore_device_rows(const In& in,
   in.read(ckpt_tag(p, "dev_rows"), rows.data(), rows.size() * 4);
   in.read(ckpt_tag(p, "dev_counts"), counts.data(), counts.size() * 4);
   plan.write_device_state(p,
-                          {static_cast<std::int64_t>(k), rows.data(), rows.data() + k * L, rows.data() + 2 * k * L,
-                           counts.data(), sel.data()},
+                          {static_cast<std::int64_t>(k), rows.data(), rows.data() + k * L,
+                           rows.data() + 2 * k * L, counts.data(), sel.data()},
                           stream);
 }
 

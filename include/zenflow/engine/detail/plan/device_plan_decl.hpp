@@ -414,7 +414,7 @@ private:
   Backend b_;
   std::size_t slots_;
   const std::vector<param_info>* params_ = nullptr;
-  memory_usage* mem_ = nullptr; // setup()'s: grow_device_rows() counts there
+  memory_usage* mem_ = nullptr;                  // setup()'s: grow_device_rows() counts there
   std::vector<plan_inputs::whole_matrix> whole_; // per parameter (setup's inputs)
   std::vector<dev_param> dev_;
   std::vector<std::size_t> dense_order_; // device-dense parameters in count-slot order

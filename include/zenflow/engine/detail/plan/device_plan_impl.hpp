@@ -82,9 +82,10 @@ void device_plan<Backend>::scalars(const step_scalar_inputs& in, cudaStream_t st
          });
   // The header, and the crit masses zeroed in the same launch (the update adds into them next).
   b_.run(stream, 0, "zenflow::engine: finish_scalars",
-         [totals = totals_.data(), n, flags = flags_.data(), loss_scale = in.loss_scale, max_norm = in.max_norm,
-          header = step_record_layout::header(record_words()), crit = layout_.crit(record_words(), 0),
-          matrices = layout_.matrices, io = step_scale_io{in.loss_scale_at, in.found_inf}](auto prim, auto on) {
+         [totals = totals_.data(), n, flags = flags_.data(), loss_scale = in.loss_scale,
+          max_norm = in.max_norm, header = step_record_layout::header(record_words()),
+          crit = layout_.crit(record_words(), 0), matrices = layout_.matrices,
+          io = step_scale_io{in.loss_scale_at, in.found_inf}](auto prim, auto on) {
            return prim.compute_step_header(totals, n, flags, n, loss_scale, max_norm, header, crit, matrices,
                                            on, io);
          });

@@ -395,7 +395,9 @@ void device_plan<Backend>::read_device_state(std::size_t p,
 }
 
 template <class Backend>
-void device_plan<Backend>::write_device_state(std::size_t p, const device_state_rows& rows, cudaStream_t stream) {
+void device_plan<Backend>::write_device_state(std::size_t p,
+                                              const device_state_rows& rows,
+                                              cudaStream_t stream) {
   auto& d = dev_[p];
   const std::int64_t k = rows.k;
   const auto n = static_cast<std::size_t>(k * info(p).channel_len);

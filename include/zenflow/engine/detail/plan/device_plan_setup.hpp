@@ -37,7 +37,8 @@ void device_plan<Backend>::setup(const std::vector<param_info>& params,
 }
 
 template <class Backend>
-std::size_t device_plan<Backend>::grow_device_rows(std::size_t p, std::int64_t old_capacity, cudaStream_t stream) {
+std::size_t
+device_plan<Backend>::grow_device_rows(std::size_t p, std::int64_t old_capacity, cudaStream_t stream) {
   const param_info& pi = info(p);
   auto& d = dev_[p];
   const auto cap = static_cast<std::size_t>(pi.device_capacity);

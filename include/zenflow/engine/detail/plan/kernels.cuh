@@ -1,9 +1,9 @@
 /// @file
 /// The CUDA backend's kernels of the device plan's small operations (detail/plan/step_kernels.hpp
 /// holds their bodies, shared with the host loops): the early-mass adoption, an iota, count moves,
-/// device accumulation, a table of items run through a functor (for_each_item), the batched row copies (row_copies.hpp) and the
-/// pack fused with its Zen-auto mass. The step's scalars and Zen-auto's masses themselves are the
-/// schedule layer's launchers (schedule/step_scalars.cuh, schedule/l1_mass.cuh).
+/// device accumulation, a table of items run through a functor (for_each_item), the batched row copies
+/// (row_copies.hpp) and the pack fused with its Zen-auto mass. The step's scalars and Zen-auto's masses
+/// themselves are the schedule layer's launchers (schedule/step_scalars.cuh, schedule/l1_mass.cuh).
 #pragma once
 
 #include <cstdint>

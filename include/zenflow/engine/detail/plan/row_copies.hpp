@@ -203,12 +203,15 @@ struct row_copy_table {
   };
   /// assign() of consecutive ranges of `host`, `sizes[i]` items each, that run_range() launches
   /// one at a time (each range's block_begin counted from its first item). Returns the ranges.
-  std::vector<range>
-  assign_ranges(const Backend& b, std::vector<row_copy_item>& host, const std::vector<int>& sizes, cudaStream_t s) {
+  std::vector<range> assign_ranges(const Backend& b,
+                                   std::vector<row_copy_item>& host,
+                                   const std::vector<int>& sizes,
+                                   cudaStream_t s) {
     std::vector<range> out;
     std::size_t first = 0;
     for (const int k : sizes) {
-      out.push_back({first, k, row_copy_blocks(host.data() + first, k), row_copy_bytes(host.data() + first, k)});
+      out.push_back(
+          {first, k, row_copy_blocks(host.data() + first, k), row_copy_bytes(host.data() + first, k)});
       first += static_cast<std::size_t>(k);
     }
     if (row_copies_misaligned(host.data(), static_cast<int>(host.size()))) {
@@ -230,9 +233,10 @@ struct row_copy_table {
                  cudaStream_t s,
                  const char* name = "zenflow::engine: copy_rows_batched") const {
     if (r.blocks > 0) {
-      b.run(s, r.bytes, name, [table = items.data() + r.first, n = r.n, blocks = r.blocks, dir](auto prim, auto on) {
-        return prim.copy_rows_batched(table, n, blocks, dir, on);
-      });
+      b.run(s, r.bytes, name,
+            [table = items.data() + r.first, n = r.n, blocks = r.blocks, dir](auto prim, auto on) {
+              return prim.copy_rows_batched(table, n, blocks, dir, on);
+            });
     }
   }
 };

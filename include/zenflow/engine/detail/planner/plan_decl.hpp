@@ -189,8 +189,8 @@ struct plan_result {
   /// from its source. Host: the node's; GPU: one GPU's, activations excluded as ours.
   double deepspeed_offload_host = 0, deepspeed_offload_device = 0;
   double deepspeed_zenflow_host = 0, deepspeed_zenflow_device = 0;
-  pipeline_terms terms;           ///< seconds
-  pipeline_bound_value bound;     ///< seconds
+  pipeline_terms terms;       ///< seconds
+  pipeline_bound_value bound; ///< seconds
   /// The step time to expect: the bound for ZenFlow and gpu_adamw (the device's optimizer time is
   /// not modelled), C + down + host + up for offload_sync (no overlap).
   double predicted_step_s = 0;

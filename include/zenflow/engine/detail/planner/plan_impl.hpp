@@ -207,7 +207,8 @@ inline void plan_validate(const plan_model& model, const plan_hardware& hw, cons
   if (hw.gpus > 1 && !cfg.sharded) {
     for (const auto& m : model.matrices) {
       require(m.channel_len * 4 <= cfg.reduce_bucket_bytes, fn, "config",
-              "reduce_bucket_bytes is smaller than one row in fp32 (" + std::to_string(m.channel_len) + " x 4 B)");
+              "reduce_bucket_bytes is smaller than one row in fp32 (" + std::to_string(m.channel_len) +
+                  " x 4 B)");
     }
   }
   require(cfg.host_accumulators == 1 || cfg.host_accumulators == 2, fn, "config",
@@ -502,7 +503,8 @@ suggest(const plan_model& model, const plan_hardware& hw, const plan_config& cfg
         for (const upload_policy u : {cfg.upload, upload_policy::chunk_ring}) {
           for (const bool ip : {cfg.reduce_in_place, cfg.reduce_in_place || several}) {
             const bool seen = std::any_of(tries.begin(), tries.end(), [&](const choice& c) {
-              return c.moments == m && c.accumulate == a && c.upload == u && c.in_place == ip && c.sharded == z3;
+              return c.moments == m && c.accumulate == a && c.upload == u && c.in_place == ip &&
+                     c.sharded == z3;
             });
             if (!seen && static_cast<int>(m) >= static_cast<int>(cfg.moments)) {
               tries.push_back({m, a, u, ip, z3});

@@ -22,9 +22,9 @@
 #include <zenflow/comm/partition.hpp>
 #include <zenflow/core/config.hpp>
 #include <zenflow/engine/detail/dp/bucket_layout.hpp>
-#include <zenflow/schedule/types.hpp>
 #include <zenflow/engine/detail/plan/row_copies.hpp>
 #include <zenflow/engine/detail/registry/params.hpp>
+#include <zenflow/schedule/types.hpp>
 
 ZF_NAMESPACE_BEGIN
 namespace detail {
@@ -71,19 +71,19 @@ inline double owner_device_scratch(const std::vector<param_info>& params, int ra
   }
   const auto one = [](std::size_t n) { return std::max<std::size_t>(n, 1); };
   const std::size_t items = one(split);
-  const std::size_t bytes = 11 * 8 + entering + (2 * one(channels) + one(all) + one(capacity)) * 4 +
-                            one(channels) * 8 + (2 * one(matrices) + one(slots)) * 4 +
-                            items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_item)) +
-                            one(slots) * sizeof(l1_mass_item) +
-                            (items + one(items * static_cast<std::size_t>(std::max(ranks - 1, 1)))) *
-                                sizeof(row_copy_item);
+  const std::size_t bytes =
+      11 * 8 + entering + (2 * one(channels) + one(all) + one(capacity)) * 4 + one(channels) * 8 +
+      (2 * one(matrices) + one(slots)) * 4 + items * (sizeof(sq_rescan_item) + 2 * sizeof(l1_mass_item)) +
+      one(slots) * sizeof(l1_mass_item) +
+      (items + one(items * static_cast<std::size_t>(std::max(ranks - 1, 1)))) * sizeof(row_copy_item);
   return split > 0 ? static_cast<double>(bytes) : 88.0;
 }
 
 /// The pinned host staging of a selection's entering rows of one rank (owner_partition::setup,
 /// selection_staging::bound): the largest matrix's, its device set in fp32 state (twice over a
 /// host communicator), and at least `bucket_bytes`; none without a host-side matrix.
-inline double owner_host_staging(const std::vector<param_info>& params, std::size_t bucket_bytes, bool device_comm) {
+inline double
+owner_host_staging(const std::vector<param_info>& params, std::size_t bucket_bytes, bool device_comm) {
   std::size_t most = 0;
   for (const auto& pi : params) {
     if (pi.matrix && pi.host_side) {
@@ -157,10 +157,11 @@ inline std::vector<plan_rank_bytes> plan_data_parallel_device(const std::vector<
       // gpu_adamw: every row of the shard; zenflow: its share of the whole matrix's top-k
       // (device_capacity here: k); offload_sync: none.
       const std::int64_t cap =
-          s.gpu_adamw ? rows
-                      : (pi.device_capacity == 0
-                             ? 0
-                             : param_info::shard_device_rows(pi.device_capacity, rows, pi.channels, s.headroom));
+          s.gpu_adamw
+              ? rows
+              : (pi.device_capacity == 0
+                     ? 0
+                     : param_info::shard_device_rows(pi.device_capacity, rows, pi.channels, s.headroom));
       w += 2.0 * s.elem_bytes * static_cast<double>(rows) * len;
       sel += static_cast<double>(cap) * (len * 12.0 + 8.0);
       up += pi.host_side && s.whole_window ? s.elem_bytes * static_cast<double>(rows) * len : 0.0;

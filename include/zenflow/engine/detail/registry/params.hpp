@@ -103,7 +103,8 @@ struct param_info {
   /// A matrix's device rows in `cfg`'s mode (initialize() sets device_capacity to it): every
   /// channel in gpu_adamw, the top-k's in zenflow (a shard: its share), none in offload_sync.
   [[nodiscard]] std::int64_t matrix_capacity(const config& cfg) const {
-    return cfg.mode == optimizer_mode::zenflow ? zenflow_capacity(cfg) : std::min(selected_channels(cfg), channels);
+    return cfg.mode == optimizer_mode::zenflow ? zenflow_capacity(cfg)
+                                               : std::min(selected_channels(cfg), channels);
   }
   /// The most host-set rows this matrix can have: its channels less the fewest selected ones that
   /// can fall in it (channels - k for a whole matrix; a shard's, those of the whole matrix's k
