@@ -151,6 +151,31 @@ TEST(engine_data_parallel, a_different_parameter_list_fails_on_every_rank) {
   EXPECT_FALSE(e.initialized());
 }
 
+// What a data-parallel step cannot take, refused by name before anything changes: a parameter
+// announced twice in one step (its bucket would be reduced twice) and a step that leaves
+// parameters without a gradient (every rank steps every parameter). The weights stay as they were,
+// no step is counted, and the step then runs on every rank.
+TEST(engine_data_parallel, a_second_announcement_and_no_grad_are_refused_and_change_nothing) {
+  auto w = initial_weights<float>();
+  auto g = w;
+  zenflow::engine<zenflow::host_backend, zenflow::mpi_communicator> e(small_config(), {}, make_comm());
+  const auto ids = register_all(e, w, g);
+  e.initialize();
+  e.grad_ready(ids[0]);
+  zf_engine_test::expect_invalid([&] { e.grad_ready(ids[0]); }, "'param' was already announced for this step");
+  const auto before = w;
+  const zenflow::param_id without[] = {ids[1]};
+  zenflow::step_options opt;
+  opt.no_grad = without;
+  zf_engine_test::expect_invalid([&] { (void)e.step(1e-2f, nullptr, opt); },
+                                 "'options.no_grad' is not supported data parallel");
+  EXPECT_EQ(w, before);
+  EXPECT_EQ(e.steps(), 0);
+  (void)e.step(1e-2f);
+  EXPECT_EQ(e.steps(), 1);
+  EXPECT_NE(w, before);
+}
+
 // Every rank saves its own file (checkpoint_rank_path); a fresh N-rank engine loaded from them
 // continues exactly as the uninterrupted run. `Device`: on the emulated device over MPI as a device
 // communicator (the path NCCL takes: the state's gathers through the device staging buffer).

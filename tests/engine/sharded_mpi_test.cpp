@@ -157,7 +157,8 @@ TYPED_TEST(sharded_mpi, a_crowded_shard_grows_its_device_rows_and_keeps_one_rank
       const double k = static_cast<double>(c.topk(kModel[p].channels));
       const double rows = static_cast<double>(r.count(m++));
       const double most = std::min(k, rows);
-      const double share = n == 1 ? most : std::min(most, std::max(1.0, std::ceil(k * rows / kModel[p].channels)));
+      const double share =
+          n == 1 ? most : std::min(most, std::max(1.0, std::ceil(k * rows / kModel[p].channels)));
       bytes += (grown[p] != 0 ? most : share) * (12.0 * static_cast<double>(kModel[p].len) + 8.0);
     }
     return bytes;
@@ -269,6 +270,30 @@ TEST(sharded_mpi_checks, the_staging_holds_a_step_when_the_whole_top_k_is_on_one
     EXPECT_EQ(rows, static_cast<std::uint64_t>(host_rows)) << "rank " << me << " step " << t;
     EXPECT_GE(staging, rows + 2) << "rank " << me << ": a step's rows and its record's two copies";
   }
+}
+
+// A sharded step steps every parameter on every rank: step_options::no_grad is refused by name
+// and nothing changes; grad_ready() starts no reduction, so a parameter may be announced again.
+TEST(sharded_mpi_checks, no_grad_is_refused_by_name_and_changes_nothing) {
+  sharded_run<float, false> r(base());
+  r.add();
+  r.e->initialize();
+  for (std::size_t p = 0; p < r.g.size(); ++p) { // this rank's gradients: random, not zero
+    r.g[p] = zf_test::random_values<float>(r.g[p].size(), 300 + p * 8 + static_cast<std::size_t>(world_rank()));
+  }
+  const auto before = r.w;
+  const zenflow::param_id without[] = {r.id[0]};
+  zenflow::step_options opt;
+  opt.no_grad = without;
+  zf_engine_test::expect_invalid([&] { (void)r.e->step(1e-2f, nullptr, opt); },
+                                 "'options.no_grad' is not supported data parallel");
+  EXPECT_EQ(r.w, before);
+  EXPECT_EQ(r.e->steps(), 0);
+  r.e->grad_ready(r.id[0]);
+  r.e->grad_ready(r.id[0]);
+  (void)r.e->step(1e-2f);
+  EXPECT_EQ(r.e->steps(), 1);
+  EXPECT_NE(r.w, before);
 }
 
 TEST(sharded_mpi_checks, a_whole_matrix_on_every_rank_is_refused) {

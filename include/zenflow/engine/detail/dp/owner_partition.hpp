@@ -117,20 +117,20 @@ public:
   /// known): the partition; with more than one rank the reduction's buckets (every parameter's
   /// `step_grads` pointed at the mean's destination: reduction_bytes()), the owner reduction's
   /// buffers and a selection's staging. Binds this side to the engine's plan, parameters and host
-  /// state. Returns the device bytes allocated but the buckets'.
-  std::size_t setup(const config& cfg,
-                    device_plan<Backend>& plan,
-                    std::vector<param_info>& params,
-                    Host& host,
-                    std::size_t slot_bytes,
-                    cudaStream_t stream) {
+  /// state.
+  parallel_layout setup(const config& cfg,
+                        device_plan<Backend>& plan,
+                        std::vector<param_info>& params,
+                        Host& host,
+                        std::size_t slot_bytes,
+                        cudaStream_t stream) {
     cfg_ = &cfg;
     plan_ = &plan;
     params_ = &params;
     host_ = &host;
     set_partition(params, host_state_bytes(cfg.host_moments));
     if (!active()) {
-      return 0;
+      return layout(0);
     }
     split_ = split_by_owner(cfg);
     const Backend& b = plan.backend();
@@ -155,37 +155,19 @@ public:
       staging = std::max(staging, rows ? selection_staging<Backend>::bound(pi, !Comm::is_device) : 0);
     }
     if (staging > 0) { // a bucket's worth, so that a selection seldom waits to reuse it
-      pending_ = selection_staging<Backend>(std::max(staging, static_cast<std::size_t>(cfg.reduce_bucket_bytes)));
+      pending_ =
+          selection_staging<Backend>(std::max(staging, static_cast<std::size_t>(cfg.reduce_bucket_bytes)));
     }
     if (entering > 0) {
       stage_ = dbuf<std::byte>(entering);
       bytes += entering;
     }
     if (split_) {
-      bytes += owners_.setup({&comm_, &plan, &params, &host, owner_of, stage_.data(), stage_.size(), slot_bytes});
+      bytes +=
+          owners_.setup({&comm_, &plan, &params, &host, owner_of, stage_.data(), stage_.size(), slot_bytes});
     }
     b.synchronize(nullptr); // the allocations since the last wait, before a step's stream uses them
-    return bytes + sums_.size() * 8;
-  }
-  /// The device bytes of the reduction's buckets (and mean buffers), setup()'s:
-  /// stats().memory.device_reduction.
-  [[nodiscard]] std::size_t reduction_bytes() const noexcept { return reduction_; }
-  /// The pinned host bytes of a selection's staging (setup()'s): stats().memory.host_staging.
-  [[nodiscard]] std::size_t host_staging_bytes() const noexcept { return pending_.bytes(); }
-  /// What the plan's setup takes: the owner reduction's rescans (a device communicator's).
-  [[nodiscard]] plan_inputs inputs() const { return active() && split_ ? owners_.inputs() : plan_inputs{}; }
-
-  /// After setup(): per parameter the channels whose host rows this rank keeps (its block; every
-  /// channel of a vector), which alone it copies down (resolve_d2h_slots sizes its ring by them);
-  /// empty with one rank.
-  [[nodiscard]] std::vector<std::int64_t> kept_channels() const {
-    std::vector<std::int64_t> kept;
-    if (active()) {
-      for (std::size_t p = 0; p < params_->size(); ++p) {
-        kept.push_back(block(p, (*params_)[p], comm_.rank()).second);
-      }
-    }
-    return kept;
+    return layout(bytes + sums_.size() * 8);
   }
 
   /// initialize(), a host-side parameter: its block, the host set of every channel, and the fp32
@@ -208,9 +190,6 @@ public:
     return bytes;
   }
 
-  /// grad_ready() streams a step's gradients early only with one rank (the mean exists once
-  /// step() made it).
-  [[nodiscard]] bool streams_early() const noexcept { return !active(); }
   /// grad_ready(p): with more than one rank the buckets whose every gradient is final are
   /// reduced now (grad_buckets.hpp). A collective: it may wait for the other ranks.
   void announce(std::size_t p, cudaStream_t stream) {
@@ -218,21 +197,19 @@ public:
       buckets_.announce(p, stream);
     }
   }
-  /// The packs start before the prologue unless a host communicator's reduction by owner
-  /// completes gradient rows and the rest masses around them.
-  [[nodiscard]] bool packs_before_norms() const noexcept { return Comm::is_device || !active(); }
-
   /// At the start of step `t`: every parameter's gradient replaced by the mean over the ranks
   /// (fp32 rank-order mean, rounded once to the working type), the host sets' rows
   /// reduce-scattered by owner instead when the step has a host side (only this rank's block of
   /// them holds the mean): the buckets grad_ready() did not launch, then `stream` waits for them.
   /// Stream-ordered on a device communicator; a host communicator waits for `stream` first.
-  void reduce_gradients(std::int64_t t, cudaStream_t stream) {
+  /// Returns the plan's step hooks for the step (below).
+  [[nodiscard]] auto begin_step(std::int64_t t, cudaStream_t stream) {
     split_step_ = split_ && active();
     rest_ = split_step_ && reads_rest_masses(*cfg_, t);
     if (active()) {
       sent_ += buckets_.finish(stream);
     }
+    return hooks();
   }
 
   /// The plan's step hooks: after the norms, the scores and flags completed from the owners (and
@@ -251,7 +228,7 @@ public:
       }
     }
   };
-  [[nodiscard]] step_hooks hooks(std::int64_t /*t*/) noexcept { return {this}; }
+  [[nodiscard]] step_hooks hooks() noexcept { return {this}; }
 
   /// A selection step's device sets (device_plan::select_all with the hooks): on a split step
   /// the entering rows' gradients then come from their owners. Returns the skip flag.
@@ -260,7 +237,7 @@ public:
               std::size_t& d2h,
               cudaStream_t stream) {
     // select_all() waits for the stream: the last selection's copies up are done.
-    const bool bad = plan_->select_all(kind, sets, d2h, stream, hooks(0));
+    const bool bad = plan_->select_all(kind, sets, d2h, stream, hooks());
     pending_.clear();
     if (split_step_ && !bad) {
       sent_ += owners_.fetch_entering(sets, stream);
@@ -277,8 +254,8 @@ public:
     }
   }
 
-  /// The bytes this rank sent since the last call.
-  [[nodiscard]] std::uint64_t take_sent() noexcept { return std::exchange(sent_, 0); }
+  /// At the end of a step: the bytes this rank sent since the last call.
+  [[nodiscard]] parallel_step_end end_step() noexcept { return {std::exchange(sent_, 0), 0}; }
 
   /// A re-selection of `p` (device set h.sel -> new_sel): plan.migrate on the host rows. With the
   /// owner partition the rows that enter come from their owners first (an all-gather by owner of
@@ -301,15 +278,11 @@ public:
     });
   }
 
-  /// A window's weights come from every rank (more than one rank).
-  [[nodiscard]] bool gathers_windows() const noexcept { return active(); }
-  /// ... gathered in the device upload buffers (a device communicator), else the host ones.
-  [[nodiscard]] static constexpr bool gathers_on_device() noexcept { return Comm::is_device; }
-  /// At a window's boundary: every rank's share of the new weights of every host-side matrix into
-  /// every rank's upload buffer, in place (each rank's share copied up there already over a
-  /// device communicator: host_jobs). The host set in ascending order is the blocks in rank
-  /// order, so the result is the host-set order a one-rank window writes. Returns the bytes this
-  /// rank sent.
+  /// At a window's boundary (more than one rank: the layout gathers windows): every rank's share of the new
+  /// weights of every host-side matrix into every rank's upload buffer, in place (each rank's share copied up
+  /// there already over a device communicator: host_jobs). The host set in ascending order is the blocks in
+  /// rank order, so the result is the host-set order a one-rank window writes. Returns the bytes this rank
+  /// sent.
   std::uint64_t gather_window(cudaStream_t stream) {
     std::uint64_t sent = 0;
     std::vector<std::size_t> sizes(static_cast<std::size_t>(comm_.size()));
@@ -387,6 +360,30 @@ private:
   /// its block of every host-side matrix only.
   [[nodiscard]] bool active() const noexcept { return comm_.size() > 1; }
 
+  /// setup()'s answer, `scratch` its device bytes but the buckets'.
+  [[nodiscard]] parallel_layout layout(std::size_t scratch) const {
+    parallel_layout l;
+    l.device_scratch = scratch;
+    l.device_reduction = reduction_;                                  // the buckets (and mean buffers)
+    l.host_staging = pending_.bytes();                                // a selection's, pinned
+    l.inputs = active() && split_ ? owners_.inputs() : plan_inputs{}; // a device communicator's rescans
+    if (active()) { // this rank's block of each parameter (every channel of a vector)
+      for (std::size_t p = 0; p < params_->size(); ++p) {
+        l.kept_channels.push_back(block(p, (*params_)[p], comm_.rank()).second);
+      }
+    }
+    // Early streaming only with one rank (the mean exists once step() made it); the packs start
+    // before the prologue unless a host communicator's reduction by owner completes gradient rows
+    // and the rest masses around them.
+    l.streams_early = !active();
+    l.packs_before_norms = Comm::is_device || !active();
+    l.announces = true; // the buckets of final gradients are reduced once
+    l.steps_without_grads = false;
+    l.gathers_windows = active();
+    l.gathers_on_device = Comm::is_device; // into the device upload buffers, else the host ones
+    return l;
+  }
+
   /// Which rank owns which channels' host state: the host-side matrices in registration order,
   /// a channel's bytes its fp32 master and two moments (`state_bytes` per element;
   /// docs/data-parallel-design.md).
@@ -421,17 +418,17 @@ private:
   std::vector<param_info>* params_ = nullptr;
   Host* host_ = nullptr;
   channel_partition partition_{};
-  std::vector<std::int64_t> part_index_; // per parameter: its matrix in partition_, or -1
+  std::vector<std::int64_t> part_index_;      // per parameter: its matrix in partition_, or -1
   grad_buckets<Backend, Comm, Host> buckets_; // the gradients' reduction
   std::size_t reduction_ = 0;                 // its device bytes
-  dbuf<double> sums_;                  // summed()'s, in device memory for a device communicator
-  dbuf<std::byte> stage_;              // a selection's entering rows, one matrix at a time
-  selection_staging<Backend> pending_; // host sources of a selection's copies up
-  reduction owners_;                   // a split step's reduction
-  bool split_ = false;                 // the steps have a host side: split by owner
-  bool split_step_ = false;            // this step is (split_ with more than one rank)
-  bool rest_ = false;                  // this step reads the rest masses
-  std::uint64_t sent_ = 0;             // bytes sent since take_sent()
+  dbuf<double> sums_;                         // summed()'s, in device memory for a device communicator
+  dbuf<std::byte> stage_;                     // a selection's entering rows, one matrix at a time
+  selection_staging<Backend> pending_;        // host sources of a selection's copies up
+  reduction owners_;                          // a split step's reduction
+  bool split_ = false;                        // the steps have a host side: split by owner
+  bool split_step_ = false;                   // this step is (split_ with more than one rank)
+  bool rest_ = false;                         // this step reads the rest masses
+  std::uint64_t sent_ = 0;                    // bytes sent since take_sent()
 };
 
 } // namespace detail

@@ -81,7 +81,8 @@ inline std::string shard_tiling_error(std::span<const std::int64_t> ranks3) {
 }
 
 template <class Backend, class Comm, class Host>
-class parallel_side<Backend, sharded<Comm>, Host> : public comm_side<Comm>, public whole_rows_side<Backend, Host> {
+class parallel_side<Backend, sharded<Comm>, Host> : public comm_side<Comm>,
+                                                    public whole_rows_side<Backend, Host> {
   template <class T>
   using dbuf = typename Backend::template device_buffer<T>;
   // A device communicator's collectives are stream-ordered (no host wait): the emulated
@@ -158,13 +159,13 @@ public:
   }
 
   /// initialize(), before the plan's setup: the vectors' mean-gradient buffers, the whole
-  /// matrices' score and rescan buffers and this rank's rescan items. Returns the device bytes.
-  std::size_t setup(const config& cfg,
-                    device_plan<Backend>& plan,
-                    std::vector<param_info>& params,
-                    Host& host,
-                    std::size_t slot_bytes,
-                    cudaStream_t stream) {
+  /// matrices' score and rescan buffers and this rank's rescan items.
+  parallel_layout setup(const config& cfg,
+                        device_plan<Backend>& plan,
+                        std::vector<param_info>& params,
+                        Host& host,
+                        std::size_t slot_bytes,
+                        cudaStream_t stream) {
     this->bind(plan, params, host);
     const Backend& b = plan.backend();
     std::size_t bytes = 0;
@@ -218,12 +219,16 @@ public:
     rescan_items_ = items; // the score pointers are the plan's: set in bind_scores()
     rescan_table_ = dbuf<sq_rescan_item>(std::max<std::size_t>(items.size(), 1));
     b.synchronize(nullptr);
-    return bytes + scores_.size() * 12 + sums_.size() * 8 + rescan_table_.size() * sizeof(sq_rescan_item);
+    parallel_layout l;
+    l.device_scratch =
+        bytes + scores_.size() * 12 + sums_.size() * 8 + rescan_table_.size() * sizeof(sq_rescan_item);
+    l.inputs = inputs_; // the whole matrices' scores and rescans; every host row of a shard is this rank's
+    // grad_ready() does not stream early: a shard's host set changes size at each selection (the
+    // landing buffer is sized once, at the first announcement).
+    l.streams_early = false;
+    l.steps_without_grads = false; // every rank steps every parameter
+    return l;
   }
-  /// What the plan's setup takes: the whole matrices' scores and rescans.
-  [[nodiscard]] plan_inputs inputs() const { return inputs_; }
-  /// Every host row of a shard is this rank's.
-  [[nodiscard]] static std::vector<std::int64_t> kept_channels() { return {}; }
   /// A host-side parameter: every row of its shard (a vector: all of it), the masters from the
   /// shard's weights, the hash origin at the shard's first channel. Returns the bytes copied down.
   std::size_t init_host_rows(std::size_t p, cudaStream_t stream) {
@@ -235,26 +240,15 @@ public:
     return bytes;
   }
 
-  /// grad_ready() does not stream early: a shard's host set changes size at each selection (the
-  /// landing buffer is sized once, at the first announcement).
-  [[nodiscard]] static constexpr bool streams_early() noexcept { return false; }
-  [[nodiscard]] static constexpr bool packs_before_norms() noexcept { return true; }
-
   /// At the start of a step: the vectors' gradients replaced by their mean over the ranks.
-  void reduce_gradients(std::int64_t t, cudaStream_t stream) {
+  /// Returns the plan's step hooks for the step (below).
+  [[nodiscard]] auto begin_step(std::int64_t t, cudaStream_t stream) {
     bind_scores();
     masses_step_ = active() && reads_rest_masses(*cfg_, t);
-    if (!has_vectors_) {
-      return;
+    if (has_vectors_) {
+      reduce_vectors(stream);
     }
-    const Backend& b = plan_->backend();
-    mean_.widen(b, stream);
-    if constexpr (!device_comm) {
-      b.synchronize(stream); // a host communicator reads the buffer when called
-    }
-    comm_.all_reduce_mean(mean_.wide(), mean_.wide_size(), stream);
-    sent_ += mean_.wide_size() * 4u;
-    mean_.narrow(b, stream);
+    return hooks();
   }
 
   /// The plan's step hooks: the whole matrices' scores, flags and rescans after the norms; the
@@ -268,7 +262,7 @@ public:
       }
     }
   };
-  [[nodiscard]] step_hooks hooks(std::int64_t /*t*/) noexcept { return {this}; }
+  [[nodiscard]] step_hooks hooks() noexcept { return {this}; }
 
   /// A selection step's device sets: the whole matrices' top-k, the channels in this shard; a
   /// matrix whose top-k crowds more into this shard than its device rows hold grows them first
@@ -277,7 +271,7 @@ public:
               std::vector<std::vector<std::int32_t>>& sets,
               std::size_t& d2h,
               cudaStream_t stream) {
-    const bool bad = plan_->select_all(kind, sets, d2h, stream, hooks(0));
+    const bool bad = plan_->select_all(kind, sets, d2h, stream, hooks());
     for (std::size_t p = 0; p < sets.size() && !bad; ++p) {
       fit_device_rows(p, sets[p].size(), stream);
     }
@@ -298,8 +292,6 @@ public:
     (void)plan_->grow_device_rows(p, old, stream);
     ++grown_;
   }
-  /// Matrices whose device rows grew (fit_device_rows).
-  [[nodiscard]] std::int64_t rows_grown() const noexcept { return grown_; }
   /// After the packs of a step that reads the masses: the one-rank crit and rest masses over the
   /// record's (shard_masses.hpp).
   template <class Order>
@@ -308,7 +300,9 @@ public:
       sent_ += masses_.write(*plan_, stream, pack_stream, order);
     }
   }
-  [[nodiscard]] std::uint64_t take_sent() noexcept { return std::exchange(sent_, 0); }
+  /// At the end of a step: the bytes this rank sent since the last call, and the matrices whose
+  /// device rows grew (fit_device_rows).
+  [[nodiscard]] parallel_step_end end_step() noexcept { return {std::exchange(sent_, 0), grown_}; }
 
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t stream) {
     return active() ? stats_over_ranks(plan_->backend(), comm_, s, sums_.data(), stream) : s;
@@ -316,6 +310,18 @@ public:
 
 private:
   [[nodiscard]] bool active() const noexcept { return comm_.size() > 1; }
+
+  /// The vectors' gradients replaced by their mean over the ranks (begin_step()).
+  void reduce_vectors(cudaStream_t stream) {
+    const Backend& b = plan_->backend();
+    mean_.widen(b, stream);
+    if constexpr (!device_comm) {
+      b.synchronize(stream); // a host communicator reads the buffer when called
+    }
+    comm_.all_reduce_mean(mean_.wide(), mean_.wide_size(), stream);
+    sent_ += mean_.wide_size() * 4u;
+    mean_.narrow(b, stream);
+  }
 
   /// The rescan items read the plan's scores of the shard's rows (allocated by the plan's setup,
   /// which follows this side's): uploaded once, at the first call after it.

@@ -1,10 +1,11 @@
 /// @file
 /// The engine's parallel side: what its data-parallel policy (engine/parallel.hpp) does at each
-/// point of initialize() and of a step, one class per policy over the same members:
+/// phase of initialize() and of a step, one class per policy over the same hooks:
 /// `parallel_side<Backend, single_rank, Host>` (single_rank.hpp: nothing to reduce, every row
-/// here) and `parallel_side<Backend, owner_partition<Comm>, Host>` (dp/owner_partition.hpp). The
-/// engine calls these members and nothing else of data parallel. Training thread only
-/// (gather_window() too: at a window's boundary, a collective at the same point on every rank).
+/// here), `parallel_side<Backend, owner_partition<Comm>, Host>` (dp/owner_partition.hpp) and
+/// `parallel_side<Backend, sharded<Comm>, Host>` (dp/sharded.hpp). The engine calls these hooks and
+/// nothing else of data parallel. Training thread only (gather_window() too: at a window's
+/// boundary, a collective at the same point on every rank).
 ///
 /// Also here: a host-side parameter's rows when this rank keeps all of them (one rank; a vector,
 /// replicated), which both policies use.
@@ -29,25 +30,48 @@
 ZF_NAMESPACE_BEGIN
 namespace detail {
 
-/// Members (`t`: the step; each returns what it sent to other ranks where it says bytes):
-/// - construction from `argument_type` (the engine constructor's third argument);
-/// - rank(), ranks();
-/// - verify(cfg, params, stream): initialize()'s first call, before anything changes (bytes);
-/// - setup(cfg, plan, params, host, slot_bytes, stream): before the plan's setup, binds the side
-///   to the engine's plan, parameters and host state (device bytes allocated); inputs(): what the
-///   plan's setup takes from it; kept_channels(): per parameter the channels whose host rows this
-///   rank keeps (empty: all); init_host_rows(p, stream): a host-side parameter's rows, host set and
-///   masters (bytes copied down);
-/// - streams_early(): grad_ready() may stream a step's gradients before step();
-///   packs_before_norms(): a step's packs may start before its prologue;
-/// - reduce_gradients(t, stream) at the step's start; hooks(t): the plan's step hooks (prologue,
-///   select_all); select(kind, sets, d2h, stream): a selection's device sets (the skip flag);
-///   write_rest(stream, pack_stream, order) after the packs; take_sent(): the bytes the calls
-///   since the last take_sent() sent;
-/// - migrate(p, new_sel, stream, comm_bytes): a re-selection's rows ({down, up} bytes);
-/// - gathers_windows(), gather_window(stream): a window's weights from every rank (bytes);
-/// - read_state(p, stream), summed(stats, stream): collectives with more than one rank;
-/// - checkpoint_part(p): the channels of matrix `p` this rank's checkpoint file holds (rank_part.hpp).
+/// What setup() returns: what the side allocated, what the plan's setup takes from it, and how a
+/// step's phases may be ordered around it. initialize() reads it once.
+struct parallel_layout {
+  std::size_t device_scratch = 0;   ///< device bytes allocated (stats().memory.device_scratch)
+  std::size_t device_reduction = 0; ///< the gradients' buckets and mean buffers (device_reduction)
+  std::size_t host_staging = 0;     ///< pinned host bytes of a selection's staging (host_staging)
+  plan_inputs inputs;               ///< what the plan's setup takes from the side
+  /// Per parameter the channels whose host rows this rank keeps, which alone it copies down
+  /// (resolve_d2h_slots sizes the ring by them); empty: all of them.
+  std::vector<std::int64_t> kept_channels;
+  bool streams_early = true;       ///< grad_ready() may stream a step's gradients before step()
+  bool packs_before_norms = true;  ///< a step's packs may start before its prologue
+  bool announces = false;          ///< grad_ready() starts a reduction: once a parameter and step
+  bool steps_without_grads = true; ///< step_options::no_grad (data parallel: every rank steps all)
+  bool gathers_windows = false;    ///< a window's weights come from every rank at its boundary
+  bool gathers_on_device = false;  ///< ... into the device upload buffers (else the host ones)
+};
+
+/// What end_step() returns: the bytes the step's calls sent to other ranks, and how many matrices'
+/// device rows grew so far (ZeRO-3's fallback: stats().device_rows_grown).
+struct parallel_step_end {
+  std::uint64_t sent = 0;
+  std::int64_t device_rows_grown = 0;
+};
+
+/// The hooks the engine calls (engine_core.hpp), by phase; `t` is the step, and a member returns
+/// what it sent to other ranks where it says bytes:
+/// - initialize(): verify(cfg, params, stream), before anything changes (bytes);
+///   setup(cfg, plan, params, host, slot_bytes, stream) -> parallel_layout, before the plan's
+///   setup (binds the side to the engine's plan, parameters and host state);
+///   init_host_rows(p, stream), after it: a host-side parameter's rows, host set and masters
+///   (bytes copied down);
+/// - grad_ready(): announce(p, stream);
+/// - step(): begin_step(t, stream) -> the plan's step hooks (prologue, select_all), after its
+///   gradients' reduction; select(kind, sets, d2h, stream) on a selection step (the skip flag),
+///   then migrate(p, new_sel, stream) for each matrix ({down, up} bytes, selection.hpp);
+///   write_rest(stream, pack_stream, order) after the packs; end_step() -> parallel_step_end;
+/// - a window's boundary: gather_window(stream) (bytes), when the layout gathers windows;
+/// - reads: read_state(p, stream), summed(stats, stream), collectives with more than one rank.
+/// Beside them: construction from `argument_type` (the engine constructor's third argument),
+/// rank(), ranks(), and checkpoint_part(p), the channels of matrix `p` this rank's checkpoint file
+/// holds (rank_part.hpp). Training thread only.
 template <class Backend, class Policy, class Host>
 class parallel_side;
 
@@ -107,10 +131,10 @@ param_state read_whole_state(
   });
 }
 
-/// The members of a side whose device and host rows are this rank's registered parameters
-/// whole (single_rank; sharded, whose rank registered its shard of each matrix): migration,
-/// state reads and the checkpoint part over the engine's plan, parameters and host state, bound
-/// at setup(), and no window to gather.
+/// The hooks of a side whose device and host rows are this rank's registered parameters whole
+/// (single_rank; sharded, whose rank registered its shard of each matrix): migration, state reads
+/// and the checkpoint part over the engine's plan, parameters and host state, bound at setup(), no
+/// announcement to act on and no window to gather.
 template <class Backend, class Host>
 class whole_rows_side {
 public:
@@ -119,8 +143,7 @@ public:
     return migrate_whole(*plan_, p, (*params_)[p], (*host_)[p], new_sel, stream);
   }
 
-  [[nodiscard]] static constexpr bool gathers_windows() noexcept { return false; }
-  [[nodiscard]] static constexpr bool gathers_on_device() noexcept { return false; }
+  void announce(std::size_t /*p*/, cudaStream_t /*stream*/) {}
   std::uint64_t gather_window(cudaStream_t /*stream*/) { return 0; }
 
   /// The state of `p` as registered here (a sharded rank's: its shard of a matrix, a vector whole).

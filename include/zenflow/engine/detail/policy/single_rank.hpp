@@ -34,27 +34,24 @@ public:
   [[nodiscard]] static constexpr int ranks() noexcept { return 1; }
 
   std::uint64_t verify(const config&, const std::vector<param_info>&, cudaStream_t) { return 0; }
-  std::size_t setup(const config& /*cfg*/,
-                    device_plan<Backend>& plan,
-                    std::vector<param_info>& params,
-                    Host& host,
-                    std::size_t /*slot_bytes*/,
-                    cudaStream_t /*stream*/) {
+  /// Every host row is this rank's (the ring is sized by the whole matrices); the gradients are
+  /// the user's, streamed as grad_ready() announces them.
+  parallel_layout setup(const config& /*cfg*/,
+                        device_plan<Backend>& plan,
+                        std::vector<param_info>& params,
+                        Host& host,
+                        std::size_t /*slot_bytes*/,
+                        cudaStream_t /*stream*/) {
     this->bind(plan, params, host);
-    return 0;
+    return {};
   }
-  [[nodiscard]] plan_inputs inputs() const { return {}; }
-  /// Every host row is this rank's: the ring is sized by the whole matrices.
-  [[nodiscard]] static std::vector<std::int64_t> kept_channels() { return {}; }
   std::size_t init_host_rows(std::size_t p, cudaStream_t stream) {
     return init_whole_rows(*plan_, p, (*params_)[p], (*host_)[p], stream);
   }
 
-  [[nodiscard]] static constexpr bool streams_early() noexcept { return true; }
-  [[nodiscard]] static constexpr bool packs_before_norms() noexcept { return true; }
-
-  std::uint64_t reduce_gradients(std::int64_t /*t*/, cudaStream_t /*stream*/) { return 0; }
-  [[nodiscard]] static no_step_hooks hooks(std::int64_t /*t*/) noexcept { return {}; }
+  [[nodiscard]] static no_step_hooks begin_step(std::int64_t /*t*/, cudaStream_t /*stream*/) noexcept {
+    return {};
+  }
   bool select(channel_norm kind,
               std::vector<std::vector<std::int32_t>>& sets,
               std::size_t& d2h,
@@ -62,10 +59,8 @@ public:
     return plan_->select_all(kind, sets, d2h, stream);
   }
   template <class Order>
-  std::uint64_t write_rest(cudaStream_t /*stream*/, cudaStream_t /*pack_stream*/, Order&& /*order*/) {
-    return 0;
-  }
-  [[nodiscard]] static constexpr std::uint64_t take_sent() noexcept { return 0; }
+  void write_rest(cudaStream_t /*stream*/, cudaStream_t /*pack_stream*/, Order&& /*order*/) {}
+  [[nodiscard]] static constexpr parallel_step_end end_step() noexcept { return {}; }
 
   [[nodiscard]] zenflow::stats summed(const zenflow::stats& s, cudaStream_t /*stream*/) const { return s; }
 

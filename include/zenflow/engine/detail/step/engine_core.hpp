@@ -19,7 +19,6 @@
 #include <cstring>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -120,22 +119,20 @@ public:
     const auto slot_bytes = static_cast<std::size_t>(cfg_.ring_slot_bytes);
     host_.resize(params_.size(), std::count_if(params_.begin(), params_.end(),
                                                [](const param_info& pi) { return pi.matrix; }));
-    stats_.memory.device_scratch += // before the plan reads grads
-        par_.setup(cfg_, plan_, params_, host_, slot_bytes, stream);
-    if constexpr (requires { par_.reduction_bytes(); }) { // data parallel: the gradients' buckets
-      stats_.memory.device_reduction += par_.reduction_bytes();
-      stats_.memory.host_staging += par_.host_staging_bytes(); // and a selection's staging
-    }
-    const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, par_.kept_channels());
+    layout_ = par_.setup(cfg_, plan_, params_, host_, slot_bytes, stream); // before the plan reads grads
+    stats_.memory.device_scratch += layout_.device_scratch;
+    stats_.memory.device_reduction += layout_.device_reduction; // data parallel: the gradients' buckets
+    stats_.memory.host_staging += layout_.host_staging;         // and a selection's staging
+    const d2h_slots slots = resolve_d2h_slots(cfg_, params_, slot_bytes, layout_.kept_channels);
     plan_.set_staging_slots(slots.staging);
     plan_.set_upload_chunk(cfg_.upload == upload_policy::chunk_ring ? slot_bytes : 0);
     // whole_window: a window's new weights go up through a few pinned chunks as the job writes
     // them, not through a host copy of every host-side weight; a host communicator's gather
     // needs that copy (it gathers into it), chunk_ring reads it at the boundary.
     const bool staged = !gpu && cfg_.upload == upload_policy::whole_window &&
-                        !(par_.gathers_windows() && !par_.gathers_on_device());
+                        !(layout_.gathers_windows && !layout_.gathers_on_device);
     plan_.set_upload_stage(staged ? upload_stage_chunks : 0, slot_bytes);
-    plan_.setup(params_, slot_bytes, stats_.memory, par_.inputs());
+    plan_.setup(params_, slot_bytes, stats_.memory, layout_.inputs);
     d2h_.open(slots.ring, slot_bytes, zen ? cfg_.accumulate : accumulation_site::host, stats_.memory);
     const bool overlap = zen && cfg_.overlap_step;
     announced_.assign(params_.size(), announcement::none);
@@ -167,7 +164,7 @@ public:
         lay.buffered = !staged;
         // A device communicator gathers a window's shares on the device: this rank's share is
         // all its upload holds.
-        lay.share = par_.gathers_windows() && par_.gathers_on_device();
+        lay.share = layout_.gathers_windows && layout_.gathers_on_device;
         h.allocate_state(cfg_, pi.channel_len, pi.channels, pi.channel_bytes(), lay, stats_.memory);
         (void)plan_.set_host_set(p, h.host_set, stream);
       } else if (pi.device_dense) {
@@ -185,8 +182,9 @@ public:
       host_.start_consumer(d2h_.ring(), [this] { plan_.enter_engine_thread(); });
     }
     jobs_.start(stats_.placement, overlap);
-    if (par_.gathers_windows()) { // each rank's share of a window's weights, gathered at the boundary
-      jobs_.set_gather(par_.gathers_on_device() ? window_gather::device_buffers : window_gather::host_buffers,
+    if (layout_.gathers_windows) { // each rank's share of a window's weights, gathered at the boundary
+      jobs_.set_gather(layout_.gathers_on_device ? window_gather::device_buffers
+                                                 : window_gather::host_buffers,
                        [this](cudaStream_t s) { return par_.gather_window(s); });
     }
     life_ = lifecycle::training;
@@ -203,13 +201,11 @@ public:
     require(param.index >= 0 && static_cast<std::size_t>(param.index) < params_.size(), fn, "param",
             "is not a registered parameter");
     const auto p = static_cast<std::size_t>(param.index);
-    if constexpr (requires { par_.announce(p, stream); }) {
-      // Data parallel: the buckets of final gradients are reduced now, once (a gradient announced
-      // again, as a single engine allows, would be reduced twice).
-      require(announced_[p] == announcement::none, fn, "param",
-              "was already announced for this step (once per parameter data parallel, before step())");
-      par_.announce(p, stream);
-    }
+    // Data parallel: the buckets of final gradients are reduced now, once (a gradient announced
+    // again, as a single engine allows, would be reduced twice).
+    require(!layout_.announces || announced_[p] == announcement::none, fn, "param",
+            "was already announced for this step (once per parameter data parallel, before step())");
+    par_.announce(p, stream);
     const auto& pi = params_[p];
     auto& h = host_[p];
     if (announced_[p] == announcement::streamed) {
@@ -257,7 +253,7 @@ public:
     require(initialized(), fn, "this", "is not initialized (call initialize() first)");
     require(std::isfinite(lr) && lr >= 0.0f, fn, "lr", "must be finite and >= 0");
     require(!opt.max_norm || *opt.max_norm >= 0.0f, fn, "options.max_norm", "must be >= 0 (or +Inf)");
-    require(opt.no_grad.empty() || std::is_same_v<Policy, single_rank>, fn, "options.no_grad",
+    require(opt.no_grad.empty() || layout_.steps_without_grads, fn, "options.no_grad",
             "is not supported data parallel (every rank steps every parameter)");
     for (const param_id q : opt.no_grad) {
       require(q.index >= 0 && static_cast<std::size_t>(q.index) < params_.size(), fn, "options.no_grad",
@@ -278,14 +274,15 @@ public:
     const std::int64_t trace_t0 = pipeline_trace::now();
     call_cost cost = std::exchange(early_cost_, {}); // what grad_ready() spent for this step
     cost.trace = tracing();
-    par_.reduce_gradients(t, stream); // data parallel: the mean gradient (the host sets' rows by owner)
+    // Data parallel: the mean gradient (the host sets' rows by owner); the hooks the prologue calls.
+    auto hooks = par_.begin_step(t, stream);
     plan_.begin_step(t, stream);
     if (packs_before_prologue()) { // they need the gradients only: they run beside the prologue
       d2h_.begin_packs(stream, early_any_);
     }
     const float max_norm = opt.max_norm.value_or(cfg_.gradient_clipping);
     plan_.prologue({cfg_.loss_scale, std::isinf(max_norm) ? 0.0f : max_norm, opt.loss_scale, opt.found_inf},
-                   stream, par_.hooks(t));
+                   stream, hooks);
     if (cfg_.mode == optimizer_mode::gpu_adamw) {
       plan_.update(lr, cfg_.adam, stream);
       d2h_.push_record(t, record_first_slot, sched_.accumulator, stream, cost);
@@ -299,14 +296,12 @@ public:
     rep.skip_known = !Backend::is_device;
     rep.skipped = !Backend::is_device && host_.last_skip();
     stats_.skipped_steps = host_.skipped();
-    if constexpr (requires { par_.rows_grown(); }) { // ZeRO-3: crowded shards' device rows
-      stats_.device_rows_grown = par_.rows_grown();
-    }
+    const parallel_step_end ended = par_.end_step();
+    stats_.device_rows_grown = ended.device_rows_grown; // ZeRO-3: crowded shards' device rows
     rep.d2h_bytes = cost.d2h;
     rep.h2d_bytes = cost.h2d;
     rep.stall_s = cost.stall_s;
-    rep.comm_bytes =
-        par_.take_sent() + cost.comm; // data parallel: the reduction, migrations, windows' weights
+    rep.comm_bytes = ended.sent + cost.comm; // data parallel: the reduction, migrations, windows' weights
     stats_.comm_bytes += rep.comm_bytes;
     rep.selection_age = sched_.selection_step >= 0 ? t - sched_.selection_step : 0;
     stats_.last = rep;
@@ -420,10 +415,10 @@ private:
   /// parallel, whose mean exists once step() made it); the packs start before the prologue
   /// (unless the policy completes gradient rows and the rest masses around it).
   [[nodiscard]] bool early_stream_step() const {
-    return sched_.host_sets_known(cfg_) && par_.streams_early() && !d2h_.sums_on_device();
+    return sched_.host_sets_known(cfg_) && layout_.streams_early && !d2h_.sums_on_device();
   }
   [[nodiscard]] bool packs_before_prologue() const { // device sums: the adds read the prologue's coef
-    return sched_.host_sets_known(cfg_) && par_.packs_before_norms() && !d2h_.sums_on_device();
+    return sched_.host_sets_known(cfg_) && layout_.packs_before_norms && !d2h_.sums_on_device();
   }
 
   /// What the window closing now updates with (handover.hpp): the lr scales now, and the
@@ -521,6 +516,7 @@ private:
 
   config cfg_;
   parallel_type par_;         // its buffers outlive the plan's last synchronize
+  parallel_layout layout_;    // par_'s answer to setup(): what it allocated, how a step orders around it
   device_plan<Backend> plan_; // destroyed last but par_: the ring and the copies use its buffers
   std::vector<param_info> params_;
   pipeline_trace trace_; // before host_: its consumer thread writes spans here
