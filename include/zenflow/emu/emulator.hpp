@@ -32,6 +32,7 @@
 #include <zenflow/core/config.hpp>
 #include <zenflow/emu/detail/block_primitives.hpp>
 #include <zenflow/emu/detail/device_api.hpp>
+#include <zenflow/emu/detail/launch.hpp>
 #include <zenflow/emu/detail/runtime.hpp>
 
 ZF_NAMESPACE_BEGIN

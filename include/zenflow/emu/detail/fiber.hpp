@@ -1,7 +1,7 @@
 /// @file
-/// The kernel emulator's fibers: one per thread of a block, each on a stack of its own, switched by
-/// the block's scheduler (runtime.hpp) so that `__syncthreads()` and the warp operations are real
-/// waits in the middle of a thread's code.
+/// The kernel emulator's fibers: one per thread of a block, each on a stack of its own, switched
+/// by the block's scheduler (block_scheduler.hpp) so that `__syncthreads()` and the warp
+/// operations are real waits in the middle of a thread's code.
 ///
 /// Why stackful fibers: a kernel's `__syncthreads()` sits anywhere in ordinary code (loops, device
 /// functions); C++20 coroutines are stackless and would need `co_await` written into the kernels'
