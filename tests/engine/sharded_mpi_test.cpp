@@ -278,8 +278,10 @@ TEST(sharded_mpi_checks, no_grad_is_refused_by_name_and_changes_nothing) {
   sharded_run<float, false> r(base());
   r.add();
   r.e->initialize();
-  for (std::size_t p = 0; p < r.g.size(); ++p) { // this rank's gradients: random, not zero
-    r.g[p] = zf_test::random_values<float>(r.g[p].size(), 300 + p * 8 + static_cast<std::size_t>(world_rank()));
+  for (std::size_t p = 0; p < r.g.size(); ++p) { // this rank's gradients, in place: random, not zero
+    const auto values =
+        zf_test::random_values<float>(r.g[p].size(), 300 + p * 8 + static_cast<std::size_t>(world_rank()));
+    std::copy(values.begin(), values.end(), r.g[p].begin());
   }
   const auto before = r.w;
   const zenflow::param_id without[] = {r.id[0]};
