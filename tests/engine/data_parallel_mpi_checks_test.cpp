@@ -162,7 +162,8 @@ TEST(engine_data_parallel, a_second_announcement_and_no_grad_are_refused_and_cha
   const auto ids = register_all(e, w, g);
   e.initialize();
   e.grad_ready(ids[0]);
-  zf_engine_test::expect_invalid([&] { e.grad_ready(ids[0]); }, "'param' was already announced for this step");
+  zf_engine_test::expect_invalid([&] { e.grad_ready(ids[0]); },
+                                 "'param' was already announced for this step");
   const auto before = w;
   const zenflow::param_id without[] = {ids[1]};
   zenflow::step_options opt;
