@@ -12,7 +12,8 @@ from one generated Markov chain, then fine-tuned from those weights on a shifted
   offload-sync   ZenFlowAdamW(mode="offload_sync"): ZeRO-Offload-like, every gradient to the
                  host and every weight back each step
   zenflow        ZenFlowAdamW() with zenflow's defaults: the top 10% channels on the device,
-                 the rest on the host, asynchronously
+                 the rest on the host, updated once a window (the step waits for it by
+                 default; overlap_step=True runs it beside the next window)
   torchao        torchao's CPUOffloadOptimizer(AdamW), where torchao is installed (CUDA only)
   gpu-adamw      (with --modes) ZenFlowAdamW(mode="gpu_adamw"): the engine's own dense AdamW
 

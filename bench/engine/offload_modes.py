@@ -158,7 +158,9 @@ def legend_lines(backend):
         "train loss         mean training loss over the last progress interval",
         "modes              gpu-adamw: dense AdamW on the device every step; offload-sync: every step",
         "                   gradients down, AdamW on the host, weights up (ZeRO-Offload-like);",
-        "                   zenflow: top-k channels on the device, the rest on the host asynchronously",
+        "                   zenflow: top-k channels on the device every step, the rest summed on the",
+        "                   host and updated once a window (by default the step waits for that update;",
+        "                   overlap_step runs it beside the next window)",
     ]
     if backend == "host":
         lines += [
